@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql/playground"
+	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"github.com/uptrace/bun"
+
+	"flashsale/graph"
+	"flashsale/internal/auth"
+	"flashsale/internal/catalog"
+	"flashsale/internal/config"
+	"flashsale/persistence"
+)
+
+var _ graph.Catalog = (*catalog.Service)(nil)
+
+// app is the wired service. start builds it in a visible order (database,
+// Redis, services, GraphQL, HTTP); stop tears it down in reverse.
+type app struct {
+	cfg      config.Config
+	log      *slog.Logger
+	db       *bun.DB
+	mini     *miniredis.Miniredis // embedded mode only
+	rdb      *redis.Client
+	tokens   *auth.Tokens
+	catalog  *catalog.Service
+	listener net.Listener
+	http     *http.Server
+}
+
+func start(ctx context.Context, cfg config.Config, log *slog.Logger) (a *app, err error) {
+	a = &app{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			a.stop()
+		}
+	}()
+
+	dbURL := cfg.DatabaseURL
+	if dbURL == "" {
+		dbURL = cfg.SQLitePath
+	}
+	if a.db, err = persistence.Open(ctx, dbURL); err != nil {
+		return nil, &config.Error{Var: "DATABASE_URL", Msg: "cannot use the database: " + err.Error()}
+	}
+	if err = persistence.Migrate(ctx, a.db); err != nil {
+		return nil, fmt.Errorf("database schema: %w", err)
+	}
+
+	if cfg.RedisURL == "" {
+		if a.mini, err = miniredis.Run(); err != nil {
+			return nil, fmt.Errorf("start embedded redis: %w", err)
+		}
+		a.rdb = redis.NewClient(&redis.Options{Addr: a.mini.Addr()})
+	} else {
+		opts, _ := redis.ParseURL(cfg.RedisURL) // validated by config
+		a.rdb = redis.NewClient(opts)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = a.rdb.Ping(pingCtx).Err()
+	cancel()
+	if err != nil {
+		return nil, &config.Error{Var: "REDIS_URL", Msg: "cannot reach redis: " + err.Error()}
+	}
+
+	secret := cfg.JWTSecret
+	if secret == "" { // embedded mode only; config requires it otherwise
+		secret = randomSecret()
+	}
+	a.tokens = auth.NewTokens(secret)
+
+	a.catalog = catalog.New(persistence.NewVouchers(a.db), persistence.NewStock(a.rdb), log)
+	n, err := a.catalog.PreheatAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("preheat vouchers: %w", err)
+	}
+	log.Info("seckill vouchers ready in redis", "vouchers", n)
+
+	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog}, graph.HandlerOptions{
+		Tokens:        a.tokens,
+		Log:           log,
+		Introspection: cfg.Introspection,
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/query", gql)
+	mux.Handle("GET /{$}", playground.Handler("flashsale", "/query"))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("GET /readyz", a.ready)
+	mux.Handle("GET /metrics", promhttp.Handler())
+
+	if a.listener, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, &config.Error{Var: "HTTP_ADDR", Msg: err.Error()}
+	}
+	a.http = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+	}
+	return a, nil
+}
+
+// ready answers 200 when both stores respond.
+func (a *app) ready(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := a.db.PingContext(ctx); err != nil {
+		http.Error(w, "database unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	if err := a.rdb.Ping(ctx).Err(); err != nil {
+		http.Error(w, "redis unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	_, _ = w.Write([]byte("ready\n"))
+}
+
+// serve runs the HTTP server until ctx is cancelled, then shuts down.
+func (a *app) serve(ctx context.Context) error {
+	a.log.Info("listening", "addr", a.listener.Addr().String(), "playground", "http://"+displayAddr(a.listener.Addr())+"/")
+	errc := make(chan error, 1)
+	go func() { errc <- a.http.Serve(a.listener) }()
+	var err error
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = a.http.Shutdown(shutCtx)
+		cancel()
+	}
+	a.stop()
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// stop releases what start acquired, in reverse order.
+func (a *app) stop() {
+	if a.listener != nil { // Shutdown closed it already if serve ran; a second Close is harmless
+		_ = a.listener.Close()
+	}
+	if a.rdb != nil {
+		_ = a.rdb.Close()
+	}
+	if a.mini != nil {
+		a.mini.Close()
+	}
+	if a.db != nil {
+		_ = a.db.Close()
+	}
+}
+
+func randomSecret() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// displayAddr turns a listen address into one a browser can open.
+func displayAddr(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return addr.String()
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
+}

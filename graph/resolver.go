@@ -1,0 +1,21 @@
+package graph
+
+import (
+	"context"
+
+	"flashsale/domain"
+)
+
+// Catalog manages vouchers (implemented by catalog.Service).
+type Catalog interface {
+	Create(ctx context.Context, in domain.NewVoucher) (domain.Voucher, error)
+	Get(ctx context.Context, id int64) (domain.Voucher, error)
+	List(ctx context.Context, shopID *int64, page domain.Page) ([]domain.Voucher, bool, error)
+	SetStatus(ctx context.Context, id int64, status domain.VoucherStatus) (domain.Voucher, error)
+	Stock(ctx context.Context, id int64) (domain.StockLevel, error)
+}
+
+// Resolver is the root of the resolvers; it holds the services they call.
+type Resolver struct {
+	Catalog Catalog
+}

@@ -1,0 +1,125 @@
+package graph
+
+import (
+	"context"
+	"flashsale/graph/model"
+)
+
+// CreateVoucher is the resolver for the createVoucher field.
+func (r *mutationResolver) CreateVoucher(ctx context.Context, input model.CreateVoucherInput) (*model.Voucher, error) {
+	v, err := r.Catalog.Create(ctx, newVoucherFromModel(input))
+	if err != nil {
+		return nil, err
+	}
+	return voucherToModel(v), nil
+}
+
+// SetVoucherStatus is the resolver for the setVoucherStatus field.
+func (r *mutationResolver) SetVoucherStatus(ctx context.Context, id int64, status model.VoucherStatus) (*model.Voucher, error) {
+	v, err := r.Catalog.SetStatus(ctx, id, statusFromModel(status))
+	if err != nil {
+		return nil, err
+	}
+	return voucherToModel(v), nil
+}
+
+// AddStock is the resolver for the addStock field.
+func (r *mutationResolver) AddStock(ctx context.Context, voucherID int64, amount int) (*model.StockUpdate, error) {
+	return nil, notImplemented("addStock")
+}
+
+// SeckillVoucher is the resolver for the seckillVoucher field.
+func (r *mutationResolver) SeckillVoucher(ctx context.Context, voucherID int64) (*model.SeckillResult, error) {
+	return nil, notImplemented("seckillVoucher")
+}
+
+// PayOrder is the resolver for the payOrder field.
+func (r *mutationResolver) PayOrder(ctx context.Context, orderID int64) (*model.VoucherOrder, error) {
+	return nil, notImplemented("payOrder")
+}
+
+// CancelOrder is the resolver for the cancelOrder field.
+func (r *mutationResolver) CancelOrder(ctx context.Context, orderID int64) (*model.VoucherOrder, error) {
+	return nil, notImplemented("cancelOrder")
+}
+
+// CreateRedPacket is the resolver for the createRedPacket field.
+func (r *mutationResolver) CreateRedPacket(ctx context.Context, input model.CreateRedPacketInput) (*model.RedPacket, error) {
+	return nil, notImplemented("createRedPacket")
+}
+
+// GrabRedPacket is the resolver for the grabRedPacket field.
+func (r *mutationResolver) GrabRedPacket(ctx context.Context, id int64) (*model.GrabRedPacketResult, error) {
+	return nil, notImplemented("grabRedPacket")
+}
+
+// Voucher is the resolver for the voucher field.
+func (r *queryResolver) Voucher(ctx context.Context, id int64) (*model.Voucher, error) {
+	v, err := r.Catalog.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return voucherToModel(v), nil
+}
+
+// Vouchers is the resolver for the vouchers field.
+func (r *queryResolver) Vouchers(ctx context.Context, shopID *int64, first *int, after *string) (*model.VoucherConnection, error) {
+	page, err := pageFromArgs("voucher", first, after)
+	if err != nil {
+		return nil, err
+	}
+	vs, more, err := r.Catalog.List(ctx, shopID, page)
+	if err != nil {
+		return nil, err
+	}
+	return voucherConnection(vs, more), nil
+}
+
+// Stock is the resolver for the stock field.
+func (r *queryResolver) Stock(ctx context.Context, voucherID int64) (*model.StockUpdate, error) {
+	l, err := r.Catalog.Stock(ctx, voucherID)
+	if err != nil {
+		return nil, err
+	}
+	return stockToModel(l), nil
+}
+
+// Order is the resolver for the order field.
+func (r *queryResolver) Order(ctx context.Context, id int64) (*model.VoucherOrder, error) {
+	return nil, notImplemented("order")
+}
+
+// MyOrders is the resolver for the myOrders field.
+func (r *queryResolver) MyOrders(ctx context.Context, first *int, after *string) (*model.VoucherOrderConnection, error) {
+	return nil, notImplemented("myOrders")
+}
+
+// RedPacket is the resolver for the redPacket field.
+func (r *queryResolver) RedPacket(ctx context.Context, id int64) (*model.RedPacket, error) {
+	return nil, notImplemented("redPacket")
+}
+
+// StockChanged is the resolver for the stockChanged field.
+func (r *subscriptionResolver) StockChanged(ctx context.Context, voucherID int64) (<-chan *model.StockUpdate, error) {
+	return nil, notImplemented("stockChanged")
+}
+
+// OrderChanged is the resolver for the orderChanged field.
+func (r *subscriptionResolver) OrderChanged(ctx context.Context, orderID int64) (<-chan *model.VoucherOrder, error) {
+	return nil, notImplemented("orderChanged")
+}
+
+// Mutation returns MutationResolver implementation.
+func (r *Resolver) Mutation() MutationResolver { return &mutationResolver{r} }
+
+// Query returns QueryResolver implementation.
+func (r *Resolver) Query() QueryResolver { return &queryResolver{r} }
+
+// Subscription returns SubscriptionResolver implementation.
+func (r *Resolver) Subscription() SubscriptionResolver { return &subscriptionResolver{r} }
+
+type (
+	mutationResolver     struct{ *Resolver }
+	queryResolver        struct{ *Resolver }
+	subscriptionResolver struct{ *Resolver }
+)

@@ -1,0 +1,186 @@
+// Package catalog manages vouchers: it keeps Postgres (the record) and
+// Redis (the live stock) in step when vouchers are created, paused, read and
+// preheated.
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"flashsale/domain"
+	"flashsale/persistence"
+)
+
+// Service is the voucher catalog.
+type Service struct {
+	vouchers *persistence.Vouchers
+	stock    *persistence.Stock
+	log      *slog.Logger
+	now      func() time.Time
+}
+
+// New returns a catalog over the voucher table and the Redis stock.
+func New(vouchers *persistence.Vouchers, stock *persistence.Stock, log *slog.Logger) *Service {
+	return &Service{vouchers: vouchers, stock: stock, log: log, now: time.Now}
+}
+
+// Create validates and stores a voucher. A seckill voucher is written to
+// Postgres first and then preheated into Redis, so a crash in between
+// leaves a voucher that is not yet sellable (PreheatAll or the next read
+// repairs it), never one sellable in Redis but absent from Postgres.
+func (s *Service) Create(ctx context.Context, in domain.NewVoucher) (domain.Voucher, error) {
+	if err := in.Validate(); err != nil {
+		return domain.Voucher{}, err
+	}
+	v, err := s.vouchers.Create(ctx, in, s.now())
+	if err != nil {
+		return domain.Voucher{}, err
+	}
+	if v.Seckill == nil {
+		return v, nil
+	}
+	if _, err := s.stock.Preheat(ctx, v, nil); err != nil {
+		return domain.Voucher{}, fmt.Errorf("voucher %d stored but not preheated: %w", v.ID, err)
+	}
+	v.Seckill.Remaining = v.Seckill.Stock
+	return v, nil
+}
+
+// Get returns a voucher with its live remaining stock.
+func (s *Service) Get(ctx context.Context, id int64) (domain.Voucher, error) {
+	v, err := s.vouchers.Get(ctx, id)
+	if err != nil {
+		return domain.Voucher{}, err
+	}
+	vs := []domain.Voucher{v}
+	s.fillRemaining(ctx, vs)
+	return vs[0], nil
+}
+
+// List returns a page of vouchers, optionally of one shop, and whether a
+// next page exists.
+func (s *Service) List(ctx context.Context, shopID *int64, page domain.Page) ([]domain.Voucher, bool, error) {
+	if page.First < 0 || page.First > domain.MaxPageSize {
+		return nil, false, domain.InvalidField("first", "must be between 0 and %d", domain.MaxPageSize)
+	}
+	vs, more, err := s.vouchers.List(ctx, shopID, page)
+	if err != nil {
+		return nil, false, err
+	}
+	s.fillRemaining(ctx, vs)
+	return vs, more, nil
+}
+
+// SetStatus pauses, resumes or ends a voucher's sale, in Postgres and then
+// in Redis where the grab script reads it.
+func (s *Service) SetStatus(ctx context.Context, id int64, status domain.VoucherStatus) (domain.Voucher, error) {
+	if !status.Valid() {
+		return domain.Voucher{}, domain.InvalidField("status", "unknown status")
+	}
+	v, err := s.vouchers.SetStatus(ctx, id, status, s.now())
+	if err != nil {
+		return domain.Voucher{}, err
+	}
+	if v.Seckill != nil {
+		if err := s.stock.SetStatus(ctx, id, status); err != nil {
+			return domain.Voucher{}, err
+		}
+	}
+	return s.Get(ctx, id)
+}
+
+// Stock returns the live stock of a seckill voucher from Redis, preheating
+// it first if Redis has lost it.
+func (s *Service) Stock(ctx context.Context, id int64) (domain.StockLevel, error) {
+	levels, err := s.stock.Levels(ctx, []int64{id}, s.now())
+	if err != nil {
+		return domain.StockLevel{}, err
+	}
+	if l, ok := levels[id]; ok {
+		return l, nil
+	}
+	v, err := s.vouchers.Get(ctx, id)
+	if err != nil {
+		return domain.StockLevel{}, err
+	}
+	if v.Seckill == nil {
+		return domain.StockLevel{}, domain.Errorf(domain.CodeNotFound, "voucher %d is not a seckill voucher", id)
+	}
+	if err := s.preheat(ctx, v); err != nil {
+		return domain.StockLevel{}, err
+	}
+	levels, err = s.stock.Levels(ctx, []int64{id}, s.now())
+	if err != nil {
+		return domain.StockLevel{}, err
+	}
+	l, ok := levels[id]
+	if !ok {
+		return domain.StockLevel{}, fmt.Errorf("voucher %d missing from redis right after preheat", id)
+	}
+	return l, nil
+}
+
+// PreheatAll loads every seckill voucher whose sale has not ended into
+// Redis, leaving alone those already there. Run at start-up, it restores
+// stock after Redis lost its data, and finishes a creation that crashed
+// between Postgres and Redis.
+func (s *Service) PreheatAll(ctx context.Context) (int, error) {
+	vs, err := s.vouchers.SeckillsEndingAfter(ctx, s.now())
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, v := range vs {
+		if err := s.preheat(ctx, v); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+func (s *Service) preheat(ctx context.Context, v domain.Voucher) error {
+	users, err := s.vouchers.LiveOrderCounts(ctx, v.ID)
+	if err != nil {
+		return err
+	}
+	written, err := s.stock.Preheat(ctx, v, users)
+	if err != nil {
+		return err
+	}
+	if written {
+		s.log.InfoContext(ctx, "voucher stock preheated", "voucher", v.ID, "stock", v.Seckill.Stock, "users", len(users))
+	}
+	return nil
+}
+
+// fillRemaining sets each seckill voucher's live remaining stock from
+// Redis in one round trip. If Redis cannot be read it keeps the database's
+// figure, which trails the live one, rather than failing a catalogue read.
+func (s *Service) fillRemaining(ctx context.Context, vs []domain.Voucher) {
+	var ids []int64
+	for i := range vs {
+		if sk := vs[i].Seckill; sk != nil {
+			sk.Remaining = sk.Stock
+			ids = append(ids, vs[i].ID)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	levels, err := s.stock.Levels(ctx, ids, s.now())
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			s.log.WarnContext(ctx, "live stock unavailable, showing database stock", "err", err)
+		}
+		return
+	}
+	for i := range vs {
+		if l, ok := levels[vs[i].ID]; ok && vs[i].Seckill != nil {
+			vs[i].Seckill.Remaining = l.Remaining
+		}
+	}
+}

@@ -1,0 +1,344 @@
+// Package config reads the service's configuration from the environment
+// and flags (a flag wins over its variable), applies defaults and validates
+// it, so that a wrong value stops the service at start with one clear line
+// naming the variable.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Config is the whole configuration. Field comments name the variable; the
+// flag is the same name in kebab case (REDIS_URL -> --redis-url).
+type Config struct {
+	HTTPAddr      string        // HTTP_ADDR
+	RedisURL      string        // REDIS_URL; empty = embedded in-process Redis
+	LockRedisURLs []string      // LOCK_REDIS_URLS; default = REDIS_URL
+	DatabaseURL   string        // DATABASE_URL; empty = embedded SQLite at SQLitePath
+	SQLitePath    string        // SQLITE_PATH (ours): the embedded database file
+	JWTSecret     string        // JWT_SECRET
+	PayTimeout    time.Duration // PAY_TIMEOUT
+
+	ClusterProvider        string   // CLUSTER_PROVIDER: test, automanaged, etcd
+	ClusterName            string   // CLUSTER_NAME
+	ClusterHost            string   // CLUSTER_HOST
+	ClusterPort            int      // CLUSTER_PORT
+	ClusterSeeds           []string // CLUSTER_SEEDS
+	ClusterAutomanagedPort int      // CLUSTER_AUTOMANAGED_PORT
+	EtcdEndpoints          []string // ETCD_ENDPOINTS
+
+	RateUserPerSec    int // RATE_USER_PER_SEC
+	RateVoucherPerSec int // RATE_VOUCHER_PER_SEC
+	RateIPPerSec      int // RATE_IP_PER_SEC
+
+	LogLevel  string // LOG_LEVEL
+	LogFormat string // LOG_FORMAT
+
+	Introspection bool // INTROSPECTION (ours): schema introspection on /query
+	Demo          bool // DEMO (ours): create a demo voucher and print tokens; default on in embedded mode
+}
+
+// Embedded reports the zero-configuration mode: neither Redis nor the
+// database is configured, so both run in-process.
+func (c Config) Embedded() bool { return c.RedisURL == "" && c.DatabaseURL == "" }
+
+// Error is a configuration error; its message is the one line printed.
+type Error struct {
+	Var string
+	Msg string
+}
+
+func (e *Error) Error() string { return "invalid " + e.Var + ": " + e.Msg }
+
+// Load reads the configuration from getenv and args (without the program
+// name). Usage and errors of the flags go to out.
+func Load(args []string, getenv func(string) string, out io.Writer) (Config, error) {
+	fs := flag.NewFlagSet("flashsale", flag.ContinueOnError)
+	fs.SetOutput(out)
+	env := func(name, def string) string {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			return v
+		}
+		return def
+	}
+	str := func(name, def, usage string) *string {
+		return fs.String(flagName(name), env(name, def), usage+" ("+name+")")
+	}
+	raw := map[string]*string{
+		"HTTP_ADDR":                str("HTTP_ADDR", ":8080", "listen address"),
+		"REDIS_URL":                str("REDIS_URL", "", "stock Redis URL; empty runs an in-process Redis"),
+		"LOCK_REDIS_URLS":          str("LOCK_REDIS_URLS", "", "comma-separated Redlock nodes; default REDIS_URL"),
+		"DATABASE_URL":             str("DATABASE_URL", "", "Postgres URL; empty uses the embedded SQLite file"),
+		"SQLITE_PATH":              str("SQLITE_PATH", "flashsale.db", "embedded SQLite database file"),
+		"JWT_SECRET":               str("JWT_SECRET", "", "HS256 secret; required unless embedded"),
+		"PAY_TIMEOUT":              str("PAY_TIMEOUT", "30m", "unpaid orders are cancelled after this"),
+		"CLUSTER_PROVIDER":         str("CLUSTER_PROVIDER", "test", "test, automanaged or etcd"),
+		"CLUSTER_NAME":             str("CLUSTER_NAME", "flashsale", "cluster name"),
+		"CLUSTER_HOST":             str("CLUSTER_HOST", "127.0.0.1", "actor remoting host"),
+		"CLUSTER_PORT":             str("CLUSTER_PORT", "0", "actor remoting port (0 = any)"),
+		"CLUSTER_SEEDS":            str("CLUSTER_SEEDS", "", "automanaged: host:port of every member"),
+		"CLUSTER_AUTOMANAGED_PORT": str("CLUSTER_AUTOMANAGED_PORT", "", "automanaged: this member's port"),
+		"ETCD_ENDPOINTS":           str("ETCD_ENDPOINTS", "", "etcd: comma-separated endpoints"),
+		"RATE_USER_PER_SEC":        str("RATE_USER_PER_SEC", "10", "grabs per second per user (0 = off)"),
+		"RATE_VOUCHER_PER_SEC":     str("RATE_VOUCHER_PER_SEC", "0", "grabs per second per voucher (0 = off)"),
+		"RATE_IP_PER_SEC":          str("RATE_IP_PER_SEC", "0", "requests per second per client IP (0 = off)"),
+		"LOG_LEVEL":                str("LOG_LEVEL", "info", "debug, info, warn or error"),
+		"LOG_FORMAT":               str("LOG_FORMAT", "", "text or json; default text embedded, json otherwise"),
+		"INTROSPECTION":            str("INTROSPECTION", "true", "allow schema introspection"),
+		"DEMO":                     str("DEMO", "", "create a demo voucher and print tokens; default on when embedded"),
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	v := func(name string) string { return strings.TrimSpace(*raw[name]) }
+	c := Config{
+		HTTPAddr:        v("HTTP_ADDR"),
+		RedisURL:        v("REDIS_URL"),
+		LockRedisURLs:   list(v("LOCK_REDIS_URLS")),
+		DatabaseURL:     v("DATABASE_URL"),
+		SQLitePath:      v("SQLITE_PATH"),
+		JWTSecret:       *raw["JWT_SECRET"],
+		ClusterProvider: v("CLUSTER_PROVIDER"),
+		ClusterName:     v("CLUSTER_NAME"),
+		ClusterHost:     v("CLUSTER_HOST"),
+		ClusterSeeds:    list(v("CLUSTER_SEEDS")),
+		EtcdEndpoints:   list(v("ETCD_ENDPOINTS")),
+		LogLevel:        strings.ToLower(v("LOG_LEVEL")),
+		LogFormat:       strings.ToLower(v("LOG_FORMAT")),
+	}
+	var err error
+	parse := func(name string, f func(string) error) {
+		if err == nil {
+			if e := f(v(name)); e != nil {
+				err = &Error{Var: name, Msg: e.Error()}
+			}
+		}
+	}
+	parse("PAY_TIMEOUT", func(s string) error { return duration(s, &c.PayTimeout) })
+	parse("CLUSTER_PORT", func(s string) error { return port(s, &c.ClusterPort, true) })
+	parse("CLUSTER_AUTOMANAGED_PORT", func(s string) error {
+		if s == "" {
+			return nil
+		}
+		return port(s, &c.ClusterAutomanagedPort, false)
+	})
+	parse("RATE_USER_PER_SEC", func(s string) error { return rate(s, &c.RateUserPerSec) })
+	parse("RATE_VOUCHER_PER_SEC", func(s string) error { return rate(s, &c.RateVoucherPerSec) })
+	parse("RATE_IP_PER_SEC", func(s string) error { return rate(s, &c.RateIPPerSec) })
+	parse("INTROSPECTION", func(s string) error { return boolean(s, &c.Introspection) })
+	parse("DEMO", func(s string) error {
+		c.Demo = c.Embedded()
+		if s == "" {
+			return nil
+		}
+		return boolean(s, &c.Demo)
+	})
+	if err != nil {
+		return Config{}, err
+	}
+	if len(c.LockRedisURLs) == 0 && c.RedisURL != "" {
+		c.LockRedisURLs = []string{c.RedisURL}
+	}
+	if c.LogFormat == "" {
+		c.LogFormat = "json"
+		if c.Embedded() {
+			c.LogFormat = "text"
+		}
+	}
+	return c, c.Validate()
+}
+
+// Validate checks every value and returns the first problem.
+func (c Config) Validate() error {
+	bad := func(name, format string, args ...any) error {
+		return &Error{Var: name, Msg: fmt.Sprintf(format, args...)}
+	}
+	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		return bad("HTTP_ADDR", "want host:port, e.g. :8080")
+	}
+	if c.RedisURL != "" {
+		if _, err := redis.ParseURL(c.RedisURL); err != nil {
+			return bad("REDIS_URL", "%s", errMsg(err))
+		}
+	}
+	for _, u := range c.LockRedisURLs {
+		if _, err := redis.ParseURL(u); err != nil {
+			return bad("LOCK_REDIS_URLS", "%q: %s", redactURL(u), errMsg(err))
+		}
+	}
+	if n := len(c.LockRedisURLs); n > 0 && n%2 == 0 {
+		return bad("LOCK_REDIS_URLS", "Redlock needs an odd number of independent nodes (1, 3 or 5), got %d", n)
+	}
+	if c.DatabaseURL != "" {
+		u, err := url.Parse(c.DatabaseURL)
+		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
+			return bad("DATABASE_URL", "want postgres://user@host:port/db")
+		}
+	}
+	if !c.Embedded() && c.JWTSecret == "" {
+		return bad("JWT_SECRET", "required when REDIS_URL or DATABASE_URL is set")
+	}
+	if c.PayTimeout <= 0 {
+		return bad("PAY_TIMEOUT", "must be positive")
+	}
+	switch c.ClusterProvider {
+	case "test":
+	case "automanaged":
+		if len(c.ClusterSeeds) == 0 {
+			return bad("CLUSTER_SEEDS", "required with CLUSTER_PROVIDER=automanaged")
+		}
+		for _, s := range c.ClusterSeeds {
+			if _, _, err := net.SplitHostPort(s); err != nil {
+				return bad("CLUSTER_SEEDS", "%q is not host:port", s)
+			}
+		}
+		if c.ClusterAutomanagedPort == 0 {
+			return bad("CLUSTER_AUTOMANAGED_PORT", "required with CLUSTER_PROVIDER=automanaged")
+		}
+	case "etcd":
+		if len(c.EtcdEndpoints) == 0 {
+			return bad("ETCD_ENDPOINTS", "required with CLUSTER_PROVIDER=etcd")
+		}
+	default:
+		return bad("CLUSTER_PROVIDER", "want test, automanaged or etcd")
+	}
+	if c.ClusterName == "" {
+		return bad("CLUSTER_NAME", "must not be empty")
+	}
+	if _, err := c.Level(); err != nil {
+		return bad("LOG_LEVEL", "want debug, info, warn or error")
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		return bad("LOG_FORMAT", "want text or json")
+	}
+	return nil
+}
+
+// Level is the slog level named by LogLevel.
+func (c Config) Level() (slog.Level, error) {
+	var l slog.Level
+	err := l.UnmarshalText([]byte(c.LogLevel))
+	return l, err
+}
+
+// LogValue logs the configuration with secrets masked: the JWT secret and
+// any password inside a URL.
+func (c Config) LogValue() slog.Value {
+	secret := "(unset)"
+	if c.JWTSecret != "" {
+		secret = "***"
+	}
+	urls := func(us []string) string {
+		out := make([]string, len(us))
+		for i, u := range us {
+			out[i] = redactURL(u)
+		}
+		return strings.Join(out, ",")
+	}
+	return slog.GroupValue(
+		slog.String("http_addr", c.HTTPAddr),
+		slog.String("redis_url", orEmbedded(redactURL(c.RedisURL))),
+		slog.String("lock_redis_urls", urls(c.LockRedisURLs)),
+		slog.String("database_url", orEmbedded(redactURL(c.DatabaseURL))),
+		slog.String("jwt_secret", secret),
+		slog.Duration("pay_timeout", c.PayTimeout),
+		slog.String("cluster_provider", c.ClusterProvider),
+		slog.String("cluster_name", c.ClusterName),
+		slog.Int("rate_user_per_sec", c.RateUserPerSec),
+		slog.Int("rate_voucher_per_sec", c.RateVoucherPerSec),
+		slog.Int("rate_ip_per_sec", c.RateIPPerSec),
+		slog.String("log_level", c.LogLevel),
+		slog.String("log_format", c.LogFormat),
+	)
+}
+
+func orEmbedded(s string) string {
+	if s == "" {
+		return "(embedded)"
+	}
+	return s
+}
+
+// redactURL hides the password of a URL.
+func redactURL(s string) string {
+	if s == "" {
+		return ""
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparseable)"
+	}
+	return u.Redacted()
+}
+
+func flagName(env string) string { return strings.ReplaceAll(strings.ToLower(env), "_", "-") }
+
+func list(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func duration(s string, dst *time.Duration) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("want a duration such as 30m or 90s")
+	}
+	*dst = d
+	return nil
+}
+
+func port(s string, dst *int, zeroOK bool) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 || n > 65535 || (n == 0 && !zeroOK) {
+		return errors.New("want a port number")
+	}
+	*dst = n
+	return nil
+}
+
+func rate(s string, dst *int) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return errors.New("want a whole number >= 0 (0 = off)")
+	}
+	*dst = n
+	return nil
+}
+
+func boolean(s string, dst *bool) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return errors.New("want true or false")
+	}
+	*dst = b
+	return nil
+}
+
+// errMsg shortens a parse error to its last clause, without echoing input
+// that may hold a password.
+func errMsg(err error) string {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		msg = msg[i+2:]
+	}
+	return msg
+}

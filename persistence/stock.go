@@ -1,0 +1,118 @@
+package persistence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"flashsale/domain"
+)
+
+// Redis key layout. Every key of one voucher shares the hash tag {v<ID>} so
+// that a Redis Cluster deployment keeps one voucher's scripts atomic.
+//
+//	{v<ID>}:meta   hash: status, begin, end (unix ms), limit, initial
+//	{v<ID>}:stock  string: units not yet taken (the stock authority)
+//	{v<ID>}:users  hash: user id -> live orders held
+func voucherTag(id int64) string { return "{v" + strconv.FormatInt(id, 10) + "}" }
+
+func metaKey(id int64) string  { return voucherTag(id) + ":meta" }
+func stockKey(id int64) string { return voucherTag(id) + ":stock" }
+func usersKey(id int64) string { return voucherTag(id) + ":users" }
+
+// preheatScript writes a voucher's metadata (always, so a status or window
+// change in Postgres reaches Redis on the next preheat) and, only when the
+// stock key is absent, its stock and per-user marks. Running it again never
+// resets stock that grabs have already taken.
+//
+// KEYS: meta, stock, users. ARGV: status, begin, end, limit, initial, stock,
+// then user/count pairs.
+var preheatScript = redis.NewScript(`
+redis.call('HSET', KEYS[1], 'status', ARGV[1], 'begin', ARGV[2], 'end', ARGV[3], 'limit', ARGV[4], 'initial', ARGV[5])
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return 0
+end
+redis.call('DEL', KEYS[3])
+for i = 7, #ARGV, 2 do
+  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+end
+redis.call('SET', KEYS[2], ARGV[6])
+return 1
+`)
+
+// setStatusScript changes the status of a preheated voucher and does
+// nothing for one that is not in Redis (the next preheat copies it).
+var setStatusScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[1])
+return 1
+`)
+
+// Stock is the live stock of seckill vouchers in Redis.
+type Stock struct {
+	rdb redis.UniversalClient
+}
+
+// NewStock returns the Redis stock store.
+func NewStock(rdb redis.UniversalClient) *Stock { return &Stock{rdb: rdb} }
+
+// Preheat loads a seckill voucher into Redis. stock and users are the
+// database's view (units not taken by persisted live orders, and live
+// orders per user); they are written only if Redis has no stock for the
+// voucher yet. It reports whether the stock was written.
+func (s *Stock) Preheat(ctx context.Context, v domain.Voucher, users map[int64]int) (bool, error) {
+	if v.Seckill == nil {
+		return false, fmt.Errorf("preheat voucher %d: not a seckill voucher", v.ID)
+	}
+	sk := v.Seckill
+	args := make([]any, 0, 6+2*len(users))
+	args = append(args, int(v.Status), sk.BeginAt.UnixMilli(), sk.EndAt.UnixMilli(), sk.PerUserLimit, sk.InitialStock, sk.Stock)
+	for u, n := range users {
+		args = append(args, u, n)
+	}
+	n, err := preheatScript.Run(ctx, s.rdb, []string{metaKey(v.ID), stockKey(v.ID), usersKey(v.ID)}, args...).Int()
+	if err != nil {
+		return false, fmt.Errorf("preheat voucher %d: %w", v.ID, err)
+	}
+	return n == 1, nil
+}
+
+// SetStatus copies a status change to a preheated voucher.
+func (s *Stock) SetStatus(ctx context.Context, id int64, status domain.VoucherStatus) error {
+	if err := setStatusScript.Run(ctx, s.rdb, []string{metaKey(id)}, int(status)).Err(); err != nil {
+		return fmt.Errorf("set status of voucher %d in redis: %w", id, err)
+	}
+	return nil
+}
+
+// Levels reads the live stock of several vouchers in one round trip. A
+// voucher that is not in Redis is absent from the result.
+func (s *Stock) Levels(ctx context.Context, ids []int64, now time.Time) (map[int64]domain.StockLevel, error) {
+	if len(ids) == 0 {
+		return map[int64]domain.StockLevel{}, nil
+	}
+	pipe := s.rdb.Pipeline()
+	initials := make([]*redis.StringCmd, len(ids))
+	remainings := make([]*redis.StringCmd, len(ids))
+	for i, id := range ids {
+		initials[i] = pipe.HGet(ctx, metaKey(id), "initial")
+		remainings[i] = pipe.Get(ctx, stockKey(id))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("read stock levels: %w", err)
+	}
+	out := make(map[int64]domain.StockLevel, len(ids))
+	for i, id := range ids {
+		initial, err1 := initials[i].Int()
+		remaining, err2 := remainings[i].Int()
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		out[id] = domain.StockLevel{VoucherID: id, Initial: initial, Remaining: remaining, At: now.UTC()}
+	}
+	return out, nil
+}
