@@ -40,8 +40,8 @@ type app struct {
 	http     *http.Server
 }
 
-func start(ctx context.Context, cfg config.Config, log *slog.Logger) (a *app, err error) {
-	a = &app{cfg: cfg, log: log}
+func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, err error) {
+	a := &app{cfg: cfg, log: log}
 	defer func() {
 		if err != nil {
 			a.stop()

@@ -14,9 +14,10 @@ import (
 
 // presentErrors is the one place where errors become GraphQL errors:
 //   - a *domain.Error keeps its message and gets its code;
-//   - a *gqlerror.Error is one gqlgen raised about the request itself
-//     (parse, validation, complexity, argument coercion; resolvers never
-//     return that type): BAD_USER_INPUT, the original code kept as reason;
+//   - a *gqlerror.Error that wraps no other error is one gqlgen raised about
+//     the request itself (parse, validation, complexity, depth):
+//     BAD_USER_INPUT, gqlgen's own code kept as extensions.reason (our
+//     scalars return *domain.Error, so argument coercion lands above);
 //   - anything else is an internal fault: logged with its cause and shown
 //     only as "internal error", so no SQL, address or stack ever leaks.
 func presentErrors(log *slog.Logger) graphql.ErrorPresenterFunc {
@@ -32,7 +33,7 @@ func presentErrors(log *slog.Logger) graphql.ErrorPresenterFunc {
 			return out
 		}
 		var ge *gqlerror.Error
-		if errors.As(err, &ge) {
+		if errors.As(err, &ge) && ge.Err == nil {
 			ext := map[string]any{"code": string(domain.CodeBadInput)}
 			if c, ok := ge.Extensions["code"]; ok {
 				ext["reason"] = c

@@ -7,8 +7,6 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
-
-	"flashsale/domain"
 )
 
 // depthLimit rejects operations nested deeper than max fields. gqlgen has
@@ -32,7 +30,7 @@ func (d depthLimit) MutateOperationContext(_ context.Context, oc *graphql.Operat
 	if depth := selectionDepth(oc.Operation.SelectionSet, memo); depth > d.max {
 		return &gqlerror.Error{
 			Message:    fmt.Sprintf("query is nested %d levels deep; the limit is %d", depth, d.max),
-			Extensions: map[string]any{"code": string(domain.CodeBadInput), "reason": "DEPTH_LIMIT_EXCEEDED"},
+			Extensions: map[string]any{"code": "DEPTH_LIMIT_EXCEEDED"},
 		}
 	}
 	return nil

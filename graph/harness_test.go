@@ -1,0 +1,154 @@
+package graph_test
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/99designs/gqlgen/client"
+	"github.com/redis/go-redis/v9"
+	"github.com/uptrace/bun"
+
+	"flashsale/graph"
+	"flashsale/internal/auth"
+	"flashsale/internal/catalog"
+	"flashsale/internal/testenv"
+	"flashsale/persistence"
+)
+
+const testSecret = "test-secret-0123456789abcdef"
+
+// testServer is the GraphQL handler wired to a private Redis and a
+// Postgres database of the test's own.
+type testServer struct {
+	client  *client.Client
+	db      *bun.DB
+	redis   *testenv.RedisServer
+	rdb     *redis.Client
+	tokens  *auth.Tokens
+	catalog *catalog.Service
+}
+
+func newServer(tb testing.TB) *testServer {
+	tb.Helper()
+	s := &testServer{db: testenv.MustPostgres(tb), redis: testenv.MustRedis(tb), tokens: auth.NewTokens(testSecret)}
+	s.rdb = s.redis.Client()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s.catalog = catalog.New(persistence.NewVouchers(s.db), persistence.NewStock(s.rdb), log)
+	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog}, graph.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: true})
+	s.client = client.New(h)
+	return s
+}
+
+func (s *testServer) token(tb testing.TB, user int64, role auth.Role) string {
+	tb.Helper()
+	tok, err := s.tokens.Issue(auth.Identity{UserID: user, Role: role}, time.Hour)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tok
+}
+
+func (s *testServer) admin(tb testing.TB) string { return s.token(tb, 1, auth.RoleAdmin) }
+
+type gqlError struct {
+	Message    string         `json:"message"`
+	Path       []any          `json:"path"`
+	Extensions map[string]any `json:"extensions"`
+}
+
+func (e gqlError) code() string { c, _ := e.Extensions["code"].(string); return c }
+
+// do runs one operation with an optional bearer token and returns the data
+// (decoded into out when not nil) and the errors.
+func (s *testServer) do(tb testing.TB, token, query string, vars map[string]any, out any) []gqlError {
+	tb.Helper()
+	var opts []client.Option
+	if token != "" {
+		opts = append(opts, client.AddHeader("Authorization", "Bearer "+token))
+	}
+	for k, v := range vars {
+		opts = append(opts, client.Var(k, v))
+	}
+	resp, err := s.client.RawPost(query, opts...)
+	if err != nil {
+		// Requests rejected before execution (validation) answer 422; the
+		// client reports them as "http 422: <body>".
+		_, body, ok := strings.Cut(err.Error(), ": ")
+		if !ok || !strings.HasPrefix(err.Error(), "http 4") {
+			tb.Fatalf("post: %v", err)
+		}
+		resp = &client.Response{}
+		if err := json.Unmarshal([]byte(body), resp); err != nil {
+			tb.Fatalf("post: %v", err)
+		}
+	}
+	var errs []gqlError
+	if len(resp.Errors) > 0 {
+		if err := json.Unmarshal(resp.Errors, &errs); err != nil {
+			tb.Fatalf("decode errors %s: %v", resp.Errors, err)
+		}
+	}
+	if out != nil && resp.Data != nil {
+		raw, _ := json.Marshal(resp.Data)
+		if err := json.Unmarshal(raw, out); err != nil {
+			tb.Fatalf("decode data %s: %v", raw, err)
+		}
+	}
+	return errs
+}
+
+// mustDo is do for operations that must succeed.
+func (s *testServer) mustDo(tb testing.TB, token, query string, vars map[string]any, out any) {
+	tb.Helper()
+	if errs := s.do(tb, token, query, vars, out); len(errs) > 0 {
+		tb.Fatalf("unexpected errors: %+v", errs)
+	}
+}
+
+// wantCode asserts exactly one error with the given code.
+func wantCode(tb testing.TB, errs []gqlError, code string) gqlError {
+	tb.Helper()
+	if len(errs) != 1 || errs[0].code() != code {
+		tb.Fatalf("want one %s error, got %+v", code, errs)
+	}
+	return errs[0]
+}
+
+const createSeckill = `mutation($in: CreateVoucherInput!) {
+  createVoucher(input: $in) { id shopId title type status seckill { initialStock remaining perUserLimit beginAt endAt } }
+}`
+
+type voucherData struct {
+	ID      string `json:"id"`
+	ShopID  string `json:"shopId"`
+	Title   string `json:"title"`
+	Type    string `json:"type"`
+	Status  string `json:"status"`
+	Seckill *struct {
+		InitialStock int       `json:"initialStock"`
+		Remaining    int       `json:"remaining"`
+		PerUserLimit int       `json:"perUserLimit"`
+		BeginAt      time.Time `json:"beginAt"`
+		EndAt        time.Time `json:"endAt"`
+	} `json:"seckill"`
+}
+
+func seckillInput(shop, stock int) map[string]any {
+	now := time.Now().UTC()
+	return map[string]any{
+		"shopId": shop, "title": "Flash voucher", "payValue": 100, "actualValue": 500,
+		"type": "SECKILL", "stock": stock,
+		"beginAt": now.Add(-time.Minute).Format(time.RFC3339), "endAt": now.Add(time.Hour).Format(time.RFC3339),
+	}
+}
+
+func (s *testServer) createVoucher(tb testing.TB, in map[string]any) voucherData {
+	tb.Helper()
+	var out struct{ CreateVoucher voucherData }
+	s.mustDo(tb, s.admin(tb), createSeckill, map[string]any{"in": in}, &out)
+	return out.CreateVoucher
+}

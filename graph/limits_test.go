@@ -1,0 +1,79 @@
+package graph_test
+
+import (
+	"strings"
+	"testing"
+
+	"flashsale/internal/auth"
+)
+
+func TestExpensiveRequestsAreRejected(t *testing.T) {
+	s := newServer(t)
+	user := s.token(t, 2, auth.RoleUser)
+	deep := "{ __schema { types { fields { type { ofType { ofType { ofType { ofType { ofType { ofType { name } } } } } } } } } } }"
+	var wide strings.Builder
+	wide.WriteString("{")
+	for i := 0; i < 120; i++ {
+		wide.WriteString(" a")
+		wide.WriteString(strings.Repeat("x", i%5+1))
+		wide.WriteString(string(rune('a' + i%26)))
+		wide.WriteString(strings.Repeat("y", i/26))
+		wide.WriteString(": vouchers { edges { node { id title } } }")
+	}
+	wide.WriteString(" }")
+	manyTokens := "{ vouchers { edges { node { " + strings.Repeat("id ", 3000) + "} } } }"
+	huge := "{ vouchers { edges { node { id } } } }" + strings.Repeat(" ", 70<<10)
+
+	cases := []struct{ name, query, reason string }{
+		{"too deep", deep, "DEPTH_LIMIT_EXCEEDED"},
+		{"too complex", wide.String(), "COMPLEXITY_LIMIT_EXCEEDED"},
+		{"too many tokens", manyTokens, ""},
+		{"body too large", huge, ""},
+		{"malformed", "{ vouchers { ", "GRAPHQL_PARSE_FAILED"},
+		{"unknown field", "{ nope }", "GRAPHQL_VALIDATION_FAILED"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := s.do(t, user, tc.query, nil, nil)
+			if len(errs) == 0 {
+				t.Fatal("accepted")
+			}
+			e := errs[0]
+			if e.code() != "BAD_USER_INPUT" {
+				t.Fatalf("code %q (%s), want BAD_USER_INPUT", e.code(), e.Message)
+			}
+			if tc.reason != "" && e.Extensions["reason"] != tc.reason {
+				t.Fatalf("reason %v, want %s", e.Extensions["reason"], tc.reason)
+			}
+		})
+	}
+}
+
+func TestLaterFieldsSayNotImplemented(t *testing.T) {
+	s := newServer(t)
+	user := s.token(t, 2, auth.RoleUser)
+	for _, op := range []string{
+		`mutation { seckillVoucher(voucherId: "1") { code } }`,
+		`mutation { payOrder(orderId: "1") { id } }`,
+		`mutation { cancelOrder(orderId: "1") { id } }`,
+		`mutation { createRedPacket(input: {totalCents: 100, count: 2}) { id } }`,
+		`mutation { grabRedPacket(id: "1") { code } }`,
+		`{ order(id: "1") { id } }`,
+		`{ myOrders { edges { cursor } } }`,
+		`{ redPacket(id: "1") { id } }`,
+	} {
+		t.Run(op, func(t *testing.T) {
+			wantCode(t, s.do(t, user, op, nil, nil), "NOT_IMPLEMENTED")
+		})
+	}
+}
+
+func TestInternalErrorsHideTheirCause(t *testing.T) {
+	s := newServer(t)
+	user := s.token(t, 2, auth.RoleUser)
+	_ = s.db.Close() // every query now fails inside database/sql
+	e := wantCode(t, s.do(t, user, `{ voucher(id: "1") { id } }`, nil, nil), "INTERNAL")
+	if e.Message != "internal error" {
+		t.Fatalf("message %q leaks the cause", e.Message)
+	}
+}

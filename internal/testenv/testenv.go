@@ -1,0 +1,211 @@
+// Package testenv gives tests real stores of their own: a private
+// redis-server on a random port and a freshly created Postgres database
+// with a random name, both removed when the test ends. Tests never touch a
+// shared Redis's data or another test's database.
+//
+// Postgres is reached through TEST_DATABASE_URL (default
+// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable), which must
+// allow CREATE DATABASE; redis-server must be on PATH. `make test` makes
+// sure of both on a fresh machine.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" driver for the admin connection
+	"github.com/redis/go-redis/v9"
+	"github.com/uptrace/bun"
+
+	"flashsale/persistence"
+)
+
+// RedisServer is a private redis-server process.
+type RedisServer struct {
+	tb   testing.TB
+	Port int
+	dir  string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// Addr is host:port of the server.
+func (s *RedisServer) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
+
+// URL is the server's redis:// URL.
+func (s *RedisServer) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Client returns a new client of the server, closed at the test's end.
+func (s *RedisServer) Client() *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	s.tb.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// MustRedis starts a private redis-server (no persistence) on a free port
+// and stops it when the test ends.
+func MustRedis(tb testing.TB) *RedisServer {
+	tb.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		tb.Fatalf("redis-server not on PATH (run `make test`, which installs it): %v", err)
+	}
+	s := &RedisServer{tb: tb, dir: tb.TempDir()}
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if s.Port, err = freePort(); err != nil {
+			continue
+		}
+		if err = s.start(); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		tb.Fatalf("start redis-server: %v", err)
+	}
+	tb.Cleanup(s.Kill)
+	return s
+}
+
+func (s *RedisServer) start() error {
+	cmd := exec.Command("redis-server",
+		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--loglevel", "warning")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			s.mu.Lock()
+			s.cmd = cmd
+			s.mu.Unlock()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return fmt.Errorf("redis-server on port %d not ready: %w", s.Port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kill stops the server at once (SIGKILL); its data is lost.
+func (s *RedisServer) Kill() {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+}
+
+// Restart kills the server and starts an empty one on the same port, as a
+// Redis restart without persistence would.
+func (s *RedisServer) Restart() {
+	s.tb.Helper()
+	s.Kill()
+	if err := s.start(); err != nil {
+		s.tb.Fatalf("restart redis-server: %v", err)
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// AdminURL is the Postgres URL tests create their databases through.
+func AdminURL() string {
+	if u := os.Getenv("TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+}
+
+// MustPostgresURL creates an empty database with a random name and returns
+// its URL; the database is dropped when the test ends.
+func MustPostgresURL(tb testing.TB) string {
+	tb.Helper()
+	admin, err := sql.Open("pgx", AdminURL())
+	if err != nil {
+		tb.Fatalf("open postgres admin connection: %v", err)
+	}
+	defer admin.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	name := "flashsale_test_" + randomHex(6)
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		tb.Fatalf("create test database (is Postgres reachable at TEST_DATABASE_URL? `make test` starts one): %v", err)
+	}
+	tb.Cleanup(func() {
+		admin, err := sql.Open("pgx", AdminURL())
+		if err != nil {
+			return
+		}
+		defer admin.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	})
+	u, err := url.Parse(AdminURL())
+	if err != nil {
+		tb.Fatalf("parse TEST_DATABASE_URL: %v", err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// MustPostgres creates a migrated database of the test's own and returns a
+// Bun handle on it, closed when the test ends.
+func MustPostgres(tb testing.TB) *bun.DB {
+	tb.Helper()
+	return MustOpen(tb, MustPostgresURL(tb))
+}
+
+// MustOpen opens and migrates the database at dbURL (Postgres URL or
+// SQLite path) and closes it when the test ends.
+func MustOpen(tb testing.TB, dbURL string) *bun.DB {
+	tb.Helper()
+	ctx := context.Background()
+	db, err := persistence.Open(ctx, dbURL)
+	if err != nil {
+		tb.Fatalf("open %s: %v", dbURL, err)
+	}
+	tb.Cleanup(func() { _ = db.Close() })
+	if err := persistence.Migrate(ctx, db); err != nil {
+		tb.Fatalf("migrate: %v", err)
+	}
+	return db
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,106 @@
+package persistence_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/uptrace/bun"
+
+	"flashsale/internal/testenv"
+	"flashsale/persistence"
+)
+
+// migrateURLEnv makes the test binary a plain "migrate this database"
+// process, so that the concurrency test runs real separate processes.
+const migrateURLEnv = "FLASHSALE_TEST_MIGRATE_URL"
+
+func TestMain(m *testing.M) {
+	if url := os.Getenv(migrateURLEnv); url != "" {
+		ctx := context.Background()
+		db, err := persistence.Open(ctx, url)
+		if err == nil {
+			err = persistence.Migrate(ctx, db)
+			_ = db.Close()
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+var contractTables = []string{"tb_voucher", "tb_seckill_voucher", "tb_voucher_order", "tb_red_packet", "tb_red_packet_grab", "tb_stock_ledger"}
+
+func assertSchema(tb testing.TB, db *bun.DB) {
+	tb.Helper()
+	for _, table := range contractTables {
+		var n int
+		if err := db.NewSelect().Table(table).ColumnExpr("count(*)").Scan(context.Background(), &n); err != nil {
+			tb.Errorf("table %s: %v", table, err)
+		}
+	}
+	var applied int
+	if err := db.NewSelect().Table("bun_migrations").ColumnExpr("count(*)").Scan(context.Background(), &applied); err != nil {
+		tb.Fatalf("bun_migrations: %v", err)
+	}
+	entries, _ := filepath.Glob("migrations/*.up.sql")
+	if applied != len(entries) {
+		tb.Fatalf("%d migrations recorded, want %d (each exactly once)", applied, len(entries))
+	}
+}
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		url  func(testing.TB) string
+	}{
+		{"postgres", testenv.MustPostgresURL},
+		{"sqlite", func(tb testing.TB) string { return filepath.Join(tb.TempDir(), "flashsale.db") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db := testenv.MustOpen(t, tc.url(t)) // first run
+			if err := persistence.Migrate(t.Context(), db); err != nil {
+				t.Fatalf("second run: %v", err)
+			}
+			assertSchema(t, db)
+		})
+	}
+}
+
+func TestMigrateConcurrentlyFromSeveralProcesses(t *testing.T) {
+	url := testenv.MustPostgresURL(t)
+	const procs = 4
+	cmds := make([]*exec.Cmd, procs)
+	outs := make([][]byte, procs)
+	errc := make(chan error, procs)
+	for i := range cmds {
+		cmds[i] = exec.Command(os.Args[0], "-test.run=^$")
+		cmds[i].Env = append(os.Environ(), migrateURLEnv+"="+url)
+	}
+	for i, cmd := range cmds {
+		go func() {
+			out, err := cmd.CombinedOutput()
+			outs[i] = out
+			errc <- err
+		}()
+	}
+	for range cmds {
+		if err := <-errc; err != nil {
+			t.Errorf("migrate process failed: %v", err)
+		}
+	}
+	if t.Failed() {
+		for i, out := range outs {
+			t.Logf("process %d: %s", i, out)
+		}
+		t.FailNow()
+	}
+	db := testenv.MustOpen(t, url)
+	assertSchema(t, db)
+}

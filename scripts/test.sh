@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The whole test suite (`make test`): services, vet, generated code is
+# committed and current, the public GraphQL contract, then every test with
+# the race detector against real Redis and Postgres.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+eval "$(scripts/test-services.sh)"
+export CGO_ENABLED=1
+
+echo "== go vet"
+go vet ./...
+
+echo "== generated code is current"
+# Regenerating must change nothing (works in a dirty tree too: it compares
+# the files before and after, not against the last commit).
+snapshot() { find graph persistence actors -type f \( -name '*.go' -o -name '*.graphqls' \) 2>/dev/null | sort | xargs sha256sum; }
+before=$(snapshot)
+go generate ./...
+if [ "$before" != "$(snapshot)" ]; then
+  git diff --stat >&2 || true
+  echo "go generate changed files: run it and commit the generated code" >&2
+  exit 1
+fi
+
+if [ -x ../shared/tools/check-contract ]; then
+  echo "== GraphQL contract"
+  ../shared/tools/check-contract
+fi
+
+echo "== go test -race"
+go test -race -count=1 -timeout 20m ./...
