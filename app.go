@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/99designs/gqlgen/graphql/playground"
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
@@ -21,6 +20,7 @@ import (
 	"flashsale/internal/auth"
 	"flashsale/internal/catalog"
 	"flashsale/internal/config"
+	"flashsale/internal/playground"
 	"flashsale/persistence"
 )
 
@@ -96,6 +96,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	mux := http.NewServeMux()
 	mux.Handle("/query", gql)
 	mux.Handle("GET /{$}", playground.Handler("flashsale", "/query"))
+	mux.Handle("GET "+playground.AssetsPath, playground.Assets())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", a.ready)
 	mux.Handle("GET /metrics", promhttp.Handler())

@@ -23,8 +23,10 @@ type Limits struct {
 	MaxTokens int
 	// MaxComplexity is gqlgen's fixed complexity limit (1 per field).
 	MaxComplexity int
-	// MaxDepth caps field nesting.
-	MaxDepth int
+	// MaxDepth caps field nesting; MaxIntrospectionDepth that of __schema
+	// and __type.
+	MaxDepth              int
+	MaxIntrospectionDepth int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -39,6 +41,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxDepth <= 0 {
 		l.MaxDepth = 10
+	}
+	if l.MaxIntrospectionDepth <= 0 {
+		l.MaxIntrospectionDepth = 20
 	}
 	return l
 }
@@ -80,7 +85,7 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	}
 	srv.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](256)})
 	srv.Use(extension.FixedComplexityLimit(lim.MaxComplexity))
-	srv.Use(depthLimit{max: lim.MaxDepth})
+	srv.Use(depthLimit{max: lim.MaxDepth, introspectionMax: lim.MaxIntrospectionDepth})
 	srv.AroundRootFields(authorize)
 	return http.MaxBytesHandler(opts.Tokens.Middleware(srv), lim.MaxBodyBytes)
 }

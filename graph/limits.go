@@ -11,8 +11,10 @@ import (
 
 // depthLimit rejects operations nested deeper than max fields. gqlgen has
 // a complexity limit but no depth limit; depth is what a recursive schema
-// abuse (or a fragment chain) grows first.
-type depthLimit struct{ max int }
+// abuse (or a fragment chain) grows first. Introspection (root fields
+// __schema and __type) has its own, larger bound: GraphiQL's schema query is
+// 15 levels deep.
+type depthLimit struct{ max, introspectionMax int }
 
 var _ interface {
 	graphql.HandlerExtension
@@ -27,13 +29,38 @@ func (d depthLimit) MutateOperationContext(_ context.Context, oc *graphql.Operat
 		return nil
 	}
 	memo := map[string]int{}
-	if depth := selectionDepth(oc.Operation.SelectionSet, memo); depth > d.max {
-		return &gqlerror.Error{
-			Message:    fmt.Sprintf("query is nested %d levels deep; the limit is %d", depth, d.max),
-			Extensions: map[string]any{"code": "DEPTH_LIMIT_EXCEEDED"},
+	for _, sel := range rootFields(oc.Operation.SelectionSet, map[string]bool{}) {
+		limit := d.max
+		if sel.Name == "__schema" || sel.Name == "__type" {
+			limit = d.introspectionMax
+		}
+		if depth := 1 + selectionDepth(sel.SelectionSet, memo); depth > limit {
+			return &gqlerror.Error{
+				Message:    fmt.Sprintf("query is nested %d levels deep under %s; the limit is %d", depth, sel.Name, limit),
+				Extensions: map[string]any{"code": "DEPTH_LIMIT_EXCEEDED"},
+			}
 		}
 	}
 	return nil
+}
+
+// rootFields flattens the fragments of the operation's top level.
+func rootFields(set ast.SelectionSet, seen map[string]bool) []*ast.Field {
+	var out []*ast.Field
+	for _, sel := range set {
+		switch s := sel.(type) {
+		case *ast.Field:
+			out = append(out, s)
+		case *ast.InlineFragment:
+			out = append(out, rootFields(s.SelectionSet, seen)...)
+		case *ast.FragmentSpread:
+			if s.Definition != nil && !seen[s.Name] {
+				seen[s.Name] = true
+				out = append(out, rootFields(s.Definition.SelectionSet, seen)...)
+			}
+		}
+	}
+	return out
 }
 
 // selectionDepth is the deepest chain of fields under set. Fragment depths

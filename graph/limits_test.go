@@ -10,7 +10,9 @@ import (
 func TestExpensiveRequestsAreRejected(t *testing.T) {
 	s := newServer(t)
 	user := s.token(t, 2, auth.RoleUser)
-	deep := "{ __schema { types { fields { type { ofType { ofType { ofType { ofType { ofType { ofType { name } } } } } } } } } } }"
+	deep := "{ __schema { types { fields { type" + strings.Repeat(" { ofType", 20) + " { name }" + strings.Repeat(" }", 20) + " } } } }"
+	graphiql := "{ __schema { types { fields { type" + strings.Repeat(" { ofType", 9) + " { name }" + strings.Repeat(" }", 9) + " } } } }"
+	s.mustDo(t, user, graphiql, nil, nil) // GraphiQL's own schema query is this deep
 	var wide strings.Builder
 	wide.WriteString("{")
 	for i := 0; i < 120; i++ {

@@ -40,7 +40,12 @@ func TestCreateVoucherRejectsBadInput(t *testing.T) {
 		{"negative actual value", with("actualValue", -1), "actualValue"},
 		{"zero shop id", with("shopId", "0"), ""},
 		{"shop id not a number", with("shopId", "abc"), ""},
-		{"normal voucher with stock", func() map[string]any { in := with("type", "NORMAL"); delete(in, "beginAt"); delete(in, "endAt"); return in }(), "stock"},
+		{"normal voucher with stock", func() map[string]any {
+			in := with("type", "NORMAL")
+			delete(in, "beginAt")
+			delete(in, "endAt")
+			return in
+		}(), "stock"},
 		{"unknown type", with("type", "FREE"), ""},
 		{"time not RFC3339", with("beginAt", "yesterday"), ""},
 	}

@@ -1,0 +1,317 @@
+// Package playground serves a GraphiQL page whose JavaScript and CSS are
+// embedded in the binary, so the playground works offline and the page
+// loads nothing from a CDN or any other host.
+//
+// It has two handlers: Handler serves the page at whatever path it is
+// mounted, and Assets serves the files the page links to, under the fixed
+// path AssetsPath. With Go 1.22 mux patterns:
+//
+//	mux.Handle("GET /{$}", playground.Handler("flashsale", "/query"))
+//	mux.Handle("GET "+playground.AssetsPath, playground.Assets())
+//
+// ("GET /playground/" works as well as the second pattern: Assets answers
+// 404 for anything outside AssetsPath.) Assets must see the full request
+// path, so it is not to be wrapped in http.StripPrefix.
+//
+// Asset URLs carry a hash of their content (graphiql.min.<hash>.js), so they
+// are served as immutable and cached for a year, and an upgrade changes the
+// URLs; the page itself is revalidated on every load (ETag). The page sends a
+// Content-Security-Policy that allows scripts and styles from its own origin
+// only; connections may go to its own origin, the endpoint's, and any
+// websocket (see contentSecurityPolicy for why).
+//
+// Authentication: the headers editor starts as
+// {"Authorization": "Bearer <paste token>"}. GraphiQL sends its JSON as HTTP
+// headers on queries and mutations and, for a subscription, as the
+// graphql-transport-ws connection_init payload, so one pasted token serves
+// both. The headers are kept in the browser's localStorage across reloads
+// ("Clear storage" in GraphiQL's settings forgets them).
+//
+// The vendored files in assets/ come from scripts/update-playground.sh,
+// which pins their versions (listed in assets/VERSIONS); assets/playground.js
+// (which starts GraphiQL) and assets/favicon.svg are this package's own.
+package playground
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// AssetsPath is where Assets must be mounted: the page links to its files
+// by absolute URL under this path, so that the page can be mounted anywhere.
+const AssetsPath = "/playground/assets/"
+
+//go:embed assets
+var embedded embed.FS
+
+// contentTypes lists the file kinds Assets serves; other files in assets/
+// (VERSIONS, the licences) are kept in the source tree, not served.
+var contentTypes = map[string]string{
+	".js":  "text/javascript; charset=utf-8",
+	".css": "text/css; charset=utf-8",
+	".svg": "image/svg+xml",
+}
+
+// asset is one embedded file as Assets serves it.
+type asset struct {
+	url         string // AssetsPath + the content-hashed name
+	contentType string
+	etag        string
+	body        []byte
+
+	gzipOnce sync.Once
+	gzipped  []byte // nil when gzip does not make it smaller
+}
+
+// assetsByName holds the embedded assets by file name (graphiql.min.js)
+// and assetsByURL by the URL path the page uses for them.
+var assetsByName, assetsByURL = mustLoadAssets()
+
+func mustLoadAssets() (map[string]*asset, map[string]*asset) {
+	byName, byPath, err := loadAssets(embedded, "assets")
+	if err != nil {
+		// Only a broken build can get here: the files are compiled in.
+		panic(fmt.Errorf("playground: %w", err))
+	}
+	return byName, byPath
+}
+
+func loadAssets(fsys fs.FS, dir string) (byName, byPath map[string]*asset, err error) {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read embedded assets: %w", err)
+	}
+	byName = make(map[string]*asset)
+	byPath = make(map[string]*asset)
+	for _, e := range entries {
+		ext := path.Ext(e.Name())
+		ctype, ok := contentTypes[ext]
+		if e.IsDir() || !ok {
+			continue
+		}
+		body, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
+		if err != nil {
+			return nil, nil, fmt.Errorf("read embedded asset %s: %w", e.Name(), err)
+		}
+		sum := sha256.Sum256(body)
+		hash := hex.EncodeToString(sum[:])
+		a := &asset{
+			url:         AssetsPath + strings.TrimSuffix(e.Name(), ext) + "." + hash[:12] + ext,
+			contentType: ctype,
+			etag:        `"` + hash[:32] + `"`,
+			body:        body,
+		}
+		byName[e.Name()] = a
+		byPath[a.url] = a
+	}
+	return byName, byPath, nil
+}
+
+// gzipBody compresses the asset once, on first demand, since graphiql's
+// bundle shrinks to about a third and most clients accept gzip.
+func (a *asset) gzipBody() []byte {
+	a.gzipOnce.Do(func() {
+		var buf bytes.Buffer
+		zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+		if err != nil {
+			return // cannot happen with a valid level; serve it plain
+		}
+		if _, err := zw.Write(a.body); err != nil {
+			return
+		}
+		if err := zw.Close(); err != nil {
+			return
+		}
+		if buf.Len() < len(a.body) {
+			a.gzipped = buf.Bytes()
+		}
+	})
+	return a.gzipped
+}
+
+// Assets returns the handler for the page's JavaScript and CSS; mount it at
+// AssetsPath (see the package comment). Unknown paths, including a file's
+// name without its content hash, get 404 so a stale URL never receives
+// content it was not cached with.
+func Assets() http.Handler {
+	return http.HandlerFunc(serveAsset)
+}
+
+func serveAsset(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r) {
+		return
+	}
+	a, ok := assetsByURL[r.URL.Path]
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", a.contentType)
+	h.Set("Cache-Control", "public, max-age=31536000, immutable")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Vary", "Accept-Encoding")
+	body, etag := a.body, a.etag
+	if acceptsGzip(r.Header.Get("Accept-Encoding")) {
+		if gz := a.gzipBody(); gz != nil {
+			body = gz
+			etag = strings.TrimSuffix(a.etag, `"`) + `-gzip"`
+			h.Set("Content-Encoding", "gzip")
+		}
+	}
+	h.Set("ETag", etag)
+	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
+}
+
+// acceptsGzip reports whether an Accept-Encoding header value allows gzip,
+// by name or by "*", with a non-zero quality.
+func acceptsGzip(header string) bool {
+	gzipQ, starQ := -1.0, -1.0
+	for part := range strings.SplitSeq(header, ",") {
+		coding, params, _ := strings.Cut(part, ";")
+		q := 1.0
+		if v, ok := strings.CutPrefix(strings.TrimSpace(params), "q="); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				continue
+			}
+			q = f
+		}
+		switch strings.ToLower(strings.TrimSpace(coding)) {
+		case "gzip", "x-gzip":
+			gzipQ = q
+		case "*":
+			starQ = q
+		}
+	}
+	if gzipQ >= 0 {
+		return gzipQ > 0
+	}
+	return starQ > 0
+}
+
+// Handler returns the playground page for a GraphQL endpoint: a path such
+// as "/query" on the page's own host (the usual case; the websocket URL is
+// then ws:// or wss:// on the host the browser used) or an absolute http(s)
+// URL. title names the page; empty means "GraphiQL". The page's assets
+// come from Assets, which must be mounted too.
+func Handler(title, endpoint string) http.Handler {
+	if title == "" {
+		title = "GraphiQL"
+	}
+	var buf bytes.Buffer
+	if err := pageTemplate.Execute(&buf, struct{ Title, Endpoint string }{title, endpoint}); err != nil {
+		// Only a template bug (such as a misspelt asset name) can get here,
+		// and the package's tests render the page.
+		panic(fmt.Errorf("playground: render page: %w", err))
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	return &page{
+		body: buf.Bytes(),
+		etag: `"` + hex.EncodeToString(sum[:16]) + `"`,
+		csp:  contentSecurityPolicy(endpoint),
+	}
+}
+
+// page is the rendered playground page; it is rendered once, in Handler.
+type page struct {
+	body []byte
+	etag string
+	csp  string
+}
+
+func (p *page) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !allowMethod(w, r) {
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	// Revalidated on each load, so a new build's asset URLs are picked up.
+	h.Set("Cache-Control", "no-cache")
+	h.Set("ETag", p.etag)
+	h.Set("Content-Security-Policy", p.csp)
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(p.body))
+}
+
+// contentSecurityPolicy allows the page's own scripts and styles and no
+// others. Inline styles stay allowed because GraphiQL's dialogs insert
+// <style> elements; fonts and icons in graphiql.min.css are data: URLs.
+// Websockets are allowed to any host (ws: wss:) because the page derives
+// the websocket URL from the host the browser used, which the server cannot
+// know behind a proxy, and because older Safari does not count ws: as 'self'.
+func contentSecurityPolicy(endpoint string) string {
+	connect := "'self' ws: wss:"
+	if u, err := url.Parse(endpoint); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		connect += " " + u.Scheme + "://" + u.Host
+	}
+	return strings.Join([]string{
+		"default-src 'none'",
+		"script-src 'self'",
+		"style-src 'self' 'unsafe-inline'",
+		"img-src 'self' data:",
+		"font-src 'self' data:",
+		"connect-src " + connect,
+		"base-uri 'none'",
+		"form-action 'none'",
+		"frame-ancestors 'none'",
+	}, "; ")
+}
+
+// allowMethod answers 405 to anything but GET and HEAD, for callers that
+// mount the handlers without a method in the pattern.
+func allowMethod(w http.ResponseWriter, r *http.Request) bool {
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return true
+	}
+	w.Header().Set("Allow", "GET, HEAD")
+	http.Error(w, http.StatusText(http.StatusMethodNotAllowed), http.StatusMethodNotAllowed)
+	return false
+}
+
+// pageTemplate links every asset through assetURL, which fails the render
+// for a name not in assets/, so a typo cannot ship a page with a dead link.
+var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
+	"asset": assetURL,
+}).Parse(`<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{.Title}}</title>
+<link rel="icon" href="{{asset "favicon.svg"}}">
+<link rel="stylesheet" href="{{asset "graphiql.min.css"}}">
+<style>html,body{height:100%;margin:0}#graphiql{height:100vh}</style>
+</head>
+<body>
+<div id="graphiql" data-endpoint="{{.Endpoint}}" data-title="{{.Title}}">Loading GraphiQL…</div>
+<noscript>The GraphiQL playground needs JavaScript.</noscript>
+<script src="{{asset "react.production.min.js"}}"></script>
+<script src="{{asset "react-dom.production.min.js"}}"></script>
+<script src="{{asset "graphiql.min.js"}}"></script>
+<script src="{{asset "playground.js"}}"></script>
+</body>
+</html>
+`))
+
+func assetURL(name string) (string, error) {
+	a, ok := assetsByName[name]
+	if !ok {
+		return "", fmt.Errorf("no embedded asset %q", name)
+	}
+	return a.url, nil
+}
