@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -16,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 
+	"flashsale/actors"
 	"flashsale/graph"
 	"flashsale/internal/auth"
 	"flashsale/internal/catalog"
@@ -24,7 +26,11 @@ import (
 	"flashsale/persistence"
 )
 
-var _ graph.Catalog = (*catalog.Service)(nil)
+var (
+	_ graph.Catalog    = (*catalog.Service)(nil)
+	_ graph.Grabber    = (*actors.Router)(nil)
+	_ actors.Preheater = (*catalog.Service)(nil)
+)
 
 // app is the wired service. start builds it in a visible order (database,
 // Redis, services, GraphQL, HTTP); stop tears it down in reverse.
@@ -36,8 +42,15 @@ type app struct {
 	rdb      *redis.Client
 	tokens   *auth.Tokens
 	catalog  *catalog.Service
+	router   *actors.Router
+	writer   *persistence.OrderWriter
 	listener net.Listener
 	http     *http.Server
+
+	// background runs the order writer and the voucher-event watcher;
+	// stop cancels it and waits for them.
+	cancelBackground context.CancelFunc
+	background       sync.WaitGroup
 }
 
 func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, err error) {
@@ -81,14 +94,29 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	}
 	a.tokens = auth.NewTokens(secret)
 
-	a.catalog = catalog.New(persistence.NewVouchers(a.db), persistence.NewStock(a.rdb), log)
+	stock := persistence.NewStock(a.rdb)
+	a.catalog = catalog.New(persistence.NewVouchers(a.db), stock, log)
 	n, err := a.catalog.PreheatAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("preheat vouchers: %w", err)
 	}
 	log.Info("seckill vouchers ready in redis", "vouchers", n)
 
-	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog}, graph.HandlerOptions{
+	a.router = actors.NewRouter(persistence.NewGrabs(a.rdb), persistence.NewOrderIDs(a.rdb, 0), a.catalog, log, actors.Options{})
+	a.writer = persistence.NewOrderWriter(a.db, a.rdb, log, persistence.OrderWriterOptions{ClaimIdle: cfg.OrderLogClaimIdle})
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.cancelBackground = cancel
+	a.background.Add(2)
+	go func() {
+		defer a.background.Done()
+		_ = a.writer.Run(bg)
+	}()
+	go func() {
+		defer a.background.Done()
+		_ = stock.Watch(bg, a.router.Changed, a.router.Resync)
+	}()
+
+	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router}, graph.HandlerOptions{
 		Tokens:        a.tokens,
 		Log:           log,
 		Introspection: cfg.Introspection,
@@ -148,10 +176,24 @@ func (a *app) serve(ctx context.Context) error {
 	return err
 }
 
-// stop releases what start acquired, in reverse order.
+// stop releases what start acquired, in reverse order. Accepted orders
+// still in the order log are given a few seconds to reach the database
+// (in the embedded mode the log lives in this process and would be lost).
 func (a *app) stop() {
 	if a.listener != nil { // Shutdown closed it already if serve ran; a second Close is harmless
 		_ = a.listener.Close()
+	}
+	if a.router != nil {
+		a.router.Close()
+	}
+	if a.cancelBackground != nil {
+		drainCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := a.writer.WaitDrained(drainCtx); err != nil {
+			a.log.Warn("orders still in the order log at shutdown; another node or the next start persists them", "err", err)
+		}
+		cancel()
+		a.cancelBackground()
+		a.background.Wait()
 	}
 	if a.rdb != nil {
 		_ = a.rdb.Close()

@@ -138,3 +138,12 @@ func voucherConnection(vs []domain.Voucher, more bool) *model.VoucherConnection 
 func notImplemented(field string) error {
 	return domain.Errorf(domain.CodeNotImplemented, "%s is not implemented yet", field)
 }
+
+func seckillToModel(res domain.GrabResult) *model.SeckillResult {
+	out := &model.SeckillResult{Code: model.SeckillCode(res.Code), Message: res.Code.Message()}
+	if res.Code == domain.SeckillOK {
+		id := res.OrderID
+		out.OrderID = &id
+	}
+	return out
+}

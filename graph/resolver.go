@@ -15,7 +15,14 @@ type Catalog interface {
 	Stock(ctx context.Context, id int64) (domain.StockLevel, error)
 }
 
+// Grabber takes one unit of a seckill voucher for a user (implemented by
+// actors.Router). Outcomes are codes, never errors.
+type Grabber interface {
+	Grab(ctx context.Context, voucherID, userID int64) domain.GrabResult
+}
+
 // Resolver is the root of the resolvers; it holds the services they call.
 type Resolver struct {
 	Catalog Catalog
+	Grabber Grabber
 }

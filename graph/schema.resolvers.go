@@ -3,6 +3,7 @@ package graph
 import (
 	"context"
 	"flashsale/graph/model"
+	"flashsale/internal/auth"
 )
 
 // CreateVoucher is the resolver for the createVoucher field.
@@ -30,7 +31,11 @@ func (r *mutationResolver) AddStock(ctx context.Context, voucherID int64, amount
 
 // SeckillVoucher is the resolver for the seckillVoucher field.
 func (r *mutationResolver) SeckillVoucher(ctx context.Context, voucherID int64) (*model.SeckillResult, error) {
-	return nil, notImplemented("seckillVoucher")
+	id, err := auth.FromContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return seckillToModel(r.Grabber.Grab(ctx, voucherID, id.UserID)), nil
 }
 
 // PayOrder is the resolver for the payOrder field.

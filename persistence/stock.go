@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,10 +30,16 @@ func usersKey(id int64) string { return voucherTag(id) + ":users" }
 // stock key is absent, its stock and per-user marks. Running it again never
 // resets stock that grabs have already taken.
 //
-// KEYS: meta, stock, users. ARGV: status, begin, end, limit, initial, stock,
-// then user/count pairs.
+// It also creates the order log's consumer group (from the start of the
+// stream, so no order is ever appended before a group can see it) and
+// announces the voucher on the events channel so actors reload it.
+//
+// KEYS: meta, stock, users, log. ARGV: status, begin, end, limit, initial,
+// stock, then user/count pairs.
 var preheatScript = redis.NewScript(`
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'begin', ARGV[2], 'end', ARGV[3], 'limit', ARGV[4], 'initial', ARGV[5])
+redis.pcall('XGROUP', 'CREATE', KEYS[4], '` + OrderLogGroup + `', '0', 'MKSTREAM')
+redis.call('PUBLISH', '` + eventsChannel + `', KEYS[1])
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
 end
@@ -46,9 +53,11 @@ return 1
 
 // setStatusScript changes the status of a preheated voucher and does
 // nothing for one that is not in Redis (the next preheat copies it).
+// It announces the change so that actors caching the old status reload.
 var setStatusScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1])
+redis.call('PUBLISH', '` + eventsChannel + `', KEYS[1])
 return 1
 `)
 
@@ -74,9 +83,14 @@ func (s *Stock) Preheat(ctx context.Context, v domain.Voucher, users map[int64]i
 	for u, n := range users {
 		args = append(args, u, n)
 	}
-	n, err := preheatScript.Run(ctx, s.rdb, []string{metaKey(v.ID), stockKey(v.ID), usersKey(v.ID)}, args...).Int()
+	n, err := preheatScript.Run(ctx, s.rdb, []string{metaKey(v.ID), stockKey(v.ID), usersKey(v.ID), LogKey(v.ID)}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("preheat voucher %d: %w", v.ID, err)
+	}
+	// The registry lives outside the voucher's hash slot, so it cannot be
+	// written by the script; SADD is idempotent and precedes any grab.
+	if err := s.rdb.SAdd(ctx, orderLogsKey, LogKey(v.ID)).Err(); err != nil {
+		return false, fmt.Errorf("register order log of voucher %d: %w", v.ID, err)
 	}
 	return n == 1, nil
 }
@@ -115,4 +129,47 @@ func (s *Stock) Levels(ctx context.Context, ids []int64, now time.Time) (map[int
 		out[id] = domain.StockLevel{VoucherID: id, Initial: initial, Remaining: remaining, At: now.UTC()}
 	}
 	return out, nil
+}
+
+// Watch calls changed with the id of every voucher announced on the events
+// channel, and resync whenever the subscription is (re)established, since
+// announcements made while it was down are lost. It returns when ctx ends.
+func (s *Stock) Watch(ctx context.Context, changed func(voucherID int64), resync func()) error {
+	ps := s.rdb.Subscribe(ctx, eventsChannel)
+	defer ps.Close()
+	ch := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case msg, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			switch m := msg.(type) {
+			case *redis.Subscription:
+				if m.Kind == "subscribe" {
+					resync()
+				}
+			case *redis.Message:
+				if id, ok := voucherIDFromKey(m.Payload); ok {
+					changed(id)
+				}
+			}
+		}
+	}
+}
+
+// voucherIDFromKey reads the id out of a key "{v<ID>}:...".
+func voucherIDFromKey(key string) (int64, bool) {
+	rest, ok := strings.CutPrefix(key, "{v")
+	if !ok {
+		return 0, false
+	}
+	digits, _, ok := strings.Cut(rest, "}")
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(digits, 10, 64)
+	return id, err == nil
 }

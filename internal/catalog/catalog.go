@@ -123,6 +123,23 @@ func (s *Service) Stock(ctx context.Context, id int64) (domain.StockLevel, error
 	return l, nil
 }
 
+// EnsurePreheated makes sure a seckill voucher is in Redis, loading it from
+// the database if Redis lost it. found is false for an id that is no
+// seckill voucher (unknown, or a normal voucher).
+func (s *Service) EnsurePreheated(ctx context.Context, id int64) (bool, error) {
+	v, err := s.vouchers.Get(ctx, id)
+	if domain.ErrorCode(err) == domain.CodeNotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if v.Seckill == nil {
+		return false, nil
+	}
+	return true, s.preheat(ctx, v)
+}
+
 // PreheatAll loads every seckill voucher whose sale has not ended into
 // Redis, leaving alone those already there. Run at start-up, it restores
 // stock after Redis lost its data, and finishes a creation that crashed

@@ -45,6 +45,11 @@ type Config struct {
 	LogLevel  string // LOG_LEVEL
 	LogFormat string // LOG_FORMAT
 
+	// OrderLogClaimIdle (ORDER_LOG_CLAIM_IDLE, ours): how long an order-log
+	// entry may sit unacknowledged with a writer before another node takes
+	// it over (the first writer is presumed dead).
+	OrderLogClaimIdle time.Duration
+
 	Introspection bool // INTROSPECTION (ours): schema introspection on /query
 	Demo          bool // DEMO (ours): create a demo voucher and print tokens; default on in embedded mode
 }
@@ -95,6 +100,7 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 		"RATE_IP_PER_SEC":          str("RATE_IP_PER_SEC", "0", "requests per second per client IP (0 = off)"),
 		"LOG_LEVEL":                str("LOG_LEVEL", "info", "debug, info, warn or error"),
 		"LOG_FORMAT":               str("LOG_FORMAT", "", "text or json; default text embedded, json otherwise"),
+		"ORDER_LOG_CLAIM_IDLE":     str("ORDER_LOG_CLAIM_IDLE", "30s", "take over order-log entries pending this long with a dead node"),
 		"INTROSPECTION":            str("INTROSPECTION", "true", "allow schema introspection"),
 		"DEMO":                     str("DEMO", "", "create a demo voucher and print tokens; default on when embedded"),
 	}
@@ -129,6 +135,7 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 		}
 	}
 	parse("PAY_TIMEOUT", func(s string) error { return duration(s, &c.PayTimeout) })
+	parse("ORDER_LOG_CLAIM_IDLE", func(s string) error { return duration(s, &c.OrderLogClaimIdle) })
 	parse("CLUSTER_PORT", func(s string) error { return port(s, &c.ClusterPort, true) })
 	parse("CLUSTER_AUTOMANAGED_PORT", func(s string) error {
 		if s == "" {
@@ -194,6 +201,9 @@ func (c Config) Validate() error {
 	}
 	if c.PayTimeout <= 0 {
 		return bad("PAY_TIMEOUT", "must be positive")
+	}
+	if c.OrderLogClaimIdle <= 0 {
+		return bad("ORDER_LOG_CLAIM_IDLE", "must be positive")
 	}
 	switch c.ClusterProvider {
 	case "test":

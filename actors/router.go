@@ -1,0 +1,295 @@
+// Package actors sequences grabs. Each seckill voucher has one actor (spawned
+// on first use, passivated when idle) that drains its mailbox in batches and
+// runs each batch through ONE fenced Lua script call, answering what it
+// already knows (sold out, not started, ended, paused, unknown) from memory
+// with no Redis call at all. An actor is a sequencer and a cache, never the
+// authority: stock truth is Redis, and a superseded activation is refused
+// inside the script.
+package actors
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"flashsale/domain"
+	"flashsale/persistence"
+)
+
+// Store is the Redis side of grabbing (persistence.Grabs).
+type Store interface {
+	Claim(ctx context.Context, voucherID int64) (int64, persistence.VoucherState, error)
+	State(ctx context.Context, voucherID int64) (persistence.VoucherState, error)
+	Grab(ctx context.Context, voucherID, fence int64, grabs []persistence.Grab) (persistence.BatchOutcome, error)
+}
+
+// OrderIDs hands out order ids in bulk (persistence.OrderIDs).
+type OrderIDs interface {
+	Take(ctx context.Context, n int) ([]int64, error)
+}
+
+// Preheater loads a voucher Redis does not know from the database
+// (catalog.Service); found is false for an id that is no seckill voucher.
+type Preheater interface {
+	EnsurePreheated(ctx context.Context, voucherID int64) (found bool, err error)
+}
+
+var (
+	_ Store    = (*persistence.Grabs)(nil)
+	_ OrderIDs = (*persistence.OrderIDs)(nil)
+)
+
+// Options tunes the router; zero values take the defaults.
+type Options struct {
+	// BatchSize caps the grabs of one script call.
+	BatchSize int
+	// QueueBound caps the grabs waiting for one voucher; past it a grab is
+	// answered UNAVAILABLE at once instead of queueing without end.
+	QueueBound int
+	// GrabTimeout bounds how long a caller waits for its answer.
+	GrabTimeout time.Duration
+	// CallTimeout bounds one script call; Attempts is how many times a
+	// batch is tried (the script is idempotent per request id, so a retry
+	// after a lost reply never sells twice).
+	CallTimeout time.Duration
+	Attempts    int
+	// IdleTimeout passivates an actor that has had no grab for this long.
+	IdleTimeout time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.BatchSize <= 0 {
+		o.BatchSize = 256
+	}
+	if o.QueueBound <= 0 {
+		o.QueueBound = 8192
+	}
+	if o.GrabTimeout <= 0 {
+		o.GrabTimeout = 5 * time.Second
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = time.Second
+	}
+	if o.Attempts <= 0 {
+		o.Attempts = 3
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 2 * time.Minute
+	}
+	return o
+}
+
+var grabsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "flashsale", Name: "grab_total", Help: "Grabs answered, by outcome.",
+}, []string{"code"})
+
+func init() { prometheus.MustRegister(grabsTotal) }
+
+// Router owns the voucher actors of this node and routes each grab to its
+// voucher's actor.
+type Router struct {
+	system    *actor.ActorSystem
+	store     Store
+	ids       OrderIDs
+	preheater Preheater
+	opts      Options
+	log       *slog.Logger
+
+	reqPrefix string
+	reqSeq    atomic.Uint64
+
+	mu       sync.RWMutex
+	vouchers map[int64]*voucherRef
+	closed   bool
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// voucherRef is the router's handle on one activation.
+type voucherRef struct {
+	pid *actor.PID
+	// queued counts grabs sent and not yet answered (the mailbox bound).
+	queued atomic.Int64
+	// lastUsed is the unix nanosecond of the last grab (for passivation).
+	lastUsed atomic.Int64
+}
+
+// NewRouter starts a router with its own actor system. Close stops it.
+func NewRouter(store Store, ids OrderIDs, preheater Preheater, log *slog.Logger, opts Options) *Router {
+	r := &Router{
+		system: actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+			return log.With("component", "protoactor")
+		})),
+		store: store, ids: ids, preheater: preheater, opts: opts.withDefaults(), log: log,
+		reqPrefix: randomPrefix(),
+		vouchers:  map[int64]*voucherRef{},
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	go r.passivate()
+	return r
+}
+
+func randomPrefix() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b) + ":"
+}
+
+// Grab tries to take one unit of a voucher for a user. Business outcomes
+// are codes; UNAVAILABLE means the grab was shed or Redis could not be
+// reached in time, and is safe to retry.
+func (r *Router) Grab(ctx context.Context, voucherID, userID int64) domain.GrabResult {
+	res := r.grab(ctx, voucherID, userID)
+	grabsTotal.WithLabelValues(string(res.Code)).Inc()
+	return res
+}
+
+func (r *Router) grab(ctx context.Context, voucherID, userID int64) domain.GrabResult {
+	msg := &grabMsg{
+		user:  userID,
+		req:   r.reqPrefix + strconv.FormatUint(r.reqSeq.Add(1), 36),
+		reply: make(chan domain.GrabResult, 1),
+	}
+	if !r.send(voucherID, msg) {
+		return domain.GrabResult{Code: domain.SeckillUnavailable}
+	}
+	timer := time.NewTimer(r.opts.GrabTimeout)
+	defer timer.Stop()
+	select {
+	case res := <-msg.reply:
+		return res
+	case <-ctx.Done():
+	case <-timer.C:
+	}
+	return domain.GrabResult{Code: domain.SeckillUnavailable}
+}
+
+// send enqueues msg for the voucher's actor, spawning it if needed. The
+// lookup and the enqueue happen under the router's lock so that an actor
+// that forgets itself (forget takes the write lock) receives nothing after
+// it queued its own poison pill.
+func (r *Router) send(voucherID int64, msg *grabMsg) bool {
+	r.mu.RLock()
+	if ref := r.vouchers[voucherID]; ref != nil || r.closed {
+		ok := ref != nil && r.enqueue(ref, msg)
+		r.mu.RUnlock()
+		return ok
+	}
+	r.mu.RUnlock()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
+	ref := r.vouchers[voucherID]
+	if ref == nil {
+		ref = &voucherRef{}
+		a := &voucherActor{r: r, ref: ref, id: voucherID}
+		ref.pid = r.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
+		r.vouchers[voucherID] = ref
+	}
+	return r.enqueue(ref, msg)
+}
+
+func (r *Router) enqueue(ref *voucherRef, msg *grabMsg) bool {
+	if ref.queued.Add(1) > int64(r.opts.QueueBound) {
+		ref.queued.Add(-1)
+		return false
+	}
+	ref.lastUsed.Store(time.Now().UnixNano())
+	msg.ref = ref
+	r.system.Root.Send(ref.pid, msg)
+	return true
+}
+
+// forget drops ref if it is still the voucher's current activation.
+func (r *Router) forget(voucherID int64, ref *voucherRef) {
+	r.mu.Lock()
+	if r.vouchers[voucherID] == ref {
+		delete(r.vouchers, voucherID)
+	}
+	r.mu.Unlock()
+}
+
+// Changed tells the voucher's actor, if this node has one, that the
+// voucher changed outside the grab script (status, restock, cancellation),
+// so it reloads what it cached.
+func (r *Router) Changed(voucherID int64) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if ref := r.vouchers[voucherID]; ref != nil {
+		r.system.Root.Send(ref.pid, reload{})
+	}
+}
+
+// Resync makes every actor reload: announcements may have been missed.
+func (r *Router) Resync() {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, ref := range r.vouchers {
+		r.system.Root.Send(ref.pid, reload{})
+	}
+}
+
+// Active reports whether this node has a live activation for the voucher.
+func (r *Router) Active(voucherID int64) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.vouchers[voucherID] != nil
+}
+
+// passivate stops actors that have been idle for IdleTimeout. Only an actor
+// with nothing queued is stopped, and it is removed from the map first, so
+// no grab can reach a stopped actor.
+func (r *Router) passivate() {
+	defer close(r.done)
+	tick := time.NewTicker(max(r.opts.IdleTimeout/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-tick.C:
+		}
+		cutoff := time.Now().Add(-r.opts.IdleTimeout).UnixNano()
+		r.mu.Lock()
+		for id, ref := range r.vouchers {
+			if ref.queued.Load() == 0 && ref.lastUsed.Load() < cutoff {
+				delete(r.vouchers, id)
+				r.system.Root.Poison(ref.pid)
+			}
+		}
+		r.mu.Unlock()
+	}
+}
+
+// Close stops every actor after it has answered what it holds, then the
+// actor system.
+func (r *Router) Close() {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	refs := r.vouchers
+	r.vouchers = map[int64]*voucherRef{}
+	r.mu.Unlock()
+	close(r.stop)
+	<-r.done
+	for _, ref := range refs {
+		_ = r.system.Root.PoisonFuture(ref.pid).Wait()
+	}
+	r.system.Shutdown()
+}

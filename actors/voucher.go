@@ -1,0 +1,251 @@
+package actors
+
+import (
+	"context"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"flashsale/domain"
+	"flashsale/persistence"
+)
+
+// grabMsg is one grab waiting for its answer. It never leaves this node
+// (it carries a channel), so it needs no protobuf form.
+type grabMsg struct {
+	user  int64
+	req   string
+	reply chan domain.GrabResult
+	ref   *voucherRef
+}
+
+// batchDone carries a script call's outcome back into the actor.
+type batchDone struct {
+	batch []*grabMsg
+	out   persistence.BatchOutcome
+	err   error
+}
+
+// reload asks the actor to re-read the voucher's state from Redis.
+type reload struct{}
+
+// voucherActor sequences the grabs of one voucher. At most one script call
+// is in flight; grabs that arrive meanwhile form the next batch, so the
+// batch size follows the load (one grab when idle, BatchSize under a rush)
+// and no grab waits on a timer.
+type voucherActor struct {
+	r   *Router
+	ref *voucherRef
+	id  int64
+
+	fence      int64
+	state      persistence.VoucherState
+	unusable   bool // stale fence or Redis unreachable at activation: stopping
+	pending    []*grabMsg
+	inflight   bool
+	wantReload bool
+}
+
+// Receive implements actor.Actor.
+func (a *voucherActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		a.activate(ctx)
+	case *grabMsg:
+		a.onGrab(ctx, m)
+	case *batchDone:
+		a.onBatch(ctx, m)
+	case reload:
+		if a.inflight {
+			a.wantReload = true
+			return
+		}
+		a.reload(ctx)
+	case *actor.Stopping:
+		for _, g := range a.pending {
+			a.answer(g, domain.GrabResult{Code: domain.SeckillUnavailable})
+		}
+		a.pending = nil
+	}
+}
+
+// activate claims a fencing token and loads the voucher, preheating it
+// from the database if Redis does not have it.
+func (a *voucherActor) activate(ctx actor.Context) {
+	cctx, cancel := context.WithTimeout(context.Background(), a.r.opts.CallTimeout)
+	defer cancel()
+	fence, st, err := a.r.store.Claim(cctx, a.id)
+	if err == nil && !st.Found {
+		var found bool
+		if found, err = a.r.preheater.EnsurePreheated(cctx, a.id); err == nil && found {
+			st, err = a.r.store.State(cctx, a.id)
+		}
+	}
+	if err != nil {
+		a.r.log.Warn("voucher actor cannot start", "voucher", a.id, "err", err)
+		a.retire(ctx)
+		return
+	}
+	a.fence, a.state = fence, st
+}
+
+func (a *voucherActor) reload(ctx actor.Context) {
+	cctx, cancel := context.WithTimeout(context.Background(), a.r.opts.CallTimeout)
+	defer cancel()
+	st, err := a.r.store.State(cctx, a.id)
+	if err != nil {
+		// Keep serving: the script checks the truth on every sale; only a
+		// cached "no" may be outdated, and the next event fixes it.
+		a.r.log.Warn("voucher actor reload failed", "voucher", a.id, "err", err)
+		return
+	}
+	limit := a.state.Limit
+	a.state = st
+	if a.state.Limit == 0 {
+		a.state.Limit = limit
+	}
+	a.drain(ctx)
+}
+
+// retire stops an activation that must not serve: it answers everything
+// UNAVAILABLE, leaves the router (new grabs go to a new activation) and
+// stops after what is already in its mailbox.
+func (a *voucherActor) retire(ctx actor.Context) {
+	a.unusable = true
+	for _, g := range a.pending {
+		a.answer(g, domain.GrabResult{Code: domain.SeckillUnavailable})
+	}
+	a.pending = nil
+	a.r.forget(a.id, a.ref)
+	ctx.Poison(ctx.Self())
+}
+
+// known answers from memory when the cached state already decides.
+func (a *voucherActor) known(now time.Time) (domain.SeckillCode, bool) {
+	st := a.state
+	switch {
+	case a.unusable:
+		return domain.SeckillUnavailable, true
+	case !st.Found:
+		return domain.SeckillNotFound, true
+	case st.Status == domain.StatusPaused:
+		return domain.SeckillPaused, true
+	case st.Status == domain.StatusEnded:
+		return domain.SeckillEnded, true
+	case now.Before(st.Begin):
+		return domain.SeckillNotStarted, true
+	case !now.Before(st.End):
+		return domain.SeckillEnded, true
+	case st.Remaining <= 0:
+		return domain.SeckillSoldOut, true
+	}
+	return "", false
+}
+
+func (a *voucherActor) onGrab(ctx actor.Context, g *grabMsg) {
+	if code, ok := a.known(time.Now()); ok {
+		a.answer(g, domain.GrabResult{Code: code})
+		return
+	}
+	a.pending = append(a.pending, g)
+	if !a.inflight {
+		a.flush(ctx)
+	}
+}
+
+// drain answers pending grabs that memory now decides and sends the rest.
+func (a *voucherActor) drain(ctx actor.Context) {
+	now := time.Now()
+	keep := a.pending[:0]
+	for _, g := range a.pending {
+		if code, ok := a.known(now); ok {
+			a.answer(g, domain.GrabResult{Code: code})
+		} else {
+			keep = append(keep, g)
+		}
+	}
+	clear(a.pending[len(keep):])
+	a.pending = keep
+	if len(a.pending) > 0 && !a.inflight {
+		a.flush(ctx)
+	}
+}
+
+// flush sends up to BatchSize pending grabs through one script call, off
+// the actor's goroutine; the outcome comes back as a batchDone message.
+func (a *voucherActor) flush(ctx actor.Context) {
+	n := min(len(a.pending), a.r.opts.BatchSize)
+	batch := make([]*grabMsg, n)
+	copy(batch, a.pending)
+	a.pending = append(a.pending[:0], a.pending[n:]...)
+	a.inflight = true
+	self, fence := ctx.Self(), a.fence
+	go func() {
+		out, err := a.r.runBatch(a.id, fence, batch)
+		a.r.system.Root.Send(self, &batchDone{batch: batch, out: out, err: err})
+	}()
+}
+
+func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
+	a.inflight = false
+	switch {
+	case d.err != nil:
+		a.r.log.Warn("grab batch failed", "voucher", a.id, "grabs", len(d.batch), "err", d.err)
+		for _, g := range d.batch {
+			a.answer(g, domain.GrabResult{Code: domain.SeckillUnavailable})
+		}
+	case d.out.Stale:
+		a.r.log.Info("voucher actor superseded by a newer activation; stopping", "voucher", a.id, "fence", a.fence)
+		for _, g := range d.batch {
+			a.answer(g, domain.GrabResult{Code: domain.SeckillUnavailable})
+		}
+		a.retire(ctx)
+		return
+	default:
+		if d.out.State.Found {
+			limit := a.state.Limit
+			a.state = d.out.State
+			a.state.Limit = limit
+		} else {
+			a.state = persistence.VoucherState{}
+		}
+		for i, g := range d.batch {
+			a.answer(g, d.out.Results[i])
+		}
+	}
+	if a.wantReload {
+		a.wantReload = false
+		a.reload(ctx)
+		return
+	}
+	a.drain(ctx)
+}
+
+func (a *voucherActor) answer(g *grabMsg, res domain.GrabResult) {
+	g.reply <- res // buffered: never blocks
+	g.ref.queued.Add(-1)
+}
+
+// runBatch allocates order ids and runs the script, retrying with the
+// same request and order ids when a call fails.
+func (r *Router) runBatch(voucherID, fence int64, batch []*grabMsg) (persistence.BatchOutcome, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.CallTimeout)
+	ids, err := r.ids.Take(ctx, len(batch))
+	cancel()
+	if err != nil {
+		return persistence.BatchOutcome{}, err
+	}
+	grabs := make([]persistence.Grab, len(batch))
+	for i, g := range batch {
+		grabs[i] = persistence.Grab{RequestID: g.req, UserID: g.user, OrderID: ids[i]}
+	}
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), r.opts.CallTimeout)
+		out, err := r.store.Grab(ctx, voucherID, fence, grabs)
+		cancel()
+		if err == nil || attempt >= r.opts.Attempts {
+			return out, err
+		}
+		time.Sleep(time.Duration(attempt) * 20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,321 @@
+package persistence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"flashsale/domain"
+)
+
+// More keys of a voucher (see stock.go for the layout):
+//
+//	{v<ID>}:fence  counter: the fencing token of the newest actor activation
+//	{v<ID>}:req    hash: request id -> order id, for every grab that sold
+//	{v<ID>}:log    stream: the order log, read by the OrderWriter's group
+func fenceKey(id int64) string { return voucherTag(id) + ":fence" }
+func reqKey(id int64) string   { return voucherTag(id) + ":req" }
+
+// LogKey is the order-log stream of a voucher.
+func LogKey(id int64) string { return voucherTag(id) + ":log" }
+
+const (
+	// OrderLogGroup is the consumer group of every order-log stream.
+	OrderLogGroup = "persist"
+	// orderLogsKey is the set of order-log streams the writers read.
+	orderLogsKey = "flashsale:order-logs"
+	// eventsChannel carries the id of a voucher whose status or stock
+	// changed outside the grab script (pause, resume, preheat, restock,
+	// cancellation), so that actors drop what they cached.
+	eventsChannel = "flashsale:voucher-events"
+	// orderIDKey holds the order-id allocator's (second, sequence).
+	orderIDKey = "flashsale:order-id"
+)
+
+// Grab outcome codes as the script returns them.
+var scriptCodes = []domain.SeckillCode{
+	domain.SeckillOK, domain.SeckillNotFound, domain.SeckillNotStarted, domain.SeckillEnded,
+	domain.SeckillPaused, domain.SeckillSoldOut, domain.SeckillLimitReached,
+}
+
+// grabScript sells a whole batch of grabs of one voucher atomically. For
+// each grab, in order: a request id seen before answers its first result
+// (a retried batch or request never sells twice); otherwise status, the
+// time window (Redis TIME), stock and the user's live orders decide, and a
+// sale deducts stock, counts the user's order, remembers the request,
+// and appends the order to the voucher's order log, in one atomic step.
+// The whole batch is refused if the caller's fencing token is not the
+// newest: a stale actor activation can never sell.
+//
+// Order and user ids stay strings: Lua numbers are doubles, and order ids
+// exceed 2^53.
+//
+// KEYS: meta, stock, users, fence, req, log.
+// ARGV: fence, voucher id, then (request id, user id, order id) per grab.
+// Returns {state, remaining, status, begin, end, code1, order1, ...} with
+// state 0 = done, -1 = stale fence, 1 = voucher not in Redis.
+var grabScript = redis.NewScript(`
+if redis.call('GET', KEYS[4]) ~= ARGV[1] then
+  return {-1, 0, 0, 0, 0}
+end
+local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit')
+local status = tonumber(m[1])
+if not status then
+  return {1, 0, 0, 0, 0}
+end
+local begin_ms, end_ms, limit = tonumber(m[2]), tonumber(m[3]), tonumber(m[4])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local verdict = 0
+if status == 2 then verdict = 4
+elseif status == 3 then verdict = 3
+elseif now < begin_ms then verdict = 2
+elseif now >= end_ms then verdict = 3
+end
+local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
+local slot = '0'
+if limit == 1 then slot = '1' end
+local out = {0, 0, status, begin_ms, end_ms}
+local sold = 0
+for i = 3, #ARGV, 3 do
+  local req, user, oid = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local prev = redis.call('HGET', KEYS[5], req)
+  if prev then
+    out[#out + 1] = 0
+    out[#out + 1] = prev
+  elseif verdict ~= 0 then
+    out[#out + 1] = verdict
+    out[#out + 1] = '0'
+  elseif stock <= 0 then
+    out[#out + 1] = 5
+    out[#out + 1] = '0'
+  elseif tonumber(redis.call('HGET', KEYS[3], user) or '0') >= limit then
+    out[#out + 1] = 6
+    out[#out + 1] = '0'
+  else
+    stock = stock - 1
+    sold = sold + 1
+    redis.call('HINCRBY', KEYS[3], user, 1)
+    redis.call('HSET', KEYS[5], req, oid)
+    redis.call('XADD', KEYS[6], '*', 'o', oid, 'u', user, 'v', ARGV[2], 't', now, 's', slot)
+    out[#out + 1] = 0
+    out[#out + 1] = oid
+  end
+end
+if sold > 0 then
+  redis.call('DECRBY', KEYS[2], sold)
+  redis.call('PEXPIREAT', KEYS[5], end_ms + 86400000)
+end
+out[2] = stock
+return out
+`)
+
+// orderIDScript allocates a block of n order ids: (second, first sequence)
+// with ids = second<<32 | sequence. The pair only grows within a Redis
+// lifetime; a Redis that lost the key starts two seconds ahead of its clock,
+// past any second a previous lifetime could have handed out (unless Redis
+// restarts twice within two seconds while selling).
+var orderIDScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) - tonumber(ARGV[2])
+local sec = tonumber(redis.call('HGET', KEYS[1], 'sec') or '-1')
+local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
+local n = tonumber(ARGV[1])
+if sec < 0 then
+  sec = now + 2
+  seq = 0
+elseif now > sec then
+  sec = now
+  seq = 0
+end
+if seq + n > 4294967295 then
+  sec = sec + 1
+  seq = 0
+end
+redis.call('HSET', KEYS[1], 'sec', sec, 'seq', seq + n)
+return {sec, seq}
+`)
+
+// orderIDEpoch is 2023-01-01T00:00:00Z, the seeds' order-id epoch.
+const orderIDEpoch = 1672531200
+
+// VoucherState is what an actor may cache about a voucher.
+type VoucherState struct {
+	Found     bool
+	Status    domain.VoucherStatus
+	Begin     time.Time
+	End       time.Time
+	Limit     int
+	Remaining int
+}
+
+// Grab is one grab of a batch.
+type Grab struct {
+	RequestID string
+	UserID    int64
+	OrderID   int64
+}
+
+// BatchOutcome is the script's answer to a batch.
+type BatchOutcome struct {
+	// Stale means the fencing token was superseded: nothing was sold and
+	// the activation must stop.
+	Stale   bool
+	State   VoucherState
+	Results []domain.GrabResult
+}
+
+// Grabs runs the grab scripts on the stock Redis.
+type Grabs struct {
+	rdb redis.UniversalClient
+}
+
+// NewGrabs returns the grab store.
+func NewGrabs(rdb redis.UniversalClient) *Grabs { return &Grabs{rdb: rdb} }
+
+// Claim takes a new fencing token for an activation of the voucher's actor
+// and reads the voucher's state, in one round trip.
+func (g *Grabs) Claim(ctx context.Context, voucherID int64) (int64, VoucherState, error) {
+	pipe := g.rdb.Pipeline()
+	fence := pipe.Incr(ctx, fenceKey(voucherID))
+	meta := pipe.HMGet(ctx, metaKey(voucherID), "status", "begin", "end", "limit")
+	stock := pipe.Get(ctx, stockKey(voucherID))
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, VoucherState{}, fmt.Errorf("claim voucher %d: %w", voucherID, err)
+	}
+	return fence.Val(), parseState(meta.Val(), stock.Val()), nil
+}
+
+// State reads the voucher's state without claiming.
+func (g *Grabs) State(ctx context.Context, voucherID int64) (VoucherState, error) {
+	pipe := g.rdb.Pipeline()
+	meta := pipe.HMGet(ctx, metaKey(voucherID), "status", "begin", "end", "limit")
+	stock := pipe.Get(ctx, stockKey(voucherID))
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return VoucherState{}, fmt.Errorf("read voucher %d state: %w", voucherID, err)
+	}
+	return parseState(meta.Val(), stock.Val()), nil
+}
+
+func parseState(meta []any, stock string) VoucherState {
+	num := func(v any) int64 {
+		s, _ := v.(string)
+		n, _ := strconv.ParseInt(s, 10, 64)
+		return n
+	}
+	if len(meta) < 4 || meta[0] == nil {
+		return VoucherState{}
+	}
+	remaining, _ := strconv.Atoi(stock)
+	return VoucherState{
+		Found:     true,
+		Status:    domain.VoucherStatus(num(meta[0])),
+		Begin:     time.UnixMilli(num(meta[1])),
+		End:       time.UnixMilli(num(meta[2])),
+		Limit:     int(num(meta[3])),
+		Remaining: remaining,
+	}
+}
+
+// Grab runs one batch through the grab script (EVALSHA, falling back to
+// EVAL when Redis lost the script).
+func (g *Grabs) Grab(ctx context.Context, voucherID, fence int64, grabs []Grab) (BatchOutcome, error) {
+	args := make([]any, 0, 2+3*len(grabs))
+	args = append(args, fence, voucherID)
+	for _, gr := range grabs {
+		args = append(args, gr.RequestID, gr.UserID, gr.OrderID)
+	}
+	keys := []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID), fenceKey(voucherID), reqKey(voucherID), LogKey(voucherID)}
+	raw, err := grabScript.Run(ctx, g.rdb, keys, args...).Slice()
+	if err != nil {
+		return BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: %w", voucherID, err)
+	}
+	if len(raw) != 5+2*len(grabs) {
+		return BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: script returned %d values for %d grabs", voucherID, len(raw), len(grabs))
+	}
+	head := make([]int64, 5)
+	for i := range head {
+		head[i], _ = raw[i].(int64)
+	}
+	switch head[0] {
+	case -1:
+		return BatchOutcome{Stale: true}, nil
+	case 1:
+		return BatchOutcome{Results: fill(len(grabs), domain.SeckillNotFound)}, nil
+	}
+	out := BatchOutcome{
+		State: VoucherState{
+			Found: true, Status: domain.VoucherStatus(head[2]),
+			Begin: time.UnixMilli(head[3]), End: time.UnixMilli(head[4]), Remaining: int(head[1]),
+		},
+		Results: make([]domain.GrabResult, len(grabs)),
+	}
+	for i := range grabs {
+		code, _ := raw[5+2*i].(int64)
+		if code < 0 || int(code) >= len(scriptCodes) {
+			return BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: unknown code %d", voucherID, code)
+		}
+		out.Results[i].Code = scriptCodes[code]
+		if code == 0 {
+			s, _ := raw[6+2*i].(string)
+			if out.Results[i].OrderID, err = strconv.ParseInt(s, 10, 64); err != nil {
+				return BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: bad order id %q", voucherID, s)
+			}
+		}
+	}
+	return out, nil
+}
+
+func fill(n int, code domain.SeckillCode) []domain.GrabResult {
+	out := make([]domain.GrabResult, n)
+	for i := range out {
+		out[i].Code = code
+	}
+	return out
+}
+
+// OrderIDs hands out unique, roughly time-ordered 64-bit order ids
+// (seconds since 2023-01-01 << 32 | sequence), taking them from Redis in
+// blocks so that a grab costs no round trip of its own.
+type OrderIDs struct {
+	rdb   redis.UniversalClient
+	block int
+
+	mu        sync.Mutex
+	sec       int64
+	next, end int64
+}
+
+// NewOrderIDs returns an allocator that reserves block ids at a time.
+func NewOrderIDs(rdb redis.UniversalClient, block int) *OrderIDs {
+	if block <= 0 {
+		block = 4096
+	}
+	return &OrderIDs{rdb: rdb, block: block}
+}
+
+// Take returns n fresh ids.
+func (o *OrderIDs) Take(ctx context.Context, n int) ([]int64, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]int64, 0, n)
+	for len(out) < n {
+		if o.next == o.end {
+			want := max(o.block, n-len(out))
+			raw, err := orderIDScript.Run(ctx, o.rdb, []string{orderIDKey}, want, orderIDEpoch).Int64Slice()
+			if err != nil || len(raw) != 2 {
+				return nil, fmt.Errorf("allocate order ids: %w", err)
+			}
+			o.sec, o.next, o.end = raw[0], raw[1], raw[1]+int64(want)
+		}
+		for ; o.next < o.end && len(out) < n; o.next++ {
+			out = append(out, o.sec<<32|o.next)
+		}
+	}
+	return out, nil
+}

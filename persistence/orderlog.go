@@ -1,0 +1,462 @@
+package persistence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/uptrace/bun"
+
+	"flashsale/domain"
+)
+
+// orderRow is a tb_voucher_order row.
+type orderRow struct {
+	bun.BaseModel `bun:"table:tb_voucher_order"`
+
+	ID         int64              `bun:"id,pk"`
+	UserID     int64              `bun:"user_id,notnull"`
+	VoucherID  int64              `bun:"voucher_id,notnull"`
+	Status     domain.OrderStatus `bun:"status,notnull"`
+	Slot       *int               `bun:"slot"`
+	CreateTime time.Time          `bun:"create_time,notnull"`
+	PayTime    *time.Time         `bun:"pay_time"`
+	CancelTime *time.Time         `bun:"cancel_time"`
+	UpdateTime time.Time          `bun:"update_time,notnull"`
+}
+
+// OrderWriterOptions tunes the OrderWriter; zero values take defaults.
+type OrderWriterOptions struct {
+	// Consumer names this writer in the consumer group; unique per process.
+	Consumer string
+	// Batch is how many log entries are read and inserted at once.
+	Batch int
+	// Block is how long one read waits for new entries.
+	Block time.Duration
+	// ClaimIdle is how long an entry must sit unacknowledged with another
+	// consumer before this one takes it over (that consumer is presumed
+	// dead).
+	ClaimIdle time.Duration
+	// ClaimEvery is how often pending entries of others are examined.
+	ClaimEvery time.Duration
+	// MaxBackoff caps the wait between retries while Postgres fails.
+	MaxBackoff time.Duration
+}
+
+func (o OrderWriterOptions) withDefaults() OrderWriterOptions {
+	if o.Consumer == "" {
+		o.Consumer = "writer-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	if o.Batch <= 0 {
+		o.Batch = 500
+	}
+	if o.Block <= 0 {
+		o.Block = 200 * time.Millisecond
+	}
+	if o.ClaimIdle <= 0 {
+		o.ClaimIdle = 30 * time.Second
+	}
+	if o.ClaimEvery <= 0 {
+		o.ClaimEvery = o.ClaimIdle / 3
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 5 * time.Second
+	}
+	return o
+}
+
+var (
+	orderLogLag = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "flashsale", Name: "order_log_lag",
+		Help: "Orders accepted in Redis and not yet committed to the database (all order-log streams).",
+	})
+	ordersPersisted = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "flashsale", Name: "orders_persisted_total",
+		Help: "Orders inserted into tb_voucher_order by the order writer.",
+	})
+	orderWriteErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "flashsale", Name: "order_write_errors_total",
+		Help: "Failed attempts to commit a batch of orders (retried with backoff).",
+	})
+)
+
+func init() { prometheus.MustRegister(orderLogLag, ordersPersisted, orderWriteErrors) }
+
+// OrderWriter moves accepted orders from the Redis order log into
+// tb_voucher_order: it reads hundreds of entries at a time as one consumer
+// of the group, inserts them with one multi-row INSERT ... ON CONFLICT DO
+// NOTHING, takes the inserted ones off tb_seckill_voucher.stock and writes
+// their ledger rows in the same transaction, commits, and only then
+// acknowledges and deletes the entries. A crash before the acknowledgement
+// replays the batch, and the conflict clause makes the replay a no-op, so
+// every order lands exactly once. Entries left pending by a dead consumer
+// are taken over after ClaimIdle.
+//
+// It is a single goroutine loop rather than a protoactor actor: its work is
+// blocking reads and transactions, which would only stall a mailbox.
+type OrderWriter struct {
+	db   *bun.DB
+	rdb  redis.UniversalClient
+	opts OrderWriterOptions
+	log  *slog.Logger
+	now  func() time.Time
+}
+
+// NewOrderWriter returns a writer; Run drives it.
+func NewOrderWriter(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opts OrderWriterOptions) *OrderWriter {
+	return &OrderWriter{db: db, rdb: rdb, opts: opts.withDefaults(), log: log, now: time.Now}
+}
+
+// logEntry is one order of the log.
+type logEntry struct {
+	stream string
+	id     string
+	order  orderRow
+}
+
+// Run persists orders until ctx ends. It never drops an entry: a failed
+// batch is retried, with backoff, until it commits or ctx ends.
+func (w *OrderWriter) Run(ctx context.Context) error {
+	var (
+		streams    []string
+		lastList   time.Time
+		lastClaim  time.Time
+		ownPending = true // at start, re-read what this consumer name left unacknowledged
+		backoff    = 50 * time.Millisecond
+	)
+	for ctx.Err() == nil {
+		var err error
+		if time.Since(lastList) > time.Second || len(streams) == 0 {
+			if streams, err = w.streams(ctx); err != nil {
+				w.pause(ctx, &backoff, "list order logs", err)
+				continue
+			}
+			lastList = time.Now()
+			if len(streams) == 0 {
+				sleep(ctx, w.opts.Block)
+				continue
+			}
+		}
+		var entries []logEntry
+		switch {
+		case time.Since(lastClaim) > w.opts.ClaimEvery:
+			entries, err = w.claim(ctx, streams)
+			if err == nil {
+				lastClaim = time.Now()
+			}
+		case ownPending:
+			entries, err = w.read(ctx, streams, "0", 0)
+			if err == nil && len(entries) == 0 {
+				ownPending = false
+			}
+		default:
+			entries, err = w.read(ctx, streams, ">", w.opts.Block)
+		}
+		if err != nil {
+			w.pause(ctx, &backoff, "read order log", err)
+			continue
+		}
+		if len(entries) == 0 {
+			continue
+		}
+		for ctx.Err() == nil {
+			if err = w.persist(ctx, entries); err == nil {
+				break
+			}
+			orderWriteErrors.Inc()
+			w.pause(ctx, &backoff, "persist orders", err)
+		}
+		if err != nil {
+			return nil // ctx ended; the entries stay pending for the next run
+		}
+		if err = w.ack(ctx, entries); err != nil {
+			// Committed but not acknowledged: they come back as our own
+			// pending entries and are replayed as no-ops.
+			ownPending = true
+			w.pause(ctx, &backoff, "acknowledge orders", err)
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		w.updateLag(ctx, streams)
+	}
+	return nil
+}
+
+func (w *OrderWriter) pause(ctx context.Context, backoff *time.Duration, what string, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	w.log.WarnContext(ctx, "order writer retrying", "step", what, "err", err, "backoff", backoff.String())
+	sleep(ctx, *backoff)
+	*backoff = min(*backoff*2, w.opts.MaxBackoff)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func (w *OrderWriter) streams(ctx context.Context) ([]string, error) {
+	s, err := w.rdb.SMembers(ctx, orderLogsKey).Result()
+	if err != nil {
+		return nil, fmt.Errorf("list order logs: %w", err)
+	}
+	sort.Strings(s)
+	return s, nil
+}
+
+// read reads entries of all streams: id "0" re-reads this consumer's own
+// pending entries, ">" new ones (blocking up to block).
+func (w *OrderWriter) read(ctx context.Context, streams []string, id string, block time.Duration) ([]logEntry, error) {
+	args := make([]string, 0, 2*len(streams))
+	args = append(args, streams...)
+	for range streams {
+		args = append(args, id)
+	}
+	if block == 0 {
+		block = -1 // no BLOCK argument
+	}
+	res, err := w.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: OrderLogGroup, Consumer: w.opts.Consumer, Streams: args, Count: int64(w.opts.Batch), Block: block,
+	}).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		if isNoGroup(err) {
+			return nil, w.ensureGroups(ctx, streams)
+		}
+		return nil, fmt.Errorf("xreadgroup: %w", err)
+	}
+	var out []logEntry
+	for _, s := range res {
+		out = w.appendEntries(ctx, out, s.Stream, s.Messages)
+	}
+	return out, nil
+}
+
+// claim takes over entries that other consumers left pending too long.
+func (w *OrderWriter) claim(ctx context.Context, streams []string) ([]logEntry, error) {
+	var out []logEntry
+	for _, s := range streams {
+		start := "0-0"
+		for len(out) < w.opts.Batch {
+			msgs, next, err := w.rdb.XAutoClaim(ctx, &redis.XAutoClaimArgs{
+				Stream: s, Group: OrderLogGroup, Consumer: w.opts.Consumer,
+				MinIdle: w.opts.ClaimIdle, Start: start, Count: int64(w.opts.Batch - len(out)),
+			}).Result()
+			if err != nil {
+				if isNoGroup(err) {
+					break
+				}
+				return nil, fmt.Errorf("xautoclaim %s: %w", s, err)
+			}
+			out = w.appendEntries(ctx, out, s, msgs)
+			if next == "0-0" || len(msgs) == 0 {
+				break
+			}
+			start = next
+		}
+	}
+	if len(out) > 0 {
+		w.log.InfoContext(ctx, "took over orders left by another writer", "orders", len(out))
+	}
+	return out, nil
+}
+
+func isNoGroup(err error) bool {
+	return err != nil && len(err.Error()) >= 7 && err.Error()[:7] == "NOGROUP"
+}
+
+// ensureGroups creates missing consumer groups (a Redis that lost its data
+// and was re-preheated has them; this covers a stream created otherwise).
+func (w *OrderWriter) ensureGroups(ctx context.Context, streams []string) error {
+	for _, s := range streams {
+		err := w.rdb.XGroupCreateMkStream(ctx, s, OrderLogGroup, "0").Err()
+		if err != nil && !isBusyGroup(err) {
+			return fmt.Errorf("create group on %s: %w", s, err)
+		}
+	}
+	return nil
+}
+
+func isBusyGroup(err error) bool { return err != nil && len(err.Error()) >= 9 && err.Error()[:9] == "BUSYGROUP" }
+
+func (w *OrderWriter) appendEntries(ctx context.Context, out []logEntry, stream string, msgs []redis.XMessage) []logEntry {
+	now := w.now().UTC()
+	for _, m := range msgs {
+		o, err := parseOrder(m.Values, now)
+		if err != nil {
+			// A malformed entry can never be persisted; keeping it pending
+			// forever would block nothing but would alarm reconciliation,
+			// so it is logged loudly and kept (never acknowledged).
+			w.log.ErrorContext(ctx, "malformed order-log entry", "stream", stream, "id", m.ID, "err", err)
+			continue
+		}
+		out = append(out, logEntry{stream: stream, id: m.ID, order: o})
+	}
+	return out
+}
+
+func parseOrder(v map[string]any, now time.Time) (orderRow, error) {
+	field := func(k string) (int64, error) {
+		s, _ := v[k].(string)
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("field %s=%q", k, s)
+		}
+		return n, nil
+	}
+	var o orderRow
+	var err error
+	var ms, slot int64
+	if o.ID, err = field("o"); err != nil {
+		return o, err
+	}
+	if o.UserID, err = field("u"); err != nil {
+		return o, err
+	}
+	if o.VoucherID, err = field("v"); err != nil {
+		return o, err
+	}
+	if ms, err = field("t"); err != nil {
+		return o, err
+	}
+	if slot, err = field("s"); err != nil {
+		return o, err
+	}
+	if slot > 0 {
+		s := int(slot)
+		o.Slot = &s
+	}
+	o.Status = domain.OrderUnpaid
+	o.CreateTime = time.UnixMilli(ms).UTC()
+	o.UpdateTime = now
+	return o, nil
+}
+
+// persist inserts a batch in one transaction: the orders (duplicates of
+// a replay are skipped), the stock they take and their ledger rows.
+func (w *OrderWriter) persist(ctx context.Context, entries []logEntry) error {
+	rows := make([]orderRow, 0, len(entries))
+	seen := make(map[int64]bool, len(entries))
+	for _, e := range entries {
+		if !seen[e.order.ID] { // a claim and a read may overlap
+			seen[e.order.ID] = true
+			rows = append(rows, e.order)
+		}
+	}
+	return w.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var inserted []int64
+		err := tx.NewInsert().Model(&rows).On("CONFLICT DO NOTHING").Returning("id").Scan(ctx, &inserted)
+		if err != nil {
+			return fmt.Errorf("insert %d orders: %w", len(rows), err)
+		}
+		if len(inserted) == 0 {
+			return nil
+		}
+		byID := make(map[int64]*orderRow, len(rows))
+		for i := range rows {
+			byID[rows[i].ID] = &rows[i]
+		}
+		perVoucher := map[int64]int{}
+		ledger := make([]ledgerRow, 0, len(inserted))
+		for _, id := range inserted {
+			o := byID[id]
+			perVoucher[o.VoucherID]++
+			ref := o.ID
+			ledger = append(ledger, ledgerRow{VoucherID: o.VoucherID, Delta: -1, Reason: ReasonSale, RefID: &ref, CreateTime: o.CreateTime})
+		}
+		for v, n := range perVoucher {
+			if _, err := tx.NewUpdate().Table("tb_seckill_voucher").Set("stock = stock - ?", n).Where("voucher_id = ?", v).Exec(ctx); err != nil {
+				return fmt.Errorf("take %d units of voucher %d: %w", n, v, err)
+			}
+		}
+		if _, err := tx.NewInsert().Model(&ledger).On("CONFLICT DO NOTHING").Exec(ctx); err != nil {
+			return fmt.Errorf("insert ledger rows: %w", err)
+		}
+		ordersPersisted.Add(float64(len(inserted)))
+		return nil
+	})
+}
+
+// ack acknowledges and deletes committed entries, so that a stream holds
+// exactly the orders not yet in the database (reconciliation counts them).
+func (w *OrderWriter) ack(ctx context.Context, entries []logEntry) error {
+	ids := map[string][]string{}
+	for _, e := range entries {
+		ids[e.stream] = append(ids[e.stream], e.id)
+	}
+	pipe := w.rdb.Pipeline()
+	for s, list := range ids {
+		pipe.XAck(ctx, s, OrderLogGroup, list...)
+		pipe.XDel(ctx, s, list...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("ack orders: %w", err)
+	}
+	return nil
+}
+
+func (w *OrderWriter) updateLag(ctx context.Context, streams []string) {
+	pipe := w.rdb.Pipeline()
+	cmds := make([]*redis.IntCmd, len(streams))
+	for i, s := range streams {
+		cmds[i] = pipe.XLen(ctx, s)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return
+	}
+	var lag int64
+	for _, c := range cmds {
+		lag += c.Val()
+	}
+	orderLogLag.Set(float64(lag))
+}
+
+// InFlight counts a voucher's orders accepted in Redis but not yet
+// committed to the database.
+func InFlight(ctx context.Context, rdb redis.UniversalClient, voucherID int64) (int64, error) {
+	n, err := rdb.XLen(ctx, LogKey(voucherID)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("order log length of voucher %d: %w", voucherID, err)
+	}
+	return n, nil
+}
+
+// WaitDrained waits until every order log is empty (all accepted orders
+// committed), polling, or until ctx ends.
+func (w *OrderWriter) WaitDrained(ctx context.Context) error {
+	for {
+		streams, err := w.streams(ctx)
+		if err != nil {
+			return err
+		}
+		var total int64
+		for _, s := range streams {
+			n, err := w.rdb.XLen(ctx, s).Result()
+			if err != nil {
+				return fmt.Errorf("order log length: %w", err)
+			}
+			total += n
+		}
+		if total == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d orders not yet persisted: %w", total, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
