@@ -1,10 +1,13 @@
 package graph_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 
+	"flashsale/actors"
 	"flashsale/graph"
 	"flashsale/internal/auth"
 	"flashsale/internal/catalog"
@@ -25,11 +29,14 @@ const testSecret = "test-secret-0123456789abcdef"
 // Postgres database of the test's own.
 type testServer struct {
 	client  *client.Client
+	handler http.Handler
 	db      *bun.DB
 	redis   *testenv.RedisServer
 	rdb     *redis.Client
 	tokens  *auth.Tokens
 	catalog *catalog.Service
+	router  *actors.Router
+	writer  *persistence.OrderWriter
 }
 
 func newServer(tb testing.TB) *testServer {
@@ -38,9 +45,27 @@ func newServer(tb testing.TB) *testServer {
 	s.rdb = s.redis.Client()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s.catalog = catalog.New(persistence.NewVouchers(s.db), persistence.NewStock(s.rdb), log)
-	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog}, graph.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: true})
+	s.router = actors.NewRouter(persistence.NewGrabs(s.rdb), persistence.NewOrderIDs(s.rdb, 0, persistence.MaxOrderID(s.db)), s.catalog, log, actors.Options{})
+	s.writer = persistence.NewOrderWriter(s.db, s.rdb, log, persistence.OrderWriterOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	bg.Go(func() { _ = s.writer.Run(ctx) })
+	bg.Go(func() { _ = persistence.NewStock(s.rdb).Watch(ctx, s.router.Changed, s.router.Resync) })
+	tb.Cleanup(func() { s.router.Close(); cancel(); bg.Wait() })
+	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router}, graph.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: true})
 	s.client = client.New(h)
+	s.handler = h
 	return s
+}
+
+// drained waits until every accepted order is in the database.
+func (s *testServer) drained(tb testing.TB) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.writer.WaitDrained(ctx); err != nil {
+		tb.Fatalf("order log not drained: %v", err)
+	}
 }
 
 func (s *testServer) token(tb testing.TB, user int64, role auth.Role) string {

@@ -55,7 +55,6 @@ func TestLaterFieldsSayNotImplemented(t *testing.T) {
 	s := newServer(t)
 	user := s.token(t, 2, auth.RoleUser)
 	for _, op := range []string{
-		`mutation { seckillVoucher(voucherId: "1") { code } }`,
 		`mutation { payOrder(orderId: "1") { id } }`,
 		`mutation { cancelOrder(orderId: "1") { id } }`,
 		`mutation { createRedPacket(input: {totalCents: 100, count: 2}) { id } }`,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/uptrace/bun"
 
 	"flashsale/domain"
 )
@@ -117,9 +118,12 @@ return out
 
 // orderIDScript allocates a block of n order ids: (second, first sequence)
 // with ids = second<<32 | sequence. The pair only grows within a Redis
-// lifetime; a Redis that lost the key starts two seconds ahead of its clock,
-// past any second a previous lifetime could have handed out (unless Redis
-// restarts twice within two seconds while selling).
+// lifetime. When the key is missing (first use, or Redis lost its data) the
+// script refuses until the caller passes a floor: a second past every id
+// already in the database, so a new lifetime never repeats a persisted id.
+//
+// ARGV: n, epoch, floor ("" when unknown). Returns {second, sequence}, or
+// {-1, 0} when a floor is needed.
 var orderIDScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) - tonumber(ARGV[2])
@@ -127,7 +131,10 @@ local sec = tonumber(redis.call('HGET', KEYS[1], 'sec') or '-1')
 local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
 local n = tonumber(ARGV[1])
 if sec < 0 then
-  sec = now + 2
+  if ARGV[3] == '' then
+    return {-1, 0}
+  end
+  sec = math.max(now, tonumber(ARGV[3]))
   seq = 0
 elseif now > sec then
   sec = now
@@ -235,18 +242,20 @@ func (g *Grabs) Grab(ctx context.Context, voucherID, fence int64, grabs []Grab) 
 	if err != nil {
 		return BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: %w", voucherID, err)
 	}
-	if len(raw) != 5+2*len(grabs) {
-		return BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: script returned %d values for %d grabs", voucherID, len(raw), len(grabs))
+	if len(raw) < 5 {
+		return BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: script returned %d values", voucherID, len(raw))
 	}
 	head := make([]int64, 5)
 	for i := range head {
 		head[i], _ = raw[i].(int64)
 	}
-	switch head[0] {
-	case -1:
+	switch {
+	case head[0] == -1:
 		return BatchOutcome{Stale: true}, nil
-	case 1:
+	case head[0] == 1:
 		return BatchOutcome{Results: fill(len(grabs), domain.SeckillNotFound)}, nil
+	case len(raw) != 5+2*len(grabs):
+		return BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: script returned %d values for %d grabs", voucherID, len(raw), len(grabs))
 	}
 	out := BatchOutcome{
 		State: VoucherState{
@@ -285,18 +294,50 @@ func fill(n int, code domain.SeckillCode) []domain.GrabResult {
 type OrderIDs struct {
 	rdb   redis.UniversalClient
 	block int
+	// maxID returns the largest order id already persisted; it is asked
+	// only when Redis has no allocator state.
+	maxID func(context.Context) (int64, error)
 
 	mu        sync.Mutex
 	sec       int64
 	next, end int64
 }
 
-// NewOrderIDs returns an allocator that reserves block ids at a time.
-func NewOrderIDs(rdb redis.UniversalClient, block int) *OrderIDs {
+// NewOrderIDs returns an allocator that reserves block ids at a time;
+// maxID reports the largest id already persisted (see MaxOrderID).
+func NewOrderIDs(rdb redis.UniversalClient, block int, maxID func(context.Context) (int64, error)) *OrderIDs {
 	if block <= 0 {
 		block = 4096
 	}
-	return &OrderIDs{rdb: rdb, block: block}
+	return &OrderIDs{rdb: rdb, block: block, maxID: maxID}
+}
+
+// MaxOrderID returns a function reporting the largest order id in db.
+func MaxOrderID(db *bun.DB) func(context.Context) (int64, error) {
+	return func(ctx context.Context) (int64, error) {
+		var id int64
+		err := db.NewSelect().Table("tb_voucher_order").ColumnExpr("COALESCE(MAX(id), 0)").Scan(ctx, &id)
+		if err != nil {
+			return 0, fmt.Errorf("largest persisted order id: %w", err)
+		}
+		return id, nil
+	}
+}
+
+func (o *OrderIDs) allocate(ctx context.Context, n int) error {
+	raw, err := orderIDScript.Run(ctx, o.rdb, []string{orderIDKey}, n, orderIDEpoch, "").Int64Slice()
+	if err == nil && len(raw) == 2 && raw[0] < 0 {
+		var maxID int64
+		if maxID, err = o.maxID(ctx); err != nil {
+			return fmt.Errorf("allocate order ids after redis lost the allocator: %w", err)
+		}
+		raw, err = orderIDScript.Run(ctx, o.rdb, []string{orderIDKey}, n, orderIDEpoch, maxID>>32+1).Int64Slice()
+	}
+	if err != nil || len(raw) != 2 || raw[0] < 0 {
+		return fmt.Errorf("allocate order ids: %v %w", raw, err)
+	}
+	o.sec, o.next, o.end = raw[0], raw[1], raw[1]+int64(n)
+	return nil
 }
 
 // Take returns n fresh ids.
@@ -306,12 +347,9 @@ func (o *OrderIDs) Take(ctx context.Context, n int) ([]int64, error) {
 	out := make([]int64, 0, n)
 	for len(out) < n {
 		if o.next == o.end {
-			want := max(o.block, n-len(out))
-			raw, err := orderIDScript.Run(ctx, o.rdb, []string{orderIDKey}, want, orderIDEpoch).Int64Slice()
-			if err != nil || len(raw) != 2 {
-				return nil, fmt.Errorf("allocate order ids: %w", err)
+			if err := o.allocate(ctx, max(o.block, n-len(out))); err != nil {
+				return nil, err
 			}
-			o.sec, o.next, o.end = raw[0], raw[1], raw[1]+int64(want)
 		}
 		for ; o.next < o.end && len(out) < n; o.next++ {
 			out = append(out, o.sec<<32|o.next)

@@ -1,0 +1,259 @@
+package actors_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/uptrace/bun"
+
+	"flashsale/actors"
+	"flashsale/domain"
+	"flashsale/internal/catalog"
+	"flashsale/internal/testenv"
+	"flashsale/persistence"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// counter counts every command a client sends, pipelines included.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+}
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
+}
+
+type env struct {
+	db      *bun.DB
+	redis   *testenv.RedisServer
+	rdb     *redis.Client
+	catalog *catalog.Service
+}
+
+func newEnv(tb testing.TB) *env {
+	tb.Helper()
+	e := &env{db: testenv.MustPostgres(tb), redis: testenv.MustRedis(tb)}
+	e.rdb = e.redis.Client()
+	e.catalog = catalog.New(persistence.NewVouchers(e.db), persistence.NewStock(e.rdb), quiet)
+	return e
+}
+
+// router starts a router (its own actor system, as a second node would
+// have) on its own client, whose commands cnt counts if not nil.
+func (e *env) router(tb testing.TB, cnt *counter, opts actors.Options) *actors.Router {
+	tb.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr()})
+	if cnt != nil {
+		rdb.AddHook(cnt)
+	}
+	r := actors.NewRouter(persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(e.db)), e.catalog, quiet, opts)
+	tb.Cleanup(func() { r.Close(); _ = rdb.Close() })
+	return r
+}
+
+func (e *env) voucher(tb testing.TB, stock, limit int, begin, end time.Time) int64 {
+	tb.Helper()
+	v, err := e.catalog.Create(context.Background(), domain.NewVoucher{
+		ShopID: 1, Title: "v", PayValue: 1, ActualValue: 2, Type: domain.VoucherSeckill,
+		Stock: &stock, BeginAt: &begin, EndAt: &end, PerUserLimit: &limit,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return v.ID
+}
+
+func (e *env) live(tb testing.TB, stock, limit int) int64 {
+	return e.voucher(tb, stock, limit, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
+}
+
+func TestSoldOutIsAnsweredWithoutRedis(t *testing.T) {
+	e := newEnv(t)
+	id := e.live(t, 20, 1)
+	var cnt counter
+	r := e.router(t, &cnt, actors.Options{})
+	ok := 0
+	for u := int64(1); u <= 25; u++ {
+		if r.Grab(t.Context(), id, u).Code == domain.SeckillOK {
+			ok++
+		}
+	}
+	if ok != 20 {
+		t.Fatalf("%d OK, want 20", ok)
+	}
+	before := cnt.n.Load()
+	var wg sync.WaitGroup
+	for u := int64(100); u < 1100; u++ {
+		wg.Go(func() {
+			if c := r.Grab(context.Background(), id, u).Code; c != domain.SeckillSoldOut {
+				t.Errorf("user %d: %s, want SOLD_OUT", u, c)
+			}
+		})
+	}
+	wg.Wait()
+	if calls := cnt.n.Load() - before; calls != 0 {
+		t.Fatalf("1000 sold-out grabs made %d Redis calls, want 0", calls)
+	}
+}
+
+func TestCachedAnswersFollowStatusChanges(t *testing.T) {
+	e := newEnv(t)
+	id := e.live(t, 100, 5)
+	r := e.router(t, nil, actors.Options{})
+	ctx := t.Context()
+	grab := func(u int64) domain.SeckillCode { return r.Grab(ctx, id, u).Code }
+	if c := grab(1); c != domain.SeckillOK {
+		t.Fatalf("first grab %s", c)
+	}
+	// The actor cached ACTIVE; no event reaches it here (nobody watches),
+	// so the script itself must refuse.
+	if _, err := e.catalog.SetStatus(ctx, id, domain.StatusPaused); err != nil {
+		t.Fatal(err)
+	}
+	if c := grab(2); c != domain.SeckillPaused {
+		t.Fatalf("grab on a paused voucher: %s", c)
+	}
+	if c := grab(3); c != domain.SeckillPaused { // now from memory
+		t.Fatalf("second grab on a paused voucher: %s", c)
+	}
+	// Resuming announces the change; the watcher delivers it.
+	watchCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go func() { _ = persistence.NewStock(e.rdb).Watch(watchCtx, r.Changed, r.Resync) }()
+	time.Sleep(100 * time.Millisecond) // let the subscription start
+	if _, err := e.catalog.SetStatus(ctx, id, domain.StatusActive); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for grab(4) != domain.SeckillOK {
+		if time.Now().After(deadline) {
+			t.Fatal("resumed voucher still refused")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := e.catalog.SetStatus(ctx, id, domain.StatusEnded); err != nil {
+		t.Fatal(err)
+	}
+	if c := grab(5); c != domain.SeckillEnded {
+		t.Fatalf("grab on an ended voucher: %s", c)
+	}
+}
+
+func TestWindowIsAnsweredFromMemory(t *testing.T) {
+	e := newEnv(t)
+	now := time.Now()
+	early := e.voucher(t, 10, 1, now.Add(time.Hour), now.Add(2*time.Hour))
+	late := e.voucher(t, 10, 1, now.Add(-2*time.Hour), now.Add(-time.Hour))
+	soon := e.voucher(t, 10, 1, now.Add(700*time.Millisecond), now.Add(time.Hour))
+	r := e.router(t, nil, actors.Options{})
+	for _, tc := range []struct {
+		id   int64
+		want domain.SeckillCode
+	}{{early, domain.SeckillNotStarted}, {late, domain.SeckillEnded}, {soon, domain.SeckillNotStarted}, {424242, domain.SeckillNotFound}} {
+		if c := r.Grab(t.Context(), tc.id, 1).Code; c != tc.want {
+			t.Errorf("voucher %d: %s, want %s", tc.id, c, tc.want)
+		}
+	}
+	time.Sleep(time.Until(now.Add(800 * time.Millisecond)))
+	if c := r.Grab(t.Context(), soon, 1).Code; c != domain.SeckillOK {
+		t.Fatalf("after the start: %s", c)
+	}
+}
+
+func TestTwoActivationsNeverOversell(t *testing.T) {
+	e := newEnv(t)
+	const stock = 300
+	id := e.live(t, stock, 1)
+	a := e.router(t, nil, actors.Options{})
+	b := e.router(t, nil, actors.Options{})
+	ctx := t.Context()
+
+	if c := a.Grab(ctx, id, 1).Code; c != domain.SeckillOK {
+		t.Fatalf("first activation: %s", c)
+	}
+	if c := b.Grab(ctx, id, 2).Code; c != domain.SeckillOK { // claims a newer fence
+		t.Fatalf("second activation: %s", c)
+	}
+	if c := a.Grab(ctx, id, 3).Code; c != domain.SeckillUnavailable {
+		t.Fatalf("stale activation answered %s, want UNAVAILABLE", c)
+	}
+	if a.Active(id) {
+		t.Fatal("the stale activation did not stop")
+	}
+
+	// Both nodes hammer the voucher; activations keep superseding each
+	// other. Users retry UNAVAILABLE; the sale must still be exact.
+	var okUsers sync.Map
+	var ok atomic.Int64
+	ok.Store(2)
+	var wg sync.WaitGroup
+	for u := int64(10); u < 10+4*stock; u++ {
+		wg.Go(func() {
+			r := a
+			if u%2 == 0 {
+				r = b
+			}
+			for {
+				res := r.Grab(context.Background(), id, u)
+				switch res.Code {
+				case domain.SeckillUnavailable:
+					time.Sleep(time.Millisecond)
+					continue
+				case domain.SeckillOK:
+					ok.Add(1)
+					if _, dup := okUsers.LoadOrStore(u, true); dup {
+						t.Errorf("user %d got two orders", u)
+					}
+				}
+				return
+			}
+		})
+	}
+	wg.Wait()
+	if ok.Load() != stock {
+		t.Fatalf("%d OK for a stock of %d", ok.Load(), stock)
+	}
+	if left, _ := e.rdb.Get(ctx, "{v"+strconv.FormatInt(id, 10)+"}:stock").Int(); left != 0 {
+		t.Fatalf("redis stock %d, want 0", left)
+	}
+}
+
+func TestRedisDownAnswersUnavailableInBoundedTime(t *testing.T) {
+	e := newEnv(t)
+	id := e.live(t, 100, 1)
+	proxy := testenv.MustProxy(t, e.redis.Addr())
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	r := actors.NewRouter(persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(e.db)), e.catalog, quiet,
+		actors.Options{CallTimeout: 300 * time.Millisecond, GrabTimeout: 2 * time.Second})
+	t.Cleanup(r.Close)
+	if c := r.Grab(t.Context(), id, 1).Code; c != domain.SeckillOK {
+		t.Fatalf("grab with redis up: %s", c)
+	}
+	proxy.Down()
+	start := time.Now()
+	if c := r.Grab(t.Context(), id, 2).Code; c != domain.SeckillUnavailable {
+		t.Fatalf("grab with redis down: %s", c)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("answer took %s", d)
+	}
+	proxy.Up()
+	deadline := time.Now().Add(5 * time.Second)
+	for r.Grab(t.Context(), id, 3).Code != domain.SeckillOK {
+		if time.Now().After(deadline) {
+			t.Fatal("grabs did not recover after redis came back")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

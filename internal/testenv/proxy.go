@@ -1,0 +1,108 @@
+package testenv
+
+import (
+	"io"
+	"net"
+	"sync"
+	"testing"
+)
+
+// Proxy forwards TCP connections to a target and can cut them all and
+// refuse new ones, to play a database or Redis outage without stopping a
+// server that other tests share.
+type Proxy struct {
+	tb     testing.TB
+	target string
+	ln     net.Listener
+
+	mu    sync.Mutex
+	down  bool
+	conns map[net.Conn]struct{}
+}
+
+// MustProxy starts a proxy to target (host:port) on a free loopback port.
+func MustProxy(tb testing.TB, target string) *Proxy {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("proxy listen: %v", err)
+	}
+	p := &Proxy{tb: tb, target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	go p.accept()
+	tb.Cleanup(func() {
+		_ = ln.Close()
+		p.Down()
+	})
+	return p
+}
+
+// Addr is the proxy's host:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Down cuts every connection and refuses new ones until Up.
+func (p *Proxy) Down() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	clear(p.conns)
+}
+
+// Up accepts connections again.
+func (p *Proxy) Up() {
+	p.mu.Lock()
+	p.down = false
+	p.mu.Unlock()
+}
+
+func (p *Proxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		go p.serve(c)
+	}
+}
+
+func (p *Proxy) serve(client net.Conn) {
+	p.mu.Lock()
+	if p.down {
+		p.mu.Unlock()
+		_ = client.Close()
+		return
+	}
+	p.mu.Unlock()
+	server, err := net.Dial("tcp", p.target)
+	if err != nil {
+		_ = client.Close()
+		return
+	}
+	p.mu.Lock()
+	if p.down {
+		p.mu.Unlock()
+		_ = client.Close()
+		_ = server.Close()
+		return
+	}
+	p.conns[client] = struct{}{}
+	p.conns[server] = struct{}{}
+	p.mu.Unlock()
+	done := make(chan struct{}, 2)
+	pipe := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		_ = dst.Close()
+		_ = src.Close()
+		done <- struct{}{}
+	}
+	go pipe(server, client)
+	go pipe(client, server)
+	<-done
+	<-done
+	p.mu.Lock()
+	delete(p.conns, client)
+	delete(p.conns, server)
+	p.mu.Unlock()
+}

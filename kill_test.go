@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"flashsale/internal/auth"
+	"flashsale/internal/testenv"
+)
+
+// process is the service running as a real OS process.
+type process struct {
+	cmd  *exec.Cmd
+	base string
+	out  *syncBuffer
+}
+
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "flashsale")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func startProcess(t *testing.T, bin string, env map[string]string) *process {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	p := &process{base: "http://" + addr, out: &syncBuffer{}}
+	p.cmd = exec.Command(bin)
+	p.cmd.Env = append(os.Environ(), "HTTP_ADDR="+addr)
+	for k, v := range env {
+		p.cmd.Env = append(p.cmd.Env, k+"="+v)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(p.base + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("service not ready; output:\n%s", p.out.String())
+	return nil
+}
+
+func (p *process) grab(client *http.Client, token, voucherID string) (code, orderID string, err error) {
+	body, _ := json.Marshal(map[string]any{"query": `mutation($id: ID!) { seckillVoucher(voucherId: $id) { code orderId } }`, "variables": map[string]any{"id": voucherID}})
+	req, _ := http.NewRequest(http.MethodPost, p.base+"/query", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", "", err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Data struct{ SeckillVoucher struct{ Code, OrderID string } }
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return "", "", err
+	}
+	return out.Data.SeckillVoucher.Code, out.Data.SeckillVoucher.OrderID, nil
+}
+
+// TestKillDashNineLosesNoOrder kills the service with SIGKILL in the middle
+// of a sale, right after it has answered OKs, restarts it, and checks that
+// every order it answered OK reaches the database exactly once and that
+// stock reconciles.
+func TestKillDashNineLosesNoOrder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the service as a process")
+	}
+	bin := buildBinary(t)
+	redisSrv := testenv.MustRedis(t)
+	dbURL := testenv.MustPostgresURL(t)
+	const secret = "kill-test-secret"
+	env := map[string]string{
+		"REDIS_URL": redisSrv.URL(), "DATABASE_URL": dbURL, "JWT_SECRET": secret,
+		"ORDER_LOG_CLAIM_IDLE": "1s", "LOG_LEVEL": "warn",
+	}
+	tokens := auth.NewTokens(secret)
+	admin, _ := tokens.Issue(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, time.Hour)
+	first := startProcess(t, bin, env)
+	const stock = 3000
+	created := postQuery(t, first.base, admin, fmt.Sprintf(`mutation { createVoucher(input: {shopId: "1", title: "k", payValue: 1, actualValue: 2, type: SECKILL, stock: %d, beginAt: "2026-01-01T00:00:00Z", endAt: "2099-01-01T00:00:00Z"}) { id } }`, stock))
+	voucherID := created["createVoucher"].(map[string]any)["id"].(string)
+
+	var (
+		mu       sync.Mutex
+		okOrders = map[string]int64{}
+		wg       sync.WaitGroup
+		killed   = make(chan struct{})
+	)
+	client := &http.Client{Timeout: 5 * time.Second}
+	for w := 0; w < 32; w++ {
+		wg.Go(func() {
+			for u := int64(w*1000 + 1); u <= int64(w*1000+1000); u++ {
+				select {
+				case <-killed:
+					return
+				default:
+				}
+				tok, _ := tokens.Issue(auth.Identity{UserID: u, Role: auth.RoleUser}, time.Hour)
+				code, id, err := first.grab(client, tok, voucherID)
+				if err == nil && code == "OK" {
+					mu.Lock()
+					okOrders[id] = u
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for {
+		mu.Lock()
+		n := len(okOrders)
+		mu.Unlock()
+		if n >= 500 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_ = first.cmd.Process.Kill() // SIGKILL, mid-sale
+	close(killed)
+	wg.Wait()
+	_ = first.cmd.Wait()
+
+	startProcess(t, bin, env) // the restarted node reclaims the order log
+	db := testenv.MustOpen(t, dbURL)
+	ctx := context.Background()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var ids []int64
+		if err := db.NewSelect().Table("tb_voucher_order").Column("id").Where("voucher_id = ?", voucherID).Scan(ctx, &ids); err != nil {
+			t.Fatal(err)
+		}
+		inDB := make(map[string]bool, len(ids))
+		for _, id := range ids {
+			inDB[strconv.FormatInt(id, 10)] = true
+		}
+		missing := 0
+		for id := range okOrders {
+			if !inDB[id] {
+				missing++
+			}
+		}
+		inflight, _ := redisSrv.Client().XLen(ctx, "{v"+voucherID+"}:log").Result()
+		remaining, _ := redisSrv.Client().Get(ctx, "{v"+voucherID+"}:stock").Int()
+		if missing == 0 && inflight == 0 {
+			// Orders whose answer the kill cut off are in the database too
+			// (the stock was taken); nothing else is.
+			if remaining+len(ids) != stock {
+				t.Fatalf("stock %d != remaining %d + orders %d", stock, remaining, len(ids))
+			}
+			var dbStock int
+			if err := db.NewSelect().Table("tb_seckill_voucher").Column("stock").Where("voucher_id = ?", voucherID).Scan(ctx, &dbStock); err != nil {
+				t.Fatal(err)
+			}
+			if dbStock != remaining {
+				t.Fatalf("database stock %d, redis remaining %d", dbStock, remaining)
+			}
+			t.Logf("%d orders answered OK before the kill, %d in the database", len(okOrders), len(ids))
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d OK'd orders still missing from the database (%d in flight)", missing, inflight)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,205 @@
+package persistence_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/uptrace/bun"
+
+	"flashsale/domain"
+	"flashsale/internal/testenv"
+	"flashsale/persistence"
+)
+
+type voucherSpec struct {
+	stock, limit int
+	begin, end   time.Time
+}
+
+func liveSpec(stock, limit int) voucherSpec {
+	return voucherSpec{stock: stock, limit: limit, begin: time.Now().Add(-time.Hour), end: time.Now().Add(time.Hour)}
+}
+
+// mustVoucher stores a seckill voucher in Postgres and preheats it.
+func mustVoucher(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, spec voucherSpec) domain.Voucher {
+	tb.Helper()
+	ctx := context.Background()
+	v, err := persistence.NewVouchers(db).Create(ctx, domain.NewVoucher{
+		ShopID: 1, Title: "v", PayValue: 1, ActualValue: 2, Type: domain.VoucherSeckill,
+		Stock: &spec.stock, BeginAt: &spec.begin, EndAt: &spec.end, PerUserLimit: &spec.limit,
+	}, time.Now())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := persistence.NewStock(rdb).Preheat(ctx, v, nil); err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
+
+func grabs(tb testing.TB, ids *persistence.OrderIDs, users ...int64) []persistence.Grab {
+	tb.Helper()
+	oids, err := ids.Take(context.Background(), len(users))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := make([]persistence.Grab, len(users))
+	for i, u := range users {
+		out[i] = persistence.Grab{RequestID: fmt.Sprintf("req-%d-%d", u, oids[i]), UserID: u, OrderID: oids[i]}
+	}
+	return out
+}
+
+func codes(out persistence.BatchOutcome) []domain.SeckillCode {
+	cs := make([]domain.SeckillCode, len(out.Results))
+	for i, r := range out.Results {
+		cs[i] = r.Code
+	}
+	return cs
+}
+
+func TestGrabScriptSellsInOrderWithinStockAndLimit(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	v := mustVoucher(t, db, rdb, liveSpec(3, 1))
+	g, ids := persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(db))
+	fence, st, err := g.Claim(t.Context(), v.ID)
+	if err != nil || !st.Found || st.Remaining != 3 || st.Limit != 1 {
+		t.Fatalf("claim: %v %+v", err, st)
+	}
+	out, err := g.Grab(t.Context(), v.ID, fence, grabs(t, ids, 1, 2, 1, 3, 4, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []domain.SeckillCode{"OK", "OK", "LIMIT_REACHED", "OK", "SOLD_OUT", "SOLD_OUT"}
+	if fmt.Sprint(codes(out)) != fmt.Sprint(want) || out.State.Remaining != 0 {
+		t.Fatalf("codes %v remaining %d, want %v and 0", codes(out), out.State.Remaining, want)
+	}
+	if n, _ := persistence.InFlight(t.Context(), rdb, v.ID); n != 3 {
+		t.Fatalf("order log holds %d, want 3", n)
+	}
+}
+
+func TestGrabScriptIsIdempotentPerRequest(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	v := mustVoucher(t, db, rdb, liveSpec(10, 5))
+	g, ids := persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(db))
+	fence, _, _ := g.Claim(t.Context(), v.ID)
+	batch := grabs(t, ids, 7, 7, 8)
+	first, err := g.Grab(t.Context(), v.ID, fence, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same batch again (a retry after a lost reply), and the same
+	// request inside a later batch: nothing is sold twice.
+	again, err := g.Grab(t.Context(), v.ID, fence, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range batch {
+		if first.Results[i] != again.Results[i] || first.Results[i].Code != domain.SeckillOK {
+			t.Fatalf("grab %d: first %+v, retry %+v", i, first.Results[i], again.Results[i])
+		}
+	}
+	if again.State.Remaining != 7 {
+		t.Fatalf("remaining %d after a retried batch, want 7", again.State.Remaining)
+	}
+	if n, _ := persistence.InFlight(t.Context(), rdb, v.ID); n != 3 {
+		t.Fatalf("order log holds %d entries, want 3", n)
+	}
+}
+
+func TestGrabScriptRefusesAStaleFence(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	v := mustVoucher(t, db, rdb, liveSpec(10, 1))
+	g, ids := persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(db))
+	old, _, _ := g.Claim(t.Context(), v.ID)
+	newer, _, _ := g.Claim(t.Context(), v.ID)
+	out, err := g.Grab(t.Context(), v.ID, old, grabs(t, ids, 1))
+	if err != nil || !out.Stale {
+		t.Fatalf("old fence: stale=%v err=%v", out.Stale, err)
+	}
+	if got, _ := rdb.Get(t.Context(), fmt.Sprintf("{v%d}:stock", v.ID)).Int(); got != 10 {
+		t.Fatalf("a stale batch changed stock to %d", got)
+	}
+	if out, err := g.Grab(t.Context(), v.ID, newer, grabs(t, ids, 1)); err != nil || out.Stale || out.Results[0].Code != domain.SeckillOK {
+		t.Fatalf("newest fence: %+v %v", out, err)
+	}
+}
+
+func TestGrabScriptChecksWindowAndStatus(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	g, ids := persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(db))
+	now := time.Now()
+	early := mustVoucher(t, db, rdb, voucherSpec{stock: 5, limit: 1, begin: now.Add(time.Hour), end: now.Add(2 * time.Hour)})
+	late := mustVoucher(t, db, rdb, voucherSpec{stock: 5, limit: 1, begin: now.Add(-2 * time.Hour), end: now.Add(-time.Hour)})
+	paused := mustVoucher(t, db, rdb, liveSpec(5, 1))
+	if err := persistence.NewStock(rdb).SetStatus(t.Context(), paused.ID, domain.StatusPaused); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		id   int64
+		want domain.SeckillCode
+	}{
+		{"before the window", early.ID, domain.SeckillNotStarted},
+		{"after the window", late.ID, domain.SeckillEnded},
+		{"paused", paused.ID, domain.SeckillPaused},
+		{"unknown voucher", 999_999, domain.SeckillNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fence, _, _ := g.Claim(t.Context(), tc.id)
+			out, err := g.Grab(t.Context(), tc.id, fence, grabs(t, ids, 1, 2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range codes(out) {
+				if c != tc.want {
+					t.Fatalf("codes %v, want %s", codes(out), tc.want)
+				}
+			}
+		})
+	}
+}
+
+func TestOrderIDsAreUniqueAcrossNodesAndRedisRestarts(t *testing.T) {
+	srv := testenv.MustRedis(t)
+	rdb := srv.Client()
+	seen := map[int64]bool{}
+	var mu sync.Mutex
+	var maxSeen int64
+	// As if every id handed out so far had been persisted.
+	persisted := func(context.Context) (int64, error) { mu.Lock(); defer mu.Unlock(); return maxSeen, nil }
+	take := func(block, n int) {
+		ids := persistence.NewOrderIDs(rdb, block, persisted)
+		for i := 0; i < n; i += 100 {
+			got, err := ids.Take(context.Background(), 100)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			for _, id := range got {
+				if seen[id] || id <= 0 {
+					t.Errorf("id %d handed out twice (or not positive)", id)
+				}
+				seen[id] = true
+				maxSeen = max(maxSeen, id)
+			}
+			mu.Unlock()
+		}
+	}
+	var wg sync.WaitGroup
+	for node := 0; node < 4; node++ {
+		wg.Go(func() { take(64+node*50, 5000) })
+	}
+	wg.Wait()
+	srv.Restart() // the allocator's state is lost
+	take(64, 2000)
+	if len(seen) != 22000 {
+		t.Fatalf("%d distinct ids, want 22000", len(seen))
+	}
+}

@@ -1,0 +1,171 @@
+package persistence_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/url"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/uptrace/bun"
+
+	"flashsale/domain"
+	"flashsale/internal/testenv"
+	"flashsale/persistence"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// runWriter runs an order writer until the test ends.
+func runWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts persistence.OrderWriterOptions) *persistence.OrderWriter {
+	tb.Helper()
+	w := persistence.NewOrderWriter(db, rdb, quiet, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	tb.Cleanup(func() { cancel(); <-done })
+	return w
+}
+
+func drained(tb testing.TB, w *persistence.OrderWriter, within time.Duration) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if err := w.WaitDrained(ctx); err != nil {
+		tb.Fatalf("order log not drained: %v", err)
+	}
+}
+
+// sell grabs one unit for each user through the script and returns the
+// order ids it answered OK.
+func sell(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, voucherID int64, users []int64) []int64 {
+	tb.Helper()
+	g, ids := persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(db))
+	fence, _, err := g.Claim(context.Background(), voucherID)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var sold []int64
+	for len(users) > 0 {
+		n := min(len(users), 50)
+		out, err := g.Grab(context.Background(), voucherID, fence, grabs(tb, ids, users[:n]...))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		for _, r := range out.Results {
+			if r.Code == domain.SeckillOK {
+				sold = append(sold, r.OrderID)
+			}
+		}
+		users = users[n:]
+	}
+	return sold
+}
+
+func users(from, n int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = int64(from + i)
+	}
+	return out
+}
+
+// assertPersisted checks that the database holds exactly the given orders
+// of the voucher and that its stock reconciles.
+func assertPersisted(tb testing.TB, db *bun.DB, v domain.Voucher, want []int64) {
+	tb.Helper()
+	ctx := context.Background()
+	var got []int64
+	if err := db.NewSelect().Table("tb_voucher_order").Column("id").Where("voucher_id = ?", v.ID).Order("id").Scan(ctx, &got); err != nil {
+		tb.Fatal(err)
+	}
+	sorted := append([]int64(nil), want...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	if len(got) != len(sorted) {
+		tb.Fatalf("database has %d orders, want %d", len(got), len(sorted))
+	}
+	for i := range got {
+		if got[i] != sorted[i] {
+			tb.Fatalf("order %d: database %d, answered %d", i, got[i], sorted[i])
+		}
+	}
+	var row struct {
+		Initial int `bun:"initial_stock"`
+		Stock   int `bun:"stock"`
+	}
+	if err := db.NewSelect().Table("tb_seckill_voucher").Column("initial_stock", "stock").Where("voucher_id = ?", v.ID).Scan(ctx, &row); err != nil {
+		tb.Fatal(err)
+	}
+	var ledger int
+	if err := db.NewSelect().Table("tb_stock_ledger").ColumnExpr("count(*)").Where("voucher_id = ? AND reason = 'sale'", v.ID).Scan(ctx, &ledger); err != nil {
+		tb.Fatal(err)
+	}
+	if row.Initial != row.Stock+len(got) || ledger != len(got) {
+		tb.Fatalf("initial %d != stock %d + live %d, or sale ledger rows %d", row.Initial, row.Stock, len(got), ledger)
+	}
+}
+
+func TestOrderWriterPersistsEveryOrderOnce(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	v := mustVoucher(t, db, rdb, liveSpec(500, 1))
+	w := runWriter(t, db, rdb, persistence.OrderWriterOptions{Batch: 64})
+	sold := sell(t, db, rdb, v.ID, users(1, 300))
+	drained(t, w, 20*time.Second)
+	assertPersisted(t, db, v, sold)
+
+	t.Run("a replayed log entry is a no-op", func(t *testing.T) {
+		// As if a writer committed a batch and died before acknowledging
+		// it: the same orders come around again.
+		for _, id := range sold[:10] {
+			rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: persistence.LogKey(v.ID), Values: []any{
+				"o", id, "u", 999, "v", v.ID, "t", time.Now().UnixMilli(), "s", 1,
+			}})
+		}
+		drained(t, w, 20*time.Second)
+		assertPersisted(t, db, v, sold)
+	})
+}
+
+func TestOrderWriterTakesOverADeadWritersOrders(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	v := mustVoucher(t, db, rdb, liveSpec(100, 1))
+	sold := sell(t, db, rdb, v.ID, users(1, 40))
+	// A writer reads the entries and dies without acknowledging them.
+	res, err := rdb.XReadGroup(t.Context(), &redis.XReadGroupArgs{
+		Group: persistence.OrderLogGroup, Consumer: "dead-node", Streams: []string{persistence.LogKey(v.ID), ">"}, Count: 1000,
+	}).Result()
+	if err != nil || len(res[0].Messages) != 40 {
+		t.Fatalf("dead writer read %v %v", res, err)
+	}
+	w := runWriter(t, db, rdb, persistence.OrderWriterOptions{ClaimIdle: 300 * time.Millisecond, ClaimEvery: 100 * time.Millisecond})
+	drained(t, w, 20*time.Second)
+	assertPersisted(t, db, v, sold)
+}
+
+func TestOrderWriterWaitsOutAPostgresOutage(t *testing.T) {
+	dbURL := testenv.MustPostgresURL(t)
+	rdb := testenv.MustRedis(t).Client()
+	direct := testenv.MustOpen(t, dbURL)
+	u, _ := url.Parse(dbURL)
+	proxy := testenv.MustProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	viaProxy := testenv.MustOpen(t, u.String())
+
+	v := mustVoucher(t, direct, rdb, liveSpec(1000, 1))
+	w := runWriter(t, viaProxy, rdb, persistence.OrderWriterOptions{Batch: 50, MaxBackoff: 200 * time.Millisecond})
+	before := sell(t, direct, rdb, v.ID, users(1, 100))
+	drained(t, w, 20*time.Second)
+
+	proxy.Down()
+	during := sell(t, direct, rdb, v.ID, users(1000, 300)) // grabs go on
+	time.Sleep(2 * time.Second)
+	if n, _ := persistence.InFlight(t.Context(), rdb, v.ID); n != int64(len(during)) {
+		t.Fatalf("%d orders in flight during the outage, want %d", n, len(during))
+	}
+	proxy.Up()
+	drained(t, w, 30*time.Second)
+	assertPersisted(t, direct, v, append(before, during...))
+}
