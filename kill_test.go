@@ -82,7 +82,9 @@ func (p *process) grab(client *http.Client, token, voucherID string) (code, orde
 	}
 	defer resp.Body.Close()
 	var out struct {
-		Data struct{ SeckillVoucher struct{ Code, OrderID string } }
+		Data struct {
+			SeckillVoucher struct{ Code, OrderID string }
+		}
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		return "", "", err

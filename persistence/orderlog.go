@@ -290,7 +290,9 @@ func (w *OrderWriter) ensureGroups(ctx context.Context, streams []string) error 
 	return nil
 }
 
-func isBusyGroup(err error) bool { return err != nil && len(err.Error()) >= 9 && err.Error()[:9] == "BUSYGROUP" }
+func isBusyGroup(err error) bool {
+	return err != nil && len(err.Error()) >= 9 && err.Error()[:9] == "BUSYGROUP"
+}
 
 func (w *OrderWriter) appendEntries(ctx context.Context, out []logEntry, stream string, msgs []redis.XMessage) []logEntry {
 	now := w.now().UTC()
