@@ -1,0 +1,133 @@
+package graph_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"flashsale/actors"
+	"flashsale/domain"
+	"flashsale/graph"
+	"flashsale/internal/auth"
+	"flashsale/persistence"
+)
+
+// cmdCounter counts the commands a client sends (a pipeline counts each).
+type cmdCounter struct{ n atomic.Int64 }
+
+func (c *cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+}
+func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
+}
+
+// perRequest is the reference: the seeds' design, one order-id round trip
+// and one single-grab script call per request, no batching, no memory.
+type perRequest struct {
+	grabs *persistence.Grabs
+	ids   *persistence.OrderIDs
+	fence int64
+	seq   atomic.Int64
+}
+
+func (p *perRequest) Grab(ctx context.Context, voucherID, userID int64) domain.GrabResult {
+	ids, err := p.ids.Take(ctx, 1)
+	if err != nil {
+		return domain.GrabResult{Code: domain.SeckillUnavailable}
+	}
+	req := "ref:" + strconv.FormatInt(p.seq.Add(1), 10)
+	out, err := p.grabs.Grab(ctx, voucherID, p.fence, []persistence.Grab{{RequestID: req, UserID: userID, OrderID: ids[0]}})
+	if err != nil || out.Stale || len(out.Results) != 1 {
+		return domain.GrabResult{Code: domain.SeckillUnavailable}
+	}
+	return out.Results[0]
+}
+
+// BenchmarkGrab measures grabs through the whole GraphQL handler
+// in-process (JWT, parsing, resolver, actor, Redis) against a private
+// redis-server, for our batched router and for the per-request reference,
+// while stock lasts and after sell-out. It reports Redis commands per grab.
+func BenchmarkGrab(b *testing.B) {
+	s := newServer(b)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	const users = 4096
+	tokens := make([]string, users)
+	for i := range tokens {
+		tokens[i], _ = s.tokens.Issue(auth.Identity{UserID: int64(i + 1), Role: auth.RoleUser}, time.Hour)
+	}
+	impls := []struct {
+		name string
+		make func(rdb *redis.Client) (graph.Grabber, func())
+	}{
+		{"batched", func(rdb *redis.Client) (graph.Grabber, func()) {
+			r := actors.NewRouter(persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(s.db)), s.catalog, log, actors.Options{})
+			return r, r.Close
+		}},
+		{"per-request-reference", func(rdb *redis.Client) (graph.Grabber, func()) {
+			return &perRequest{grabs: persistence.NewGrabs(rdb), ids: persistence.NewOrderIDs(rdb, 1, persistence.MaxOrderID(s.db))}, func() {}
+		}},
+	}
+	for _, phase := range []string{"in-stock", "sold-out"} {
+		for _, impl := range impls {
+			b.Run(phase+"/"+impl.name, func(b *testing.B) {
+				in := seckillInput(1, 100_000_000)
+				in["perUserLimit"] = 1000
+				if phase == "sold-out" {
+					in["stock"] = 1
+				}
+				v := s.createVoucher(b, in)
+				vid, _ := strconv.ParseInt(v.ID, 10, 64)
+				var cnt cmdCounter
+				rdb := redis.NewClient(&redis.Options{Addr: s.redis.Addr(), PoolSize: 256})
+				rdb.AddHook(&cnt)
+				defer rdb.Close()
+				grabber, closeFn := impl.make(rdb)
+				defer closeFn()
+				if p, ok := grabber.(*perRequest); ok {
+					p.fence, _, _ = p.grabs.Claim(context.Background(), vid)
+				}
+				if phase == "sold-out" {
+					if res := grabber.Grab(context.Background(), vid, 999_999); res.Code != domain.SeckillOK {
+						b.Fatalf("selling the last unit: %s", res.Code)
+					}
+				}
+				h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: grabber}, graph.HandlerOptions{Tokens: s.tokens, Log: log})
+				body, _ := json.Marshal(map[string]any{"query": grabMutation, "variables": map[string]any{"id": v.ID}})
+				want := map[string]string{"in-stock": `"OK"`, "sold-out": `"SOLD_OUT"`}[phase]
+				var next atomic.Int64
+				start := cnt.n.Load()
+				b.SetParallelism(32)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						i := next.Add(1)
+						req := httptest.NewRequest(http.MethodPost, "/query", bytes.NewReader(body))
+						req.Header.Set("Content-Type", "application/json")
+						req.Header.Set("Authorization", "Bearer "+tokens[i%users])
+						rec := httptest.NewRecorder()
+						h.ServeHTTP(rec, req)
+						if !bytes.Contains(rec.Body.Bytes(), []byte(want)) {
+							b.Errorf("answer %s, want %s", rec.Body.String(), want)
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				b.ReportMetric(float64(cnt.n.Load()-start)/float64(b.N), "redis-cmds/grab")
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "grabs/s")
+			})
+		}
+	}
+}
