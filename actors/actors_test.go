@@ -84,7 +84,7 @@ func TestSoldOutIsAnsweredWithoutRedis(t *testing.T) {
 	r := e.router(t, &cnt, actors.Options{})
 	ok := 0
 	for u := int64(1); u <= 25; u++ {
-		if r.Grab(t.Context(), id, u).Code == domain.SeckillOK {
+		if r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: u}).Code == domain.SeckillOK {
 			ok++
 		}
 	}
@@ -95,7 +95,7 @@ func TestSoldOutIsAnsweredWithoutRedis(t *testing.T) {
 	var wg sync.WaitGroup
 	for u := int64(100); u < 1100; u++ {
 		wg.Go(func() {
-			if c := r.Grab(context.Background(), id, u).Code; c != domain.SeckillSoldOut {
+			if c := r.Grab(context.Background(), domain.GrabRequest{VoucherID: id, UserID: u}).Code; c != domain.SeckillSoldOut {
 				t.Errorf("user %d: %s, want SOLD_OUT", u, c)
 			}
 		})
@@ -111,7 +111,9 @@ func TestCachedAnswersFollowStatusChanges(t *testing.T) {
 	id := e.live(t, 100, 5)
 	r := e.router(t, nil, actors.Options{})
 	ctx := t.Context()
-	grab := func(u int64) domain.SeckillCode { return r.Grab(ctx, id, u).Code }
+	grab := func(u int64) domain.SeckillCode {
+		return r.Grab(ctx, domain.GrabRequest{VoucherID: id, UserID: u}).Code
+	}
 	if c := grab(1); c != domain.SeckillOK {
 		t.Fatalf("first grab %s", c)
 	}
@@ -160,12 +162,12 @@ func TestWindowIsAnsweredFromMemory(t *testing.T) {
 		id   int64
 		want domain.SeckillCode
 	}{{early, domain.SeckillNotStarted}, {late, domain.SeckillEnded}, {soon, domain.SeckillNotStarted}, {424242, domain.SeckillNotFound}} {
-		if c := r.Grab(t.Context(), tc.id, 1).Code; c != tc.want {
+		if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: tc.id, UserID: 1}).Code; c != tc.want {
 			t.Errorf("voucher %d: %s, want %s", tc.id, c, tc.want)
 		}
 	}
 	time.Sleep(time.Until(now.Add(800 * time.Millisecond)))
-	if c := r.Grab(t.Context(), soon, 1).Code; c != domain.SeckillOK {
+	if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: soon, UserID: 1}).Code; c != domain.SeckillOK {
 		t.Fatalf("after the start: %s", c)
 	}
 }
@@ -178,13 +180,13 @@ func TestTwoActivationsNeverOversell(t *testing.T) {
 	b := e.router(t, nil, actors.Options{})
 	ctx := t.Context()
 
-	if c := a.Grab(ctx, id, 1).Code; c != domain.SeckillOK {
+	if c := a.Grab(ctx, domain.GrabRequest{VoucherID: id, UserID: 1}).Code; c != domain.SeckillOK {
 		t.Fatalf("first activation: %s", c)
 	}
-	if c := b.Grab(ctx, id, 2).Code; c != domain.SeckillOK { // claims a newer fence
+	if c := b.Grab(ctx, domain.GrabRequest{VoucherID: id, UserID: 2}).Code; c != domain.SeckillOK { // claims a newer fence
 		t.Fatalf("second activation: %s", c)
 	}
-	if c := a.Grab(ctx, id, 3).Code; c != domain.SeckillUnavailable {
+	if c := a.Grab(ctx, domain.GrabRequest{VoucherID: id, UserID: 3}).Code; c != domain.SeckillUnavailable {
 		t.Fatalf("stale activation answered %s, want UNAVAILABLE", c)
 	}
 	if a.Active(id) {
@@ -204,7 +206,7 @@ func TestTwoActivationsNeverOversell(t *testing.T) {
 				r = b
 			}
 			for {
-				res := r.Grab(context.Background(), id, u)
+				res := r.Grab(context.Background(), domain.GrabRequest{VoucherID: id, UserID: u})
 				switch res.Code {
 				case domain.SeckillUnavailable:
 					time.Sleep(time.Millisecond)
@@ -237,12 +239,12 @@ func TestRedisDownAnswersUnavailableInBoundedTime(t *testing.T) {
 	r := actors.NewRouter(persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(e.db)), e.catalog, quiet,
 		actors.Options{CallTimeout: 300 * time.Millisecond, GrabTimeout: 2 * time.Second})
 	t.Cleanup(r.Close)
-	if c := r.Grab(t.Context(), id, 1).Code; c != domain.SeckillOK {
+	if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 1}).Code; c != domain.SeckillOK {
 		t.Fatalf("grab with redis up: %s", c)
 	}
 	proxy.Down()
 	start := time.Now()
-	if c := r.Grab(t.Context(), id, 2).Code; c != domain.SeckillUnavailable {
+	if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 2}).Code; c != domain.SeckillUnavailable {
 		t.Fatalf("grab with redis down: %s", c)
 	}
 	if d := time.Since(start); d > 3*time.Second {
@@ -250,7 +252,7 @@ func TestRedisDownAnswersUnavailableInBoundedTime(t *testing.T) {
 	}
 	proxy.Up()
 	deadline := time.Now().Add(5 * time.Second)
-	for r.Grab(t.Context(), id, 3).Code != domain.SeckillOK {
+	for r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 3}).Code != domain.SeckillOK {
 		if time.Now().After(deadline) {
 			t.Fatal("grabs did not recover after redis came back")
 		}

@@ -42,9 +42,17 @@ type Preheater interface {
 	EnsurePreheated(ctx context.Context, voucherID int64) (found bool, err error)
 }
 
+// Limits admits grabs under the configured rate limits
+// (persistence.RateLimits), one pipelined round trip per batch.
+type Limits interface {
+	Enabled() bool
+	Admit(ctx context.Context, voucherID int64, checks []persistence.RateCheck) ([]time.Duration, error)
+}
+
 var (
 	_ Store    = (*persistence.Grabs)(nil)
 	_ OrderIDs = (*persistence.OrderIDs)(nil)
+	_ Limits   = (*persistence.RateLimits)(nil)
 )
 
 // Options tunes the router; zero values take the defaults.
@@ -63,6 +71,9 @@ type Options struct {
 	Attempts    int
 	// IdleTimeout passivates an actor that has had no grab for this long.
 	IdleTimeout time.Duration
+	// Limits, if set, rate-limits the grabs that reach Redis (those
+	// answered from memory cost nothing and are not limited).
+	Limits Limits
 }
 
 func (o Options) withDefaults() Options {
@@ -147,20 +158,21 @@ func randomPrefix() string {
 
 // Grab tries to take one unit of a voucher for a user. Business outcomes
 // are codes; UNAVAILABLE means the grab was shed or Redis could not be
-// reached in time, and is safe to retry.
-func (r *Router) Grab(ctx context.Context, voucherID, userID int64) domain.GrabResult {
-	res := r.grab(ctx, voucherID, userID)
+// reached in time, and is safe to retry; RATE_LIMITED carries RetryAfter.
+func (r *Router) Grab(ctx context.Context, req domain.GrabRequest) domain.GrabResult {
+	res := r.grab(ctx, req)
 	grabsTotal.WithLabelValues(string(res.Code)).Inc()
 	return res
 }
 
-func (r *Router) grab(ctx context.Context, voucherID, userID int64) domain.GrabResult {
+func (r *Router) grab(ctx context.Context, req domain.GrabRequest) domain.GrabResult {
 	msg := &grabMsg{
-		user:  userID,
+		user:  req.UserID,
+		ip:    req.ClientIP,
 		req:   r.reqPrefix + strconv.FormatUint(r.reqSeq.Add(1), 36),
 		reply: make(chan domain.GrabResult, 1),
 	}
-	if !r.send(voucherID, msg) {
+	if !r.send(req.VoucherID, msg) {
 		return domain.GrabResult{Code: domain.SeckillUnavailable}
 	}
 	timer := time.NewTimer(r.opts.GrabTimeout)

@@ -14,16 +14,21 @@ import (
 // (it carries a channel), so it needs no protobuf form.
 type grabMsg struct {
 	user  int64
+	ip    string
 	req   string
 	reply chan domain.GrabResult
 	ref   *voucherRef
 }
 
-// batchDone carries a script call's outcome back into the actor.
+// batchDone carries a batch's outcome back into the actor. out.Results
+// has one result per grab of batch; scripted tells whether the script ran
+// (it does not when the rate limits turned every grab away), that is
+// whether out.State is news.
 type batchDone struct {
-	batch []*grabMsg
-	out   persistence.BatchOutcome
-	err   error
+	batch    []*grabMsg
+	out      persistence.BatchOutcome
+	scripted bool
+	err      error
 }
 
 // reload asks the actor to re-read the voucher's state from Redis.
@@ -181,8 +186,8 @@ func (a *voucherActor) flush(ctx actor.Context) {
 	a.inflight = true
 	self, fence := ctx.Self(), a.fence
 	go func() {
-		out, err := a.r.runBatch(a.id, fence, batch)
-		a.r.system.Root.Send(self, &batchDone{batch: batch, out: out, err: err})
+		out, scripted, err := a.r.runBatch(a.id, fence, batch)
+		a.r.system.Root.Send(self, &batchDone{batch: batch, out: out, scripted: scripted, err: err})
 	}()
 }
 
@@ -202,11 +207,13 @@ func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
 		a.retire(ctx)
 		return
 	default:
-		if d.out.State.Found {
+		switch {
+		case !d.scripted:
+		case d.out.State.Found:
 			limit := a.state.Limit
 			a.state = d.out.State
 			a.state.Limit = limit
-		} else {
+		default:
 			a.state = persistence.VoucherState{}
 		}
 		for i, g := range d.batch {
@@ -226,25 +233,64 @@ func (a *voucherActor) answer(g *grabMsg, res domain.GrabResult) {
 	g.ref.queued.Add(-1)
 }
 
-// runBatch allocates order ids and runs the script, retrying with the
-// same request and order ids when a call fails.
-func (r *Router) runBatch(voucherID, fence int64, batch []*grabMsg) (persistence.BatchOutcome, error) {
+// runBatch admits the batch under the rate limits (one pipelined round
+// trip), allocates order ids for the admitted grabs and runs the script on
+// them, retrying with the same request and order ids when a call fails.
+// The outcome has one result per grab of batch, in order.
+func (r *Router) runBatch(voucherID, fence int64, batch []*grabMsg) (persistence.BatchOutcome, bool, error) {
+	results := make([]domain.GrabResult, len(batch))
+	admitted := make([]int, 0, len(batch))
+	if lim := r.opts.Limits; lim != nil && lim.Enabled() {
+		checks := make([]persistence.RateCheck, len(batch))
+		for i, g := range batch {
+			checks[i] = persistence.RateCheck{UserID: g.user, IP: g.ip}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), r.opts.CallTimeout)
+		waits, err := lim.Admit(ctx, voucherID, checks)
+		cancel()
+		if err != nil {
+			return persistence.BatchOutcome{}, false, err
+		}
+		for i, wait := range waits {
+			if wait > 0 {
+				results[i] = domain.GrabResult{Code: domain.SeckillRateLimited, RetryAfter: wait}
+			} else {
+				admitted = append(admitted, i)
+			}
+		}
+	} else {
+		for i := range batch {
+			admitted = append(admitted, i)
+		}
+	}
+	if len(admitted) == 0 {
+		return persistence.BatchOutcome{Results: results}, false, nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.opts.CallTimeout)
-	ids, err := r.ids.Take(ctx, len(batch))
+	ids, err := r.ids.Take(ctx, len(admitted))
 	cancel()
 	if err != nil {
-		return persistence.BatchOutcome{}, err
+		return persistence.BatchOutcome{}, false, err
 	}
-	grabs := make([]persistence.Grab, len(batch))
-	for i, g := range batch {
-		grabs[i] = persistence.Grab{RequestID: g.req, UserID: g.user, OrderID: ids[i]}
+	grabs := make([]persistence.Grab, len(admitted))
+	for j, i := range admitted {
+		grabs[j] = persistence.Grab{RequestID: batch[i].req, UserID: batch[i].user, OrderID: ids[j]}
 	}
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), r.opts.CallTimeout)
 		out, err := r.store.Grab(ctx, voucherID, fence, grabs)
 		cancel()
-		if err == nil || attempt >= r.opts.Attempts {
-			return out, err
+		if err == nil {
+			if !out.Stale {
+				for j, i := range admitted {
+					results[i] = out.Results[j]
+				}
+				out.Results = results
+			}
+			return out, true, nil
+		}
+		if attempt >= r.opts.Attempts {
+			return out, false, err
 		}
 		time.Sleep(time.Duration(attempt) * 20 * time.Millisecond)
 	}

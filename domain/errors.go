@@ -6,6 +6,7 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Code classifies an error for clients. The values are the contract's
@@ -35,6 +36,8 @@ type Error struct {
 	Message string
 	// Field names the offending input field for CodeBadInput, if any.
 	Field string
+	// RetryAfter is how long to wait, for CodeRateLimited.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -71,4 +74,9 @@ var (
 // NotFound reports an unknown id of the named kind.
 func NotFound(kind string, id int64) *Error {
 	return Errorf(CodeNotFound, "%s %d not found", kind, id)
+}
+
+// RateLimited reports a request over a rate limit.
+func RateLimited(retryAfter time.Duration) *Error {
+	return &Error{Code: CodeRateLimited, Message: "too many requests; retry later", RetryAfter: retryAfter}
 }

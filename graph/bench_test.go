@@ -22,15 +22,20 @@ import (
 	"flashsale/persistence"
 )
 
-// cmdCounter counts the commands a client sends (a pipeline counts each).
-type cmdCounter struct{ n atomic.Int64 }
+// cmdCounter counts the commands a client sends (a pipeline counts each)
+// and its round trips (a pipeline counts once).
+type cmdCounter struct{ n, trips atomic.Int64 }
 
 func (c *cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); c.trips.Add(1); return next(ctx, cmd) }
 }
 func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		c.trips.Add(1)
+		return next(ctx, cmds)
+	}
 }
 
 // perRequest is the reference: the seeds' design, one order-id round trip
@@ -42,7 +47,8 @@ type perRequest struct {
 	seq   atomic.Int64
 }
 
-func (p *perRequest) Grab(ctx context.Context, voucherID, userID int64) domain.GrabResult {
+func (p *perRequest) Grab(ctx context.Context, g domain.GrabRequest) domain.GrabResult {
+	voucherID, userID := g.VoucherID, g.UserID
 	ids, err := p.ids.Take(ctx, 1)
 	if err != nil {
 		return domain.GrabResult{Code: domain.SeckillUnavailable}
@@ -75,6 +81,12 @@ func BenchmarkGrab(b *testing.B) {
 			r := actors.NewRouter(persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(s.db)), s.catalog, log, actors.Options{})
 			return r, r.Close
 		}},
+		{"batched+rate-limits", func(rdb *redis.Client) (graph.Grabber, func()) {
+			r := actors.NewRouter(persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(s.db)), s.catalog, log, actors.Options{
+				Limits: persistence.NewRateLimits(rdb, 1000, 0, 0),
+			})
+			return r, r.Close
+		}},
 		{"per-request-reference", func(rdb *redis.Client) (graph.Grabber, func()) {
 			return &perRequest{grabs: persistence.NewGrabs(rdb), ids: persistence.NewOrderIDs(rdb, 1, persistence.MaxOrderID(s.db))}, func() {}
 		}},
@@ -99,7 +111,7 @@ func BenchmarkGrab(b *testing.B) {
 					p.fence, _, _ = p.grabs.Claim(context.Background(), vid)
 				}
 				if phase == "sold-out" {
-					if res := grabber.Grab(context.Background(), vid, 999_999); res.Code != domain.SeckillOK {
+					if res := grabber.Grab(context.Background(), domain.GrabRequest{VoucherID: vid, UserID: 999_999}); res.Code != domain.SeckillOK {
 						b.Fatalf("selling the last unit: %s", res.Code)
 					}
 				}
@@ -107,7 +119,7 @@ func BenchmarkGrab(b *testing.B) {
 				body, _ := json.Marshal(map[string]any{"query": grabMutation, "variables": map[string]any{"id": v.ID}})
 				want := map[string]string{"in-stock": `"OK"`, "sold-out": `"SOLD_OUT"`}[phase]
 				var next atomic.Int64
-				start := cnt.n.Load()
+				start, startTrips := cnt.n.Load(), cnt.trips.Load()
 				b.SetParallelism(32)
 				b.ResetTimer()
 				b.RunParallel(func(pb *testing.PB) {
@@ -126,6 +138,7 @@ func BenchmarkGrab(b *testing.B) {
 				})
 				b.StopTimer()
 				b.ReportMetric(float64(cnt.n.Load()-start)/float64(b.N), "redis-cmds/grab")
+				b.ReportMetric(float64(cnt.trips.Load()-startTrips)/float64(b.N), "round-trips/grab")
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "grabs/s")
 			})
 		}

@@ -139,11 +139,16 @@ func notImplemented(field string) error {
 	return domain.Errorf(domain.CodeNotImplemented, "%s is not implemented yet", field)
 }
 
-func seckillToModel(res domain.GrabResult) *model.SeckillResult {
+// seckillToModel maps a grab's outcome to the contract: business outcomes
+// are data; a rate-limited grab is a RATE_LIMITED error.
+func seckillToModel(res domain.GrabResult) (*model.SeckillResult, error) {
+	if res.Code == domain.SeckillRateLimited {
+		return nil, domain.RateLimited(res.RetryAfter)
+	}
 	out := &model.SeckillResult{Code: model.SeckillCode(res.Code), Message: res.Code.Message()}
 	if res.Code == domain.SeckillOK {
 		id := res.OrderID
 		out.OrderID = &id
 	}
-	return out
+	return out, nil
 }

@@ -30,6 +30,9 @@ func presentErrors(log *slog.Logger) graphql.ErrorPresenterFunc {
 			if de.Field != "" {
 				out.Extensions["field"] = de.Field
 			}
+			if de.Code == domain.CodeRateLimited {
+				out.Extensions["retryAfterMs"] = max(de.RetryAfter.Milliseconds(), 1)
+			}
 			return out
 		}
 		var ge *gqlerror.Error

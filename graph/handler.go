@@ -87,7 +87,7 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	srv.Use(extension.FixedComplexityLimit(lim.MaxComplexity))
 	srv.Use(depthLimit{max: lim.MaxDepth, introspectionMax: lim.MaxIntrospectionDepth})
 	srv.AroundRootFields(authorize)
-	return http.MaxBytesHandler(opts.Tokens.Middleware(srv), lim.MaxBodyBytes)
+	return http.MaxBytesHandler(withClientIP(opts.Tokens.Middleware(srv)), lim.MaxBodyBytes)
 }
 
 // closeUnauthorized is the websocket close code for a bad token: 4401 tells

@@ -41,11 +41,17 @@ type testServer struct {
 
 func newServer(tb testing.TB) *testServer {
 	tb.Helper()
+	return newServerWith(tb, func(*redis.Client) actors.Options { return actors.Options{} })
+}
+
+// newServerWith lets a test set the router's options (rate limits, ...).
+func newServerWith(tb testing.TB, options func(*redis.Client) actors.Options) *testServer {
+	tb.Helper()
 	s := &testServer{db: testenv.MustPostgres(tb), redis: testenv.MustRedis(tb), tokens: auth.NewTokens(testSecret)}
 	s.rdb = s.redis.Client()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s.catalog = catalog.New(persistence.NewVouchers(s.db), persistence.NewStock(s.rdb), log)
-	s.router = actors.NewRouter(persistence.NewGrabs(s.rdb), persistence.NewOrderIDs(s.rdb, 0, persistence.MaxOrderID(s.db)), s.catalog, log, actors.Options{})
+	s.router = actors.NewRouter(persistence.NewGrabs(s.rdb), persistence.NewOrderIDs(s.rdb, 0, persistence.MaxOrderID(s.db)), s.catalog, log, options(s.rdb))
 	s.writer = persistence.NewOrderWriter(s.db, s.rdb, log, persistence.OrderWriterOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup

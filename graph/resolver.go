@@ -18,7 +18,7 @@ type Catalog interface {
 // Grabber takes one unit of a seckill voucher for a user (implemented by
 // actors.Router). Outcomes are codes, never errors.
 type Grabber interface {
-	Grab(ctx context.Context, voucherID, userID int64) domain.GrabResult
+	Grab(ctx context.Context, req domain.GrabRequest) domain.GrabResult
 }
 
 // Resolver is the root of the resolvers; it holds the services they call.

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"flashsale/domain"
 	"flashsale/graph/model"
 	"flashsale/internal/auth"
 )
@@ -35,7 +36,7 @@ func (r *mutationResolver) SeckillVoucher(ctx context.Context, voucherID int64) 
 	if err != nil {
 		return nil, err
 	}
-	return seckillToModel(r.Grabber.Grab(ctx, voucherID, id.UserID)), nil
+	return seckillToModel(r.Grabber.Grab(ctx, domain.GrabRequest{VoucherID: voucherID, UserID: id.UserID, ClientIP: clientIP(ctx)}))
 }
 
 // PayOrder is the resolver for the payOrder field.

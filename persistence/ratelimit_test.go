@@ -1,0 +1,87 @@
+package persistence_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"flashsale/internal/testenv"
+	"flashsale/persistence"
+)
+
+// roundTrips counts what a client sends: one per command or pipeline.
+type roundTrips struct{ n atomic.Int64 }
+
+func (c *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
+}
+func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
+}
+
+func TestRateLimitsAdmitABatchInOneRoundTrip(t *testing.T) {
+	srv := testenv.MustRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1}) // one connection: no handshakes mid-test
+	t.Cleanup(func() { _ = rdb.Close() })
+	var trips roundTrips
+	rdb.AddHook(&trips)
+	lim := persistence.NewRateLimits(rdb, 2, 5, 3)
+	// Cold: Redis does not have redis_rate's scripts yet; a second pipeline
+	// sends their source (go-redis may also re-handshake the connection).
+	if _, err := lim.Admit(t.Context(), 41, []persistence.RateCheck{{UserID: 99, IP: "10.9.9.9"}}); err != nil {
+		t.Fatal(err)
+	}
+	trips.n.Store(0)
+
+	// user 1 x3 (burst 2), user 2 x2 from one IP with user 3 x2 (IP burst 3),
+	// 7 grabs in all against a voucher burst of 5.
+	checks := []persistence.RateCheck{
+		{UserID: 1, IP: "10.0.0.1"}, {UserID: 1, IP: "10.0.0.1"}, {UserID: 1, IP: "10.0.0.1"},
+		{UserID: 2, IP: "10.0.0.9"}, {UserID: 2, IP: "10.0.0.9"}, {UserID: 3, IP: "10.0.0.9"}, {UserID: 3, IP: "10.0.0.9"},
+	}
+	waits, err := lim.Admit(t.Context(), 42, checks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted := []bool{true, true, false, true, true, true, false}
+	for i, w := range waits {
+		if (w == 0) != admitted[i] {
+			t.Fatalf("grab %d: wait %s, admitted want %v (all: %v)", i, w, admitted[i], waits)
+		}
+	}
+	if n := trips.n.Load(); n != 1 {
+		t.Fatalf("%d round trips, want 1", n)
+	}
+
+	t.Run("voucher limit admits the first grabs of a batch", func(t *testing.T) {
+		lim := persistence.NewRateLimits(rdb, 0, 3, 0)
+		waits, err := lim.Admit(t.Context(), 43, make([]persistence.RateCheck, 5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, w := range waits {
+			if (w == 0) != (i < 3) {
+				t.Fatalf("waits %v", waits)
+			}
+		}
+	})
+	t.Run("survives redis losing its scripts", func(t *testing.T) {
+		if err := rdb.ScriptFlush(t.Context()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		waits, err := persistence.NewRateLimits(rdb, 1, 0, 0).Admit(t.Context(), 44, []persistence.RateCheck{{UserID: 77}, {UserID: 77}})
+		if err != nil || waits[0] != 0 || waits[1] == 0 {
+			t.Fatalf("after SCRIPT FLUSH: %v %v", waits, err)
+		}
+	})
+	t.Run("all limits off admits without a round trip", func(t *testing.T) {
+		before := trips.n.Load()
+		waits, err := persistence.NewRateLimits(rdb, 0, 0, 0).Admit(t.Context(), 45, make([]persistence.RateCheck, 3))
+		if err != nil || waits[0] != 0 || trips.n.Load() != before {
+			t.Fatalf("%v %v", waits, err)
+		}
+	})
+}
