@@ -22,17 +22,6 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// counter counts every command a client sends, pipelines included.
-type counter struct{ n atomic.Int64 }
-
-func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
-}
-func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(int64(len(cmds))); return next(ctx, cmds) }
-}
-
 type env struct {
 	db      *bun.DB
 	redis   *testenv.RedisServer
@@ -50,7 +39,7 @@ func newEnv(tb testing.TB) *env {
 
 // router starts a router (its own actor system, as a second node would
 // have) on its own client, whose commands cnt counts if not nil.
-func (e *env) router(tb testing.TB, cnt *counter, opts actors.Options) *actors.Router {
+func (e *env) router(tb testing.TB, cnt *testenv.Counter, opts actors.Options) *actors.Router {
 	tb.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr()})
 	if cnt != nil {
@@ -80,7 +69,7 @@ func (e *env) live(tb testing.TB, stock, limit int) int64 {
 func TestSoldOutIsAnsweredWithoutRedis(t *testing.T) {
 	e := newEnv(t)
 	id := e.live(t, 20, 1)
-	var cnt counter
+	var cnt testenv.Counter
 	r := e.router(t, &cnt, actors.Options{})
 	ok := 0
 	for u := int64(1); u <= 25; u++ {
@@ -91,7 +80,7 @@ func TestSoldOutIsAnsweredWithoutRedis(t *testing.T) {
 	if ok != 20 {
 		t.Fatalf("%d OK, want 20", ok)
 	}
-	before := cnt.n.Load()
+	before := cnt.Commands.Load()
 	var wg sync.WaitGroup
 	for u := int64(100); u < 1100; u++ {
 		wg.Go(func() {
@@ -101,7 +90,7 @@ func TestSoldOutIsAnsweredWithoutRedis(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if calls := cnt.n.Load() - before; calls != 0 {
+	if calls := cnt.Commands.Load() - before; calls != 0 {
 		t.Fatalf("1000 sold-out grabs made %d Redis calls, want 0", calls)
 	}
 }

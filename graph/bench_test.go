@@ -19,24 +19,9 @@ import (
 	"flashsale/domain"
 	"flashsale/graph"
 	"flashsale/internal/auth"
+	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
-
-// cmdCounter counts the commands a client sends (a pipeline counts each)
-// and its round trips (a pipeline counts once).
-type cmdCounter struct{ n, trips atomic.Int64 }
-
-func (c *cmdCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *cmdCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); c.trips.Add(1); return next(ctx, cmd) }
-}
-func (c *cmdCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.n.Add(int64(len(cmds)))
-		c.trips.Add(1)
-		return next(ctx, cmds)
-	}
-}
 
 // perRequest is the reference: the seeds' design, one order-id round trip
 // and one single-grab script call per request, no batching, no memory.
@@ -101,7 +86,7 @@ func BenchmarkGrab(b *testing.B) {
 				}
 				v := s.createVoucher(b, in)
 				vid, _ := strconv.ParseInt(v.ID, 10, 64)
-				var cnt cmdCounter
+				var cnt testenv.Counter
 				rdb := redis.NewClient(&redis.Options{Addr: s.redis.Addr(), PoolSize: 256})
 				rdb.AddHook(&cnt)
 				defer rdb.Close()
@@ -119,7 +104,7 @@ func BenchmarkGrab(b *testing.B) {
 				body, _ := json.Marshal(map[string]any{"query": grabMutation, "variables": map[string]any{"id": v.ID}})
 				want := map[string]string{"in-stock": `"OK"`, "sold-out": `"SOLD_OUT"`}[phase]
 				var next atomic.Int64
-				start, startTrips := cnt.n.Load(), cnt.trips.Load()
+				start, startTrips := cnt.Commands.Load(), cnt.RoundTrips.Load()
 				b.SetParallelism(32)
 				b.ResetTimer()
 				b.RunParallel(func(pb *testing.PB) {
@@ -137,8 +122,8 @@ func BenchmarkGrab(b *testing.B) {
 					}
 				})
 				b.StopTimer()
-				b.ReportMetric(float64(cnt.n.Load()-start)/float64(b.N), "redis-cmds/grab")
-				b.ReportMetric(float64(cnt.trips.Load()-startTrips)/float64(b.N), "round-trips/grab")
+				b.ReportMetric(float64(cnt.Commands.Load()-start)/float64(b.N), "redis-cmds/grab")
+				b.ReportMetric(float64(cnt.RoundTrips.Load()-startTrips)/float64(b.N), "round-trips/grab")
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "grabs/s")
 			})
 		}

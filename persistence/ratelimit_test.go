@@ -1,8 +1,6 @@
 package persistence_test
 
 import (
-	"context"
-	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -11,22 +9,11 @@ import (
 	"flashsale/persistence"
 )
 
-// roundTrips counts what a client sends: one per command or pipeline.
-type roundTrips struct{ n atomic.Int64 }
-
-func (c *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { c.n.Add(1); return next(ctx, cmd) }
-}
-func (c *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { c.n.Add(1); return next(ctx, cmds) }
-}
-
 func TestRateLimitsAdmitABatchInOneRoundTrip(t *testing.T) {
 	srv := testenv.MustRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1}) // one connection: no handshakes mid-test
 	t.Cleanup(func() { _ = rdb.Close() })
-	var trips roundTrips
+	var trips testenv.Counter
 	rdb.AddHook(&trips)
 	lim := persistence.NewRateLimits(rdb, 2, 5, 3)
 	// Cold: Redis does not have redis_rate's scripts yet; a second pipeline
@@ -34,7 +21,7 @@ func TestRateLimitsAdmitABatchInOneRoundTrip(t *testing.T) {
 	if _, err := lim.Admit(t.Context(), 41, []persistence.RateCheck{{UserID: 99, IP: "10.9.9.9"}}); err != nil {
 		t.Fatal(err)
 	}
-	trips.n.Store(0)
+	trips.RoundTrips.Store(0)
 
 	// user 1 x3 (burst 2), user 2 x2 from one IP with user 3 x2 (IP burst 3),
 	// 7 grabs in all against a voucher burst of 5.
@@ -52,7 +39,7 @@ func TestRateLimitsAdmitABatchInOneRoundTrip(t *testing.T) {
 			t.Fatalf("grab %d: wait %s, admitted want %v (all: %v)", i, w, admitted[i], waits)
 		}
 	}
-	if n := trips.n.Load(); n != 1 {
+	if n := trips.RoundTrips.Load(); n != 1 {
 		t.Fatalf("%d round trips, want 1", n)
 	}
 
@@ -78,9 +65,9 @@ func TestRateLimitsAdmitABatchInOneRoundTrip(t *testing.T) {
 		}
 	})
 	t.Run("all limits off admits without a round trip", func(t *testing.T) {
-		before := trips.n.Load()
+		before := trips.RoundTrips.Load()
 		waits, err := persistence.NewRateLimits(rdb, 0, 0, 0).Admit(t.Context(), 45, make([]persistence.RateCheck, 3))
-		if err != nil || waits[0] != 0 || trips.n.Load() != before {
+		if err != nil || waits[0] != 0 || trips.RoundTrips.Load() != before {
 			t.Fatalf("%v %v", waits, err)
 		}
 	})
