@@ -38,11 +38,18 @@ func (s *syncBuffer) String() string {
 var (
 	urlRe   = regexp.MustCompile(`Playground:\s+(http://\S+)/`)
 	adminRe = regexp.MustCompile(`Admin token:\s+(\S+)`)
+	userRe  = regexp.MustCompile(`User token:\s+(\S+)`)
 )
 
 // startService runs the whole program in-process and waits for its demo
 // banner; it returns the base URL, the admin token and a stop function.
 func startService(t *testing.T, env map[string]string) (base, admin string) {
+	base, admin, _ = startServiceOut(t, env)
+	return base, admin
+}
+
+// startServiceOut is startService that also returns the banner.
+func startServiceOut(t *testing.T, env map[string]string) (base, admin, banner string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &syncBuffer{}
@@ -62,7 +69,7 @@ func startService(t *testing.T, env map[string]string) (base, admin string) {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if m, a := urlRe.FindStringSubmatch(out.String()), adminRe.FindStringSubmatch(out.String()); m != nil && a != nil {
-			return m[1], a[1]
+			return m[1], a[1], out.String()
 		}
 		select {
 		case err := <-done:
@@ -71,7 +78,7 @@ func startService(t *testing.T, env map[string]string) (base, admin string) {
 		}
 	}
 	t.Fatalf("no banner; output so far: %s", out.String())
-	return "", ""
+	return "", "", ""
 }
 
 func postQuery(t *testing.T, base, token, query string) map[string]any {
@@ -110,7 +117,8 @@ const createAndRead = `mutation { createVoucher(input: {shopId: "5", title: "Ten
 
 func TestEmbeddedModeNeedsNoConfiguration(t *testing.T) {
 	dir := t.TempDir()
-	base, admin := startService(t, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SQLITE_PATH": filepath.Join(dir, "flashsale.db")})
+	dbPath := filepath.Join(dir, "flashsale.db")
+	base, admin, banner := startServiceOut(t, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SQLITE_PATH": dbPath})
 
 	data := postQuery(t, base, admin, `{ vouchers { edges { node { id title seckill { remaining } } } } }`)
 	if edges := data["vouchers"].(map[string]any)["edges"].([]any); len(edges) != 1 {
@@ -125,6 +133,25 @@ func TestEmbeddedModeNeedsNoConfiguration(t *testing.T) {
 		if code, body := getStatus(t, base+path); code != http.StatusOK {
 			t.Errorf("GET %s: %d %s", path, code, body)
 		}
+	}
+
+	// The demo user grabs the demo voucher; the order reaches SQLite.
+	user := userRe.FindStringSubmatch(banner)[1]
+	grab := postQuery(t, base, user, `mutation { seckillVoucher(voucherId: "1") { code orderId } }`)["seckillVoucher"].(map[string]any)
+	if grab["code"] != "OK" {
+		t.Fatalf("demo grab: %v", grab)
+	}
+	db := testenv.MustOpen(t, dbPath)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := db.NewSelect().Table("tb_voucher_order").ColumnExpr("count(*)").Where("id = ?", grab["orderId"]).Scan(t.Context(), &n); err == nil && n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the demo order never reached the embedded database")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
