@@ -175,18 +175,21 @@ func TestTwoActivationsNeverOversell(t *testing.T) {
 	if c := b.Grab(ctx, domain.GrabRequest{VoucherID: id, UserID: 2}).Code; c != domain.SeckillOK { // claims a newer fence
 		t.Fatalf("second activation: %s", c)
 	}
-	if c := a.Grab(ctx, domain.GrabRequest{VoucherID: id, UserID: 3}).Code; c != domain.SeckillUnavailable {
-		t.Fatalf("stale activation answered %s, want UNAVAILABLE", c)
+	// a's activation holds fence 1, b's fence 2: a's next batch is refused
+	// in Redis, a's activation stops and hands the grab to a fresh
+	// activation (fence 3), which sells it.
+	if c := a.Grab(ctx, domain.GrabRequest{VoucherID: id, UserID: 3}).Code; c != domain.SeckillOK {
+		t.Fatalf("grab through the superseded node answered %s", c)
 	}
-	if a.Active(id) {
-		t.Fatal("the stale activation did not stop")
+	if fence, _ := e.rdb.Get(ctx, "{v"+strconv.FormatInt(id, 10)+"}:fence").Int(); fence != 3 {
+		t.Fatalf("fence %d: the stale activation did not give way to a new one", fence)
 	}
 
 	// Both nodes hammer the voucher; activations keep superseding each
 	// other. Users retry UNAVAILABLE; the sale must still be exact.
 	var okUsers sync.Map
 	var ok atomic.Int64
-	ok.Store(2)
+	ok.Store(3)
 	var wg sync.WaitGroup
 	for u := int64(10); u < 10+4*stock; u++ {
 		wg.Go(func() {
@@ -246,5 +249,90 @@ func TestRedisDownAnswersUnavailableInBoundedTime(t *testing.T) {
 			t.Fatal("grabs did not recover after redis came back")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestRedisLosingItsDataReactivatesTheVoucher(t *testing.T) {
+	e := newEnv(t)
+	id := e.live(t, 100, 1)
+	r := e.router(t, nil, actors.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = persistence.NewStock(e.rdb).Watch(ctx, r.Changed, r.Resync) }()
+	if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 1}).Code; c != domain.SeckillOK {
+		t.Fatalf("before the restart: %s", c)
+	}
+	e.redis.Restart() // empty: the voucher is gone from Redis
+	deadline := time.Now().Add(10 * time.Second)
+	for u := int64(2); ; u++ {
+		c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: u}).Code
+		if c == domain.SeckillOK {
+			break
+		}
+		if c == domain.SeckillNotFound || time.Now().After(deadline) {
+			t.Fatalf("after the restart: %s (the voucher is still on sale in the database)", c)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestUnknownVoucherIDsLeaveNothingBehind(t *testing.T) {
+	e := newEnv(t)
+	r := e.router(t, nil, actors.Options{})
+	before, _ := e.rdb.DBSize(t.Context()).Result()
+	for id := int64(1_000_000); id < 1_000_100; id++ {
+		if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 1}).Code; c != domain.SeckillNotFound {
+			t.Fatalf("voucher %d: %s", id, c)
+		}
+	}
+	if after, _ := e.rdb.DBSize(t.Context()).Result(); after != before {
+		t.Fatalf("grabs of unknown ids added %d redis keys", after-before)
+	}
+}
+
+// slowStore sells everything after a delay; it stands in for Redis only to
+// hold a batch in flight while the router closes.
+type slowStore struct{}
+
+func liveState() persistence.VoucherState {
+	return persistence.VoucherState{Found: true, Status: domain.StatusActive, Begin: time.Now().Add(-time.Hour), End: time.Now().Add(time.Hour), Limit: 1, Remaining: 10}
+}
+
+func (slowStore) Claim(context.Context, int64) (int64, persistence.VoucherState, error) {
+	return 1, liveState(), nil
+}
+func (slowStore) State(context.Context, int64) (persistence.VoucherState, error) {
+	return liveState(), nil
+}
+func (slowStore) Grab(_ context.Context, _, _ int64, g []persistence.Grab) (persistence.BatchOutcome, error) {
+	time.Sleep(300 * time.Millisecond)
+	out := persistence.BatchOutcome{State: liveState()}
+	for _, x := range g {
+		out.Results = append(out.Results, domain.GrabResult{Code: domain.SeckillOK, OrderID: x.OrderID})
+	}
+	return out, nil
+}
+
+type seqIDs struct{ n atomic.Int64 }
+
+func (s *seqIDs) Take(_ context.Context, n int) ([]int64, error) {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = s.n.Add(1)
+	}
+	return out, nil
+}
+
+func TestCloseAnswersTheBatchInFlight(t *testing.T) {
+	r := actors.NewRouter(slowStore{}, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: 3 * time.Second})
+	res := make(chan domain.GrabResult, 1)
+	go func() { res <- r.Grab(context.Background(), domain.GrabRequest{VoucherID: 1, UserID: 1}) }()
+	time.Sleep(50 * time.Millisecond) // the batch is in the store now
+	r.Close()
+	if got := <-res; got.Code != domain.SeckillOK {
+		t.Fatalf("the store sold the grab but the caller got %s", got.Code)
+	}
+	if got := r.Grab(context.Background(), domain.GrabRequest{VoucherID: 1, UserID: 2}); got.Code != domain.SeckillUnavailable {
+		t.Fatalf("a grab after Close: %s", got.Code)
 	}
 }

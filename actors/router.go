@@ -132,7 +132,15 @@ type voucherRef struct {
 	queued atomic.Int64
 	// lastUsed is the unix nanosecond of the last grab (for passivation).
 	lastUsed atomic.Int64
+	// unknown marks an activation for an id that is no seckill voucher:
+	// passivated after unknownIdle rather than IdleTimeout, so that
+	// grabbing random ids cannot pile up actors.
+	unknown atomic.Bool
 }
+
+// unknownIdle is how long an actor for an unknown id is kept: long enough
+// to absorb a burst of grabs of a mistyped id, short enough to stay small.
+const unknownIdle = 5 * time.Second
 
 // NewRouter starts a router with its own actor system. Close stops it.
 func NewRouter(store Store, ids OrderIDs, preheater Preheater, log *slog.Logger, opts Options) *Router {
@@ -193,7 +201,7 @@ func (r *Router) grab(ctx context.Context, req domain.GrabRequest) domain.GrabRe
 func (r *Router) send(voucherID int64, msg *grabMsg) bool {
 	r.mu.RLock()
 	if ref := r.vouchers[voucherID]; ref != nil || r.closed {
-		ok := ref != nil && r.enqueue(ref, msg)
+		ok := !r.closed && r.enqueue(ref, msg)
 		r.mu.RUnlock()
 		return ok
 	}
@@ -266,7 +274,7 @@ func (r *Router) Active(voucherID int64) bool {
 // no grab can reach a stopped actor.
 func (r *Router) passivate() {
 	defer close(r.done)
-	tick := time.NewTicker(max(r.opts.IdleTimeout/4, 10*time.Millisecond))
+	tick := time.NewTicker(max(min(r.opts.IdleTimeout, unknownIdle)/4, 10*time.Millisecond))
 	defer tick.Stop()
 	for {
 		select {
@@ -274,10 +282,16 @@ func (r *Router) passivate() {
 			return
 		case <-tick.C:
 		}
-		cutoff := time.Now().Add(-r.opts.IdleTimeout).UnixNano()
+		now := time.Now()
+		cutoff := now.Add(-r.opts.IdleTimeout).UnixNano()
+		unknownCutoff := now.Add(-min(unknownIdle, r.opts.IdleTimeout)).UnixNano()
 		r.mu.Lock()
 		for id, ref := range r.vouchers {
-			if ref.queued.Load() == 0 && ref.lastUsed.Load() < cutoff {
+			idleSince := cutoff
+			if ref.unknown.Load() {
+				idleSince = unknownCutoff
+			}
+			if ref.queued.Load() == 0 && ref.lastUsed.Load() < idleSince {
 				delete(r.vouchers, id)
 				r.system.Root.Poison(ref.pid)
 			}
@@ -286,8 +300,9 @@ func (r *Router) passivate() {
 	}
 }
 
-// Close stops every actor after it has answered what it holds, then the
-// actor system.
+// Close takes no new grabs, lets every actor answer what it holds (up to
+// GrabTimeout: a batch in flight must come back, or a grab that sold would
+// be reported UNAVAILABLE), then stops the actors and the actor system.
 func (r *Router) Close() {
 	r.mu.Lock()
 	if r.closed {
@@ -296,10 +311,18 @@ func (r *Router) Close() {
 	}
 	r.closed = true
 	refs := r.vouchers
-	r.vouchers = map[int64]*voucherRef{}
 	r.mu.Unlock()
 	close(r.stop)
 	<-r.done
+	deadline := time.Now().Add(r.opts.GrabTimeout)
+	for _, ref := range refs {
+		for ref.queued.Load() > 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	r.mu.Lock()
+	r.vouchers = map[int64]*voucherRef{}
+	r.mu.Unlock()
 	for _, ref := range refs {
 		_ = r.system.Root.PoisonFuture(ref.pid).Wait()
 	}

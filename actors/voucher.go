@@ -18,7 +18,13 @@ type grabMsg struct {
 	req   string
 	reply chan domain.GrabResult
 	ref   *voucherRef
+	// hops counts how often the grab was handed to a new activation.
+	hops int
 }
+
+// maxHops bounds re-routing: two nodes whose activations keep superseding
+// each other must not bounce a grab forever.
+const maxHops = 3
 
 // batchDone carries a batch's outcome back into the actor. out.Results
 // has one result per grab of batch; scripted tells whether the script ran
@@ -75,7 +81,9 @@ func (a *voucherActor) Receive(ctx actor.Context) {
 }
 
 // activate claims a fencing token and loads the voucher, preheating it
-// from the database if Redis does not have it.
+// from the database if Redis does not have it. An id that is no seckill
+// voucher gets an actor that answers NOT_FOUND from memory and is
+// passivated soon.
 func (a *voucherActor) activate(ctx actor.Context) {
 	cctx, cancel := context.WithTimeout(context.Background(), a.r.opts.CallTimeout)
 	defer cancel()
@@ -83,15 +91,18 @@ func (a *voucherActor) activate(ctx actor.Context) {
 	if err == nil && !st.Found {
 		var found bool
 		if found, err = a.r.preheater.EnsurePreheated(cctx, a.id); err == nil && found {
-			st, err = a.r.store.State(cctx, a.id)
+			fence, st, err = a.r.store.Claim(cctx, a.id)
 		}
 	}
 	if err != nil {
 		a.r.log.Warn("voucher actor cannot start", "voucher", a.id, "err", err)
-		a.retire(ctx)
+		a.retire(ctx, nil)
 		return
 	}
 	a.fence, a.state = fence, st
+	if !st.Found {
+		a.ref.unknown.Store(true)
+	}
 }
 
 func (a *voucherActor) reload(ctx actor.Context) {
@@ -104,6 +115,12 @@ func (a *voucherActor) reload(ctx actor.Context) {
 		a.r.log.Warn("voucher actor reload failed", "voucher", a.id, "err", err)
 		return
 	}
+	if a.state.Found && !st.Found {
+		// Redis lost the voucher (a restart without persistence): a new
+		// activation preheats it again from the database.
+		a.retire(ctx, nil)
+		return
+	}
 	limit := a.state.Limit
 	a.state = st
 	if a.state.Limit == 0 {
@@ -112,25 +129,35 @@ func (a *voucherActor) reload(ctx actor.Context) {
 	a.drain(ctx)
 }
 
-// retire stops an activation that must not serve: it answers everything
-// UNAVAILABLE, leaves the router (new grabs go to a new activation) and
-// stops after what is already in its mailbox.
-func (a *voucherActor) retire(ctx actor.Context) {
+// retire stops an activation that must not serve (superseded fence, Redis
+// lost the voucher, Redis unreachable at start): it leaves the router, so
+// new grabs go to a new activation, hands the grabs it holds (and those
+// still arriving in its mailbox) to that new activation, and stops after
+// what is already in its mailbox.
+func (a *voucherActor) retire(ctx actor.Context, held []*grabMsg) {
 	a.unusable = true
-	for _, g := range a.pending {
-		a.answer(g, domain.GrabResult{Code: domain.SeckillUnavailable})
+	a.r.forget(a.id, a.ref)
+	for _, g := range append(held, a.pending...) {
+		a.reroute(g)
 	}
 	a.pending = nil
-	a.r.forget(a.id, a.ref)
 	ctx.Poison(ctx.Self())
+}
+
+// reroute hands a grab to the voucher's current activation, or answers it
+// UNAVAILABLE when it has moved too often.
+func (a *voucherActor) reroute(g *grabMsg) {
+	g.ref.queued.Add(-1)
+	g.hops++
+	if g.hops > maxHops || !a.r.send(a.id, g) {
+		g.reply <- domain.GrabResult{Code: domain.SeckillUnavailable}
+	}
 }
 
 // known answers from memory when the cached state already decides.
 func (a *voucherActor) known(now time.Time) (domain.SeckillCode, bool) {
 	st := a.state
 	switch {
-	case a.unusable:
-		return domain.SeckillUnavailable, true
 	case !st.Found:
 		return domain.SeckillNotFound, true
 	case st.Status == domain.StatusPaused:
@@ -148,6 +175,10 @@ func (a *voucherActor) known(now time.Time) (domain.SeckillCode, bool) {
 }
 
 func (a *voucherActor) onGrab(ctx actor.Context, g *grabMsg) {
+	if a.unusable {
+		a.reroute(g)
+		return
+	}
 	if code, ok := a.known(time.Now()); ok {
 		a.answer(g, domain.GrabResult{Code: code})
 		return
@@ -201,10 +232,12 @@ func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
 		}
 	case d.out.Stale:
 		a.r.log.Info("voucher actor superseded by a newer activation; stopping", "voucher", a.id, "fence", a.fence)
-		for _, g := range d.batch {
-			a.answer(g, domain.GrabResult{Code: domain.SeckillUnavailable})
-		}
-		a.retire(ctx)
+		a.retire(ctx, d.batch) // nothing of the batch was sold
+		return
+	case d.scripted && !d.out.State.Found && a.state.Found:
+		// Redis lost the voucher; nothing of the batch was sold.
+		a.r.log.Warn("voucher vanished from redis; re-activating", "voucher", a.id)
+		a.retire(ctx, d.batch)
 		return
 	default:
 		switch {

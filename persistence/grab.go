@@ -185,17 +185,34 @@ type Grabs struct {
 // NewGrabs returns the grab store.
 func NewGrabs(rdb redis.UniversalClient) *Grabs { return &Grabs{rdb: rdb} }
 
+// claimScript takes a fencing token for a new actor activation and reads
+// the voucher, but only for a voucher Redis knows: unknown ids leave no key
+// behind. KEYS: meta, stock, fence. Returns {fence, status, begin, end,
+// limit, stock}, or {0} for an unknown voucher.
+var claimScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return {0}
+end
+local f = redis.call('INCR', KEYS[3])
+local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit')
+return {f, m[1], m[2], m[3], m[4], redis.call('GET', KEYS[2])}
+`)
+
 // Claim takes a new fencing token for an activation of the voucher's actor
-// and reads the voucher's state, in one round trip.
+// and reads the voucher's state, in one round trip. For a voucher Redis
+// does not know it returns fence 0 and a state that is not Found, and
+// writes nothing.
 func (g *Grabs) Claim(ctx context.Context, voucherID int64) (int64, VoucherState, error) {
-	pipe := g.rdb.Pipeline()
-	fence := pipe.Incr(ctx, fenceKey(voucherID))
-	meta := pipe.HMGet(ctx, metaKey(voucherID), "status", "begin", "end", "limit")
-	stock := pipe.Get(ctx, stockKey(voucherID))
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+	raw, err := claimScript.Run(ctx, g.rdb, []string{metaKey(voucherID), stockKey(voucherID), fenceKey(voucherID)}).Slice()
+	if err != nil {
 		return 0, VoucherState{}, fmt.Errorf("claim voucher %d: %w", voucherID, err)
 	}
-	return fence.Val(), parseState(meta.Val(), stock.Val()), nil
+	fence, _ := raw[0].(int64)
+	if fence == 0 || len(raw) < 6 {
+		return 0, VoucherState{}, nil
+	}
+	stock, _ := raw[5].(string)
+	return fence, parseState(raw[1:5], stock), nil
 }
 
 // State reads the voucher's state without claiming.
