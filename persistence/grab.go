@@ -64,7 +64,7 @@ var grabScript = redis.NewScript(`
 if redis.call('GET', KEYS[4]) ~= ARGV[1] then
   return {-1, 0, 0, 0, 0}
 end
-local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit')
+local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit', 'expire')
 local status = tonumber(m[1])
 if not status then
   return {1, 0, 0, 0, 0}
@@ -72,6 +72,9 @@ end
 local begin_ms, end_ms, limit = tonumber(m[2]), tonumber(m[3]), tonumber(m[4])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The entry's time as a string built from TIME's own strings: a Lua number
+-- written back to Redis may be formatted as a float.
+local now_s = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
 local verdict = 0
 if status == 2 then verdict = 4
 elseif status == 3 then verdict = 3
@@ -103,14 +106,16 @@ for i = 3, #ARGV, 3 do
     sold = sold + 1
     redis.call('HINCRBY', KEYS[3], user, 1)
     redis.call('HSET', KEYS[5], req, oid)
-    redis.call('XADD', KEYS[6], '*', 'o', oid, 'u', user, 'v', ARGV[2], 't', now, 's', slot)
+    redis.call('XADD', KEYS[6], '*', 'o', oid, 'u', user, 'v', ARGV[2], 't', now_s, 's', slot)
     out[#out + 1] = 0
     out[#out + 1] = oid
   end
 end
 if sold > 0 then
   redis.call('DECRBY', KEYS[2], sold)
-  redis.call('PEXPIREAT', KEYS[5], end_ms + 86400000)
+  if m[5] then
+    redis.call('PEXPIREAT', KEYS[5], m[5])
+  end
 end
 out[2] = stock
 return out

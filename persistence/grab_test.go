@@ -11,6 +11,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"flashsale/domain"
+	"flashsale/internal/catalog"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -137,7 +138,7 @@ func TestGrabScriptChecksWindowAndStatus(t *testing.T) {
 	early := mustVoucher(t, db, rdb, voucherSpec{stock: 5, limit: 1, begin: now.Add(time.Hour), end: now.Add(2 * time.Hour)})
 	late := mustVoucher(t, db, rdb, voucherSpec{stock: 5, limit: 1, begin: now.Add(-2 * time.Hour), end: now.Add(-time.Hour)})
 	paused := mustVoucher(t, db, rdb, liveSpec(5, 1))
-	if err := persistence.NewStock(rdb).SetStatus(t.Context(), paused.ID, domain.StatusPaused); err != nil {
+	if err := persistence.NewStock(rdb).SetStatus(t.Context(), paused.ID, domain.StatusPaused, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -201,5 +202,29 @@ func TestOrderIDsAreUniqueAcrossNodesAndRedisRestarts(t *testing.T) {
 	take(64, 2000)
 	if len(seen) != 22000 {
 		t.Fatalf("%d distinct ids, want 22000", len(seen))
+	}
+}
+
+// A node starting up reads the vouchers, an admin pauses one, then the
+// start-up preheat writes what it read: the older version must not win.
+func TestPreheatNeverRevertsANewerStatus(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	ctx := context.Background()
+	v := mustVoucher(t, db, rdb, liveSpec(10, 1))
+	vouchers, stock := persistence.NewVouchers(db), persistence.NewStock(rdb)
+	cat := catalog.New(vouchers, stock, quiet)
+
+	stale, _ := vouchers.Get(ctx, v.ID) // what the start-up preheat read
+	if _, err := cat.SetStatus(ctx, v.ID, domain.StatusPaused); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stock.Preheat(ctx, stale, nil); err != nil {
+		t.Fatal(err)
+	}
+	g := persistence.NewGrabs(rdb)
+	fence, st, _ := g.Claim(ctx, v.ID)
+	out, err := g.Grab(ctx, v.ID, fence, []persistence.Grab{{RequestID: "r1", UserID: 1, OrderID: 42}})
+	if err != nil || out.Results[0].Code != domain.SeckillPaused {
+		t.Fatalf("paused in the database, redis status %d, grab %+v %v", st.Status, out.Results, err)
 	}
 }

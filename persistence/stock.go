@@ -25,41 +25,55 @@ func metaKey(id int64) string  { return voucherTag(id) + ":meta" }
 func stockKey(id int64) string { return voucherTag(id) + ":stock" }
 func usersKey(id int64) string { return voucherTag(id) + ":users" }
 
-// preheatScript writes a voucher's metadata (always, so a status or window
-// change in Postgres reaches Redis on the next preheat) and, only when the
-// stock key is absent, its stock and per-user marks. Running it again never
-// resets stock that grabs have already taken.
+// preheatScript writes a voucher's metadata and, only when the stock key
+// is absent, its stock and per-user marks. Running it again never resets
+// stock that grabs have already taken. Metadata carries a version (the
+// row's update time): an older version never overwrites a newer one, so a
+// start-up preheat that read the row before an admin paused the voucher
+// cannot resume it in Redis.
 //
 // It also creates the order log's consumer group (from the start of the
 // stream, so no order is ever appended before a group can see it) and
 // announces the voucher on the events channel so actors reload it.
 //
+// Every value is passed as a string from Go and written as is: Lua numbers
+// written back to Redis risk float formatting.
+//
 // KEYS: meta, stock, users, log. ARGV: status, begin, end, limit, initial,
-// stock, then user/count pairs.
+// version, expire, stock, then user/count pairs.
 var preheatScript = redis.NewScript(`
-redis.call('HSET', KEYS[1], 'status', ARGV[1], 'begin', ARGV[2], 'end', ARGV[3], 'limit', ARGV[4], 'initial', ARGV[5])
+local cur = tonumber(redis.call('HGET', KEYS[1], 'ver') or '-1')
+if tonumber(ARGV[6]) >= cur then
+  redis.call('HSET', KEYS[1], 'status', ARGV[1], 'begin', ARGV[2], 'end', ARGV[3], 'limit', ARGV[4],
+    'initial', ARGV[5], 'ver', ARGV[6], 'expire', ARGV[7])
+end
 redis.pcall('XGROUP', 'CREATE', KEYS[4], '` + OrderLogGroup + `', '0', 'MKSTREAM')
 redis.call('PUBLISH', '` + eventsChannel + `', KEYS[1])
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
 end
 redis.call('DEL', KEYS[3])
-for i = 7, #ARGV, 2 do
+for i = 9, #ARGV, 2 do
   redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
 end
-redis.call('SET', KEYS[2], ARGV[6])
+redis.call('SET', KEYS[2], ARGV[8])
 return 1
 `)
 
-// setStatusScript changes the status of a preheated voucher and does
-// nothing for one that is not in Redis (the next preheat copies it).
-// It announces the change so that actors caching the old status reload.
+// setStatusScript changes the status of a preheated voucher unless a newer
+// version is already there, and does nothing for one that is not in Redis
+// (the next preheat copies it). It announces the change so that actors
+// caching the old status reload. KEYS: meta. ARGV: status, version.
 var setStatusScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'status', ARGV[1])
+if tonumber(ARGV[2]) < tonumber(redis.call('HGET', KEYS[1], 'ver') or '-1') then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[1], 'ver', ARGV[2])
 redis.call('PUBLISH', '` + eventsChannel + `', KEYS[1])
 return 1
 `)
+
+// reqExpiry is how long after a sale ends its request ids are kept.
+const reqExpiry = 24 * time.Hour
 
 // Stock is the live stock of seckill vouchers in Redis.
 type Stock struct {
@@ -78,8 +92,9 @@ func (s *Stock) Preheat(ctx context.Context, v domain.Voucher, users map[int64]i
 		return false, fmt.Errorf("preheat voucher %d: not a seckill voucher", v.ID)
 	}
 	sk := v.Seckill
-	args := make([]any, 0, 6+2*len(users))
-	args = append(args, int(v.Status), sk.BeginAt.UnixMilli(), sk.EndAt.UnixMilli(), sk.PerUserLimit, sk.InitialStock, sk.Stock)
+	args := make([]any, 0, 8+2*len(users))
+	args = append(args, int(v.Status), sk.BeginAt.UnixMilli(), sk.EndAt.UnixMilli(), sk.PerUserLimit, sk.InitialStock,
+		v.UpdatedAt.UnixMicro(), sk.EndAt.Add(reqExpiry).UnixMilli(), sk.Stock)
 	for u, n := range users {
 		args = append(args, u, n)
 	}
@@ -95,9 +110,10 @@ func (s *Stock) Preheat(ctx context.Context, v domain.Voucher, users map[int64]i
 	return n == 1, nil
 }
 
-// SetStatus copies a status change to a preheated voucher.
-func (s *Stock) SetStatus(ctx context.Context, id int64, status domain.VoucherStatus) error {
-	if err := setStatusScript.Run(ctx, s.rdb, []string{metaKey(id)}, int(status)).Err(); err != nil {
+// SetStatus copies a status change to a preheated voucher; version is the
+// row's update time after the change.
+func (s *Stock) SetStatus(ctx context.Context, id int64, status domain.VoucherStatus, version time.Time) error {
+	if err := setStatusScript.Run(ctx, s.rdb, []string{metaKey(id)}, int(status), version.UnixMicro()).Err(); err != nil {
 		return fmt.Errorf("set status of voucher %d in redis: %w", id, err)
 	}
 	return nil

@@ -85,7 +85,7 @@ func (s *Service) SetStatus(ctx context.Context, id int64, status domain.Voucher
 		return domain.Voucher{}, err
 	}
 	if v.Seckill != nil {
-		if err := s.stock.SetStatus(ctx, id, status); err != nil {
+		if err := s.stock.SetStatus(ctx, id, status, v.UpdatedAt); err != nil {
 			return domain.Voucher{}, err
 		}
 	}
