@@ -125,7 +125,11 @@ return out
 // with ids = second<<32 | sequence. The pair only grows within a Redis
 // lifetime. When the key is missing (first use, or Redis lost its data) the
 // script refuses until the caller passes a floor: a second past every id
-// already in the database, so a new lifetime never repeats a persisted id.
+// already in the database, so a new lifetime never repeats a persisted id;
+// it also starts past the current second, of which other nodes may still
+// hold blocks. (What remains, a block of a second still ahead of the clock
+// after two losses within a second, is caught by the order writer, which
+// dead-letters an id that arrives with another order's content.)
 //
 // ARGV: n, epoch, floor ("" when unknown). Returns {second, sequence}, or
 // {-1, 0} when a floor is needed.
@@ -139,7 +143,9 @@ if sec < 0 then
   if ARGV[3] == '' then
     return {-1, 0}
   end
-  sec = math.max(now, tonumber(ARGV[3]))
+  -- Past this second too: a node may still hold a block of it from
+  -- before Redis lost the key.
+  sec = math.max(now + 1, tonumber(ARGV[3]))
   seq = 0
 elseif now > sec then
   sec = now

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -113,12 +114,22 @@ func NewOrderWriter(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opt
 	return &OrderWriter{db: db, rdb: rdb, opts: opts.withDefaults(), log: log, now: time.Now}
 }
 
-// logEntry is one order of the log.
+// logEntry is one order of the log. bad is set for an entry that can
+// never be persisted (malformed): it goes to the dead-letter stream.
 type logEntry struct {
 	stream string
 	id     string
+	values map[string]any
 	order  orderRow
+	bad    error
 }
+
+// deadLetterKey is the stream of order-log entries the database refused
+// for good (malformed, or a constraint says the order cannot exist): kept
+// for an operator, with the reason, and counted by a metric. Reaching it
+// means Redis and the database disagree (for example after Redis lost
+// data), which reconciliation reports.
+const deadLetterKey = "flashsale:order-dead"
 
 // Run persists orders until ctx ends. It never drops an entry: a failed
 // batch is retried, with backoff, until it commits or ctx ends.
@@ -174,6 +185,11 @@ func (w *OrderWriter) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			return nil // ctx ended; the entries stay pending for the next run
+		}
+		if err = w.deadLetter(ctx, entries); err != nil {
+			ownPending = true // committed rows replay as no-ops
+			w.pause(ctx, &backoff, "dead-letter orders", err)
+			continue
 		}
 		if err = w.ack(ctx, entries); err != nil {
 			// Committed but not acknowledged: they come back as our own
@@ -274,9 +290,7 @@ func (w *OrderWriter) claim(ctx context.Context, streams []string) ([]logEntry, 
 	return out, nil
 }
 
-func isNoGroup(err error) bool {
-	return err != nil && len(err.Error()) >= 7 && err.Error()[:7] == "NOGROUP"
-}
+func isNoGroup(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOGROUP") }
 
 // ensureGroups creates missing consumer groups (a Redis that lost its data
 // and was re-preheated has them; this covers a stream created otherwise).
@@ -290,22 +304,13 @@ func (w *OrderWriter) ensureGroups(ctx context.Context, streams []string) error 
 	return nil
 }
 
-func isBusyGroup(err error) bool {
-	return err != nil && len(err.Error()) >= 9 && err.Error()[:9] == "BUSYGROUP"
-}
+func isBusyGroup(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "BUSYGROUP") }
 
-func (w *OrderWriter) appendEntries(ctx context.Context, out []logEntry, stream string, msgs []redis.XMessage) []logEntry {
+func (w *OrderWriter) appendEntries(_ context.Context, out []logEntry, stream string, msgs []redis.XMessage) []logEntry {
 	now := w.now().UTC()
 	for _, m := range msgs {
 		o, err := parseOrder(m.Values, now)
-		if err != nil {
-			// A malformed entry can never be persisted; keeping it pending
-			// forever would block nothing but would alarm reconciliation,
-			// so it is logged loudly and kept (never acknowledged).
-			w.log.ErrorContext(ctx, "malformed order-log entry", "stream", stream, "id", m.ID, "err", err)
-			continue
-		}
-		out = append(out, logEntry{stream: stream, id: m.ID, order: o})
+		out = append(out, logEntry{stream: stream, id: m.ID, values: m.Values, order: o, bad: err})
 	}
 	return out
 }
@@ -347,50 +352,189 @@ func parseOrder(v map[string]any, now time.Time) (orderRow, error) {
 	return o, nil
 }
 
-// persist inserts a batch in one transaction: the orders (duplicates of
-// a replay are skipped), the stock they take and their ledger rows.
+// persist inserts a batch in one transaction: the orders (replays of
+// orders already there are skipped), the stock they take and their ledger
+// rows. If the database refuses the batch for a constraint (an order that
+// cannot exist: over the per-user slot, past the stock, an id already used
+// by another order), it retries order by order and marks the refused ones
+// bad, so that one impossible order never blocks the others. Any other
+// error is returned and the whole batch is retried later.
 func (w *OrderWriter) persist(ctx context.Context, entries []logEntry) error {
 	rows := make([]orderRow, 0, len(entries))
-	seen := make(map[int64]bool, len(entries))
-	for _, e := range entries {
-		if !seen[e.order.ID] { // a claim and a read may overlap
-			seen[e.order.ID] = true
+	byID := make(map[int64][]*logEntry, len(entries))
+	for i := range entries {
+		e := &entries[i]
+		if e.bad != nil {
+			continue
+		}
+		if same := byID[e.order.ID]; len(same) > 0 { // a claim and a read may overlap
+			if first := same[0].order; first.UserID != e.order.UserID || first.VoucherID != e.order.VoucherID {
+				e.bad = fmt.Errorf("order id %d used twice in the log (users %d and %d)", e.order.ID, first.UserID, e.order.UserID)
+				continue
+			}
+		} else {
 			rows = append(rows, e.order)
 		}
+		byID[e.order.ID] = append(byID[e.order.ID], e)
 	}
-	return w.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		var inserted []int64
-		err := tx.NewInsert().Model(&rows).On("CONFLICT DO NOTHING").Returning("id").Scan(ctx, &inserted)
+	if len(rows) == 0 {
+		return nil
+	}
+	err := w.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		return w.insertOrders(ctx, tx, rows, byID)
+	})
+	if err == nil || !isConstraintViolation(err) {
+		return err
+	}
+	w.log.WarnContext(ctx, "database refused a batch of orders; retrying them one by one", "orders", len(rows), "err", err)
+	for _, row := range rows {
+		err := w.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+			return w.insertOrders(ctx, tx, []orderRow{row}, byID)
+		})
+		if isConstraintViolation(err) {
+			for _, e := range byID[row.ID] {
+				e.bad = fmt.Errorf("database refused order %d: %w", row.ID, err)
+			}
+			continue
+		}
 		if err != nil {
-			return fmt.Errorf("insert %d orders: %w", len(rows), err)
+			return err
 		}
-		if len(inserted) == 0 {
-			return nil
+	}
+	return nil
+}
+
+// insertOrders writes rows in tx: one multi-row insert (a replayed id is
+// skipped), the stock the inserted ones take, per voucher in id order (so
+// concurrent writers lock rows in the same order), and their ledger rows.
+// A skipped id whose stored order differs is an id collision: its entries
+// are marked bad rather than silently dropped.
+func (w *OrderWriter) insertOrders(ctx context.Context, tx bun.Tx, rows []orderRow, byID map[int64][]*logEntry) error {
+	var inserted []int64
+	err := tx.NewInsert().Model(&rows).On("CONFLICT (id) DO NOTHING").Returning("id").Scan(ctx, &inserted)
+	if err != nil {
+		return fmt.Errorf("insert %d orders: %w", len(rows), err)
+	}
+	if len(inserted) < len(rows) {
+		if err := w.checkReplays(ctx, tx, rows, inserted, byID); err != nil {
+			return err
 		}
-		byID := make(map[int64]*orderRow, len(rows))
-		for i := range rows {
-			byID[rows[i].ID] = &rows[i]
+	}
+	if len(inserted) == 0 {
+		return nil
+	}
+	rowByID := make(map[int64]*orderRow, len(rows))
+	for i := range rows {
+		rowByID[rows[i].ID] = &rows[i]
+	}
+	perVoucher := map[int64]int{}
+	ledger := make([]ledgerRow, 0, len(inserted))
+	for _, id := range inserted {
+		o := rowByID[id]
+		perVoucher[o.VoucherID]++
+		ref := o.ID
+		ledger = append(ledger, ledgerRow{VoucherID: o.VoucherID, Delta: -1, Reason: ReasonSale, RefID: &ref, CreateTime: o.CreateTime})
+	}
+	vouchers := make([]int64, 0, len(perVoucher))
+	for v := range perVoucher {
+		vouchers = append(vouchers, v)
+	}
+	sort.Slice(vouchers, func(i, j int) bool { return vouchers[i] < vouchers[j] })
+	for _, v := range vouchers {
+		n := perVoucher[v]
+		if _, err := tx.NewUpdate().Table("tb_seckill_voucher").Set("stock = stock - ?", n).Where("voucher_id = ?", v).Exec(ctx); err != nil {
+			return fmt.Errorf("take %d units of voucher %d: %w", n, v, err)
 		}
-		perVoucher := map[int64]int{}
-		ledger := make([]ledgerRow, 0, len(inserted))
-		for _, id := range inserted {
-			o := byID[id]
-			perVoucher[o.VoucherID]++
-			ref := o.ID
-			ledger = append(ledger, ledgerRow{VoucherID: o.VoucherID, Delta: -1, Reason: ReasonSale, RefID: &ref, CreateTime: o.CreateTime})
+	}
+	if _, err := tx.NewInsert().Model(&ledger).On("CONFLICT DO NOTHING").Exec(ctx); err != nil {
+		return fmt.Errorf("insert ledger rows: %w", err)
+	}
+	ordersPersisted.Add(float64(len(inserted)))
+	return nil
+}
+
+// checkReplays compares the orders a batch did not insert with the rows
+// already stored under their ids: the same order is a harmless replay,
+// another order is an id collision.
+func (w *OrderWriter) checkReplays(ctx context.Context, tx bun.Tx, rows []orderRow, inserted []int64, byID map[int64][]*logEntry) error {
+	done := make(map[int64]bool, len(inserted))
+	for _, id := range inserted {
+		done[id] = true
+	}
+	var skipped []int64
+	for _, r := range rows {
+		if !done[r.ID] {
+			skipped = append(skipped, r.ID)
 		}
-		for v, n := range perVoucher {
-			if _, err := tx.NewUpdate().Table("tb_seckill_voucher").Set("stock = stock - ?", n).Where("voucher_id = ?", v).Exec(ctx); err != nil {
-				return fmt.Errorf("take %d units of voucher %d: %w", n, v, err)
+	}
+	var stored []orderRow
+	if err := tx.NewSelect().Model(&stored).Column("id", "user_id", "voucher_id").Where("id IN (?)", bun.In(skipped)).Scan(ctx); err != nil {
+		return fmt.Errorf("check replayed orders: %w", err)
+	}
+	for _, st := range stored {
+		for _, e := range byID[st.ID] {
+			if e.order.UserID != st.UserID || e.order.VoucherID != st.VoucherID {
+				e.bad = fmt.Errorf("order id %d already belongs to user %d, voucher %d", st.ID, st.UserID, st.VoucherID)
 			}
 		}
-		if _, err := tx.NewInsert().Model(&ledger).On("CONFLICT DO NOTHING").Exec(ctx); err != nil {
-			return fmt.Errorf("insert ledger rows: %w", err)
-		}
-		ordersPersisted.Add(float64(len(inserted)))
-		return nil
-	})
+	}
+	return nil
 }
+
+// isConstraintViolation reports an integrity-constraint error (SQLSTATE
+// class 23 in Postgres, "constraint failed" in SQLite): retrying the same
+// rows can never succeed.
+func isConstraintViolation(err error) bool {
+	if err == nil {
+		return false
+	}
+	var coded interface{ SQLState() string }
+	if errors.As(err, &coded) {
+		return strings.HasPrefix(coded.SQLState(), "23")
+	}
+	return strings.Contains(err.Error(), "constraint failed")
+}
+
+var ordersDead = prometheus.NewCounter(prometheus.CounterOpts{
+	Namespace: "flashsale", Name: "orders_dead_total",
+	Help: "Order-log entries the database refused for good, moved to " + deadLetterKey + ".",
+})
+
+func init() { prometheus.MustRegister(ordersDead) }
+
+// deadLetter copies the bad entries of a batch, with their reason, to the
+// dead-letter stream (before they are acknowledged).
+func (w *OrderWriter) deadLetter(ctx context.Context, entries []logEntry) error {
+	pipe := w.rdb.Pipeline()
+	n := 0
+	for _, e := range entries {
+		if e.bad == nil {
+			continue
+		}
+		values := map[string]any{"stream": e.stream, "entry": e.id, "reason": e.bad.Error()}
+		for k, v := range e.values {
+			values["f_"+k] = v
+		}
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: deadLetterKey, Values: values})
+		w.log.ErrorContext(ctx, "order-log entry moved to the dead-letter stream", "stream", e.stream, "entry", e.id, "reason", e.bad.Error())
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("dead-letter %d entries: %w", n, err)
+	}
+	ordersDead.Add(float64(n))
+	return nil
+}
+
+// ackScript acknowledges and deletes entries of one stream atomically, so
+// that no entry can stay in the stream once acknowledged.
+var ackScript = redis.NewScript(`
+redis.call('XACK', KEYS[1], '` + OrderLogGroup + `', unpack(ARGV))
+return redis.call('XDEL', KEYS[1], unpack(ARGV))
+`)
 
 // ack acknowledges and deletes committed entries, so that a stream holds
 // exactly the orders not yet in the database (reconciliation counts them).
@@ -401,11 +545,21 @@ func (w *OrderWriter) ack(ctx context.Context, entries []logEntry) error {
 	}
 	pipe := w.rdb.Pipeline()
 	for s, list := range ids {
-		pipe.XAck(ctx, s, OrderLogGroup, list...)
-		pipe.XDel(ctx, s, list...)
+		args := make([]any, len(list))
+		for i, id := range list {
+			args[i] = id
+		}
+		ackScript.Run(ctx, pipe, []string{s}, args...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("ack orders: %w", err)
+		// A pipelined EVALSHA cannot fall back to EVAL by itself.
+		if !isNoScript(err) {
+			return fmt.Errorf("ack orders: %w", err)
+		}
+		if err := ackScript.Load(ctx, w.rdb).Err(); err != nil {
+			return fmt.Errorf("ack orders: load script: %w", err)
+		}
+		return w.ack(ctx, entries)
 	}
 	return nil
 }

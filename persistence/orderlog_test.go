@@ -169,3 +169,67 @@ func TestOrderWriterWaitsOutAPostgresOutage(t *testing.T) {
 	drained(t, w, 30*time.Second)
 	assertPersisted(t, direct, v, append(before, during...))
 }
+
+func TestOrderWriterDeadLettersImpossibleOrders(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	ctx := t.Context()
+	v := mustVoucher(t, db, rdb, liveSpec(3, 1))
+	sold := sell(t, db, rdb, v.ID, users(1, 2)) // two real orders, one unit left
+	entry := func(values ...any) {
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: persistence.LogKey(v.ID), Values: values}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now().UnixMilli()
+	// As Redis could only produce after losing its data: a second live
+	// order for user 1 (limit 1), an id already used by another order, and
+	// two more orders than the stock left; plus a malformed entry.
+	entry("o", 9_000_001, "u", 1, "v", v.ID, "t", now, "s", 1)
+	entry("o", sold[0], "u", 777, "v", v.ID, "t", now, "s", 1)
+	entry("o", 9_000_002, "u", 50, "v", v.ID, "t", now, "s", 1)
+	entry("o", 9_000_003, "u", 51, "v", v.ID, "t", now, "s", 1)
+	entry("garbage", "yes")
+	w := runWriter(t, db, rdb, persistence.OrderWriterOptions{})
+	drained(t, w, 20*time.Second)
+
+	dead, err := rdb.XRange(ctx, "flashsale:order-dead", "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 4 {
+		t.Fatalf("%d dead-lettered entries, want 4: %v", len(dead), dead)
+	}
+	for _, d := range dead {
+		if d.Values["reason"] == "" || d.Values["stream"] != persistence.LogKey(v.ID) {
+			t.Fatalf("dead letter without its reason or origin: %v", d.Values)
+		}
+	}
+	var rows []struct {
+		ID     int64 `bun:"id"`
+		UserID int64 `bun:"user_id"`
+	}
+	if err := db.NewSelect().Table("tb_voucher_order").Column("id", "user_id").Where("voucher_id = ?", v.ID).Order("id").Scan(ctx, &rows); err != nil {
+		t.Fatal(err)
+	}
+	// The two real orders, untouched, and exactly one of the two orders
+	// competing for the last unit.
+	if len(rows) != 3 {
+		t.Fatalf("orders in the database: %+v", rows)
+	}
+	var stock int
+	if err := db.NewSelect().Table("tb_seckill_voucher").Column("stock").Where("voucher_id = ?", v.ID).Scan(ctx, &stock); err != nil || stock != 0 {
+		t.Fatalf("database stock %d (%v), want 0", stock, err)
+	}
+
+	t.Run("an id collision with an order already stored", func(t *testing.T) {
+		entry("o", sold[1], "u", 888, "v", v.ID, "t", now, "s", 1)
+		drained(t, w, 20*time.Second)
+		if n, _ := rdb.XLen(ctx, "flashsale:order-dead").Result(); n != 5 {
+			t.Fatalf("%d dead letters, want 5", n)
+		}
+		var user int64
+		if err := db.NewSelect().Table("tb_voucher_order").Column("user_id").Where("id = ?", sold[1]).Scan(ctx, &user); err != nil || user != 2 {
+			t.Fatalf("order %d now belongs to user %d (%v)", sold[1], user, err)
+		}
+	})
+}
