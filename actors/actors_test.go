@@ -336,3 +336,78 @@ func TestCloseAnswersTheBatchInFlight(t *testing.T) {
 		t.Fatalf("a grab after Close: %s", got.Code)
 	}
 }
+
+// TestRedisKilledMidSaleLosesAndOversellsNothing kills a durable Redis
+// (append-only file, fsync always, as production runs it) with SIGKILL in
+// the middle of a sale and restarts it: callers see UNAVAILABLE meanwhile
+// and retry; in the end exactly the stock is sold, to distinct users, and
+// every OK'd order is in the database.
+func TestRedisKilledMidSaleLosesAndOversellsNothing(t *testing.T) {
+	e := &env{db: testenv.MustPostgres(t), redis: testenv.MustDurableRedis(t)}
+	e.rdb = e.redis.Client()
+	e.catalog = catalog.New(persistence.NewVouchers(e.db), persistence.NewStock(e.rdb), quiet)
+	const stock = 400
+	id := e.live(t, stock, 1)
+	r := e.router(t, nil, actors.Options{CallTimeout: 300 * time.Millisecond, GrabTimeout: 2 * time.Second})
+	w := persistence.NewOrderWriter(e.db, e.rdb, quiet, persistence.OrderWriterOptions{MaxBackoff: 200 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	writerDone := make(chan struct{})
+	go func() { defer close(writerDone); _ = w.Run(ctx) }()
+	defer func() { cancel(); <-writerDone }()
+
+	var (
+		mu       sync.Mutex
+		okOrders = map[int64]int64{}
+		wg       sync.WaitGroup
+	)
+	for u := int64(1); u <= 3*stock; u++ {
+		wg.Go(func() {
+			for attempt := 0; attempt < 200; attempt++ {
+				res := r.Grab(context.Background(), domain.GrabRequest{VoucherID: id, UserID: u})
+				switch res.Code {
+				case domain.SeckillUnavailable:
+					time.Sleep(20 * time.Millisecond)
+					continue
+				case domain.SeckillOK:
+					mu.Lock()
+					okOrders[res.OrderID] = u
+					mu.Unlock()
+				}
+				return
+			}
+			t.Errorf("user %d never got an answer", u)
+		})
+	}
+	for {
+		mu.Lock()
+		sold := len(okOrders)
+		mu.Unlock()
+		if sold >= stock/3 {
+			e.redis.Restart() // SIGKILL and start again, mid-sale
+			t.Logf("redis killed after %d of %d units were sold", sold, stock)
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	wg.Wait()
+	if len(okOrders) != stock {
+		t.Fatalf("%d OK for a stock of %d", len(okOrders), stock)
+	}
+	drainCtx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	if err := w.WaitDrained(drainCtx); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	if err := e.db.NewSelect().Table("tb_voucher_order").Column("id").Where("voucher_id = ?", id).Scan(t.Context(), &ids); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != stock {
+		t.Fatalf("%d orders in the database, want %d", len(ids), stock)
+	}
+	for _, oid := range ids {
+		if _, ok := okOrders[oid]; !ok {
+			t.Fatalf("order %d in the database was never answered OK", oid)
+		}
+	}
+}

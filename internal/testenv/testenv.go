@@ -34,9 +34,10 @@ import (
 
 // RedisServer is a private redis-server process.
 type RedisServer struct {
-	tb   testing.TB
-	Port int
-	dir  string
+	tb      testing.TB
+	Port    int
+	dir     string
+	durable bool
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -59,10 +60,23 @@ func (s *RedisServer) Client() *redis.Client {
 // and stops it when the test ends.
 func MustRedis(tb testing.TB) *RedisServer {
 	tb.Helper()
+	return mustRedis(tb, false)
+}
+
+// MustDurableRedis starts a private redis-server that writes every command
+// to its append-only file before answering (appendfsync always), as a
+// production Redis should: Kill and Restart then lose nothing.
+func MustDurableRedis(tb testing.TB) *RedisServer {
+	tb.Helper()
+	return mustRedis(tb, true)
+}
+
+func mustRedis(tb testing.TB, durable bool) *RedisServer {
+	tb.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		tb.Fatalf("redis-server not on PATH (run `make test`, which installs it): %v", err)
 	}
-	s := &RedisServer{tb: tb, dir: tb.TempDir()}
+	s := &RedisServer{tb: tb, dir: tb.TempDir(), durable: durable}
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		if s.Port, err = freePort(); err != nil {
@@ -80,9 +94,13 @@ func MustRedis(tb testing.TB) *RedisServer {
 }
 
 func (s *RedisServer) start() error {
-	cmd := exec.Command("redis-server",
-		"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", s.dir, "--loglevel", "warning")
+	aof := []string{"--appendonly", "no"}
+	if s.durable {
+		aof = []string{"--appendonly", "yes", "--appendfsync", "always"}
+	}
+	args := append([]string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
+		"--save", "", "--dir", s.dir, "--loglevel", "warning"}, aof...)
+	cmd := exec.Command("redis-server", args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return err
@@ -121,8 +139,9 @@ func (s *RedisServer) Kill() {
 	}
 }
 
-// Restart kills the server and starts an empty one on the same port, as a
-// Redis restart without persistence would.
+// Restart kills the server (SIGKILL) and starts it again on the same port:
+// empty, as a Redis without persistence comes back, or with everything it
+// acknowledged, for a durable one.
 func (s *RedisServer) Restart() {
 	s.tb.Helper()
 	s.Kill()
