@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -408,6 +409,98 @@ func TestRedisKilledMidSaleLosesAndOversellsNothing(t *testing.T) {
 	for _, oid := range ids {
 		if _, ok := okOrders[oid]; !ok {
 			t.Fatalf("order %d in the database was never answered OK", oid)
+		}
+	}
+}
+
+func TestIdleActorsArePassivated(t *testing.T) {
+	e := newEnv(t)
+	id := e.live(t, 10, 1)
+	r := e.router(t, nil, actors.Options{IdleTimeout: 100 * time.Millisecond})
+	if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 1}).Code; c != domain.SeckillOK || !r.Active(id) {
+		t.Fatalf("grab %s, active %v", c, r.Active(id))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for r.Active(id) {
+		if time.Now().After(deadline) {
+			t.Fatal("idle actor never passivated")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A new activation picks up where the old one left off.
+	if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 1}).Code; c != domain.SeckillLimitReached {
+		t.Fatalf("after passivation: %s", c)
+	}
+}
+
+// TestPostgresOutageMidSale cuts the database off in the middle of a sale:
+// grabs keep being answered from Redis, orders wait in the order log, and
+// once the database is back every OK'd order lands exactly once.
+func TestPostgresOutageMidSale(t *testing.T) {
+	dbURL := testenv.MustPostgresURL(t)
+	direct := testenv.MustOpen(t, dbURL)
+	u, _ := url.Parse(dbURL)
+	proxy := testenv.MustProxy(t, u.Host)
+	u.Host = proxy.Addr()
+	viaProxy := testenv.MustOpen(t, u.String())
+	e := &env{db: viaProxy, redis: testenv.MustRedis(t)}
+	e.rdb = e.redis.Client()
+	e.catalog = catalog.New(persistence.NewVouchers(viaProxy), persistence.NewStock(e.rdb), quiet)
+	const stock = 300
+	id := e.live(t, stock, 1)
+	r := e.router(t, nil, actors.Options{})
+	w := persistence.NewOrderWriter(viaProxy, e.rdb, quiet, persistence.OrderWriterOptions{MaxBackoff: 200 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	writerDone := make(chan struct{})
+	go func() { defer close(writerDone); _ = w.Run(ctx) }()
+	defer func() { cancel(); <-writerDone }()
+
+	var mu sync.Mutex
+	ok := map[int64]bool{}
+	grabRange := func(from, to int64) {
+		var wg sync.WaitGroup
+		for u := from; u < to; u++ {
+			wg.Go(func() {
+				res := r.Grab(context.Background(), domain.GrabRequest{VoucherID: id, UserID: u})
+				switch res.Code {
+				case domain.SeckillOK:
+					mu.Lock()
+					ok[res.OrderID] = true
+					mu.Unlock()
+				case domain.SeckillSoldOut:
+				default:
+					t.Errorf("user %d: %s", u, res.Code)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	grabRange(1, 100)
+	proxy.Down()
+	grabRange(100, 500) // the database is unreachable: grabs go on
+	time.Sleep(time.Second)
+	if inflight, _ := persistence.InFlight(t.Context(), e.rdb, id); inflight == 0 {
+		t.Fatal("no orders waiting in the log during the outage")
+	}
+	proxy.Up()
+	if len(ok) != stock {
+		t.Fatalf("%d OK for a stock of %d", len(ok), stock)
+	}
+	drainCtx, stop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer stop()
+	if err := w.WaitDrained(drainCtx); err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	if err := direct.NewSelect().Table("tb_voucher_order").Column("id").Where("voucher_id = ?", id).Scan(t.Context(), &ids); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != stock {
+		t.Fatalf("%d orders in the database, want %d", len(ids), stock)
+	}
+	for _, oid := range ids {
+		if !ok[oid] {
+			t.Fatalf("order %d was never answered OK", oid)
 		}
 	}
 }
