@@ -103,7 +103,9 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	log.Info("seckill vouchers ready in redis", "vouchers", n)
 
 	a.router = actors.NewRouter(persistence.NewGrabs(a.rdb), persistence.NewOrderIDs(a.rdb, 0, persistence.MaxOrderID(a.db)), a.catalog, log, actors.Options{
-		Limits: persistence.NewRateLimits(a.rdb, cfg.RateUserPerSec, cfg.RateVoucherPerSec, cfg.RateIPPerSec),
+		Limits:     persistence.NewRateLimits(a.rdb, cfg.RateUserPerSec, cfg.RateVoucherPerSec, cfg.RateIPPerSec),
+		BatchSize:  cfg.GrabBatchSize,
+		QueueBound: cfg.GrabQueueBound,
 	})
 	a.writer = persistence.NewOrderWriter(a.db, a.rdb, log, persistence.OrderWriterOptions{ClaimIdle: cfg.OrderLogClaimIdle})
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))

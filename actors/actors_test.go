@@ -504,3 +504,61 @@ func TestPostgresOutageMidSale(t *testing.T) {
 		}
 	}
 }
+
+func TestSoldOutLiftsWhenStockComesBack(t *testing.T) {
+	e := newEnv(t)
+	id := e.live(t, 1, 1)
+	r := e.router(t, nil, actors.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stock := persistence.NewStock(e.rdb)
+	go func() { _ = stock.Watch(ctx, r.Changed, r.Resync) }()
+	grab := func(u int64) domain.SeckillCode {
+		return r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: u}).Code
+	}
+	if c := grab(1); c != domain.SeckillOK {
+		t.Fatalf("first grab %s", c)
+	}
+	if c := grab(2); c != domain.SeckillSoldOut {
+		t.Fatalf("second grab %s", c)
+	}
+	// A unit comes back (as a cancellation will return it) and is announced.
+	if err := e.rdb.Incr(t.Context(), "{v"+strconv.FormatInt(id, 10)+"}:stock").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := stock.Announce(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for grab(3) != domain.SeckillOK {
+		if time.Now().After(deadline) {
+			t.Fatal("the actor still answers SOLD_OUT from memory")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestAFullQueueAnswersUnavailableAtOnce(t *testing.T) {
+	r := actors.NewRouter(slowStore{}, &seqIDs{}, nil, quiet, actors.Options{QueueBound: 5, BatchSize: 1})
+	t.Cleanup(r.Close)
+	var unavailable, ok atomic.Int64
+	var wg sync.WaitGroup
+	for u := int64(1); u <= 40; u++ {
+		wg.Go(func() {
+			start := time.Now()
+			switch r.Grab(context.Background(), domain.GrabRequest{VoucherID: 1, UserID: u}).Code {
+			case domain.SeckillUnavailable:
+				unavailable.Add(1)
+				if d := time.Since(start); d > 100*time.Millisecond {
+					t.Errorf("shed grab waited %s", d)
+				}
+			case domain.SeckillOK:
+				ok.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if unavailable.Load() == 0 || ok.Load() == 0 || unavailable.Load()+ok.Load() != 40 {
+		t.Fatalf("%d OK, %d UNAVAILABLE", ok.Load(), unavailable.Load())
+	}
+}

@@ -228,3 +228,17 @@ func TestPreheatNeverRevertsANewerStatus(t *testing.T) {
 		t.Fatalf("paused in the database, redis status %d, grab %+v %v", st.Status, out.Results, err)
 	}
 }
+
+func TestGrabScriptSurvivesRedisLosingItsScripts(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	v := mustVoucher(t, db, rdb, liveSpec(5, 1))
+	g, ids := persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(db))
+	fence, _, _ := g.Claim(t.Context(), v.ID)
+	if err := rdb.ScriptFlush(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := g.Grab(t.Context(), v.ID, fence, grabs(t, ids, 1))
+	if err != nil || out.Results[0].Code != domain.SeckillOK {
+		t.Fatalf("after SCRIPT FLUSH: %+v %v", out, err)
+	}
+}

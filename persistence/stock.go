@@ -147,6 +147,16 @@ func (s *Stock) Levels(ctx context.Context, ids []int64, now time.Time) (map[int
 	return out, nil
 }
 
+// Announce tells every node's actors that a voucher changed outside the
+// grab script (for code that changes stock or status without one of the
+// scripts here, which announce by themselves).
+func (s *Stock) Announce(ctx context.Context, voucherID int64) error {
+	if err := s.rdb.Publish(ctx, eventsChannel, metaKey(voucherID)).Err(); err != nil {
+		return fmt.Errorf("announce voucher %d: %w", voucherID, err)
+	}
+	return nil
+}
+
 // Watch calls changed with the id of every voucher announced on the events
 // channel, and resync whenever the subscription is (re)established, since
 // announcements made while it was down are lost. It returns when ctx ends.

@@ -50,6 +50,12 @@ type Config struct {
 	// it over (the first writer is presumed dead).
 	OrderLogClaimIdle time.Duration
 
+	// GrabBatchSize (GRAB_BATCH_SIZE, ours) caps the grabs of one script
+	// call; GrabQueueBound (GRAB_QUEUE_BOUND, ours) the grabs waiting for one
+	// voucher on this node before new ones are answered UNAVAILABLE.
+	GrabBatchSize  int
+	GrabQueueBound int
+
 	Introspection bool // INTROSPECTION (ours): schema introspection on /query
 	Demo          bool // DEMO (ours): create a demo voucher and print tokens; default on in embedded mode
 }
@@ -101,6 +107,8 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 		"LOG_LEVEL":                str("LOG_LEVEL", "info", "debug, info, warn or error"),
 		"LOG_FORMAT":               str("LOG_FORMAT", "", "text or json; default text embedded, json otherwise"),
 		"ORDER_LOG_CLAIM_IDLE":     str("ORDER_LOG_CLAIM_IDLE", "30s", "take over order-log entries pending this long with a dead node"),
+		"GRAB_BATCH_SIZE":          str("GRAB_BATCH_SIZE", "256", "grabs per script call, at most"),
+		"GRAB_QUEUE_BOUND":         str("GRAB_QUEUE_BOUND", "8192", "grabs waiting per voucher before shedding"),
 		"INTROSPECTION":            str("INTROSPECTION", "true", "allow schema introspection"),
 		"DEMO":                     str("DEMO", "", "create a demo voucher and print tokens; default on when embedded"),
 	}
@@ -146,6 +154,8 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	parse("RATE_USER_PER_SEC", func(s string) error { return rate(s, &c.RateUserPerSec) })
 	parse("RATE_VOUCHER_PER_SEC", func(s string) error { return rate(s, &c.RateVoucherPerSec) })
 	parse("RATE_IP_PER_SEC", func(s string) error { return rate(s, &c.RateIPPerSec) })
+	parse("GRAB_BATCH_SIZE", func(s string) error { return positive(s, &c.GrabBatchSize) })
+	parse("GRAB_QUEUE_BOUND", func(s string) error { return positive(s, &c.GrabQueueBound) })
 	parse("INTROSPECTION", func(s string) error { return boolean(s, &c.Introspection) })
 	parse("DEMO", func(s string) error {
 		c.Demo = c.Embedded()
@@ -329,6 +339,15 @@ func rate(s string, dst *int) error {
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 0 {
 		return errors.New("want a whole number >= 0 (0 = off)")
+	}
+	*dst = n
+	return nil
+}
+
+func positive(s string, dst *int) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return errors.New("want a whole number >= 1")
 	}
 	*dst = n
 	return nil

@@ -76,6 +76,8 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"bad log level", "LOG_LEVEL", with("LOG_LEVEL", "loud")},
 		{"bad log format", "LOG_FORMAT", with("LOG_FORMAT", "xml")},
 		{"bad http addr", "HTTP_ADDR", with("HTTP_ADDR", "8080")},
+		{"zero batch size", "GRAB_BATCH_SIZE", with("GRAB_BATCH_SIZE", "0")},
+		{"bad claim idle", "ORDER_LOG_CLAIM_IDLE", with("ORDER_LOG_CLAIM_IDLE", "never")},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
