@@ -51,6 +51,26 @@ func (e *env) router(tb testing.TB, cnt *testenv.Counter, opts actors.Options) *
 	return r
 }
 
+// writer runs an order writer on the env's stores until the test ends.
+func (e *env) writer(tb testing.TB) *persistence.OrderWriter {
+	tb.Helper()
+	w := persistence.NewOrderWriter(e.db, e.rdb, quiet, persistence.OrderWriterOptions{MaxBackoff: 200 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	tb.Cleanup(func() { cancel(); <-done })
+	return w
+}
+
+func drained(tb testing.TB, w *persistence.OrderWriter) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.WaitDrained(ctx); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 func (e *env) voucher(tb testing.TB, stock, limit int, begin, end time.Time) int64 {
 	tb.Helper()
 	v, err := e.catalog.Create(context.Background(), domain.NewVoucher{
@@ -350,11 +370,7 @@ func TestRedisKilledMidSaleLosesAndOversellsNothing(t *testing.T) {
 	const stock = 400
 	id := e.live(t, stock, 1)
 	r := e.router(t, nil, actors.Options{CallTimeout: 300 * time.Millisecond, GrabTimeout: 2 * time.Second})
-	w := persistence.NewOrderWriter(e.db, e.rdb, quiet, persistence.OrderWriterOptions{MaxBackoff: 200 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	writerDone := make(chan struct{})
-	go func() { defer close(writerDone); _ = w.Run(ctx) }()
-	defer func() { cancel(); <-writerDone }()
+	w := e.writer(t)
 
 	var (
 		mu       sync.Mutex
@@ -394,11 +410,7 @@ func TestRedisKilledMidSaleLosesAndOversellsNothing(t *testing.T) {
 	if len(okOrders) != stock {
 		t.Fatalf("%d OK for a stock of %d", len(okOrders), stock)
 	}
-	drainCtx, stop := context.WithTimeout(context.Background(), 30*time.Second)
-	defer stop()
-	if err := w.WaitDrained(drainCtx); err != nil {
-		t.Fatal(err)
-	}
+	drained(t, w)
 	var ids []int64
 	if err := e.db.NewSelect().Table("tb_voucher_order").Column("id").Where("voucher_id = ?", id).Scan(t.Context(), &ids); err != nil {
 		t.Fatal(err)
@@ -449,11 +461,7 @@ func TestPostgresOutageMidSale(t *testing.T) {
 	const stock = 300
 	id := e.live(t, stock, 1)
 	r := e.router(t, nil, actors.Options{})
-	w := persistence.NewOrderWriter(viaProxy, e.rdb, quiet, persistence.OrderWriterOptions{MaxBackoff: 200 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	writerDone := make(chan struct{})
-	go func() { defer close(writerDone); _ = w.Run(ctx) }()
-	defer func() { cancel(); <-writerDone }()
+	w := e.writer(t)
 
 	var mu sync.Mutex
 	ok := map[int64]bool{}
@@ -486,11 +494,7 @@ func TestPostgresOutageMidSale(t *testing.T) {
 	if len(ok) != stock {
 		t.Fatalf("%d OK for a stock of %d", len(ok), stock)
 	}
-	drainCtx, stop := context.WithTimeout(context.Background(), 30*time.Second)
-	defer stop()
-	if err := w.WaitDrained(drainCtx); err != nil {
-		t.Fatal(err)
-	}
+	drained(t, w)
 	var ids []int64
 	if err := direct.NewSelect().Table("tb_voucher_order").Column("id").Where("voucher_id = ?", id).Scan(t.Context(), &ids); err != nil {
 		t.Fatal(err)

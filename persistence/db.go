@@ -124,16 +124,37 @@ func Migrate(ctx context.Context, db *bun.DB) error {
 	return nil
 }
 
+// sqlState returns the Postgres SQLSTATE of err, or "" (SQLite errors have
+// none; callers match their text instead).
+func sqlState(err error) string {
+	var coded interface{ SQLState() string }
+	if errors.As(err, &coded) {
+		return coded.SQLState()
+	}
+	return ""
+}
+
 // isUniqueViolation reports a primary-key or unique-index conflict in either
 // dialect.
 func isUniqueViolation(err error) bool {
 	if err == nil {
 		return false
 	}
-	var coded interface{ SQLState() string }
-	if errors.As(err, &coded) {
-		return coded.SQLState() == "23505"
+	if state := sqlState(err); state != "" {
+		return state == "23505"
 	}
-	msg := err.Error()
-	return strings.Contains(msg, "UNIQUE constraint failed") || strings.Contains(msg, "SQLSTATE 23505")
+	return strings.Contains(err.Error(), "UNIQUE constraint failed")
+}
+
+// isConstraintViolation reports an integrity-constraint error (SQLSTATE
+// class 23 in Postgres, "constraint failed" in SQLite): retrying the same
+// rows can never succeed.
+func isConstraintViolation(err error) bool {
+	if err == nil {
+		return false
+	}
+	if state := sqlState(err); state != "" {
+		return strings.HasPrefix(state, "23")
+	}
+	return strings.Contains(err.Error(), "constraint failed")
 }

@@ -481,20 +481,6 @@ func (w *OrderWriter) checkReplays(ctx context.Context, tx bun.Tx, rows []orderR
 	return nil
 }
 
-// isConstraintViolation reports an integrity-constraint error (SQLSTATE
-// class 23 in Postgres, "constraint failed" in SQLite): retrying the same
-// rows can never succeed.
-func isConstraintViolation(err error) bool {
-	if err == nil {
-		return false
-	}
-	var coded interface{ SQLState() string }
-	if errors.As(err, &coded) {
-		return strings.HasPrefix(coded.SQLState(), "23")
-	}
-	return strings.Contains(err.Error(), "constraint failed")
-}
-
 var ordersDead = prometheus.NewCounter(prometheus.CounterOpts{
 	Namespace: "flashsale", Name: "orders_dead_total",
 	Help: "Order-log entries the database refused for good, moved to " + deadLetterKey + ".",
