@@ -15,7 +15,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 
 	"flashsale/internal/config"
 )
@@ -23,13 +26,17 @@ import (
 //go:generate go tool gqlgen generate
 
 func main() {
+	// Once per process, before any client exists: go-redis reads its logger
+	// without synchronisation, so it must not be swapped while clients run.
+	redis.SetLogger(redisLogger{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
+	if errors.Is(err, flag.ErrHelp) { // usage was asked for and printed
+		os.Exit(0)
+	}
 	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "flashsale:", err)
-		}
+		fmt.Fprintln(os.Stderr, "flashsale:", err)
 		os.Exit(1)
 	}
 }
@@ -44,6 +51,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log := newLogger(cfg, stderr)
+	slog.SetDefault(log) // libraries that log through slog's default (go-redis, via redisLogger) use ours
 	log.Info("starting", "config", cfg)
 	app, err := start(ctx, cfg, log)
 	if err != nil {
@@ -65,4 +73,15 @@ func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// redisLogger routes go-redis's internal logger, which otherwise writes to
+// stderr, to slog's default logger (ours, once run has set it) at debug
+// level. What it reports (each failed dial of the pool, retried) reaches us
+// anyway as the error of the call that failed, and an unreachable REDIS_URL
+// must stop the service with one line, not five.
+type redisLogger struct{}
+
+func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	slog.Default().DebugContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "go-redis")
 }

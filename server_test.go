@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"net"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -178,20 +181,97 @@ func TestRealModeUsesRedisAndPostgres(t *testing.T) {
 	}
 }
 
+// closedPort returns a port on 127.0.0.1 that nothing listens on.
+func closedPort(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	_ = l.Close()
+	return port
+}
+
+// runBinary runs the built service with only env and args and returns its
+// stderr and exit code.
+func runBinary(tb testing.TB, bin string, env map[string]string, args ...string) (stderr string, code int) {
+	tb.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = tb.TempDir() // the embedded SQLite file, if any, lands here
+	cmd.Env = []string{}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		tb.Fatal(err)
+	}
+	return errb.String(), cmd.ProcessState.ExitCode()
+}
+
+// The contract: a wrong value stops the process non-zero with one line
+// naming the variable. It is checked on the real process, because what
+// breaks it is printed outside run's error: go-redis's own logger writes
+// to the process's stderr, and pgx lists each failed host on a line.
 func TestInvalidConfigurationFailsWithOneLine(t *testing.T) {
+	bin := buildBinary(t)
+	secrets := map[string]string{"JWT_SECRET": "topsecret-value", "DATABASE_URL": "postgres://postgres:pgsecret@127.0.0.1:" + closedPort(t) + "/x"}
 	cases := []struct {
 		name, want string
 		env        map[string]string
+		args       []string
 	}{
-		{"unreachable redis", "invalid REDIS_URL", map[string]string{"REDIS_URL": "redis://127.0.0.1:1/0", "JWT_SECRET": "s", "SQLITE_PATH": filepath.Join(t.TempDir(), "a.db")}},
-		{"unreachable postgres", "invalid DATABASE_URL", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/x?sslmode=disable", "JWT_SECRET": "s"}},
-		{"real mode without secret", "invalid JWT_SECRET", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/x"}},
+		{"unreachable redis", "flashsale: invalid REDIS_URL", map[string]string{"REDIS_URL": "redis://127.0.0.1:" + closedPort(t) + "/0", "JWT_SECRET": "s"}, nil},
+		// Without sslmode pgx tries with and without TLS: two failures, on lines of their own.
+		{"unreachable postgres", "flashsale: invalid DATABASE_URL", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:" + closedPort(t) + "/x", "JWT_SECRET": "s"}, nil},
+		{"unreachable postgres hosts", "flashsale: invalid DATABASE_URL", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:" + closedPort(t) + ",127.0.0.1:" + closedPort(t) + "/x?sslmode=disable", "JWT_SECRET": "s"}, nil},
+		{"real mode without secret", "flashsale: invalid JWT_SECRET", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/x"}, nil},
+		{"redis url without scheme", "flashsale: invalid REDIS_URL: want", map[string]string{"REDIS_URL": "//h:6379", "JWT_SECRET": "s"}, nil},
+		{"unknown flag", "flashsale: flag provided but not defined: -bogus-flag", secrets, []string{"--bogus-flag"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := run(t.Context(), nil, func(k string) string { return tc.env[k] }, io.Discard, io.Discard)
-			if err == nil || !strings.HasPrefix(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
-				t.Fatalf("got %v, want one line starting %q", err, tc.want)
+			// The "starting" record is info; above it nothing else may print.
+			env := map[string]string{"LOG_LEVEL": "warn"}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			stderr, code := runBinary(t, bin, env, tc.args...)
+			var lines []string
+			for _, l := range strings.Split(stderr, "\n") {
+				if strings.TrimSpace(l) != "" {
+					lines = append(lines, l)
+				}
+			}
+			if code == 0 || len(lines) != 1 || !strings.HasPrefix(lines[0], tc.want) {
+				t.Fatalf("exit %d, stderr:\n%s\nwant one line starting %q", code, stderr, tc.want)
+			}
+			for _, secret := range []string{"topsecret-value", "pgsecret"} {
+				if strings.Contains(stderr, secret) {
+					t.Fatalf("stderr shows %q: %s", secret, stderr)
+				}
+			}
+		})
+	}
+}
+
+func TestHelpExitsZeroWithoutSecrets(t *testing.T) {
+	bin := buildBinary(t)
+	env := map[string]string{"JWT_SECRET": "topsecret-value", "DATABASE_URL": "postgres://postgres:pgsecret@127.0.0.1:5432/x", "REDIS_URL": "redis://:redissecret@127.0.0.1:6379/0"}
+	for _, arg := range []string{"-h", "--help"} {
+		t.Run(arg, func(t *testing.T) {
+			stderr, code := runBinary(t, bin, env, arg)
+			if code != 0 || !strings.Contains(stderr, "-jwt-secret") {
+				t.Fatalf("exit %d, stderr:\n%s\nwant exit 0 and the usage", code, stderr)
+			}
+			for _, secret := range []string{"topsecret-value", "pgsecret", "redissecret"} {
+				if strings.Contains(stderr, secret) {
+					t.Fatalf("usage shows %q:\n%s", secret, stderr)
+				}
 			}
 		})
 	}
@@ -209,5 +289,10 @@ func TestTokenCommand(t *testing.T) {
 	}
 	if err := run(t.Context(), []string{"token", "--user", "42"}, func(string) string { return "" }, io.Discard, io.Discard); err == nil {
 		t.Fatal("token without a secret succeeded")
+	}
+	var usage bytes.Buffer
+	_ = run(t.Context(), []string{"token", "-h"}, func(k string) string { return env[k] }, io.Discard, &usage)
+	if !strings.Contains(usage.String(), "jwt-secret") || strings.Contains(usage.String(), "cmd-secret") {
+		t.Fatalf("token usage shows the secret or no flags:\n%s", usage.String())
 	}
 }

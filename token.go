@@ -18,9 +18,13 @@ func runToken(args []string, getenv func(string) string, stdout, stderr io.Write
 	user := fs.Int64("user", 0, "user id (the sub claim)")
 	role := fs.String("role", "user", "user or admin")
 	ttl := fs.Duration("ttl", 24*time.Hour, "validity")
-	secret := fs.String("jwt-secret", getenv("JWT_SECRET"), "HS256 secret (JWT_SECRET)")
+	// No default from the environment: the usage would print the secret.
+	secret := fs.String("jwt-secret", "", "HS256 secret (default: JWT_SECRET)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *secret == "" {
+		*secret = getenv("JWT_SECRET")
 	}
 	switch {
 	case *secret == "":

@@ -70,21 +70,25 @@ type Error struct {
 	Msg string
 }
 
-func (e *Error) Error() string { return "invalid " + e.Var + ": " + e.Msg }
+// Error is one line even when Msg quotes a multi-line error (pgx lists every
+// host it tried on a line of its own): the operator reads one line per
+// failed start, and log collectors split records on newlines.
+func (e *Error) Error() string { return "invalid " + e.Var + ": " + oneLine(e.Msg) }
 
 // Load reads the configuration from getenv and args (without the program
-// name). Usage and errors of the flags go to out.
+// name). The usage goes to out when asked for (-h), and Load then returns
+// flag.ErrHelp; any other flag error is returned as one line.
 func Load(args []string, getenv func(string) string, out io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("flashsale", flag.ContinueOnError)
-	fs.SetOutput(out)
-	env := func(name, def string) string {
-		if v := strings.TrimSpace(getenv(name)); v != "" {
-			return v
-		}
-		return def
-	}
+	// The flag package prints the whole usage after every parse error; a
+	// mistyped flag should give one line naming it, so usage is printed
+	// below, and only for -h.
+	fs.SetOutput(io.Discard)
+	// Defaults are static and the environment is applied after parsing:
+	// a default taken from the environment would be printed by the usage
+	// ("(default "...")"), and with it JWT_SECRET and database passwords.
 	str := func(name, def, usage string) *string {
-		return fs.String(flagName(name), env(name, def), usage+" ("+name+")")
+		return fs.String(flagName(name), def, usage+" ("+name+")")
 	}
 	raw := map[string]*string{
 		"HTTP_ADDR":                str("HTTP_ADDR", ":8080", "listen address"),
@@ -112,11 +116,23 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 		"INTROSPECTION":            str("INTROSPECTION", "true", "allow schema introspection"),
 		"DEMO":                     str("DEMO", "", "create a demo voucher and print tokens; default on when embedded"),
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(out)
+		fmt.Fprintln(out, "Usage of flashsale (each flag can also be set by the variable in brackets; a flag wins):")
+		fs.PrintDefaults()
 		return Config{}, err
+	} else if err != nil {
+		return Config{}, fmt.Errorf("%w (see --help)", err)
 	}
 	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return Config{}, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for name, p := range raw {
+		if v := strings.TrimSpace(getenv(name)); v != "" && !set[flagName(name)] {
+			*p = v
+		}
 	}
 	v := func(name string) string { return strings.TrimSpace(*raw[name]) }
 	c := Config{
@@ -188,13 +204,13 @@ func (c Config) Validate() error {
 		return bad("HTTP_ADDR", "want host:port, e.g. :8080")
 	}
 	if c.RedisURL != "" {
-		if _, err := redis.ParseURL(c.RedisURL); err != nil {
-			return bad("REDIS_URL", "%s", errMsg(err))
+		if msg := redisURLProblem(c.RedisURL); msg != "" {
+			return bad("REDIS_URL", "%s", msg)
 		}
 	}
 	for _, u := range c.LockRedisURLs {
-		if _, err := redis.ParseURL(u); err != nil {
-			return bad("LOCK_REDIS_URLS", "%q: %s", redactURL(u), errMsg(err))
+		if msg := redisURLProblem(u); msg != "" {
+			return bad("LOCK_REDIS_URLS", "%q: %s", redactURL(u), msg)
 		}
 	}
 	if n := len(c.LockRedisURLs); n > 0 && n%2 == 0 {
@@ -256,7 +272,7 @@ func (c Config) Level() (slog.Level, error) {
 }
 
 // LogValue logs the configuration with secrets masked: the JWT secret and
-// any password inside a URL.
+// any password inside a URL, as its user's or as a query parameter.
 func (c Config) LogValue() slog.Value {
 	secret := "(unset)"
 	if c.JWTSecret != "" {
@@ -293,7 +309,10 @@ func orEmbedded(s string) string {
 	return s
 }
 
-// redactURL hides the password of a URL.
+// redactURL hides the passwords of a URL: the user's, and any query
+// parameter named like a password (Postgres reads ?password= and
+// ?sslpassword=). Pairs are rewritten in place, which keeps their order;
+// url.Values would sort them.
 func redactURL(s string) string {
 	if s == "" {
 		return ""
@@ -302,7 +321,42 @@ func redactURL(s string) string {
 	if err != nil {
 		return "(unparseable)"
 	}
+	if u.RawQuery != "" {
+		pairs := strings.Split(u.RawQuery, "&")
+		for i, p := range pairs {
+			key, _, _ := strings.Cut(p, "=")
+			name := key
+			if k, err := url.QueryUnescape(key); err == nil {
+				name = k
+			}
+			if strings.Contains(strings.ToLower(name), "password") {
+				pairs[i] = key + "=xxxxx"
+			}
+		}
+		u.RawQuery = strings.Join(pairs, "&")
+	}
 	return u.Redacted()
+}
+
+// redisURLProblem says what is wrong with a Redis URL, or returns "". It
+// checks the scheme itself because go-redis reports a missing one as
+// "invalid URL scheme: " with nothing after it.
+func redisURLProblem(s string) string {
+	const want = "want redis://host:port/db (or rediss://, unix://)"
+	if !strings.Contains(s, "://") { // host:port alone fails url.Parse obscurely
+		return want
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return "not a URL: " + errMsg(err)
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix" {
+		return want
+	}
+	if _, err := redis.ParseURL(s); err != nil {
+		return errMsg(err)
+	}
+	return ""
 }
 
 func flagName(env string) string { return strings.ReplaceAll(strings.ToLower(env), "_", "-") }
@@ -362,12 +416,37 @@ func boolean(s string, dst *bool) error {
 	return nil
 }
 
-// errMsg shortens a parse error to its last clause, without echoing input
-// that may hold a password.
+// errMsg says what a URL parse error found wrong without echoing the URL,
+// which may hold a password: url.Error quotes the whole input, so only its
+// cause is kept. go-redis errors name the part at fault (database number,
+// option) and keep their text, less the package prefix.
 func errMsg(err error) string {
-	msg := err.Error()
-	if i := strings.LastIndex(msg, ": "); i >= 0 {
-		msg = msg[i+2:]
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	msg := strings.TrimPrefix(err.Error(), "redis: ")
+	if msg = strings.TrimRight(msg, ": "); msg == "" {
+		return "malformed URL"
 	}
 	return msg
+}
+
+// oneLine joins the lines of a message, keeping each line's text.
+func oneLine(s string) string {
+	var b strings.Builder
+	for _, line := range strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' }) {
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			if strings.HasSuffix(b.String(), ":") {
+				b.WriteString(" ")
+			} else {
+				b.WriteString("; ")
+			}
+		}
+		b.WriteString(line)
+	}
+	return b.String()
 }

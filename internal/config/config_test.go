@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"flag"
 	"io"
 	"log/slog"
 	"strings"
@@ -35,12 +36,14 @@ func TestRealModeDefaults(t *testing.T) {
 }
 
 func TestFlagsOverrideEnvironment(t *testing.T) {
-	c, err := load(map[string]string{"HTTP_ADDR": ":1", "PAY_TIMEOUT": "1m"}, "--http-addr", ":2", "--pay-timeout=90s")
+	env := map[string]string{"HTTP_ADDR": ":1", "PAY_TIMEOUT": "1m", "LOG_LEVEL": "debug", "CLUSTER_NAME": "from-env"}
+	c, err := load(env, "--http-addr", ":2", "--pay-timeout=90s", "--log-level=info")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.HTTPAddr != ":2" || c.PayTimeout != 90*time.Second {
-		t.Fatalf("got %s %s", c.HTTPAddr, c.PayTimeout)
+	// A flag set to its default still wins; a variable without a flag applies.
+	if c.HTTPAddr != ":2" || c.PayTimeout != 90*time.Second || c.LogLevel != "info" || c.ClusterName != "from-env" {
+		t.Fatalf("got %s %s %s %s", c.HTTPAddr, c.PayTimeout, c.LogLevel, c.ClusterName)
 	}
 }
 
@@ -94,15 +97,110 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 }
 
 func TestLoggedConfigMasksSecrets(t *testing.T) {
-	c, err := load(map[string]string{"REDIS_URL": "redis://:hunter2@127.0.0.1:6379/0", "DATABASE_URL": "postgres://u:pgpass@h:5432/db", "JWT_SECRET": "topsecret"})
+	c, err := load(map[string]string{
+		"REDIS_URL":       "redis://:hunter2@127.0.0.1:6379/0",
+		"LOCK_REDIS_URLS": "redis://:lockpass@127.0.0.1:6379/0",
+		"DATABASE_URL":    "postgres://u:pgpass@h:5432/db?sslmode=verify-full&password=qsecret&sslpassword=sslsecret&pass%77ord=escsecret",
+		"JWT_SECRET":      "topsecret",
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// go-redis rejects a password query parameter, but the log must not
+	// depend on that.
+	c.RedisURL += "?password=redisqpass"
+	c.LockRedisURLs = append(c.LockRedisURLs, "redis://127.0.0.1:6380/0?Password=lockqpass")
 	var b strings.Builder
 	slog.New(slog.NewTextHandler(&b, nil)).Info("start", "config", c)
-	for _, secret := range []string{"hunter2", "pgpass", "topsecret"} {
+	for _, secret := range []string{"hunter2", "lockpass", "pgpass", "qsecret", "sslsecret", "escsecret", "redisqpass", "lockqpass", "topsecret"} {
 		if strings.Contains(b.String(), secret) {
 			t.Fatalf("log shows %q: %s", secret, b.String())
 		}
+	}
+	if !strings.Contains(b.String(), "sslmode=verify-full") {
+		t.Fatalf("log lost the other parameters: %s", b.String())
+	}
+}
+
+func TestUsageNeverShowsSecrets(t *testing.T) {
+	secrets := []string{"topsecret-value", "pgpass", "redispass", "lockpass"}
+	env := map[string]string{
+		"JWT_SECRET":      secrets[0],
+		"DATABASE_URL":    "postgres://u:" + secrets[1] + "@h:5432/db",
+		"REDIS_URL":       "redis://:" + secrets[2] + "@127.0.0.1:6379/0",
+		"LOCK_REDIS_URLS": "redis://:" + secrets[3] + "@127.0.0.1:6379/0",
+	}
+	for _, args := range [][]string{{"--bogus-flag"}, {"--help"}, {"-h"}} {
+		t.Run(args[0], func(t *testing.T) {
+			var out strings.Builder
+			_, err := Load(args, func(k string) string { return env[k] }, &out)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			printed := out.String() + err.Error()
+			for _, secret := range secrets {
+				if strings.Contains(printed, secret) {
+					t.Fatalf("shows %q:\n%s", secret, printed)
+				}
+			}
+			if args[0] == "--bogus-flag" {
+				// One line naming the flag, for main to print; no usage.
+				if errors.Is(err, flag.ErrHelp) || out.Len() > 0 || !strings.Contains(err.Error(), "bogus-flag") || strings.Contains(err.Error(), "\n") {
+					t.Fatalf("got %q and output %q, want one line naming the flag", err, out.String())
+				}
+				return
+			}
+			if !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "-jwt-secret") {
+				t.Fatalf("got %v and output %q, want flag.ErrHelp and the usage", err, out.String())
+			}
+		})
+	}
+}
+
+func TestInvalidURLsSayWhatIsWrong(t *testing.T) {
+	real := map[string]string{"REDIS_URL": "redis://127.0.0.1:6379/0", "DATABASE_URL": "postgres://u@h:5432/db", "JWT_SECRET": "s"}
+	cases := []struct{ variable, value string }{
+		{"REDIS_URL", "//h:6379"},
+		{"REDIS_URL", "127.0.0.1:6379"},
+		{"REDIS_URL", "http://h:6379"},
+		{"REDIS_URL", "redis://:pwsecret@h:6379/abc"},
+		{"REDIS_URL", "redis://:pwsecret@h:6379/1/2"},
+		{"REDIS_URL", "redis://:pwsecret@h:6379/0?bogus=1"},
+		{"REDIS_URL", "redis://:pwsecret@h:6379/0?dial_timeout=soon"},
+		{"REDIS_URL", "redis://:pwsecret@h:port/0"},
+		{"REDIS_URL", "redis://:pw%zzsecret@h:6379/0"},
+		{"REDIS_URL", "unix://"},
+		{"LOCK_REDIS_URLS", "//h:6379"},
+		{"LOCK_REDIS_URLS", "redis://:pwsecret@h:6379/abc"},
+		{"DATABASE_URL", "//h:5432/db"},
+		{"DATABASE_URL", "postgres://u:pwsecret@h:port/db"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.variable+"="+tc.value, func(t *testing.T) {
+			env := map[string]string{}
+			for k, v := range real {
+				env[k] = v
+			}
+			env[tc.variable] = tc.value
+			_, err := load(env)
+			var ce *Error
+			if !errors.As(err, &ce) || ce.Var != tc.variable {
+				t.Fatalf("got %v, want an error naming %s", err, tc.variable)
+			}
+			// A phrase, not an empty message or a bare echo of the value.
+			if msg := strings.TrimSpace(ce.Msg); !strings.Contains(msg, " ") || strings.HasSuffix(msg, ":") {
+				t.Fatalf("%q does not say what is wrong", err)
+			}
+			if strings.Contains(err.Error(), "secret") {
+				t.Fatalf("%q shows the password", err)
+			}
+		})
+	}
+}
+
+func TestErrorIsOneLine(t *testing.T) {
+	err := &Error{Var: "DATABASE_URL", Msg: "failed to connect to `user=u`:\n\t127.0.0.1:1: refused\r\n\t127.0.0.1:2: refused\n"}
+	if got, want := err.Error(), "invalid DATABASE_URL: failed to connect to `user=u`: 127.0.0.1:1: refused; 127.0.0.1:2: refused"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
 	}
 }
