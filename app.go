@@ -30,6 +30,7 @@ var (
 	_ graph.Catalog    = (*catalog.Service)(nil)
 	_ graph.Grabber    = (*actors.Router)(nil)
 	_ actors.Preheater = (*catalog.Service)(nil)
+	_ graph.IPLimiter  = (*persistence.RateLimits)(nil)
 )
 
 // app is the wired service. start builds it in a visible order (database,
@@ -102,8 +103,9 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	}
 	log.Info("seckill vouchers ready in redis", "vouchers", n)
 
+	limits := persistence.NewRateLimits(a.rdb, cfg.RateUserPerSec, cfg.RateVoucherPerSec, cfg.RateIPPerSec)
 	a.router = actors.NewRouter(persistence.NewGrabs(a.rdb), persistence.NewOrderIDs(a.rdb, 0, persistence.MaxOrderID(a.db)), a.catalog, log, actors.Options{
-		Limits:     persistence.NewRateLimits(a.rdb, cfg.RateUserPerSec, cfg.RateVoucherPerSec, cfg.RateIPPerSec),
+		Limits:     limits,
 		BatchSize:  cfg.GrabBatchSize,
 		QueueBound: cfg.GrabQueueBound,
 	})
@@ -123,6 +125,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router}, graph.HandlerOptions{
 		Tokens:        a.tokens,
 		Log:           log,
+		IPLimit:       limits,
 		Introspection: cfg.Introspection,
 	})
 	mux := http.NewServeMux()

@@ -1,8 +1,10 @@
 package domain
 
 import (
+	"math"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -28,12 +30,15 @@ const (
 // Valid reports whether s is one of the contract's statuses.
 func (s VoucherStatus) Valid() bool { return s >= StatusActive && s <= StatusEnded }
 
-// Limits on voucher input. MaxStock comes from the contract.
+// Limits on voucher input. MaxStock comes from the contract; MaxValue is
+// the largest GraphQL Int (32-bit signed): the schema's Int fields cannot
+// give back a larger amount, so none is accepted.
 const (
 	MaxStock        = 100_000_000
 	MaxTitleLen     = 200
 	MaxTextLen      = 4000
 	MaxPerUserLimit = 1000
+	MaxValue        = math.MaxInt32
 )
 
 // Voucher is a shop's voucher; Seckill is set for flash-sale vouchers.
@@ -84,22 +89,30 @@ type NewVoucher struct {
 // Validate checks the input and returns the first problem as a
 // CodeBadInput error naming the field.
 func (n NewVoucher) Validate() error {
-	title := strings.TrimSpace(n.Title)
-	switch {
-	case n.ShopID <= 0:
+	if n.ShopID <= 0 {
 		return InvalidField("shopId", "must be a positive id")
-	case title == "":
+	}
+	if strings.TrimSpace(n.Title) == "" {
 		return InvalidField("title", "must not be empty")
-	case utf8.RuneCountInString(n.Title) > MaxTitleLen:
-		return InvalidField("title", "must be at most %d characters", MaxTitleLen)
-	case n.SubTitle != nil && utf8.RuneCountInString(*n.SubTitle) > MaxTextLen:
-		return InvalidField("subTitle", "must be at most %d characters", MaxTextLen)
-	case n.Rules != nil && utf8.RuneCountInString(*n.Rules) > MaxTextLen:
-		return InvalidField("rules", "must be at most %d characters", MaxTextLen)
-	case n.PayValue < 0:
-		return InvalidField("payValue", "must be >= 0")
-	case n.ActualValue < 0:
-		return InvalidField("actualValue", "must be >= 0")
+	}
+	if err := checkText("title", n.Title, MaxTitleLen, false); err != nil {
+		return err
+	}
+	if n.SubTitle != nil {
+		if err := checkText("subTitle", *n.SubTitle, MaxTextLen, true); err != nil {
+			return err
+		}
+	}
+	if n.Rules != nil {
+		if err := checkText("rules", *n.Rules, MaxTextLen, true); err != nil {
+			return err
+		}
+	}
+	switch {
+	case n.PayValue < 0 || n.PayValue > MaxValue:
+		return InvalidField("payValue", "must be between 0 and %d", MaxValue)
+	case n.ActualValue < 0 || n.ActualValue > MaxValue:
+		return InvalidField("actualValue", "must be between 0 and %d", MaxValue)
 	}
 	if n.Type == VoucherNormal {
 		switch {
@@ -127,7 +140,29 @@ func (n NewVoucher) Validate() error {
 	case !n.BeginAt.Before(*n.EndAt):
 		return InvalidField("endAt", "must be after beginAt")
 	case n.PerUserLimit != nil && (*n.PerUserLimit < 1 || *n.PerUserLimit > MaxPerUserLimit):
+		// Not bounded by the stock: a restock can make a larger limit mean something.
 		return InvalidField("perUserLimit", "must be between 1 and %d", MaxPerUserLimit)
+	}
+	return nil
+}
+
+// checkText rejects what Postgres cannot store in a text column (NUL,
+// invalid UTF-8) and control characters that only garble a page or a log
+// line; multiline texts may hold newlines and tabs.
+func checkText(field, s string, maxLen int, multiline bool) error {
+	if !utf8.ValidString(s) {
+		return InvalidField(field, "must be valid UTF-8")
+	}
+	if utf8.RuneCountInString(s) > maxLen {
+		return InvalidField(field, "must be at most %d characters", maxLen)
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) && !(multiline && (r == '\n' || r == '\t')) {
+			if multiline {
+				return InvalidField(field, "must not contain control characters (U+%04X) other than newline and tab", r)
+			}
+			return InvalidField(field, "must not contain control characters (U+%04X)", r)
+		}
 	}
 	return nil
 }

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/gqlerror"
@@ -15,9 +18,10 @@ import (
 // presentErrors is the one place where errors become GraphQL errors:
 //   - a *domain.Error keeps its message and gets its code;
 //   - a *gqlerror.Error that wraps no other error is one gqlgen raised about
-//     the request itself (parse, validation, complexity, depth):
+//     the request itself (body, parse, validation, complexity, depth):
 //     BAD_USER_INPUT, gqlgen's own code kept as extensions.reason (our
-//     scalars return *domain.Error, so argument coercion lands above);
+//     scalars return *domain.Error, so argument coercion lands above), and
+//     its message tidied: these messages quote the request back;
 //   - anything else is an internal fault: logged with its cause and shown
 //     only as "internal error", so no SQL, address or stack ever leaks.
 func presentErrors(log *slog.Logger) graphql.ErrorPresenterFunc {
@@ -25,14 +29,8 @@ func presentErrors(log *slog.Logger) graphql.ErrorPresenterFunc {
 		out := graphql.DefaultErrorPresenter(ctx, err)
 		var de *domain.Error
 		if errors.As(err, &de) {
-			out.Message = de.Message
-			out.Extensions = map[string]any{"code": string(de.Code)}
-			if de.Field != "" {
-				out.Extensions["field"] = de.Field
-			}
-			if de.Code == domain.CodeRateLimited {
-				out.Extensions["retryAfterMs"] = max(de.RetryAfter.Milliseconds(), 1)
-			}
+			out.Message = capMessage(de.Message)
+			out.Extensions = domainExtensions(de)
 			return out
 		}
 		var ge *gqlerror.Error
@@ -41,6 +39,7 @@ func presentErrors(log *slog.Logger) graphql.ErrorPresenterFunc {
 			if c, ok := ge.Extensions["code"]; ok {
 				ext["reason"] = c
 			}
+			out.Message = requestMessage(out.Message)
 			out.Extensions = ext
 			return out
 		}
@@ -50,6 +49,81 @@ func presentErrors(log *slog.Logger) graphql.ErrorPresenterFunc {
 		log.ErrorContext(ctx, "internal error", "err", err, "path", out.Path.String())
 		return &gqlerror.Error{Message: "internal error", Path: out.Path, Extensions: map[string]any{"code": string(domain.CodeInternal)}}
 	}
+}
+
+// domainExtensions maps a domain error's code (and details) to the
+// contract's extensions.
+func domainExtensions(de *domain.Error) map[string]any {
+	ext := map[string]any{"code": string(de.Code)}
+	if de.Field != "" {
+		ext["field"] = de.Field
+	}
+	if de.Code == domain.CodeRateLimited {
+		ext["retryAfterMs"] = max(de.RetryAfter.Milliseconds(), 1)
+	}
+	return ext
+}
+
+// operationError is a domain error raised before execution (by an
+// extension). It is presented here already, because gqlgen's websocket
+// transport sends such errors as they are, bypassing the presenter; over
+// HTTP the presenter finds the same domain error inside and agrees.
+func operationError(de *domain.Error) *gqlerror.Error {
+	return &gqlerror.Error{Message: capMessage(de.Message), Err: de, Extensions: domainExtensions(de)}
+}
+
+// badBodyMessage replaces gqlgen's JSON-decoding message, which names Go
+// types and quotes the whole body back.
+const badBodyMessage = "request body must be a JSON object with a query string"
+
+// requestMessage tidies gqlgen's message about a malformed request.
+func requestMessage(msg string) string {
+	if strings.HasPrefix(msg, "json request body could not be decoded") {
+		return badBodyMessage
+	}
+	// gqlgen appends the raw body to some messages.
+	if i := strings.Index(msg, " body:"); i >= 0 {
+		msg = msg[:i]
+	}
+	return capMessage(msg)
+}
+
+// maxMessageLen bounds an error message: validation messages quote field,
+// argument and operation names, which a client may make 60 KB long.
+const (
+	maxMessageLen = 200
+	maxQuotedLen  = 40
+)
+
+var (
+	longQuoted = regexp.MustCompile(fmt.Sprintf(`"[^"]{%d,}"`, maxQuotedLen+1))
+	longWord   = regexp.MustCompile(fmt.Sprintf(`[^\s"]{%d,}`, maxQuotedLen+1))
+)
+
+// capMessage shortens long names first (quoted, or bare like gqlgen's
+// "operation X not found"), so the message keeps its sense, then cuts
+// whatever is still too long. Short messages (all of ours) cost one
+// length check.
+func capMessage(msg string) string {
+	if len(msg) <= maxMessageLen {
+		return msg
+	}
+	msg = longQuoted.ReplaceAllStringFunc(msg, func(q string) string {
+		return truncate(q[:len(q)-1], maxQuotedLen) + `"`
+	})
+	msg = longWord.ReplaceAllStringFunc(msg, func(w string) string { return truncate(w, maxQuotedLen) })
+	return truncate(msg, maxMessageLen)
+}
+
+// truncate cuts s to at most n bytes on a rune boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // recoverPanic turns a resolver panic into an internal error and logs it.

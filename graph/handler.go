@@ -1,7 +1,6 @@
 package graph
 
 import (
-	"context"
 	"log/slog"
 	"net/http"
 	"time"
@@ -10,14 +9,14 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
-	"github.com/vektah/gqlparser/v2/ast"
 
 	"flashsale/internal/auth"
 )
 
 // Limits bound what one request may cost. Zero values take the defaults.
 type Limits struct {
-	// MaxBodyBytes caps a POST body (http.MaxBytesHandler).
+	// MaxBodyBytes caps a POST body (http.MaxBytesHandler) and a GET
+	// request's URL query string.
 	MaxBodyBytes int64
 	// MaxTokens caps the lexer's token count before parsing.
 	MaxTokens int
@@ -55,60 +54,55 @@ type HandlerOptions struct {
 	Limits        Limits
 	Introspection bool
 	// PingInterval is how often a websocket client is pinged; a client that
-	// misses two pongs is disconnected.
+	// misses two pongs is disconnected. Legacy graphql-ws clients, which
+	// have no ping, get a keepalive message as often.
 	PingInterval time.Duration
+	// IPLimit, if set, limits the requests of each client IP (grabs are
+	// limited in their voucher actor instead).
+	IPLimit IPLimiter
 }
 
 // NewHandler returns the /query handler: websocket first (so an upgrade is
-// never mistaken for a GET query), then POST and GET, with every request
-// authenticated, bounded and its errors presented by presentErrors.
+// never mistaken for a GET query), then POST and GET, behind a guard that
+// answers unsupported requests itself; every operation is authorized as a
+// whole before it runs, bounded, and its errors presented by
+// presentErrors.
 func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	lim := opts.Limits.withDefaults()
 	if opts.PingInterval <= 0 {
 		opts.PingInterval = 10 * time.Second
 	}
+	present := presentErrors(opts.Log)
 	srv := handler.New(NewExecutableSchema(Config{Resolvers: r}))
-	srv.AddTransport(transport.Websocket{
+	srv.AddTransport(websocketTransport{transport.Websocket{
 		PingPongInterval: opts.PingInterval,
-		InitTimeout:      10 * time.Second,
-		InitFunc:         wsAuthenticate(opts.Tokens),
-	})
+		// The legacy graphql-ws subprotocol has no ping/pong; its "ka"
+		// messages at least keep proxies from closing an idle socket.
+		KeepAlivePingInterval: opts.PingInterval,
+		InitTimeout:           10 * time.Second,
+		InitFunc:              wsAuthenticate(opts.Tokens),
+	}})
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})
-	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
+	srv.SetQueryCache(newQueryCache())
 	srv.SetParserTokenLimit(lim.MaxTokens)
-	srv.SetErrorPresenter(presentErrors(opts.Log))
+	srv.SetErrorPresenter(present)
 	srv.SetRecoverFunc(recoverPanic(opts.Log))
 	if opts.Introspection {
 		srv.Use(extension.Introspection{})
 	}
 	srv.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](256)})
+	if opts.IPLimit != nil {
+		srv.Use(ipLimit{limiter: opts.IPLimit, log: opts.Log})
+	}
+	srv.Use(operationPolicy{})
 	srv.Use(extension.FixedComplexityLimit(lim.MaxComplexity))
 	srv.Use(depthLimit{max: lim.MaxDepth, introspectionMax: lim.MaxIntrospectionDepth})
-	srv.AroundRootFields(authorize)
-	return http.MaxBytesHandler(withClientIP(opts.Tokens.Middleware(srv)), lim.MaxBodyBytes)
-}
-
-// closeUnauthorized is the websocket close code for a bad token: 4401 tells
-// graphql-ws clients not to reconnect in a loop.
-const closeUnauthorized = 4401
-
-// wsAuthenticate checks the connection_init payload's Authorization (the
-// same "Bearer <JWT>" as the HTTP header) and closes with 4401 if it is
-// missing or invalid.
-func wsAuthenticate(tokens *auth.Tokens) transport.WebsocketInitFunc {
-	return func(ctx context.Context, p transport.InitPayload) (context.Context, *transport.InitPayload, error) {
-		h := p.Authorization()
-		if h == "" {
-			if v, ok := p["authorization"].(string); ok {
-				h = v
-			}
-		}
-		id, err := tokens.VerifyHeader(h)
-		if err != nil {
-			return transport.WithWebsocketCloseCode(ctx, closeUnauthorized), nil, err
-		}
-		return auth.WithIdentity(ctx, id, nil), nil, nil
+	return requestGuard{
+		next:        http.MaxBytesHandler(withClientIP(opts.Tokens.Middleware(srv)), lim.MaxBodyBytes),
+		present:     present,
+		maxURLQuery: int(lim.MaxBodyBytes),
+		maxTokens:   lim.MaxTokens,
 	}
 }

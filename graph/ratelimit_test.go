@@ -1,11 +1,19 @@
 package graph_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
 
 	"flashsale/actors"
+	"flashsale/graph"
 	"flashsale/internal/auth"
 	"flashsale/persistence"
 )
@@ -43,5 +51,62 @@ func TestGrabsOverTheUserRateAreRateLimited(t *testing.T) {
 	s.mustDo(t, s.token(t, 6, auth.RoleUser), grabMutation, map[string]any{"id": v.ID}, &other)
 	if other.SeckillVoucher.Code != "OK" {
 		t.Fatalf("other user: %s", other.SeckillVoucher.Code)
+	}
+}
+
+// RATE_IP_PER_SEC limits every request of an address, bad ones included,
+// before anything runs; other addresses are not affected. Grabs are left
+// to their voucher actor (here configured without limits), which checks
+// the same budget once per batch.
+func TestRequestsOverTheIPRateAreRateLimited(t *testing.T) {
+	s := newServer(t)
+	v := s.createVoucher(t, seckillInput(1, 100))
+	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router}, graph.HandlerOptions{
+		Tokens: s.tokens, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), IPLimit: persistence.NewRateLimits(s.rdb, 0, 0, 2),
+	})
+	send := func(ip, token, query string) (codes []string) {
+		body, _ := json.Marshal(map[string]any{"query": query})
+		req := httptest.NewRequest(http.MethodPost, "/query", bytes.NewReader(body))
+		req.RemoteAddr = ip + ":4321"
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		var resp struct{ Errors []gqlError }
+		if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
+			t.Fatalf("%v: %s", err, rec.Body.String())
+		}
+		for _, e := range resp.Errors {
+			code, _ := e.Extensions["code"].(string)
+			codes = append(codes, code)
+			if code == "RATE_LIMITED" {
+				if ms, _ := e.Extensions["retryAfterMs"].(float64); ms <= 0 {
+					t.Fatalf("retryAfterMs %v", e.Extensions["retryAfterMs"])
+				}
+			}
+		}
+		return codes
+	}
+	stock := `{ stock(voucherId: "` + v.ID + `") { remaining } }`
+	limited := 0
+	for range 6 {
+		switch codes := send("203.0.113.7", "not-a-token", stock); {
+		case slices.Equal(codes, []string{"UNAUTHENTICATED"}):
+		case slices.Equal(codes, []string{"RATE_LIMITED"}):
+			limited++
+		default:
+			t.Fatalf("codes %v", codes)
+		}
+	}
+	if limited < 3 { // burst 2, plus at most one refill during the loop
+		t.Fatalf("%d of 6 requests limited", limited)
+	}
+	user := s.token(t, 9, auth.RoleUser)
+	if codes := send("203.0.113.8", user, stock); len(codes) != 0 {
+		t.Fatalf("another address: %v", codes)
+	}
+	grab := `mutation { seckillVoucher(voucherId: "` + v.ID + `") { code } }`
+	if codes := send("203.0.113.7", user, grab); len(codes) != 0 {
+		t.Fatalf("a grab was limited per request: %v", codes)
 	}
 }

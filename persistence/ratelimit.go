@@ -35,6 +35,26 @@ func (l *RateLimits) Enabled() bool {
 	return l != nil && !(l.perUser.IsZero() && l.perVoucher.IsZero() && l.perIP.IsZero())
 }
 
+// IPEnabled reports whether the per-IP limit is on.
+func (l *RateLimits) IPEnabled() bool { return l != nil && !l.perIP.IsZero() }
+
+// AllowIP counts one request from ip against the per-IP limit (the same
+// budget grabs from that IP draw on, in Admit) and returns 0 if it is
+// admitted, or how long to wait before retrying.
+func (l *RateLimits) AllowIP(ctx context.Context, ip string) (time.Duration, error) {
+	if !l.IPEnabled() || ip == "" {
+		return 0, nil
+	}
+	res, err := redis_rate.NewLimiter(l.rdb).Allow(ctx, "ip:"+ip, l.perIP)
+	if err != nil {
+		return 0, fmt.Errorf("rate limit ip %s: %w", ip, err)
+	}
+	if res.Allowed == 0 {
+		return max(res.RetryAfter, time.Millisecond), nil
+	}
+	return 0, nil
+}
+
 // RateCheck is one grab to admit.
 type RateCheck struct {
 	UserID int64

@@ -30,10 +30,21 @@ const (
 type Identity struct {
 	UserID int64
 	Role   Role
+	// Expires is the token's exp (zero: none). It travels with the
+	// identity because a websocket authenticates once, at connection_init,
+	// and then runs operations for as long as it stays open: FromContext
+	// re-checks it so an expired token cannot keep grabbing.
+	Expires time.Time
 }
 
 // IsAdmin reports whether the caller has the admin role.
 func (id Identity) IsAdmin() bool { return id.Role == RoleAdmin }
+
+// expiredAt reports whether the token had expired at now, with the same
+// leeway as verification.
+func (id Identity) expiredAt(now time.Time) bool {
+	return !id.Expires.IsZero() && !now.Before(id.Expires.Add(tokenLeeway))
+}
 
 type claims struct {
 	Role Role `json:"role"`
@@ -48,13 +59,8 @@ type Tokens struct {
 	// the same users press "grab" again and again, and parsing and checking
 	// a JWT is a fifth of a sold-out grab's CPU. Expiry is checked on every
 	// hit; only successes are cached, so a bad token costs a full check.
-	verified *lru.Cache[string, verifiedToken]
+	verified *lru.Cache[string, Identity]
 	now      func() time.Time
-}
-
-type verifiedToken struct {
-	id      Identity
-	expires time.Time // zero: no exp claim
 }
 
 // verifiedCacheSize bounds the cache (about 300 bytes a token).
@@ -62,7 +68,7 @@ const verifiedCacheSize = 100_000
 
 // NewTokens returns a verifier/issuer for secret.
 func NewTokens(secret string) *Tokens {
-	cache, _ := lru.New[string, verifiedToken](verifiedCacheSize) // errors only for size <= 0
+	cache, _ := lru.New[string, Identity](verifiedCacheSize) // errors only for size <= 0
 	t := &Tokens{secret: []byte(secret), verified: cache, now: time.Now}
 	t.parser = jwt.NewParser(
 		// Only HS256: this closes the "alg: none" and RS/HS confusion holes.
@@ -79,46 +85,44 @@ const tokenLeeway = 5 * time.Second
 // (bad signature, expired, wrong algorithm, malformed claims) is an
 // UNAUTHENTICATED error whose message says what, never why in detail.
 func (t *Tokens) Verify(token string) (Identity, error) {
-	if v, ok := t.verified.Get(token); ok {
-		if v.expires.IsZero() || t.now().Before(v.expires.Add(tokenLeeway)) {
-			return v.id, nil
+	if id, ok := t.verified.Get(token); ok {
+		if !id.expiredAt(t.now()) {
+			return id, nil
 		}
 		t.verified.Remove(token)
 	}
-	p, err := t.parse(token)
+	id, err := t.parse(token)
 	if err != nil {
 		return Identity{}, err
 	}
-	t.verified.Add(token, verifiedToken{id: p.Identity, expires: p.expires})
-	return p.Identity, nil
+	t.verified.Add(token, id)
+	return id, nil
 }
 
-type parsed struct {
-	Identity
-	expires time.Time
-}
+// errExpired is shared by verification and the per-operation re-check.
+var errExpired = domain.Errorf(domain.CodeUnauthenticated, "token expired")
 
-func (t *Tokens) parse(token string) (parsed, error) {
+func (t *Tokens) parse(token string) (Identity, error) {
 	var c claims
 	_, err := t.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return t.secret, nil })
 	if err != nil {
 		if errors.Is(err, jwt.ErrTokenExpired) {
-			return parsed{}, domain.Errorf(domain.CodeUnauthenticated, "token expired")
+			return Identity{}, errExpired
 		}
-		return parsed{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token")
+		return Identity{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token")
 	}
 	uid, err := strconv.ParseInt(c.Subject, 10, 64)
 	if err != nil || uid <= 0 {
-		return parsed{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token: sub must be a positive user id")
+		return Identity{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token: sub must be a positive user id")
 	}
 	if c.Role != RoleUser && c.Role != RoleAdmin {
-		return parsed{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token: role must be user or admin")
+		return Identity{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token: role must be user or admin")
 	}
-	out := parsed{Identity: Identity{UserID: uid, Role: c.Role}}
+	id := Identity{UserID: uid, Role: c.Role}
 	if c.ExpiresAt != nil {
-		out.expires = c.ExpiresAt.Time
+		id.Expires = c.ExpiresAt.Time
 	}
-	return out, nil
+	return id, nil
 }
 
 // Issue signs a token for id that expires after ttl.
@@ -152,7 +156,9 @@ func WithIdentity(ctx context.Context, id Identity, err error) context.Context {
 	return context.WithValue(ctx, ctxKey{}, result{id: id, err: err})
 }
 
-// FromContext returns the caller's identity or an UNAUTHENTICATED error.
+// FromContext returns the caller's identity or an UNAUTHENTICATED error,
+// also once the token has expired since it was verified (a websocket's
+// identity is verified only at connection_init).
 func FromContext(ctx context.Context) (Identity, error) {
 	r, ok := ctx.Value(ctxKey{}).(result)
 	if !ok {
@@ -160,6 +166,9 @@ func FromContext(ctx context.Context) (Identity, error) {
 	}
 	if r.err != nil {
 		return Identity{}, r.err
+	}
+	if r.id.expiredAt(time.Now()) {
+		return Identity{}, errExpired
 	}
 	return r.id, nil
 }

@@ -26,3 +26,25 @@ func TestVerifiedTokensStillExpire(t *testing.T) {
 		t.Fatal("a token passed under another secret")
 	}
 }
+
+func TestIdentityInContextExpires(t *testing.T) {
+	cases := []struct {
+		name    string
+		expires time.Time
+		ok      bool
+	}{
+		{"no exp claim", time.Time{}, true},
+		{"valid", time.Now().Add(time.Minute), true},
+		{"within the leeway", time.Now().Add(-tokenLeeway / 2), true},
+		{"expired since it was verified", time.Now().Add(-tokenLeeway - time.Second), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := WithIdentity(t.Context(), Identity{UserID: 3, Role: RoleUser, Expires: tc.expires}, nil)
+			_, err := FromContext(ctx)
+			if (err == nil) != tc.ok {
+				t.Fatalf("err %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+}

@@ -1,0 +1,134 @@
+package graph_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"flashsale/internal/auth"
+)
+
+// rawResponse is a response read off the wire, whatever wrote it.
+type rawResponse struct {
+	status int
+	body   string
+	Data   json.RawMessage `json:"data"`
+	Errors []gqlError      `json:"errors"`
+}
+
+// send runs one raw HTTP request through the handler.
+func (s *testServer) send(tb testing.TB, method, target, contentType, body, token string) rawResponse {
+	tb.Helper()
+	req := httptest.NewRequest(method, target, strings.NewReader(body))
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	rec := httptest.NewRecorder()
+	s.handler.ServeHTTP(rec, req)
+	out := rawResponse{status: rec.Code, body: rec.Body.String()}
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+		tb.Fatalf("%s %s: status %d, body is not JSON: %q", method, target, rec.Code, out.body)
+	}
+	return out
+}
+
+func (r rawResponse) wantCode(tb testing.TB, status int, code string) gqlError {
+	tb.Helper()
+	if r.status != status {
+		tb.Fatalf("status %d, want %d: %s", r.status, status, r.body)
+	}
+	return wantCode(tb, r.Errors, code)
+}
+
+func TestUnsupportedRequestsGetACode(t *testing.T) {
+	s := newServer(t)
+	user := s.token(t, 4, auth.RoleUser)
+	const body = `{"query":"{ __typename }"}`
+	get := func(params url.Values) string { return "/query?" + params.Encode() }
+	cases := []struct {
+		name, method, target, contentType, body string
+		status                                  int
+	}{
+		{"text/plain", http.MethodPost, "/query", "text/plain", body, http.StatusUnsupportedMediaType},
+		{"form data", http.MethodPost, "/query", "application/x-www-form-urlencoded", "query=%7B__typename%7D", http.StatusUnsupportedMediaType},
+		{"multipart", http.MethodPost, "/query", "multipart/form-data; boundary=x", "--x--", http.StatusUnsupportedMediaType},
+		{"no content type", http.MethodPost, "/query", "", body, http.StatusUnsupportedMediaType},
+		{"bad content type", http.MethodPost, "/query", ";;;", body, http.StatusUnsupportedMediaType},
+		{"PUT", http.MethodPut, "/query", "application/json", body, http.StatusMethodNotAllowed},
+		{"DELETE", http.MethodDelete, "/query", "", "", http.StatusMethodNotAllowed},
+		{"GET mutation", http.MethodGet, get(url.Values{"query": {`mutation { seckillVoucher(voucherId: "1") { code } }`}}), "", "", http.StatusMethodNotAllowed},
+		{"GET named mutation", http.MethodGet, get(url.Values{"query": {`query Q { __typename } mutation M { seckillVoucher(voucherId: "1") { code } }`}, "operationName": {"M"}}), "", "", http.StatusMethodNotAllowed},
+		{"GET bad variables", http.MethodGet, get(url.Values{"query": {`{ __typename }`}, "variables": {"{nope"}}), "", "", http.StatusBadRequest},
+		{"GET bad extensions", http.MethodGet, get(url.Values{"query": {`{ __typename }`}, "extensions": {"[1"}}), "", "", http.StatusBadRequest},
+		{"GET malformed query string", http.MethodGet, "/query?query=%zz", "", "", http.StatusBadRequest},
+		{"GET query string over the body limit", http.MethodGet, get(url.Values{"query": {"{ __typename " + strings.Repeat("# padding\n", 90_000) + "}"}}), "", "", http.StatusRequestURITooLong},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := s.send(t, tc.method, tc.target, tc.contentType, tc.body, user)
+			r.wantCode(t, tc.status, "BAD_USER_INPUT")
+			if len(r.Data) > 0 && string(r.Data) != "null" {
+				t.Fatalf("data %s", r.Data)
+			}
+		})
+	}
+
+	t.Run("GET and POST queries still work", func(t *testing.T) {
+		for _, r := range []rawResponse{
+			s.send(t, http.MethodGet, get(url.Values{"query": {`query($n: Int) { vouchers(first: $n) { pageInfo { hasNextPage } } }`}, "variables": {`{"n": 1}`}}), "", "", user),
+			s.send(t, http.MethodPost, "/query", "application/json; charset=utf-8", body, user),
+		} {
+			if r.status != http.StatusOK || len(r.Errors) > 0 {
+				t.Fatalf("status %d: %s", r.status, r.body)
+			}
+		}
+	})
+}
+
+func TestRequestErrorsDoNotEchoTheRequest(t *testing.T) {
+	s := newServer(t)
+	user := s.token(t, 4, auth.RoleUser)
+	long := "f" + strings.Repeat("x", 60_000)
+	cases := []struct{ name, body, want string }{
+		{"array body", `[{"query":"{__typename}"}]`, "request body must be a JSON object with a query string"},
+		{"query not a string", `{"query": 1}`, "request body must be a JSON object with a query string"},
+		{"truncated body", `{"query": "{ __typename }`, "request body must be a JSON object with a query string"},
+		{"long field name", `{"query":"{ ` + long + ` }"}`, ""},
+		{"long operation name", `{"query":"{ __typename }","operationName":"` + long + `"}`, ""},
+		{"long argument name", `{"query":"{ vouchers(` + long + `: 1) { pageInfo { hasNextPage } } }"}`, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := s.send(t, http.MethodPost, "/query", "application/json", tc.body, user)
+			if len(r.Errors) == 0 {
+				t.Fatalf("accepted: %s", r.body)
+			}
+			for _, e := range r.Errors {
+				if e.code() != "BAD_USER_INPUT" {
+					t.Errorf("code %q: %s", e.code(), e.Message)
+				}
+				if n := utf8.RuneCountInString(e.Message); n > 210 {
+					t.Errorf("message is %d characters: %.80s…", n, e.Message)
+				}
+				for _, leak := range []string{"body:", "json:", "Go value", "graphql.RawParams", "__typename"} {
+					if strings.Contains(e.Message, leak) {
+						t.Errorf("message %q leaks %q", e.Message, leak)
+					}
+				}
+				if tc.want != "" && e.Message != tc.want {
+					t.Errorf("message %q, want %q", e.Message, tc.want)
+				}
+			}
+			if len(r.body) > 2000 {
+				t.Errorf("response is %d bytes: the request is echoed", len(r.body))
+			}
+		})
+	}
+}
