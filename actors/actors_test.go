@@ -485,8 +485,11 @@ func TestPostgresOutageMidSale(t *testing.T) {
 	}
 	grabRange(1, 100)
 	proxy.Down()
-	grabRange(100, 500) // the database is unreachable: grabs go on
-	time.Sleep(time.Second)
+	// The database stays unreachable for several seconds while the sale
+	// goes on and sells out.
+	outage := time.Now()
+	grabRange(100, 500)
+	time.Sleep(3*time.Second - time.Since(outage))
 	if inflight, _ := persistence.InFlight(t.Context(), e.rdb, id); inflight == 0 {
 		t.Fatal("no orders waiting in the log during the outage")
 	}

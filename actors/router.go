@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,11 @@ type Options struct {
 	Attempts    int
 	// IdleTimeout passivates an actor that has had no grab for this long.
 	IdleTimeout time.Duration
+	// MaxActors caps the voucher actors of this node; a grab that would
+	// start one more is answered UNAVAILABLE. Grabs of random ids each
+	// start an actor (to learn the id is unknown), so without a cap a
+	// flood of them would grow memory without bound.
+	MaxActors int
 	// Limits, if set, rate-limits the grabs that reach Redis (those
 	// answered from memory cost nothing and are not limited).
 	Limits Limits
@@ -95,6 +101,9 @@ func (o Options) withDefaults() Options {
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = 2 * time.Minute
 	}
+	if o.MaxActors <= 0 {
+		o.MaxActors = 10_000
+	}
 	return o
 }
 
@@ -102,7 +111,12 @@ var grabsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Namespace: "flashsale", Name: "grab_total", Help: "Grabs answered, by outcome.",
 }, []string{"code"})
 
-func init() { prometheus.MustRegister(grabsTotal) }
+var actorsFull = prometheus.NewCounter(prometheus.CounterOpts{
+	Namespace: "flashsale", Name: "grab_actor_cap_total",
+	Help: "Grabs answered UNAVAILABLE because this node runs MaxActors voucher actors already.",
+})
+
+func init() { prometheus.MustRegister(grabsTotal, actorsFull) }
 
 // Router owns the voucher actors of this node and routes each grab to its
 // voucher's actor.
@@ -191,7 +205,27 @@ func (r *Router) grab(ctx context.Context, req domain.GrabRequest) domain.GrabRe
 	case <-ctx.Done():
 	case <-timer.C:
 	}
-	return domain.GrabResult{Code: domain.SeckillUnavailable}
+	if msg.abandon() {
+		// The grab never left this node and now never will: UNAVAILABLE
+		// is the truth, and a retry cannot find a hidden order.
+		return domain.GrabResult{Code: domain.SeckillUnavailable}
+	}
+	if ctx.Err() != nil {
+		return domain.GrabResult{Code: domain.SeckillUnavailable} // nobody is listening
+	}
+	// The grab is in a script call whose outcome is not known yet; the
+	// call is bounded (runBatch's deadline), so wait for the truth rather
+	// than say UNAVAILABLE about a grab that may have sold. The extra
+	// bound only guards against a bug: a caller must never hang.
+	late := time.NewTimer(2 * r.opts.GrabTimeout)
+	defer late.Stop()
+	select {
+	case res := <-msg.reply:
+		return res
+	case <-late.C:
+		r.log.Error("grab in flight got no answer", "voucher", req.VoucherID, "user", req.UserID)
+		return domain.GrabResult{Code: domain.SeckillUnavailable}
+	}
 }
 
 // send enqueues msg for the voucher's actor, spawning it if needed. The
@@ -214,6 +248,10 @@ func (r *Router) send(voucherID int64, msg *grabMsg) bool {
 	}
 	ref := r.vouchers[voucherID]
 	if ref == nil {
+		if len(r.vouchers) >= r.opts.MaxActors {
+			actorsFull.Inc()
+			return false
+		}
 		ref = &voucherRef{}
 		a := &voucherActor{r: r, ref: ref, id: voucherID}
 		ref.pid = r.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
@@ -310,7 +348,9 @@ func (r *Router) Close() {
 		return
 	}
 	r.closed = true
-	refs := r.vouchers
+	// Retiring actors delete from r.vouchers (forget) while Close waits:
+	// iterate a copy.
+	refs := maps.Clone(r.vouchers)
 	r.mu.Unlock()
 	close(r.stop)
 	<-r.done

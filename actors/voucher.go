@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -20,6 +21,27 @@ type grabMsg struct {
 	ref   *voucherRef
 	// hops counts how often the grab was handed to a new activation.
 	hops int
+	// state is grabWaiting until the actor puts the grab in a script call
+	// (grabTaken) or the caller gives up first (grabAbandoned); whoever
+	// moves it first decides, so a caller told UNAVAILABLE after a timeout
+	// can be sure its grab never reached Redis.
+	state atomic.Int32
+}
+
+const (
+	grabWaiting int32 = iota
+	grabTaken
+	grabAbandoned
+)
+
+// abandon marks a grab its caller no longer waits for; false means the
+// grab is already in a script call and its answer is coming.
+func (g *grabMsg) abandon() bool { return g.state.CompareAndSwap(grabWaiting, grabAbandoned) }
+
+// take claims a grab for a script call; false means its caller gave up.
+// A grab rerouted after a stale batch (nothing of it sold) stays taken.
+func (g *grabMsg) take() bool {
+	return g.state.CompareAndSwap(grabWaiting, grabTaken) || g.state.Load() == grabTaken
 }
 
 // maxHops bounds re-routing: two nodes whose activations keep superseding
@@ -113,6 +135,7 @@ func (a *voucherActor) reload(ctx actor.Context) {
 		// Keep serving: the script checks the truth on every sale; only a
 		// cached "no" may be outdated, and the next event fixes it.
 		a.r.log.Warn("voucher actor reload failed", "voucher", a.id, "err", err)
+		a.drain(ctx) // grabs that waited for the reload must still go out
 		return
 	}
 	if a.state.Found && !st.Found {
@@ -210,10 +233,21 @@ func (a *voucherActor) drain(ctx actor.Context) {
 // flush sends up to BatchSize pending grabs through one script call, off
 // the actor's goroutine; the outcome comes back as a batchDone message.
 func (a *voucherActor) flush(ctx actor.Context) {
-	n := min(len(a.pending), a.r.opts.BatchSize)
-	batch := make([]*grabMsg, n)
-	copy(batch, a.pending)
-	a.pending = append(a.pending[:0], a.pending[n:]...)
+	batch := make([]*grabMsg, 0, min(len(a.pending), a.r.opts.BatchSize))
+	n := 0
+	for ; n < len(a.pending) && len(batch) < a.r.opts.BatchSize; n++ {
+		if g := a.pending[n]; g.take() {
+			batch = append(batch, g)
+		} else {
+			a.answer(g, domain.GrabResult{Code: domain.SeckillUnavailable}) // nobody reads it
+		}
+	}
+	rest := copy(a.pending, a.pending[n:])
+	clear(a.pending[rest:])
+	a.pending = a.pending[:rest]
+	if len(batch) == 0 {
+		return
+	}
 	a.inflight = true
 	self, fence := ctx.Self(), a.fence
 	go func() {
@@ -271,6 +305,13 @@ func (a *voucherActor) answer(g *grabMsg, res domain.GrabResult) {
 // them, retrying with the same request and order ids when a call fails.
 // The outcome has one result per grab of batch, in order.
 func (r *Router) runBatch(voucherID, fence int64, batch []*grabMsg) (persistence.BatchOutcome, bool, error) {
+	// One deadline for the whole batch (limits, ids, every attempt): the
+	// callers wait for it, so it must end.
+	batchCtx, cancelBatch := context.WithTimeout(context.Background(), r.opts.GrabTimeout)
+	defer cancelBatch()
+	call := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(batchCtx, r.opts.CallTimeout)
+	}
 	results := make([]domain.GrabResult, len(batch))
 	admitted := make([]int, 0, len(batch))
 	if lim := r.opts.Limits; lim != nil && lim.Enabled() {
@@ -278,7 +319,7 @@ func (r *Router) runBatch(voucherID, fence int64, batch []*grabMsg) (persistence
 		for i, g := range batch {
 			checks[i] = persistence.RateCheck{UserID: g.user, IP: g.ip}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), r.opts.CallTimeout)
+		ctx, cancel := call()
 		waits, err := lim.Admit(ctx, voucherID, checks)
 		cancel()
 		if err != nil {
@@ -299,7 +340,7 @@ func (r *Router) runBatch(voucherID, fence int64, batch []*grabMsg) (persistence
 	if len(admitted) == 0 {
 		return persistence.BatchOutcome{Results: results}, false, nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.opts.CallTimeout)
+	ctx, cancel := call()
 	ids, err := r.ids.Take(ctx, len(admitted))
 	cancel()
 	if err != nil {
@@ -310,7 +351,7 @@ func (r *Router) runBatch(voucherID, fence int64, batch []*grabMsg) (persistence
 		grabs[j] = persistence.Grab{RequestID: batch[i].req, UserID: batch[i].user, OrderID: ids[j]}
 	}
 	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), r.opts.CallTimeout)
+		ctx, cancel := call()
 		out, err := r.store.Grab(ctx, voucherID, fence, grabs)
 		cancel()
 		if err == nil {
@@ -322,9 +363,12 @@ func (r *Router) runBatch(voucherID, fence int64, batch []*grabMsg) (persistence
 			}
 			return out, true, nil
 		}
-		if attempt >= r.opts.Attempts {
+		if attempt >= r.opts.Attempts || batchCtx.Err() != nil {
 			return out, false, err
 		}
-		time.Sleep(time.Duration(attempt) * 20 * time.Millisecond)
+		select { // a short pause before the next attempt, within the deadline
+		case <-batchCtx.Done():
+		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
+		}
 	}
 }

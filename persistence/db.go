@@ -82,8 +82,9 @@ func sqliteDSN(path string) string {
 	return path + sep + "_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)"
 }
 
-// IsPostgres reports whether db talks to Postgres (rather than SQLite).
-func IsPostgres(db *bun.DB) bool { return db.Dialect().Name() == dialect.PG }
+// IsPostgres reports whether db (a database, a connection or a
+// transaction) talks to Postgres (rather than SQLite).
+func IsPostgres(db bun.IDB) bool { return db.Dialect().Name() == dialect.PG }
 
 // Migrate creates and upgrades the schema. It is idempotent and safe to run
 // from several nodes at once: on Postgres a session advisory lock makes the

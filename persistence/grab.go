@@ -22,6 +22,10 @@ import (
 func fenceKey(id int64) string { return voucherTag(id) + ":fence" }
 func reqKey(id int64) string   { return voucherTag(id) + ":req" }
 
+// adoptedKey is the set of order ids the order writer returned to a
+// reloaded stock (see OrderWriter.adopt).
+func adoptedKey(id int64) string { return voucherTag(id) + ":adopted" }
+
 // LogKey is the order-log stream of a voucher.
 func LogKey(id int64) string { return voucherTag(id) + ":log" }
 
@@ -50,6 +54,7 @@ var scriptCodes = []domain.SeckillCode{
 // time window (Redis TIME), stock and the user's live orders decide, and a
 // sale deducts stock, counts the user's order, remembers the request,
 // and appends the order to the voucher's order log, in one atomic step.
+// Each log entry carries the life stamp of the load it was sold from.
 // The whole batch is refused if the caller's fencing token is not the
 // newest: a stale actor activation can never sell.
 //
@@ -64,7 +69,7 @@ var grabScript = redis.NewScript(`
 if redis.call('GET', KEYS[4]) ~= ARGV[1] then
   return {-1, 0, 0, 0, 0}
 end
-local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit', 'expire')
+local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit', 'expire', 'life')
 local status = tonumber(m[1])
 if not status then
   return {1, 0, 0, 0, 0}
@@ -84,6 +89,13 @@ end
 local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
 local slot = '0'
 if limit == 1 then slot = '1' end
+-- One order-log entry, reused for every sale of the batch; it carries the
+-- life stamp of the load the order is sold from, when there is one.
+local entry = {'o', '', 'u', '', 'v', ARGV[2], 't', now_s, 's', slot}
+if m[6] then
+  entry[11] = 'l'
+  entry[12] = m[6]
+end
 local out = {0, 0, status, begin_ms, end_ms}
 local sold = 0
 for i = 3, #ARGV, 3 do
@@ -106,7 +118,9 @@ for i = 3, #ARGV, 3 do
     sold = sold + 1
     redis.call('HINCRBY', KEYS[3], user, 1)
     redis.call('HSET', KEYS[5], req, oid)
-    redis.call('XADD', KEYS[6], '*', 'o', oid, 'u', user, 'v', ARGV[2], 't', now_s, 's', slot)
+    entry[2] = oid
+    entry[4] = user
+    redis.call('XADD', KEYS[6], '*', unpack(entry))
     out[#out + 1] = 0
     out[#out + 1] = oid
   end

@@ -36,10 +36,25 @@ func mustVoucher(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, spec vouc
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := persistence.NewStock(rdb).Preheat(ctx, v, nil); err != nil {
+	preheat(tb, db, rdb, v.ID)
+	return v
+}
+
+// preheat loads a voucher into Redis as the catalog does: from a snapshot
+// of the database, recording the load's life stamp.
+func preheat(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, id int64) {
+	tb.Helper()
+	life := persistence.NewLife()
+	err := persistence.NewVouchers(db).Preload(context.Background(), id, func(ctx context.Context, v domain.Voucher, users map[int64]int) (string, error) {
+		written, err := persistence.NewStock(rdb).Preheat(ctx, v, users, life)
+		if !written {
+			return "", err
+		}
+		return life, err
+	})
+	if err != nil {
 		tb.Fatal(err)
 	}
-	return v
 }
 
 func grabs(tb testing.TB, ids *persistence.OrderIDs, users ...int64) []persistence.Grab {
@@ -218,7 +233,7 @@ func TestPreheatNeverRevertsANewerStatus(t *testing.T) {
 	if _, err := cat.SetStatus(ctx, v.ID, domain.StatusPaused); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stock.Preheat(ctx, stale, nil); err != nil {
+	if _, err := stock.Preheat(ctx, stale, nil, persistence.NewLife()); err != nil {
 		t.Fatal(err)
 	}
 	g := persistence.NewGrabs(rdb)

@@ -39,6 +39,16 @@ type seckillRow struct {
 	EndTime      time.Time `bun:"end_time,notnull"`
 }
 
+// redisLoadRow is a tb_voucher_redis_load row: the life stamp of the load
+// of a voucher's stock the stock Redis holds.
+type redisLoadRow struct {
+	bun.BaseModel `bun:"table:tb_voucher_redis_load"`
+
+	VoucherID int64     `bun:"voucher_id,pk"`
+	Life      string    `bun:"life,notnull"`
+	LoadTime  time.Time `bun:"load_time,notnull"`
+}
+
 // ledgerRow is a tb_stock_ledger row.
 type ledgerRow struct {
 	bun.BaseModel `bun:"table:tb_stock_ledger"`

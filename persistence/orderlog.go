@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -121,7 +122,10 @@ type logEntry struct {
 	id     string
 	values map[string]any
 	order  orderRow
-	bad    error
+	// life is the stamp of the Redis load the order was sold from ("" for
+	// entries written before stamps existed).
+	life string
+	bad  error
 }
 
 // deadLetterKey is the stream of order-log entries the database refused
@@ -160,6 +164,9 @@ func (w *OrderWriter) Run(ctx context.Context) error {
 			entries, err = w.claim(ctx, streams)
 			if err == nil {
 				lastClaim = time.Now()
+				if n := w.prune(ctx, streams); n > 0 {
+					lastList = time.Time{} // list again without the pruned ones
+				}
 			}
 		case ownPending:
 			entries, err = w.read(ctx, streams, "0", 0)
@@ -290,6 +297,41 @@ func (w *OrderWriter) claim(ctx context.Context, streams []string) ([]logEntry, 
 	return out, nil
 }
 
+// finishedScript tells whether an order log is finished: its voucher's
+// sale ended more than a minute ago by Redis's clock (so no grab can
+// append to it any more, even from a node whose clock lags) and it holds
+// no entry. A voucher Redis no longer knows counts as ended. KEYS: meta,
+// log. Returns 1 when finished.
+var finishedScript = redis.NewScript(`
+local e = tonumber(redis.call('HGET', KEYS[1], 'end') or '0')
+local t = redis.call('TIME')
+if tonumber(t[1]) * 1000 < e + 60000 then return 0 end
+if redis.call('EXISTS', KEYS[2]) == 1 and redis.call('XLEN', KEYS[2]) > 0 then return 0 end
+return 1
+`)
+
+// prune drops finished order logs from the registry, so that the writer's
+// reads, claims and lag probes do not grow with every voucher ever sold.
+// A later preheat of the voucher registers its log again. It returns how
+// many it dropped; errors only postpone pruning.
+func (w *OrderWriter) prune(ctx context.Context, streams []string) int {
+	n := 0
+	for _, s := range streams {
+		id, ok := voucherIDFromKey(s)
+		if !ok {
+			continue
+		}
+		done, err := finishedScript.Run(ctx, w.rdb, []string{metaKey(id), s}).Int()
+		if err != nil || done != 1 {
+			continue
+		}
+		if err := w.rdb.SRem(ctx, orderLogsKey, s).Err(); err == nil {
+			n++
+		}
+	}
+	return n
+}
+
 func isNoGroup(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOGROUP") }
 
 // ensureGroups creates missing consumer groups (a Redis that lost its data
@@ -310,7 +352,8 @@ func (w *OrderWriter) appendEntries(_ context.Context, out []logEntry, stream st
 	now := w.now().UTC()
 	for _, m := range msgs {
 		o, err := parseOrder(m.Values, now)
-		out = append(out, logEntry{stream: stream, id: m.ID, values: m.Values, order: o, bad: err})
+		life, _ := m.Values["l"].(string)
+		out = append(out, logEntry{stream: stream, id: m.ID, values: m.Values, order: o, life: life, bad: err})
 	}
 	return out
 }
@@ -410,8 +453,18 @@ func (w *OrderWriter) persist(ctx context.Context, entries []logEntry) error {
 // A skipped id whose stored order differs is an id collision: its entries
 // are marked bad rather than silently dropped.
 func (w *OrderWriter) insertOrders(ctx context.Context, tx bun.Tx, rows []orderRow, byID map[int64][]*logEntry) error {
+	ids := make([]int64, 0, 1)
+	for _, r := range rows {
+		if !slices.Contains(ids, r.VoucherID) {
+			ids = append(ids, r.VoucherID)
+		}
+	}
+	lives, err := lockSeckillRows(ctx, tx, ids)
+	if err != nil {
+		return err
+	}
 	var inserted []int64
-	err := tx.NewInsert().Model(&rows).On("CONFLICT (id) DO NOTHING").Returning("id").Scan(ctx, &inserted)
+	err = tx.NewInsert().Model(&rows).On("CONFLICT (id) DO NOTHING").Returning("id").Scan(ctx, &inserted)
 	if err != nil {
 		return fmt.Errorf("insert %d orders: %w", len(rows), err)
 	}
@@ -449,7 +502,96 @@ func (w *OrderWriter) insertOrders(ctx context.Context, tx bun.Tx, rows []orderR
 	if _, err := tx.NewInsert().Model(&ledger).On("CONFLICT DO NOTHING").Exec(ctx); err != nil {
 		return fmt.Errorf("insert ledger rows: %w", err)
 	}
+	if err := w.adopt(ctx, inserted, rowByID, byID, lives); err != nil {
+		return err
+	}
 	ordersPersisted.Add(float64(len(inserted)))
+	return nil
+}
+
+// adoptScript puts orders that a reload of the voucher's stock could not
+// count back into Redis: it takes their units off the stock and counts
+// them for their users, once per order (the adopted set makes a replayed
+// batch a no-op), and only while Redis still holds the load the database
+// recorded (a newer load read the orders from the database itself).
+//
+// KEYS: meta, stock, users, adopted. ARGV: life, then order/user pairs.
+// Returns {adopted, shortfall}: shortfall units had already been sold
+// again from the reload, {-1, 0} when Redis holds another load.
+var adoptScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'life') ~= ARGV[1] then
+  return {-1, 0}
+end
+local n = 0
+for i = 2, #ARGV, 2 do
+  if redis.call('SADD', KEYS[4], ARGV[i]) == 1 then
+    redis.call('HINCRBY', KEYS[3], ARGV[i + 1], 1)
+    n = n + 1
+  end
+end
+local short = 0
+if n > 0 then
+  local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
+  local take = math.min(n, math.max(stock, 0))
+  short = n - take
+  if take > 0 then
+    redis.call('DECRBY', KEYS[2], take)
+  end
+  local expire = redis.call('HGET', KEYS[1], 'expire')
+  if expire then
+    redis.call('PEXPIREAT', KEYS[4], expire)
+  end
+  redis.call('PUBLISH', '` + eventsChannel + `', KEYS[1])
+end
+return {n, short}
+`)
+
+var ordersAdopted = prometheus.NewCounter(prometheus.CounterOpts{
+	Namespace: "flashsale", Name: "orders_adopted_total",
+	Help: "Orders sold before Redis lost a voucher and reloaded it from the database, put back into the reloaded stock.",
+})
+
+func init() { prometheus.MustRegister(ordersAdopted) }
+
+// adopt handles the orders of this transaction that were sold from an
+// earlier Redis load of their voucher than the one the database recorded
+// (lives): Redis lost its data and a reload from the database happened
+// before these orders were persisted, so the reload counted their units as
+// free and their users as holding nothing. It runs inside the transaction,
+// before the commit, so that a crash cannot persist an order and forget to
+// adopt it; a retried transaction adopts nothing twice.
+func (w *OrderWriter) adopt(ctx context.Context, inserted []int64, rowByID map[int64]*orderRow, byID map[int64][]*logEntry, lives map[int64]string) error {
+	perVoucher := map[int64][]any{}
+	for _, id := range inserted {
+		o := rowByID[id]
+		life, cur := byID[id][0].life, lives[o.VoucherID]
+		if life == "" || cur == "" || life == cur {
+			continue
+		}
+		perVoucher[o.VoucherID] = append(perVoucher[o.VoucherID], o.ID, o.UserID)
+	}
+	for v, pairs := range perVoucher {
+		args := append([]any{lives[v]}, pairs...)
+		res, err := adoptScript.Run(ctx, w.rdb, []string{metaKey(v), stockKey(v), usersKey(v), adoptedKey(v)}, args...).Int64Slice()
+		if err != nil || len(res) != 2 {
+			return fmt.Errorf("return %d orders of voucher %d to its reloaded stock: %v %w", len(pairs)/2, v, res, err)
+		}
+		if res[0] < 0 {
+			// Redis holds another load than the database recorded: it lost
+			// the voucher again (the next reload counts these orders from
+			// the database, which has them once we commit), or a load's
+			// stamp went unrecorded (catalog takes such a load back).
+			w.log.WarnContext(ctx, "orders of an earlier load not returned: redis holds another load of the voucher", "voucher", v, "orders", len(pairs)/2)
+		}
+		if res[0] > 0 {
+			ordersAdopted.Add(float64(res[0]))
+			w.log.WarnContext(ctx, "orders sold before redis reloaded the voucher were returned to its stock", "voucher", v, "orders", res[0])
+		}
+		if res[1] > 0 {
+			w.log.ErrorContext(ctx, "redis resold units of orders it lost; the database refuses the excess as past the stock",
+				"voucher", v, "units", res[1])
+		}
+	}
 	return nil
 }
 

@@ -233,3 +233,44 @@ func TestOrderWriterDeadLettersImpossibleOrders(t *testing.T) {
 		}
 	})
 }
+
+// The writer stops reading the logs of sales that ended, once they are
+// empty, so its work does not grow with every voucher ever sold; the log
+// of a running sale, or of an ended one with orders left, stays.
+func TestOrderWriterForgetsFinishedLogs(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	ctx := context.Background()
+	ended := voucherSpec{stock: 5, limit: 1, begin: time.Now().Add(-time.Hour), end: time.Now().Add(-2 * time.Minute)}
+	endedWithOrders := mustVoucher(t, db, rdb, ended)
+	endedEmpty := mustVoucher(t, db, rdb, ended)
+	live := mustVoucher(t, db, rdb, liveSpec(5, 1))
+	// An order accepted just before the end, not yet persisted.
+	ids := persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(db))
+	oid, err := ids.Take(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = rdb.XAdd(ctx, &redis.XAddArgs{Stream: persistence.LogKey(endedWithOrders.ID), Values: []any{
+		"o", oid[0], "u", 7, "v", endedWithOrders.ID, "t", time.Now().Add(-3 * time.Minute).UnixMilli(), "s", 1,
+	}}).Err()
+	if err != nil {
+		t.Fatal(err)
+	}
+	registered := func(v domain.Voucher) bool {
+		ok, err := rdb.SIsMember(ctx, "flashsale:order-logs", persistence.LogKey(v.ID)).Result()
+		return err == nil && ok
+	}
+	w := runWriter(t, db, rdb, persistence.OrderWriterOptions{ClaimIdle: 150 * time.Millisecond, ClaimEvery: 50 * time.Millisecond})
+	deadline := time.Now().Add(10 * time.Second)
+	for registered(endedWithOrders) || registered(endedEmpty) {
+		if time.Now().After(deadline) {
+			t.Fatalf("finished logs still registered: %v %v", registered(endedWithOrders), registered(endedEmpty))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !registered(live) {
+		t.Fatal("the log of a running sale was dropped")
+	}
+	drained(t, w, 5*time.Second)
+	assertPersisted(t, db, endedWithOrders, oid) // persisted before its log was dropped
+}

@@ -2,6 +2,8 @@ package persistence
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -39,8 +41,12 @@ func usersKey(id int64) string { return voucherTag(id) + ":users" }
 // Every value is passed as a string from Go and written as is: Lua numbers
 // written back to Redis risk float formatting.
 //
+// A load that writes the stock stamps the metadata with its life (a
+// random string from the caller), which every order sold from this load
+// carries into the order log (see Vouchers.Preload and the OrderWriter).
+//
 // KEYS: meta, stock, users, log. ARGV: status, begin, end, limit, initial,
-// version, expire, stock, then user/count pairs.
+// version, expire, stock, life, then user/count pairs.
 var preheatScript = redis.NewScript(`
 local cur = tonumber(redis.call('HGET', KEYS[1], 'ver') or '-1')
 if tonumber(ARGV[6]) >= cur then
@@ -53,10 +59,11 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
 end
 redis.call('DEL', KEYS[3])
-for i = 9, #ARGV, 2 do
+for i = 10, #ARGV, 2 do
   redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
 end
 redis.call('SET', KEYS[2], ARGV[8])
+redis.call('HSET', KEYS[1], 'life', ARGV[9])
 return 1
 `)
 
@@ -75,6 +82,13 @@ return 1
 // reqExpiry is how long after a sale ends its request ids are kept.
 const reqExpiry = 24 * time.Hour
 
+// NewLife returns a fresh life stamp for a load of a voucher's stock.
+func NewLife() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
 // Stock is the live stock of seckill vouchers in Redis.
 type Stock struct {
 	rdb redis.UniversalClient
@@ -85,16 +99,17 @@ func NewStock(rdb redis.UniversalClient) *Stock { return &Stock{rdb: rdb} }
 
 // Preheat loads a seckill voucher into Redis. stock and users are the
 // database's view (units not taken by persisted live orders, and live
-// orders per user); they are written only if Redis has no stock for the
-// voucher yet. It reports whether the stock was written.
-func (s *Stock) Preheat(ctx context.Context, v domain.Voucher, users map[int64]int) (bool, error) {
+// orders per user); they are written, with the life stamp, only if Redis
+// has no stock for the voucher yet. It reports whether the stock was
+// written. Use it through Vouchers.Preload, which takes the snapshot.
+func (s *Stock) Preheat(ctx context.Context, v domain.Voucher, users map[int64]int, life string) (bool, error) {
 	if v.Seckill == nil {
 		return false, fmt.Errorf("preheat voucher %d: not a seckill voucher", v.ID)
 	}
 	sk := v.Seckill
-	args := make([]any, 0, 8+2*len(users))
+	args := make([]any, 0, 9+2*len(users))
 	args = append(args, int(v.Status), sk.BeginAt.UnixMilli(), sk.EndAt.UnixMilli(), sk.PerUserLimit, sk.InitialStock,
-		v.UpdatedAt.UnixMicro(), sk.EndAt.Add(reqExpiry).UnixMilli(), sk.Stock)
+		v.UpdatedAt.UnixMicro(), sk.EndAt.Add(reqExpiry).UnixMilli(), sk.Stock, life)
 	for u, n := range users {
 		args = append(args, u, n)
 	}
@@ -108,6 +123,29 @@ func (s *Stock) Preheat(ctx context.Context, v domain.Voucher, users map[int64]i
 		return false, fmt.Errorf("register order log of voucher %d: %w", v.ID, err)
 	}
 	return n == 1, nil
+}
+
+// unloadScript removes a voucher's load from Redis if Redis still holds
+// that load (by its life stamp), and announces it so that actors
+// re-activate and load the voucher again. KEYS: meta, stock, users.
+// ARGV: life. Returns 1 if it removed the load.
+var unloadScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'life') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+redis.call('PUBLISH', '` + eventsChannel + `', KEYS[1])
+return 1
+`)
+
+// Unload takes back a load of a voucher whose life stamp the database did
+// not record (the transaction around it failed after Redis was written):
+// without the stamp the order writer could not tell the orders it did not
+// count from those it did. The next preheat loads the voucher again. It
+// does nothing if Redis holds another load.
+func (s *Stock) Unload(ctx context.Context, voucherID int64, life string) error {
+	if err := unloadScript.Run(ctx, s.rdb, []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID)}, life).Err(); err != nil {
+		return fmt.Errorf("unload voucher %d: %w", voucherID, err)
+	}
+	return nil
 }
 
 // SetStatus copies a status change to a preheated voucher; version is the

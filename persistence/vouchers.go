@@ -83,8 +83,12 @@ func (s *Vouchers) create(ctx context.Context, in domain.NewVoucher, now time.Ti
 
 // Get returns one voucher or a NOT_FOUND error.
 func (s *Vouchers) Get(ctx context.Context, id int64) (domain.Voucher, error) {
+	return getVoucher(ctx, s.db, id)
+}
+
+func getVoucher(ctx context.Context, db bun.IDB, id int64) (domain.Voucher, error) {
 	row := new(voucherRow)
-	err := s.db.NewSelect().Model(row).Relation("Seckill").Where("v.id = ?", id).Scan(ctx)
+	err := db.NewSelect().Model(row).Relation("Seckill").Where("v.id = ?", id).Scan(ctx)
 	if errors.Is(err, sql.ErrNoRows) {
 		return domain.Voucher{}, domain.NotFound("voucher", id)
 	}
@@ -120,16 +124,42 @@ func (s *Vouchers) List(ctx context.Context, shopID *int64, page domain.Page) ([
 }
 
 // SetStatus changes a voucher's status and returns the updated voucher.
+//
+// The new update_time is the later of now and one microsecond past the
+// stored one, so it grows with every change whatever the clocks of the
+// nodes say: Redis orders the copies of a voucher's metadata by it (see
+// Stock.SetStatus), and a node whose clock runs behind must not have its
+// pause refused as "older" than a resume made a moment before elsewhere.
 func (s *Vouchers) SetStatus(ctx context.Context, id int64, status domain.VoucherStatus, now time.Time) (domain.Voucher, error) {
-	res, err := s.db.NewUpdate().Table("tb_voucher").
-		Set("status = ?", status).
-		Set("update_time = ?", now.UTC()).
-		Where("id = ?", id).Exec(ctx)
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var prev time.Time
+		q := tx.NewSelect().Table("tb_voucher").Column("update_time").Where("id = ?", id)
+		if IsPostgres(tx) {
+			// NO KEY UPDATE: enough against another status change, and it
+			// does not wait for the key-share locks of order inserts.
+			q = q.For("NO KEY UPDATE") // SQLite has one writer: its transactions are serial already
+		}
+		if err := q.Scan(ctx, &prev); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return domain.NotFound("voucher", id)
+			}
+			return err
+		}
+		next := now.UTC().Truncate(time.Microsecond)
+		if floor := prev.UTC().Truncate(time.Microsecond).Add(time.Microsecond); next.Before(floor) {
+			next = floor
+		}
+		_, err := tx.NewUpdate().Table("tb_voucher").
+			Set("status = ?", status).
+			Set("update_time = ?", next).
+			Where("id = ?", id).Exec(ctx)
+		return err
+	})
 	if err != nil {
+		if domain.ErrorCode(err) == domain.CodeNotFound {
+			return domain.Voucher{}, err
+		}
 		return domain.Voucher{}, fmt.Errorf("set voucher %d status: %w", id, err)
-	}
-	if n, err := res.RowsAffected(); err == nil && n == 0 {
-		return domain.Voucher{}, domain.NotFound("voucher", id)
 	}
 	return s.Get(ctx, id)
 }
@@ -153,14 +183,86 @@ func (s *Vouchers) SeckillsEndingAfter(ctx context.Context, t time.Time) ([]doma
 	return out, nil
 }
 
-// LiveOrderCounts returns, per user, the number of live orders of a voucher
-// recorded in the database: what Redis's per-user marks are rebuilt from.
-func (s *Vouchers) LiveOrderCounts(ctx context.Context, voucherID int64) (map[int64]int, error) {
+// Loader loads a seckill voucher into the stock Redis from a snapshot of
+// the database: the voucher (with the stock not taken by persisted orders)
+// and its users' live orders. life is the stamp of the load when the
+// loader wrote the stock (Redis had none), "" when Redis already had it.
+type Loader func(ctx context.Context, v domain.Voucher, users map[int64]int) (life string, err error)
+
+// Preload runs load on a consistent snapshot of a seckill voucher and, if
+// load wrote the stock, records its life stamp in tb_voucher_redis_load,
+// all while holding the voucher's tb_seckill_voucher row. The order writer
+// takes the same row before it persists orders, so every order is either
+// in the snapshot or persisted after the stamp is recorded, where the
+// writer sees that the order's life differs and returns it to Redis (see
+// OrderWriter). It answers NOT_FOUND for an id that is no seckill voucher.
+func (s *Vouchers) Preload(ctx context.Context, id int64, load Loader) error {
+	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := lockSeckillRows(ctx, tx, []int64{id}); err != nil {
+			return err
+		}
+		v, err := getVoucher(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if v.Seckill == nil {
+			return domain.NotFound("seckill voucher", id)
+		}
+		users, err := liveOrderCounts(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		life, err := load(ctx, v, users)
+		if err != nil || life == "" {
+			return err
+		}
+		_, err = tx.NewInsert().Model(&redisLoadRow{VoucherID: id, Life: life, LoadTime: time.Now().UTC()}).
+			On("CONFLICT (voucher_id) DO UPDATE").Set("life = EXCLUDED.life, load_time = EXCLUDED.load_time").Exec(ctx)
+		if err != nil {
+			return fmt.Errorf("record redis load of voucher %d: %w", id, err)
+		}
+		return nil
+	})
+}
+
+// lockSeckillRows takes the tb_seckill_voucher rows of the vouchers, in id
+// order (so that two transactions never wait for each other in a cycle),
+// and then reads the life stamp of each voucher's current Redis load (""
+// if none is recorded). The stamp is read by a statement of its own, after
+// the lock is held: under READ COMMITTED a statement sees what was
+// committed when it began, and one that waited for a reload's lock would
+// return the stamp from before that reload. SQLite has one writer, so its
+// transactions are serial already and need no row lock.
+func lockSeckillRows(ctx context.Context, tx bun.Tx, ids []int64) (map[int64]string, error) {
+	if IsPostgres(tx) {
+		var locked []int64
+		err := tx.NewSelect().Table("tb_seckill_voucher").Column("voucher_id").
+			Where("voucher_id IN (?)", bun.In(ids)).Order("voucher_id").For("UPDATE").
+			Scan(ctx, &locked)
+		if err != nil {
+			return nil, fmt.Errorf("lock seckill vouchers %v: %w", ids, err)
+		}
+	}
+	var rows []redisLoadRow
+	if err := tx.NewSelect().Model(&rows).Where("voucher_id IN (?)", bun.In(ids)).Scan(ctx); err != nil {
+		return nil, fmt.Errorf("read redis loads of vouchers %v: %w", ids, err)
+	}
+	out := make(map[int64]string, len(ids))
+	for _, r := range rows {
+		out[r.VoucherID] = r.Life
+	}
+	return out, nil
+}
+
+// liveOrderCounts returns, per user, the number of live orders of a
+// voucher recorded in the database: what Redis's per-user marks are
+// rebuilt from.
+func liveOrderCounts(ctx context.Context, db bun.IDB, voucherID int64) (map[int64]int, error) {
 	var rows []struct {
 		UserID int64 `bun:"user_id"`
 		N      int   `bun:"n"`
 	}
-	err := s.db.NewSelect().Table("tb_voucher_order").
+	err := db.NewSelect().Table("tb_voucher_order").
 		ColumnExpr("user_id, COUNT(*) AS n").
 		Where("voucher_id = ?", voucherID).
 		Where("status NOT IN (?)", bun.In(domain.DeadOrderStatuses)).

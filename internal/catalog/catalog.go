@@ -42,7 +42,7 @@ func (s *Service) Create(ctx context.Context, in domain.NewVoucher) (domain.Vouc
 	if v.Seckill == nil {
 		return v, nil
 	}
-	if _, err := s.stock.Preheat(ctx, v, nil); err != nil {
+	if err := s.preheat(ctx, v.ID); err != nil {
 		return domain.Voucher{}, fmt.Errorf("voucher %d stored but not preheated: %w", v.ID, err)
 	}
 	v.Seckill.Remaining = v.Seckill.Stock
@@ -109,7 +109,7 @@ func (s *Service) Stock(ctx context.Context, id int64) (domain.StockLevel, error
 	if v.Seckill == nil {
 		return domain.StockLevel{}, domain.Errorf(domain.CodeNotFound, "voucher %d is not a seckill voucher", id)
 	}
-	if err := s.preheat(ctx, v); err != nil {
+	if err := s.preheat(ctx, v.ID); err != nil {
 		return domain.StockLevel{}, err
 	}
 	levels, err = s.stock.Levels(ctx, []int64{id}, s.now())
@@ -127,17 +127,11 @@ func (s *Service) Stock(ctx context.Context, id int64) (domain.StockLevel, error
 // the database if Redis lost it. found is false for an id that is no
 // seckill voucher (unknown, or a normal voucher).
 func (s *Service) EnsurePreheated(ctx context.Context, id int64) (bool, error) {
-	v, err := s.vouchers.Get(ctx, id)
+	err := s.preheat(ctx, id) // NOT_FOUND for an unknown id or a normal voucher
 	if domain.ErrorCode(err) == domain.CodeNotFound {
 		return false, nil
 	}
-	if err != nil {
-		return false, err
-	}
-	if v.Seckill == nil {
-		return false, nil
-	}
-	return true, s.preheat(ctx, v)
+	return err == nil, err
 }
 
 // PreheatAll loads every seckill voucher whose sale has not ended into
@@ -151,7 +145,7 @@ func (s *Service) PreheatAll(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for _, v := range vs {
-		if err := s.preheat(ctx, v); err != nil {
+		if err := s.preheat(ctx, v.ID); err != nil {
 			return n, err
 		}
 		n++
@@ -159,19 +153,32 @@ func (s *Service) PreheatAll(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-func (s *Service) preheat(ctx context.Context, v domain.Voucher) error {
-	users, err := s.vouchers.LiveOrderCounts(ctx, v.ID)
-	if err != nil {
-		return err
-	}
-	written, err := s.stock.Preheat(ctx, v, users)
-	if err != nil {
-		return err
-	}
-	if written {
+// preheat loads a seckill voucher into Redis, unless Redis has its stock
+// already, from a consistent snapshot of the database taken under the
+// voucher's row lock (persistence.Vouchers.Preload).
+//
+// If the transaction fails, the load may be in Redis with its stamp not
+// recorded (the call timed out after the script ran, or the commit
+// failed); it is taken back, if Redis still holds it, so that the next
+// preheat loads again and records its stamp.
+func (s *Service) preheat(ctx context.Context, id int64) error {
+	life := persistence.NewLife()
+	err := s.vouchers.Preload(ctx, id, func(ctx context.Context, v domain.Voucher, users map[int64]int) (string, error) {
+		written, err := s.stock.Preheat(ctx, v, users, life)
+		if err != nil || !written {
+			return "", err
+		}
 		s.log.InfoContext(ctx, "voucher stock preheated", "voucher", v.ID, "stock", v.Seckill.Stock, "users", len(users))
+		return life, nil
+	})
+	if err != nil && domain.ErrorCode(err) != domain.CodeNotFound {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		if uerr := s.stock.Unload(uctx, id, life); uerr != nil {
+			s.log.ErrorContext(ctx, "a voucher load whose stamp was not recorded could not be taken back", "voucher", id, "err", uerr)
+		}
+		cancel()
 	}
-	return nil
+	return err
 }
 
 // fillRemaining sets each seckill voucher's live remaining stock from

@@ -1,0 +1,151 @@
+package actors_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"flashsale/actors"
+	"flashsale/domain"
+	"flashsale/persistence"
+)
+
+// recordingStore stands in for Redis where a test needs a batch held in
+// flight or a failure on cue: it sells everything after delay (ignoring
+// the context, like a reply that arrives late) and records who it sold to.
+type recordingStore struct {
+	delay     time.Duration
+	failState bool        // State fails (a reload cannot read Redis)
+	stale     atomic.Bool // every batch is refused as superseded
+
+	mu   sync.Mutex
+	sold []int64
+}
+
+func (s *recordingStore) Claim(context.Context, int64) (int64, persistence.VoucherState, error) {
+	return 1, liveState(), nil
+}
+
+func (s *recordingStore) State(context.Context, int64) (persistence.VoucherState, error) {
+	if s.failState {
+		return persistence.VoucherState{}, errors.New("redis blip")
+	}
+	return liveState(), nil
+}
+
+func (s *recordingStore) Grab(_ context.Context, _, _ int64, g []persistence.Grab) (persistence.BatchOutcome, error) {
+	time.Sleep(s.delay)
+	if s.stale.Load() {
+		return persistence.BatchOutcome{Stale: true}, nil
+	}
+	out := persistence.BatchOutcome{State: liveState()}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, x := range g {
+		s.sold = append(s.sold, x.UserID)
+		out.Results = append(out.Results, domain.GrabResult{Code: domain.SeckillOK, OrderID: x.OrderID})
+	}
+	return out, nil
+}
+
+func (s *recordingStore) soldTo(user int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Contains(s.sold, user)
+}
+
+func grabAsync(r *actors.Router, ctx context.Context, voucher, user int64) <-chan domain.GrabResult {
+	res := make(chan domain.GrabResult, 1)
+	go func() { res <- r.Grab(ctx, domain.GrabRequest{VoucherID: voucher, UserID: user}) }()
+	return res
+}
+
+// A caller told UNAVAILABLE because it stopped waiting must be able to
+// trust it: its grab never reaches Redis afterwards.
+func TestAGrabWhoseCallerGaveUpIsNeverSold(t *testing.T) {
+	st := &recordingStore{delay: 300 * time.Millisecond}
+	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{})
+	t.Cleanup(r.Close)
+	first := grabAsync(r, context.Background(), 1, 1)
+	time.Sleep(50 * time.Millisecond) // user 1's batch is in flight; user 2 queues behind it
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if got := r.Grab(ctx, domain.GrabRequest{VoucherID: 1, UserID: 2}); got.Code != domain.SeckillUnavailable {
+		t.Fatalf("user 2 gave up but got %s", got.Code)
+	}
+	if got := <-first; got.Code != domain.SeckillOK {
+		t.Fatalf("user 1: %s", got.Code)
+	}
+	if got := r.Grab(context.Background(), domain.GrabRequest{VoucherID: 1, UserID: 3}); got.Code != domain.SeckillOK {
+		t.Fatalf("user 3: %s", got.Code)
+	}
+	if st.soldTo(2) {
+		t.Fatal("user 2 was told UNAVAILABLE, yet the grab was sold afterwards")
+	}
+}
+
+// A caller whose grab is already in a script call when its own wait ends
+// gets the script's answer, not an UNAVAILABLE that may hide an order.
+func TestAGrabInFlightIsAnsweredWithItsOutcome(t *testing.T) {
+	// The reply comes after the caller's own wait (200 ms) but well within
+	// the bound on a batch in flight (2 × 200 ms more).
+	st := &recordingStore{delay: 250 * time.Millisecond}
+	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: 200 * time.Millisecond})
+	t.Cleanup(r.Close)
+	if got := r.Grab(context.Background(), domain.GrabRequest{VoucherID: 1, UserID: 1}); got.Code != domain.SeckillOK || got.OrderID == 0 {
+		t.Fatalf("the store sold the grab, the caller got %s", got.Code)
+	}
+}
+
+// A reload that fails while a batch is in flight must not strand the
+// grabs that queued behind the batch.
+func TestAFailedReloadStillSendsTheWaitingGrabs(t *testing.T) {
+	st := &recordingStore{delay: 200 * time.Millisecond, failState: true}
+	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: 2 * time.Second})
+	t.Cleanup(r.Close)
+	first := grabAsync(r, context.Background(), 1, 1)
+	time.Sleep(50 * time.Millisecond) // user 1's batch is in flight
+	r.Changed(1)                      // the reload waits for the batch, then fails
+	second := grabAsync(r, context.Background(), 1, 2)
+	for u, res := range []<-chan domain.GrabResult{first, second} {
+		if got := <-res; got.Code != domain.SeckillOK {
+			t.Fatalf("user %d: %s", u+1, got.Code)
+		}
+	}
+}
+
+// Close must not race with actors that retire (and leave the router's
+// map) while it waits for them; -race checks it.
+func TestCloseWhileActorsRetire(t *testing.T) {
+	st := &recordingStore{delay: 100 * time.Millisecond}
+	st.stale.Store(true) // every activation finds itself superseded and retires
+	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: time.Second})
+	var wg sync.WaitGroup
+	for v := int64(1); v <= 50; v++ {
+		wg.Go(func() { r.Grab(context.Background(), domain.GrabRequest{VoucherID: v, UserID: 1}) })
+	}
+	time.Sleep(50 * time.Millisecond)
+	r.Close()
+	wg.Wait()
+}
+
+// Grabs of many distinct ids cannot make a node run actors without bound.
+func TestActorCapAnswersUnavailable(t *testing.T) {
+	r := actors.NewRouter(&recordingStore{}, &seqIDs{}, nil, quiet, actors.Options{MaxActors: 2})
+	t.Cleanup(r.Close)
+	for v := int64(1); v <= 2; v++ {
+		if got := r.Grab(context.Background(), domain.GrabRequest{VoucherID: v, UserID: 1}); got.Code != domain.SeckillOK {
+			t.Fatalf("voucher %d: %s", v, got.Code)
+		}
+	}
+	if got := r.Grab(context.Background(), domain.GrabRequest{VoucherID: 3, UserID: 1}); got.Code != domain.SeckillUnavailable {
+		t.Fatalf("a third actor over the cap: %s", got.Code)
+	}
+	if got := r.Grab(context.Background(), domain.GrabRequest{VoucherID: 1, UserID: 2}); got.Code != domain.SeckillOK {
+		t.Fatalf("a running actor still serves: %s", got.Code)
+	}
+}

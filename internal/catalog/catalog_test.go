@@ -1,0 +1,58 @@
+package catalog_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"flashsale/domain"
+	"flashsale/internal/catalog"
+	"flashsale/internal/testenv"
+	"flashsale/persistence"
+)
+
+// A reload of a voucher that writes Redis but cannot record its life
+// stamp in the database (here: a constraint refuses every new stamp, so
+// the transaction fails after the script ran) is taken back out of Redis, so that no
+// stock is sold from a load the order writer cannot recognise; the next
+// reload, once the database works, records its stamp.
+func TestAReloadWhoseStampIsNotRecordedIsTakenBack(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	ctx := context.Background()
+	cat := catalog.New(persistence.NewVouchers(db), persistence.NewStock(rdb), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	stock, limit := 10, 1
+	begin, end := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	v, err := cat.Create(ctx, domain.NewVoucher{ShopID: 1, Title: "v", PayValue: 1, ActualValue: 2, Type: domain.VoucherSeckill,
+		Stock: &stock, BeginAt: &begin, EndAt: &end, PerUserLimit: &limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := "{v" + strconv.FormatInt(v.ID, 10) + "}:meta"
+	if err := rdb.FlushAll(ctx).Err(); err != nil { // Redis loses its data (a private test server)
+		t.Fatal(err)
+	}
+	refuse := "ALTER TABLE tb_voucher_redis_load ADD CONSTRAINT refuse_stamps CHECK (life = 'none') NOT VALID"
+	if _, err := db.ExecContext(ctx, refuse); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.EnsurePreheated(ctx, v.ID); err == nil {
+		t.Fatal("reload succeeded without recording its stamp")
+	}
+	if n, _ := rdb.Exists(ctx, meta).Result(); n != 0 {
+		t.Fatal("the unrecorded load is still in Redis")
+	}
+	if _, err := db.ExecContext(ctx, "ALTER TABLE tb_voucher_redis_load DROP CONSTRAINT refuse_stamps"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.EnsurePreheated(ctx, v.ID); err != nil {
+		t.Fatal(err)
+	}
+	life, _ := rdb.HGet(ctx, meta, "life").Result()
+	var recorded string
+	if err := db.NewSelect().Table("tb_voucher_redis_load").Column("life").Where("voucher_id = ?", v.ID).Scan(ctx, &recorded); err != nil || life == "" || life != recorded {
+		t.Fatalf("redis life %q, recorded %q (%v)", life, recorded, err)
+	}
+}
