@@ -177,6 +177,11 @@ func (w *OrderWriter) Run(ctx context.Context) error {
 			entries, err = w.read(ctx, streams, ">", w.opts.Block)
 		}
 		if err != nil {
+			// Redis may have run the read and lost only its reply (a
+			// dropped connection, or a kill after the append-only file
+			// took the delivery): the entries then sit in our pending
+			// list, which only a claim after ClaimIdle would find.
+			ownPending = true
 			w.pause(ctx, &backoff, "read order log", err)
 			continue
 		}

@@ -2,10 +2,12 @@ package persistence_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/url"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -142,6 +144,50 @@ func TestOrderWriterTakesOverADeadWritersOrders(t *testing.T) {
 	}
 	w := runWriter(t, db, rdb, persistence.OrderWriterOptions{ClaimIdle: 300 * time.Millisecond, ClaimEvery: 100 * time.Millisecond})
 	drained(t, w, 20*time.Second)
+	assertPersisted(t, db, v, sold)
+}
+
+// lostReply makes the first XREADGROUP that delivers entries fail after
+// Redis has run it, as when Redis dies (or the connection drops) between
+// writing the group's pending list to its append-only file and sending
+// the reply.
+type lostReply struct{ fired atomic.Bool }
+
+func (l *lostReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (l *lostReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if xr, ok := cmd.(*redis.XStreamSliceCmd); ok && err == nil && len(xr.Val()) > 0 &&
+			len(xr.Val()[0].Messages) > 0 && l.fired.CompareAndSwap(false, true) {
+			err = errors.New("read tcp: connection reset by peer")
+			cmd.SetErr(err)
+		}
+		return err
+	}
+}
+
+func (l *lostReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestOrderWriterRereadsALostDelivery: a read whose reply was lost has
+// still moved the entries to this writer's pending list; the writer must
+// read them again at once, not leave them until another writer's claim
+// (ClaimIdle, 30 s by default) takes them over.
+func TestOrderWriterRereadsALostDelivery(t *testing.T) {
+	db, srv := testenv.MustPostgres(t), testenv.MustRedis(t)
+	rdb := srv.Client()
+	v := mustVoucher(t, db, rdb, liveSpec(100, 1))
+	wrdb := srv.Client()
+	hook := &lostReply{}
+	wrdb.AddHook(hook)
+	w := runWriter(t, db, wrdb, persistence.OrderWriterOptions{MaxBackoff: 100 * time.Millisecond})
+	sold := sell(t, db, rdb, v.ID, users(1, 40))
+	drained(t, w, 10*time.Second)
+	if !hook.fired.Load() {
+		t.Fatal("no delivery was lost; the test proves nothing")
+	}
 	assertPersisted(t, db, v, sold)
 }
 
