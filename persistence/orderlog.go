@@ -180,8 +180,10 @@ func (w *OrderWriter) Run(ctx context.Context) error {
 			// Redis may have run the read and lost only its reply (a
 			// dropped connection, or a kill after the append-only file
 			// took the delivery): the entries then sit in our pending
-			// list, which only a claim after ClaimIdle would find.
+			// list, which only a claim after ClaimIdle would find. The
+			// list of logs may be stale too (Redis lost its data).
 			ownPending = true
+			lastList = time.Time{}
 			w.pause(ctx, &backoff, "read order log", err)
 			continue
 		}
@@ -262,7 +264,10 @@ func (w *OrderWriter) read(ctx context.Context, streams []string, id string, blo
 	}
 	if err != nil {
 		if isNoGroup(err) {
-			return nil, w.ensureGroups(ctx, streams)
+			if err := w.ensureGroups(ctx); err != nil {
+				return nil, err
+			}
+			return nil, errStaleList
 		}
 		return nil, fmt.Errorf("xreadgroup: %w", err)
 	}
@@ -339,9 +344,21 @@ func (w *OrderWriter) prune(ctx context.Context, streams []string) int {
 
 func isNoGroup(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOGROUP") }
 
-// ensureGroups creates missing consumer groups (a Redis that lost its data
-// and was re-preheated has them; this covers a stream created otherwise).
-func (w *OrderWriter) ensureGroups(ctx context.Context, streams []string) error {
+// errStaleList says a read met a stream without its group: the list of
+// order logs is listed again before the next read.
+var errStaleList = errors.New("an order log has no consumer group; listing the order logs again")
+
+// ensureGroups creates missing consumer groups, and the stream if it is
+// missing, for the order logs registered now (a voucher's preheat creates
+// both; this covers a stream Redis lost or that was created otherwise). It
+// reads the registry afresh: the writer's own list may predate a loss of
+// Redis's data, and creating those streams again would leave empty,
+// unregistered logs of vouchers Redis no longer knows.
+func (w *OrderWriter) ensureGroups(ctx context.Context) error {
+	streams, err := w.streams(ctx)
+	if err != nil {
+		return err
+	}
 	for _, s := range streams {
 		err := w.rdb.XGroupCreateMkStream(ctx, s, OrderLogGroup, "0").Err()
 		if err != nil && !isBusyGroup(err) {

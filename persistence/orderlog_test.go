@@ -191,6 +191,29 @@ func TestOrderWriterRereadsALostDelivery(t *testing.T) {
 	assertPersisted(t, db, v, sold)
 }
 
+// TestOrderWriterDoesNotRecreateLostLogs: when Redis loses its data, the
+// writer's list of order logs is stale until it lists them again; reading
+// the lost streams meanwhile must not create them anew (empty, unregistered
+// streams of vouchers Redis no longer knows, which nothing would ever
+// remove). The race is the writer's: each round gives it about a second
+// with a stale list, so a few rounds catch it.
+func TestOrderWriterDoesNotRecreateLostLogs(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	w := runWriter(t, db, rdb, persistence.OrderWriterOptions{Block: 50 * time.Millisecond})
+	for round := range 4 {
+		v := mustVoucher(t, db, rdb, liveSpec(10, 1))
+		sell(t, db, rdb, v.ID, users(1, 3))
+		drained(t, w, 10*time.Second)
+		if err := rdb.FlushAll(t.Context()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		if keys := rdb.Keys(t.Context(), "*").Val(); len(keys) != 0 {
+			t.Fatalf("round %d: keys after Redis lost its data: %v", round, keys)
+		}
+	}
+}
+
 func TestOrderWriterWaitsOutAPostgresOutage(t *testing.T) {
 	dbURL := testenv.MustPostgresURL(t)
 	rdb := testenv.MustRedis(t).Client()
