@@ -157,8 +157,17 @@ func TestKillDashNineLosesNoOrder(t *testing.T) {
 	startProcess(t, bin, env) // the restarted node reclaims the order log
 	db := testenv.MustOpen(t, dbURL)
 	ctx := context.Background()
+	rdb := redisSrv.Client()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
+		// The log first: the writer commits before it deletes entries, so
+		// once the log is empty the database holds every order. (Read the
+		// other way round, a batch committed between the two reads would
+		// be missing from ids and absent from the log.)
+		inflight, err := rdb.XLen(ctx, "{v"+voucherID+"}:log").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
 		var ids []int64
 		if err := db.NewSelect().Table("tb_voucher_order").Column("id").Where("voucher_id = ?", voucherID).Scan(ctx, &ids); err != nil {
 			t.Fatal(err)
@@ -173,8 +182,7 @@ func TestKillDashNineLosesNoOrder(t *testing.T) {
 				missing++
 			}
 		}
-		inflight, _ := redisSrv.Client().XLen(ctx, "{v"+voucherID+"}:log").Result()
-		remaining, _ := redisSrv.Client().Get(ctx, "{v"+voucherID+"}:stock").Int()
+		remaining, _ := rdb.Get(ctx, "{v"+voucherID+"}:stock").Int()
 		if missing == 0 && inflight == 0 {
 			// Orders whose answer the kill cut off are in the database too
 			// (the stock was taken); nothing else is.

@@ -8,7 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -25,26 +27,39 @@ func TestGrabsOverTheUserRateAreRateLimited(t *testing.T) {
 	in := seckillInput(1, 100)
 	in["perUserLimit"] = 50
 	v := s.createVoucher(t, in)
-	user := s.token(t, 5, auth.RoleUser)
-	ok, limited := 0, 0
-	for i := 0; i < 6; i++ {
-		var out struct{ SeckillVoucher struct{ Code string } }
-		errs := s.do(t, user, grabMutation, map[string]any{"id": v.ID}, &out)
-		if len(errs) == 0 {
-			if out.SeckillVoucher.Code != "OK" {
-				t.Fatalf("grab %d: %s", i, out.SeckillVoucher.Code)
+	// Burst 2, then one more every 500 ms: a slow round may admit more, so
+	// the bound follows the round's duration, and a round too slow to
+	// show the limit at all is run again with a fresh user.
+	for round := int64(0); ; round++ {
+		user := s.token(t, 100+round, auth.RoleUser)
+		ok, limited := 0, 0
+		start := time.Now()
+		for i := 0; i < 6; i++ {
+			var out struct{ SeckillVoucher struct{ Code string } }
+			errs := s.do(t, user, grabMutation, map[string]any{"id": v.ID}, &out)
+			if len(errs) == 0 {
+				if out.SeckillVoucher.Code != "OK" {
+					t.Fatalf("grab %d: %s", i, out.SeckillVoucher.Code)
+				}
+				ok++
+				continue
 			}
-			ok++
-			continue
+			e := wantCode(t, errs, "RATE_LIMITED")
+			if ms, _ := e.Extensions["retryAfterMs"].(float64); ms <= 0 {
+				t.Fatalf("retryAfterMs %v", e.Extensions["retryAfterMs"])
+			}
+			limited++
 		}
-		e := wantCode(t, errs, "RATE_LIMITED")
-		if ms, _ := e.Extensions["retryAfterMs"].(float64); ms <= 0 {
-			t.Fatalf("retryAfterMs %v", e.Extensions["retryAfterMs"])
+		elapsed := time.Since(start)
+		if allowed := 2 + 1 + int(elapsed/(500*time.Millisecond)); ok < 2 || ok > allowed {
+			t.Fatalf("%d admitted, %d limited in %v (at most %d allowed)", ok, limited, elapsed, allowed)
 		}
-		limited++
-	}
-	if ok < 2 || ok > 3 || limited == 0 { // burst 2, plus at most one refill during the loop
-		t.Fatalf("%d admitted, %d limited", ok, limited)
+		if limited > 0 {
+			break
+		}
+		if elapsed < time.Second || round == 4 {
+			t.Fatalf("%d admitted, none limited in %v", ok, elapsed)
+		}
 	}
 	// Another user is not affected.
 	var other struct{ SeckillVoucher struct{ Code string } }
@@ -88,25 +103,39 @@ func TestRequestsOverTheIPRateAreRateLimited(t *testing.T) {
 		return codes
 	}
 	stock := `{ stock(voucherId: "` + v.ID + `") { remaining } }`
-	limited := 0
-	for range 6 {
-		switch codes := send("203.0.113.7", "not-a-token", stock); {
-		case slices.Equal(codes, []string{"UNAUTHENTICATED"}):
-		case slices.Equal(codes, []string{"RATE_LIMITED"}):
-			limited++
-		default:
-			t.Fatalf("codes %v", codes)
+	// Burst 2, then one more every 500 ms; as above, the bound follows the
+	// round's duration and a round too slow to show the limit is run again
+	// from another address.
+	for round := 0; ; round++ {
+		ip := "203.0.113." + strconv.Itoa(10+round)
+		limited := 0
+		start := time.Now()
+		for range 6 {
+			switch codes := send(ip, "not-a-token", stock); {
+			case slices.Equal(codes, []string{"UNAUTHENTICATED"}):
+			case slices.Equal(codes, []string{"RATE_LIMITED"}):
+				limited++
+			default:
+				t.Fatalf("codes %v", codes)
+			}
 		}
-	}
-	if limited < 3 { // burst 2, plus at most one refill during the loop
-		t.Fatalf("%d of 6 requests limited", limited)
+		elapsed := time.Since(start)
+		if allowed := 2 + 1 + int(elapsed/(500*time.Millisecond)); 6-limited > allowed || limited > 4 {
+			t.Fatalf("%d of 6 requests limited in %v (at most %d admitted)", limited, elapsed, allowed)
+		}
+		if limited > 0 {
+			break
+		}
+		if elapsed < time.Second || round == 4 {
+			t.Fatalf("none of 6 requests limited in %v", elapsed)
+		}
 	}
 	user := s.token(t, 9, auth.RoleUser)
 	if codes := send("203.0.113.8", user, stock); len(codes) != 0 {
 		t.Fatalf("another address: %v", codes)
 	}
 	grab := `mutation { seckillVoucher(voucherId: "` + v.ID + `") { code } }`
-	if codes := send("203.0.113.7", user, grab); len(codes) != 0 {
+	if codes := send("203.0.113.10", user, grab); len(codes) != 0 {
 		t.Fatalf("a grab was limited per request: %v", codes)
 	}
 }

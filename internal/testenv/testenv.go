@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -39,8 +40,8 @@ type RedisServer struct {
 	dir     string
 	durable bool
 
-	mu  sync.Mutex
-	cmd *exec.Cmd
+	mu   sync.Mutex
+	stop func() // kills the running server and waits for it; nil when none runs
 }
 
 // Addr is host:port of the server.
@@ -105,22 +106,36 @@ func (s *RedisServer) start() error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	stop := func() { _ = cmd.Process.Kill(); <-exited }
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
 	defer c.Close()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
+		select {
+		case <-exited: // the port was taken, most likely
+			return fmt.Errorf("redis-server on port %d exited at start", s.Port)
+		default:
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
+		info, err := c.Info(ctx, "server").Result()
 		cancel()
 		if err == nil {
+			// Another process's server on this port (it took the port
+			// between freePort and our bind, or after a kill) must never
+			// pass for ours.
+			if !strings.Contains(info, "process_id:"+strconv.Itoa(cmd.Process.Pid)+"\r\n") {
+				stop()
+				return fmt.Errorf("port %d answered by another redis-server", s.Port)
+			}
 			s.mu.Lock()
-			s.cmd = cmd
+			s.stop = stop
 			s.mu.Unlock()
 			return nil
 		}
 		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+			stop()
 			return fmt.Errorf("redis-server on port %d not ready: %w", s.Port, err)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -130,12 +145,11 @@ func (s *RedisServer) start() error {
 // Kill stops the server at once (SIGKILL); its data is lost.
 func (s *RedisServer) Kill() {
 	s.mu.Lock()
-	cmd := s.cmd
-	s.cmd = nil
+	stop := s.stop
+	s.stop = nil
 	s.mu.Unlock()
-	if cmd != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+	if stop != nil {
+		stop()
 	}
 }
 
@@ -145,9 +159,16 @@ func (s *RedisServer) Kill() {
 func (s *RedisServer) Restart() {
 	s.tb.Helper()
 	s.Kill()
-	if err := s.start(); err != nil {
-		s.tb.Fatalf("restart redis-server: %v", err)
+	// The port is free now, but anything on the machine may take it
+	// before the new server binds; try again for a while.
+	var err error
+	for attempt := 0; attempt < 20; attempt++ {
+		if err = s.start(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
+	s.tb.Fatalf("restart redis-server: %v", err)
 }
 
 func freePort() (int, error) {
