@@ -166,19 +166,35 @@ func TestWindowIsAnsweredFromMemory(t *testing.T) {
 	now := time.Now()
 	early := e.voucher(t, 10, 1, now.Add(time.Hour), now.Add(2*time.Hour))
 	late := e.voucher(t, 10, 1, now.Add(-2*time.Hour), now.Add(-time.Hour))
-	soon := e.voucher(t, 10, 1, now.Add(700*time.Millisecond), now.Add(time.Hour))
 	r := e.router(t, nil, actors.Options{})
+	grab := func(id int64) domain.SeckillCode {
+		return r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 1}).Code
+	}
 	for _, tc := range []struct {
 		id   int64
 		want domain.SeckillCode
-	}{{early, domain.SeckillNotStarted}, {late, domain.SeckillEnded}, {soon, domain.SeckillNotStarted}, {424242, domain.SeckillNotFound}} {
-		if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: tc.id, UserID: 1}).Code; c != tc.want {
+	}{{early, domain.SeckillNotStarted}, {late, domain.SeckillEnded}, {424242, domain.SeckillNotFound}} {
+		if c := grab(tc.id); c != tc.want {
 			t.Errorf("voucher %d: %s, want %s", tc.id, c, tc.want)
 		}
 	}
-	time.Sleep(time.Until(now.Add(800 * time.Millisecond)))
-	if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: soon, UserID: 1}).Code; c != domain.SeckillOK {
-		t.Fatalf("after the start: %s", c)
+	// Created last, just before its first grab, and starting seconds later:
+	// a slow create cannot make the grab land after the start.
+	soon := e.voucher(t, 10, 1, time.Now().Add(3*time.Second), time.Now().Add(time.Hour))
+	if c := grab(soon); c != domain.SeckillNotStarted {
+		t.Fatalf("voucher %d before the start: %s, want %s", soon, c, domain.SeckillNotStarted)
+	}
+	// The actor cached NOT_STARTED; once the start passes it must sell.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c := grab(soon)
+		if c == domain.SeckillOK {
+			break
+		}
+		if c != domain.SeckillNotStarted || time.Now().After(deadline) {
+			t.Fatalf("after the start: %s", c)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -311,22 +327,35 @@ func TestUnknownVoucherIDsLeaveNothingBehind(t *testing.T) {
 	}
 }
 
-// slowStore sells everything after a delay; it stands in for Redis only to
-// hold a batch in flight while the router closes.
-type slowStore struct{}
+// slowStore sells everything; it stands in for Redis only to hold a batch
+// in flight. Each batch reports itself on entered (if not nil, without
+// blocking), waits until release is closed (if not nil), then takes delay,
+// ignoring the context like a reply that arrives late.
+type slowStore struct {
+	entered chan struct{}
+	release chan struct{}
+	delay   time.Duration
+}
 
 func liveState() persistence.VoucherState {
 	return persistence.VoucherState{Found: true, Status: domain.StatusActive, Begin: time.Now().Add(-time.Hour), End: time.Now().Add(time.Hour), Limit: 1, Remaining: 10}
 }
 
-func (slowStore) Claim(context.Context, int64) (int64, persistence.VoucherState, error) {
+func (*slowStore) Claim(context.Context, int64) (int64, persistence.VoucherState, error) {
 	return 1, liveState(), nil
 }
-func (slowStore) State(context.Context, int64) (persistence.VoucherState, error) {
+func (*slowStore) State(context.Context, int64) (persistence.VoucherState, error) {
 	return liveState(), nil
 }
-func (slowStore) Grab(_ context.Context, _, _ int64, g []persistence.Grab) (persistence.BatchOutcome, error) {
-	time.Sleep(300 * time.Millisecond)
+func (s *slowStore) Grab(_ context.Context, _, _ int64, g []persistence.Grab) (persistence.BatchOutcome, error) {
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	if s.release != nil {
+		<-s.release
+	}
+	time.Sleep(s.delay)
 	out := persistence.BatchOutcome{State: liveState()}
 	for _, x := range g {
 		out.Results = append(out.Results, domain.GrabResult{Code: domain.SeckillOK, OrderID: x.OrderID})
@@ -345,10 +374,13 @@ func (s *seqIDs) Take(_ context.Context, n int) ([]int64, error) {
 }
 
 func TestCloseAnswersTheBatchInFlight(t *testing.T) {
-	r := actors.NewRouter(slowStore{}, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: 3 * time.Second})
+	// The store holds the batch for a second after it arrives: Close starts
+	// well within that, and waits (up to GrabTimeout) for the answer.
+	st := &slowStore{entered: make(chan struct{}, 1), delay: time.Second}
+	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: 5 * time.Second})
 	res := make(chan domain.GrabResult, 1)
 	go func() { res <- r.Grab(context.Background(), domain.GrabRequest{VoucherID: 1, UserID: 1}) }()
-	time.Sleep(50 * time.Millisecond) // the batch is in the store now
+	<-st.entered // the batch is in the store now
 	r.Close()
 	if got := <-res; got.Code != domain.SeckillOK {
 		t.Fatalf("the store sold the grab but the caller got %s", got.Code)
@@ -369,7 +401,12 @@ func TestRedisKilledMidSaleLosesAndOversellsNothing(t *testing.T) {
 	e.catalog = catalog.New(persistence.NewVouchers(e.db), persistence.NewStock(e.rdb), quiet)
 	const stock = 400
 	id := e.live(t, stock, 1)
-	r := e.router(t, nil, actors.Options{CallTimeout: 300 * time.Millisecond, GrabTimeout: 2 * time.Second})
+	// A batch whose reply the kill lost must keep retrying (with the same
+	// request ids, so the script answers what it did) until Redis is back,
+	// however long the restart takes: answered UNAVAILABLE, its users would
+	// retry with new request ids and be told LIMIT_REACHED for units they
+	// bought.
+	r := e.router(t, nil, actors.Options{CallTimeout: 300 * time.Millisecond, Attempts: 40, GrabTimeout: 10 * time.Second})
 	w := e.writer(t)
 
 	var (
@@ -389,6 +426,9 @@ func TestRedisKilledMidSaleLosesAndOversellsNothing(t *testing.T) {
 					mu.Lock()
 					okOrders[res.OrderID] = u
 					mu.Unlock()
+				case domain.SeckillSoldOut:
+				default:
+					t.Errorf("user %d: %s", u, res.Code)
 				}
 				return
 			}
@@ -428,11 +468,13 @@ func TestRedisKilledMidSaleLosesAndOversellsNothing(t *testing.T) {
 func TestIdleActorsArePassivated(t *testing.T) {
 	e := newEnv(t)
 	id := e.live(t, 10, 1)
-	r := e.router(t, nil, actors.Options{IdleTimeout: 100 * time.Millisecond})
+	// IdleTimeout is long against one grab, so the actor is still active
+	// right after it, and short against the wait below.
+	r := e.router(t, nil, actors.Options{IdleTimeout: time.Second})
 	if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 1}).Code; c != domain.SeckillOK || !r.Active(id) {
 		t.Fatalf("grab %s, active %v", c, r.Active(id))
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for r.Active(id) {
 		if time.Now().After(deadline) {
 			t.Fatal("idle actor never passivated")
@@ -546,26 +588,46 @@ func TestSoldOutLiftsWhenStockComesBack(t *testing.T) {
 }
 
 func TestAFullQueueAnswersUnavailableAtOnce(t *testing.T) {
-	r := actors.NewRouter(slowStore{}, &seqIDs{}, nil, quiet, actors.Options{QueueBound: 5, BatchSize: 1})
+	const grabs, bound = 40, 5
+	// The store holds the first batch until the gate opens, so nothing is
+	// answered from the queue meanwhile: exactly bound grabs are queued
+	// (one of them in flight) and every other one must be shed without
+	// waiting for the queue to move.
+	st := &slowStore{release: make(chan struct{})}
+	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{QueueBound: bound, BatchSize: 1, GrabTimeout: time.Minute})
 	t.Cleanup(r.Close)
-	var unavailable, ok atomic.Int64
-	var wg sync.WaitGroup
-	for u := int64(1); u <= 40; u++ {
-		wg.Go(func() {
-			start := time.Now()
-			switch r.Grab(context.Background(), domain.GrabRequest{VoucherID: 1, UserID: u}).Code {
-			case domain.SeckillUnavailable:
-				unavailable.Add(1)
-				if d := time.Since(start); d > 100*time.Millisecond {
-					t.Errorf("shed grab waited %s", d)
-				}
-			case domain.SeckillOK:
-				ok.Add(1)
-			}
-		})
+	var open sync.Once
+	openGate := func() { open.Do(func() { close(st.release) }) }
+	t.Cleanup(openGate) // runs before r.Close, even when the test fails
+	type answer struct {
+		user int64
+		code domain.SeckillCode
 	}
-	wg.Wait()
-	if unavailable.Load() == 0 || ok.Load() == 0 || unavailable.Load()+ok.Load() != 40 {
-		t.Fatalf("%d OK, %d UNAVAILABLE", ok.Load(), unavailable.Load())
+	answers := make(chan answer, grabs)
+	for u := int64(1); u <= grabs; u++ {
+		go func() {
+			answers <- answer{u, r.Grab(context.Background(), domain.GrabRequest{VoucherID: 1, UserID: u}).Code}
+		}()
+	}
+	// No clock decides the outcome; the timer only turns a shed grab that
+	// waits for the gate into a failure instead of a hang. It ends well
+	// before GrabTimeout, so a grab that queued and timed out cannot pass
+	// for a shed one.
+	stuck := time.After(30 * time.Second)
+	for range grabs - bound {
+		select {
+		case a := <-answers:
+			if a.code != domain.SeckillUnavailable {
+				t.Fatalf("user %d: %s while the store held the queue, want %s", a.user, a.code, domain.SeckillUnavailable)
+			}
+		case <-stuck:
+			t.Fatal("grabs over the queue bound waited for the queue to move")
+		}
+	}
+	openGate()
+	for range bound {
+		if a := <-answers; a.code != domain.SeckillOK {
+			t.Errorf("user %d: %s, want %s for a queued grab", a.user, a.code, domain.SeckillOK)
+		}
 	}
 }

@@ -17,7 +17,11 @@ import (
 // recordingStore stands in for Redis where a test needs a batch held in
 // flight or a failure on cue: it sells everything after delay (ignoring
 // the context, like a reply that arrives late) and records who it sold to.
+// Each batch reports itself on entered (if not nil, without blocking) and
+// waits until release is closed (if not nil) before its delay.
 type recordingStore struct {
+	entered   chan struct{}
+	release   chan struct{}
 	delay     time.Duration
 	failState bool        // State fails (a reload cannot read Redis)
 	stale     atomic.Bool // every batch is refused as superseded
@@ -38,6 +42,13 @@ func (s *recordingStore) State(context.Context, int64) (persistence.VoucherState
 }
 
 func (s *recordingStore) Grab(_ context.Context, _, _ int64, g []persistence.Grab) (persistence.BatchOutcome, error) {
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	if s.release != nil {
+		<-s.release
+	}
 	time.Sleep(s.delay)
 	if s.stale.Load() {
 		return persistence.BatchOutcome{Stale: true}, nil
@@ -67,16 +78,20 @@ func grabAsync(r *actors.Router, ctx context.Context, voucher, user int64) <-cha
 // A caller told UNAVAILABLE because it stopped waiting must be able to
 // trust it: its grab never reaches Redis afterwards.
 func TestAGrabWhoseCallerGaveUpIsNeverSold(t *testing.T) {
-	st := &recordingStore{delay: 300 * time.Millisecond}
+	st := &recordingStore{entered: make(chan struct{}, 1), release: make(chan struct{})}
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{})
 	t.Cleanup(r.Close)
+	var open sync.Once
+	release := func() { open.Do(func() { close(st.release) }) }
+	t.Cleanup(release) // runs before r.Close, even when the test fails
 	first := grabAsync(r, context.Background(), 1, 1)
-	time.Sleep(50 * time.Millisecond) // user 1's batch is in flight; user 2 queues behind it
+	<-st.entered // user 1's batch is held in flight; user 2 queues behind it
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	if got := r.Grab(ctx, domain.GrabRequest{VoucherID: 1, UserID: 2}); got.Code != domain.SeckillUnavailable {
 		t.Fatalf("user 2 gave up but got %s", got.Code)
 	}
+	release() // user 2 gave up while user 1's batch was held
 	if got := <-first; got.Code != domain.SeckillOK {
 		t.Fatalf("user 1: %s", got.Code)
 	}
@@ -91,10 +106,12 @@ func TestAGrabWhoseCallerGaveUpIsNeverSold(t *testing.T) {
 // A caller whose grab is already in a script call when its own wait ends
 // gets the script's answer, not an UNAVAILABLE that may hide an order.
 func TestAGrabInFlightIsAnsweredWithItsOutcome(t *testing.T) {
-	// The reply comes after the caller's own wait (200 ms) but well within
-	// the bound on a batch in flight (2 × 200 ms more).
-	st := &recordingStore{delay: 250 * time.Millisecond}
-	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: 200 * time.Millisecond})
+	// The grab is taken at once (long before the caller's own wait of 1 s
+	// ends) and the store replies 1.5 s later: after that wait, and well
+	// within the bound on a batch in flight (2 × 1 s more). Scheduling
+	// delays of several hundred milliseconds change neither.
+	st := &recordingStore{delay: 1500 * time.Millisecond}
+	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: time.Second})
 	t.Cleanup(r.Close)
 	if got := r.Grab(context.Background(), domain.GrabRequest{VoucherID: 1, UserID: 1}); got.Code != domain.SeckillOK || got.OrderID == 0 {
 		t.Fatalf("the store sold the grab, the caller got %s", got.Code)
