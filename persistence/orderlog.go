@@ -153,6 +153,11 @@ func (w *OrderWriter) Run(ctx context.Context) error {
 				continue
 			}
 			lastList = time.Now()
+			// Our own pending list holds nothing between batches, except
+			// deliveries whose reply was lost. A failed read says so below,
+			// but go-redis retries a read on a broken connection by itself
+			// (MaxRetries), and then the loss is silent: look once a second.
+			ownPending = true
 			if len(streams) == 0 {
 				sleep(ctx, w.opts.Block)
 				continue
