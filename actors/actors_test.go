@@ -327,15 +327,34 @@ func TestUnknownVoucherIDsLeaveNothingBehind(t *testing.T) {
 	}
 }
 
-// slowStore sells everything; it stands in for Redis only to hold a batch
-// in flight. Each batch reports itself on entered (if not nil, without
-// blocking), waits until release is closed (if not nil), then takes delay,
-// ignoring the context like a reply that arrives late.
-type slowStore struct {
+// gate holds a test store's batches in flight: each batch reports itself
+// on entered (if not nil, without blocking), waits until release is
+// opened (if not nil), then takes delay, ignoring the context like a reply
+// that arrives late.
+type gate struct {
 	entered chan struct{}
 	release chan struct{}
 	delay   time.Duration
+	opened  sync.Once
 }
+
+func (g *gate) hold() {
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	if g.release != nil {
+		<-g.release
+	}
+	time.Sleep(g.delay)
+}
+
+// open lets held batches go on; it may be called more than once.
+func (g *gate) open() { g.opened.Do(func() { close(g.release) }) }
+
+// slowStore sells everything; it stands in for Redis only to hold a batch
+// in flight.
+type slowStore struct{ gate }
 
 func liveState() persistence.VoucherState {
 	return persistence.VoucherState{Found: true, Status: domain.StatusActive, Begin: time.Now().Add(-time.Hour), End: time.Now().Add(time.Hour), Limit: 1, Remaining: 10}
@@ -348,14 +367,7 @@ func (*slowStore) State(context.Context, int64) (persistence.VoucherState, error
 	return liveState(), nil
 }
 func (s *slowStore) Grab(_ context.Context, _, _ int64, g []persistence.Grab) (persistence.BatchOutcome, error) {
-	select {
-	case s.entered <- struct{}{}:
-	default:
-	}
-	if s.release != nil {
-		<-s.release
-	}
-	time.Sleep(s.delay)
+	s.hold()
 	out := persistence.BatchOutcome{State: liveState()}
 	for _, x := range g {
 		out.Results = append(out.Results, domain.GrabResult{Code: domain.SeckillOK, OrderID: x.OrderID})
@@ -376,7 +388,7 @@ func (s *seqIDs) Take(_ context.Context, n int) ([]int64, error) {
 func TestCloseAnswersTheBatchInFlight(t *testing.T) {
 	// The store holds the batch for a second after it arrives: Close starts
 	// well within that, and waits (up to GrabTimeout) for the answer.
-	st := &slowStore{entered: make(chan struct{}, 1), delay: time.Second}
+	st := &slowStore{gate{entered: make(chan struct{}, 1), delay: time.Second}}
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: 5 * time.Second})
 	res := make(chan domain.GrabResult, 1)
 	go func() { res <- r.Grab(context.Background(), domain.GrabRequest{VoucherID: 1, UserID: 1}) }()
@@ -593,12 +605,10 @@ func TestAFullQueueAnswersUnavailableAtOnce(t *testing.T) {
 	// answered from the queue meanwhile: exactly bound grabs are queued
 	// (one of them in flight) and every other one must be shed without
 	// waiting for the queue to move.
-	st := &slowStore{release: make(chan struct{})}
+	st := &slowStore{gate{release: make(chan struct{})}}
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{QueueBound: bound, BatchSize: 1, GrabTimeout: time.Minute})
 	t.Cleanup(r.Close)
-	var open sync.Once
-	openGate := func() { open.Do(func() { close(st.release) }) }
-	t.Cleanup(openGate) // runs before r.Close, even when the test fails
+	t.Cleanup(st.open) // runs before r.Close, even when the test fails
 	type answer struct {
 		user int64
 		code domain.SeckillCode
@@ -624,7 +634,7 @@ func TestAFullQueueAnswersUnavailableAtOnce(t *testing.T) {
 			t.Fatal("grabs over the queue bound waited for the queue to move")
 		}
 	}
-	openGate()
+	st.open()
 	for range bound {
 		if a := <-answers; a.code != domain.SeckillOK {
 			t.Errorf("user %d: %s, want %s for a queued grab", a.user, a.code, domain.SeckillOK)

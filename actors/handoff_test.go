@@ -17,12 +17,9 @@ import (
 // recordingStore stands in for Redis where a test needs a batch held in
 // flight or a failure on cue: it sells everything after delay (ignoring
 // the context, like a reply that arrives late) and records who it sold to.
-// Each batch reports itself on entered (if not nil, without blocking) and
-// waits until release is closed (if not nil) before its delay.
+// Its gate holds batches in flight.
 type recordingStore struct {
-	entered   chan struct{}
-	release   chan struct{}
-	delay     time.Duration
+	gate
 	failState bool        // State fails (a reload cannot read Redis)
 	stale     atomic.Bool // every batch is refused as superseded
 
@@ -42,14 +39,7 @@ func (s *recordingStore) State(context.Context, int64) (persistence.VoucherState
 }
 
 func (s *recordingStore) Grab(_ context.Context, _, _ int64, g []persistence.Grab) (persistence.BatchOutcome, error) {
-	select {
-	case s.entered <- struct{}{}:
-	default:
-	}
-	if s.release != nil {
-		<-s.release
-	}
-	time.Sleep(s.delay)
+	s.hold()
 	if s.stale.Load() {
 		return persistence.BatchOutcome{Stale: true}, nil
 	}
@@ -78,12 +68,10 @@ func grabAsync(r *actors.Router, ctx context.Context, voucher, user int64) <-cha
 // A caller told UNAVAILABLE because it stopped waiting must be able to
 // trust it: its grab never reaches Redis afterwards.
 func TestAGrabWhoseCallerGaveUpIsNeverSold(t *testing.T) {
-	st := &recordingStore{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	st := &recordingStore{gate: gate{entered: make(chan struct{}, 1), release: make(chan struct{})}}
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{})
 	t.Cleanup(r.Close)
-	var open sync.Once
-	release := func() { open.Do(func() { close(st.release) }) }
-	t.Cleanup(release) // runs before r.Close, even when the test fails
+	t.Cleanup(st.open) // runs before r.Close, even when the test fails
 	first := grabAsync(r, context.Background(), 1, 1)
 	<-st.entered // user 1's batch is held in flight; user 2 queues behind it
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -91,7 +79,7 @@ func TestAGrabWhoseCallerGaveUpIsNeverSold(t *testing.T) {
 	if got := r.Grab(ctx, domain.GrabRequest{VoucherID: 1, UserID: 2}); got.Code != domain.SeckillUnavailable {
 		t.Fatalf("user 2 gave up but got %s", got.Code)
 	}
-	release() // user 2 gave up while user 1's batch was held
+	st.open() // user 2 gave up while user 1's batch was held
 	if got := <-first; got.Code != domain.SeckillOK {
 		t.Fatalf("user 1: %s", got.Code)
 	}
@@ -110,7 +98,7 @@ func TestAGrabInFlightIsAnsweredWithItsOutcome(t *testing.T) {
 	// ends) and the store replies 1.5 s later: after that wait, and well
 	// within the bound on a batch in flight (2 × 1 s more). Scheduling
 	// delays of several hundred milliseconds change neither.
-	st := &recordingStore{delay: 1500 * time.Millisecond}
+	st := &recordingStore{gate: gate{delay: 1500 * time.Millisecond}}
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: time.Second})
 	t.Cleanup(r.Close)
 	if got := r.Grab(context.Background(), domain.GrabRequest{VoucherID: 1, UserID: 1}); got.Code != domain.SeckillOK || got.OrderID == 0 {
@@ -121,7 +109,7 @@ func TestAGrabInFlightIsAnsweredWithItsOutcome(t *testing.T) {
 // A reload that fails while a batch is in flight must not strand the
 // grabs that queued behind the batch.
 func TestAFailedReloadStillSendsTheWaitingGrabs(t *testing.T) {
-	st := &recordingStore{delay: 200 * time.Millisecond, failState: true}
+	st := &recordingStore{gate: gate{delay: 200 * time.Millisecond}, failState: true}
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: 2 * time.Second})
 	t.Cleanup(r.Close)
 	first := grabAsync(r, context.Background(), 1, 1)
@@ -138,7 +126,7 @@ func TestAFailedReloadStillSendsTheWaitingGrabs(t *testing.T) {
 // Close must not race with actors that retire (and leave the router's
 // map) while it waits for them; -race checks it.
 func TestCloseWhileActorsRetire(t *testing.T) {
-	st := &recordingStore{delay: 100 * time.Millisecond}
+	st := &recordingStore{gate: gate{delay: 100 * time.Millisecond}}
 	st.stale.Store(true) // every activation finds itself superseded and retires
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: time.Second})
 	var wg sync.WaitGroup
