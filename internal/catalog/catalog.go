@@ -102,14 +102,7 @@ func (s *Service) Stock(ctx context.Context, id int64) (domain.StockLevel, error
 	if l, ok := levels[id]; ok {
 		return l, nil
 	}
-	v, err := s.vouchers.Get(ctx, id)
-	if err != nil {
-		return domain.StockLevel{}, err
-	}
-	if v.Seckill == nil {
-		return domain.StockLevel{}, domain.Errorf(domain.CodeNotFound, "voucher %d is not a seckill voucher", id)
-	}
-	if err := s.preheat(ctx, v.ID); err != nil {
+	if err := s.preheat(ctx, id); err != nil { // NOT_FOUND for an unknown id or a normal voucher
 		return domain.StockLevel{}, err
 	}
 	levels, err = s.stock.Levels(ctx, []int64{id}, s.now())
