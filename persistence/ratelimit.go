@@ -16,6 +16,7 @@ import (
 // rate switches that limit off.
 type RateLimits struct {
 	rdb                        redis.UniversalClient
+	limiter                    *redis_rate.Limiter // for single checks (AllowIP)
 	perUser, perVoucher, perIP redis_rate.Limit
 }
 
@@ -27,7 +28,7 @@ func NewRateLimits(rdb redis.UniversalClient, perUser, perVoucher, perIP int) *R
 		}
 		return redis_rate.PerSecond(rate)
 	}
-	return &RateLimits{rdb: rdb, perUser: lim(perUser), perVoucher: lim(perVoucher), perIP: lim(perIP)}
+	return &RateLimits{rdb: rdb, limiter: redis_rate.NewLimiter(rdb), perUser: lim(perUser), perVoucher: lim(perVoucher), perIP: lim(perIP)}
 }
 
 // Enabled reports whether any limit is on.
@@ -45,7 +46,7 @@ func (l *RateLimits) AllowIP(ctx context.Context, ip string) (time.Duration, err
 	if !l.IPEnabled() || ip == "" {
 		return 0, nil
 	}
-	res, err := redis_rate.NewLimiter(l.rdb).Allow(ctx, "ip:"+ip, l.perIP)
+	res, err := l.limiter.Allow(ctx, "ip:"+ip, l.perIP)
 	if err != nil {
 		return 0, fmt.Errorf("rate limit ip %s: %w", ip, err)
 	}
