@@ -3,6 +3,7 @@ package graph
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -26,12 +27,17 @@ var adminFields = map[string]bool{
 const grabField = "seckillVoucher"
 
 // operationPolicy decides whether an operation may run at all, before any
-// resolver does. Checking per root field instead let a user's grab run and
-// then fail the whole mutation on a later admin field (data null, the
-// order id lost), and a missing token produced null inside non-null
-// fields. Over a websocket the identity comes from connection_init and is
-// re-checked (expiry included) for every operation.
-type operationPolicy struct{}
+// resolver does: the per-IP limit (if set), then authorization, then one
+// grab per operation, over one walk of the root fields. Checking per root
+// field instead let a user's grab run and then fail the whole mutation on
+// a later admin field (data null, the order id lost), and a missing token
+// produced null inside non-null fields. Over a websocket the identity
+// comes from connection_init and is re-checked (expiry included) for every
+// operation.
+type operationPolicy struct {
+	ipLimit IPLimiter // nil: no per-IP limit
+	log     *slog.Logger
+}
 
 var _ interface {
 	graphql.HandlerExtension
@@ -41,11 +47,14 @@ var _ interface {
 func (operationPolicy) ExtensionName() string                   { return "OperationPolicy" }
 func (operationPolicy) Validate(graphql.ExecutableSchema) error { return nil }
 
-func (operationPolicy) MutateOperationContext(ctx context.Context, oc *graphql.OperationContext) *gqlerror.Error {
+func (p operationPolicy) MutateOperationContext(ctx context.Context, oc *graphql.OperationContext) *gqlerror.Error {
 	if oc.Operation == nil {
 		return nil
 	}
 	fields := rootFields(oc.Operation.SelectionSet, map[string]bool{})
+	if err := p.limitIP(ctx, fields); err != nil {
+		return operationError(err)
+	}
 	if err := authorize(ctx, oc.Operation.Operation, fields); err != nil {
 		return operationError(err)
 	}

@@ -93,10 +93,7 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 		srv.Use(extension.Introspection{})
 	}
 	srv.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](256)})
-	if opts.IPLimit != nil {
-		srv.Use(ipLimit{limiter: opts.IPLimit, log: opts.Log})
-	}
-	srv.Use(operationPolicy{})
+	srv.Use(operationPolicy{ipLimit: opts.IPLimit, log: opts.Log})
 	srv.Use(extension.FixedComplexityLimit(lim.MaxComplexity))
 	srv.Use(depthLimit{max: lim.MaxDepth, introspectionMax: lim.MaxIntrospectionDepth})
 	return requestGuard{
