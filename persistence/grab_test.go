@@ -36,25 +36,12 @@ func mustVoucher(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, spec vouc
 	if err != nil {
 		tb.Fatal(err)
 	}
-	preheat(tb, db, rdb, v.ID)
-	return v
-}
-
-// preheat loads a voucher into Redis as the catalog does: from a snapshot
-// of the database, recording the load's life stamp.
-func preheat(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, id int64) {
-	tb.Helper()
-	life := persistence.NewLife()
-	err := persistence.NewVouchers(db).Preload(context.Background(), id, func(ctx context.Context, v domain.Voucher, users map[int64]int) (string, error) {
-		written, err := persistence.NewStock(rdb).Preheat(ctx, v, users, life)
-		if !written {
-			return "", err
-		}
-		return life, err
-	})
-	if err != nil {
-		tb.Fatal(err)
+	// As the service does: from a snapshot of the database, recording the
+	// load's life stamp.
+	if found, err := catalog.New(persistence.NewVouchers(db), persistence.NewStock(rdb), quiet).EnsurePreheated(ctx, v.ID); err != nil || !found {
+		tb.Fatalf("preheat voucher %d: found %v, %v", v.ID, found, err)
 	}
+	return v
 }
 
 func grabs(tb testing.TB, ids *persistence.OrderIDs, users ...int64) []persistence.Grab {
