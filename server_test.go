@@ -197,7 +197,10 @@ func closedPort(tb testing.TB) string {
 // stderr and exit code.
 func runBinary(tb testing.TB, bin string, env map[string]string, args ...string) (stderr string, code int) {
 	tb.Helper()
-	cmd := exec.Command(bin, args...)
+	// A hung process fails its test in a minute rather than the package's.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = tb.TempDir() // the embedded SQLite file, if any, lands here
 	cmd.Env = []string{}
 	for k, v := range env {
