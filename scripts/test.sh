@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The whole test suite (`make test`): services, vet, generated code is
-# committed and current, the public GraphQL contract, then every test with
-# the race detector against real Redis and Postgres.
+# The whole test suite, the README's test command (`make test` is the same
+# where make exists): services, vet, generated code is committed and
+# current, the public GraphQL contract, then every test with the race
+# detector against real Redis and Postgres. Stops at the first failed step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-eval "$(scripts/test-services.sh)"
+command -v go >/dev/null || { echo "test: no go on PATH: install the Go toolchain named in go.mod first" >&2; exit 1; }
+echo "== services"
+services=$(scripts/test-services.sh) || { echo "test: setting up the services failed (reason above)" >&2; exit 1; }
+eval "$services"
 export CGO_ENABLED=1
 
 echo "== go vet"
