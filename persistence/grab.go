@@ -45,7 +45,7 @@ const (
 // Grab outcome codes as the script returns them.
 var scriptCodes = []domain.SeckillCode{
 	domain.SeckillOK, domain.SeckillNotFound, domain.SeckillNotStarted, domain.SeckillEnded,
-	domain.SeckillPaused, domain.SeckillSoldOut, domain.SeckillLimitReached,
+	domain.SeckillPaused, domain.SeckillSoldOut, domain.SeckillLimitReached, domain.SeckillUnavailable,
 }
 
 // grabScript sells a whole batch of grabs of one voucher atomically. For
@@ -69,7 +69,7 @@ var grabScript = redis.NewScript(`
 if redis.call('GET', KEYS[4]) ~= ARGV[1] then
   return {-1, 0, 0, 0, 0}
 end
-local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit', 'expire', 'life')
+local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit', 'expire', 'life', 'hold')
 local status = tonumber(m[1])
 if not status then
   return {1, 0, 0, 0, 0}
@@ -83,6 +83,7 @@ local now_s = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
 local verdict = 0
 if status == 2 then verdict = 4
 elseif status == 3 then verdict = 3
+elseif m[7] and now < tonumber(m[7]) then verdict = 7 -- a reload holds its sales (Stock.Preheat)
 elseif now < begin_ms then verdict = 2
 elseif now >= end_ms then verdict = 3
 end

@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,7 @@ type orderRow struct {
 	Slot       *int               `bun:"slot"`
 	CreateTime time.Time          `bun:"create_time,notnull"`
 	PayTime    *time.Time         `bun:"pay_time"`
+	RequestID  *string            `bun:"request_id"`
 	CancelTime *time.Time         `bun:"cancel_time"`
 	UpdateTime time.Time          `bun:"update_time,notnull"`
 }
@@ -49,6 +51,12 @@ type OrderWriterOptions struct {
 	ClaimEvery time.Duration
 	// MaxBackoff caps the wait between retries while Postgres fails.
 	MaxBackoff time.Duration
+	// AttemptTimeout bounds one database attempt (a batch's transaction,
+	// a dead-letter insert). MaxBackoff + AttemptTimeout must stay below
+	// Stock.ReloadHold: an order sold before Redis lost a voucher is
+	// returned to the reloaded stock only while the reload holds its sales
+	// (see adopt), and a writer holding it retries within that time.
+	AttemptTimeout time.Duration
 }
 
 func (o OrderWriterOptions) withDefaults() OrderWriterOptions {
@@ -70,8 +78,14 @@ func (o OrderWriterOptions) withDefaults() OrderWriterOptions {
 	if o.MaxBackoff <= 0 {
 		o.MaxBackoff = 5 * time.Second
 	}
+	if o.AttemptTimeout <= 0 {
+		o.AttemptTimeout = AttemptTimeoutDefault
+	}
 	return o
 }
+
+// AttemptTimeoutDefault bounds one database attempt of the order writer.
+const AttemptTimeoutDefault = 4 * time.Second
 
 var (
 	orderLogLag = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -127,13 +141,6 @@ type logEntry struct {
 	life string
 	bad  error
 }
-
-// deadLetterKey is the stream of order-log entries the database refused
-// for good (malformed, or a constraint says the order cannot exist): kept
-// for an operator, with the reason, and counted by a metric. Reaching it
-// means Redis and the database disagree (for example after Redis lost
-// data), which reconciliation reports.
-const deadLetterKey = "flashsale:order-dead"
 
 // Run persists orders until ctx ends. It never drops an entry: a failed
 // batch is retried, with backoff, until it commits or ctx ends.
@@ -380,7 +387,11 @@ func (w *OrderWriter) appendEntries(_ context.Context, out []logEntry, stream st
 	for _, m := range msgs {
 		o, err := parseOrder(m.Values, now)
 		life, _ := m.Values["l"].(string)
-		out = append(out, logEntry{stream: stream, id: m.ID, values: m.Values, order: o, life: life, bad: err})
+		e := logEntry{stream: stream, id: m.ID, values: m.Values, order: o, life: life}
+		if err != nil {
+			e.bad = refuse(DeadMalformed, err)
+		}
+		out = append(out, e)
 	}
 	return out
 }
@@ -416,6 +427,9 @@ func parseOrder(v map[string]any, now time.Time) (orderRow, error) {
 		s := int(slot)
 		o.Slot = &s
 	}
+	if r, _ := v["r"].(string); r != "" {
+		o.RequestID = &r
+	}
 	o.Status = domain.OrderUnpaid
 	o.CreateTime = time.UnixMilli(ms).UTC()
 	o.UpdateTime = now
@@ -439,7 +453,7 @@ func (w *OrderWriter) persist(ctx context.Context, entries []logEntry) error {
 		}
 		if same := byID[e.order.ID]; len(same) > 0 { // a claim and a read may overlap
 			if first := same[0].order; first.UserID != e.order.UserID || first.VoucherID != e.order.VoucherID {
-				e.bad = fmt.Errorf("order id %d used twice in the log (users %d and %d)", e.order.ID, first.UserID, e.order.UserID)
+				e.bad = refuse(DeadIDCollision, fmt.Errorf("order id %d used twice in the log (users %d and %d)", e.order.ID, first.UserID, e.order.UserID))
 				continue
 			}
 		} else {
@@ -450,20 +464,21 @@ func (w *OrderWriter) persist(ctx context.Context, entries []logEntry) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	err := w.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		return w.insertOrders(ctx, tx, rows, byID)
-	})
+	err := w.attempt(ctx, rows, byID)
 	if err == nil || !isConstraintViolation(err) {
 		return err
 	}
 	w.log.WarnContext(ctx, "database refused a batch of orders; retrying them one by one", "orders", len(rows), "err", err)
 	for _, row := range rows {
-		err := w.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-			return w.insertOrders(ctx, tx, []orderRow{row}, byID)
-		})
+		if byID[row.ID][0].bad != nil {
+			continue // refused while the batch was tried (a lost load)
+		}
+		err := w.attempt(ctx, []orderRow{row}, byID)
 		if isConstraintViolation(err) {
+			reason := refusalReason(err)
+			w.log.WarnContext(ctx, "database refused an order", "order", row.ID, "reason", reason, "err", err)
 			for _, e := range byID[row.ID] {
-				e.bad = fmt.Errorf("database refused order %d: %w", row.ID, err)
+				e.bad = refuse(reason, fmt.Errorf("order %d: %s", row.ID, refusalText[reason]))
 			}
 			continue
 		}
@@ -474,11 +489,52 @@ func (w *OrderWriter) persist(ctx context.Context, entries []logEntry) error {
 	return nil
 }
 
+// attempt runs one transaction inserting rows, under its own deadline.
+// Orders that adopt refuses (sold from a lost Redis load, see adopt) are
+// marked bad and the transaction is tried again without them.
+func (w *OrderWriter) attempt(ctx context.Context, rows []orderRow, byID map[int64][]*logEntry) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, w.opts.AttemptTimeout)
+		err := w.db.RunInTx(actx, nil, func(ctx context.Context, tx bun.Tx) error {
+			return w.insertOrders(ctx, tx, rows, byID)
+		})
+		cancel()
+		var lost *lostOrders
+		if !errors.As(err, &lost) {
+			return err
+		}
+		keep := rows[:0:0]
+		for _, r := range rows {
+			if lost.ids[r.ID] {
+				for _, e := range byID[r.ID] {
+					e.bad = refuse(DeadLostLoad, fmt.Errorf("order %d was sold from a Redis load of voucher %d that was lost, "+
+						"and the reload from the database already sells again", r.ID, r.VoucherID))
+				}
+			} else {
+				keep = append(keep, r)
+			}
+		}
+		if rows = keep; len(rows) == 0 {
+			return nil
+		}
+	}
+}
+
+// lostOrders aborts a transaction holding orders that can no longer be
+// returned to their voucher's reloaded stock.
+type lostOrders struct{ ids map[int64]bool }
+
+func (l *lostOrders) Error() string {
+	return fmt.Sprintf("%d orders of a lost redis load can no longer be taken back", len(l.ids))
+}
+
 // insertOrders writes rows in tx: one multi-row insert (a replayed id is
 // skipped), the stock the inserted ones take, per voucher in id order (so
-// concurrent writers lock rows in the same order), and their ledger rows.
-// A skipped id whose stored order differs is an id collision: its entries
-// are marked bad rather than silently dropped.
+// concurrent writers lock rows in the same order), the live orders they
+// add to their users' counters (whose CHECK refuses an order past the
+// user's limit), and their ledger rows. A skipped id whose stored order
+// differs is an id collision: its entries are marked bad rather than
+// silently dropped.
 func (w *OrderWriter) insertOrders(ctx context.Context, tx bun.Tx, rows []orderRow, byID map[int64][]*logEntry) error {
 	ids := make([]int64, 0, 1)
 	for _, r := range rows {
@@ -486,7 +542,7 @@ func (w *OrderWriter) insertOrders(ctx context.Context, tx bun.Tx, rows []orderR
 			ids = append(ids, r.VoucherID)
 		}
 	}
-	lives, err := lockSeckillRows(ctx, tx, ids)
+	locked, err := lockSeckillRows(ctx, tx, ids)
 	if err != nil {
 		return err
 	}
@@ -508,10 +564,12 @@ func (w *OrderWriter) insertOrders(ctx context.Context, tx bun.Tx, rows []orderR
 		rowByID[rows[i].ID] = &rows[i]
 	}
 	perVoucher := map[int64]int{}
+	perUser := map[[2]int64]int{}
 	ledger := make([]ledgerRow, 0, len(inserted))
 	for _, id := range inserted {
 		o := rowByID[id]
 		perVoucher[o.VoucherID]++
+		perUser[[2]int64{o.VoucherID, o.UserID}]++
 		ref := o.ID
 		ledger = append(ledger, ledgerRow{VoucherID: o.VoucherID, Delta: -1, Reason: ReasonSale, RefID: &ref, CreateTime: o.CreateTime})
 	}
@@ -526,51 +584,107 @@ func (w *OrderWriter) insertOrders(ctx context.Context, tx bun.Tx, rows []orderR
 			return fmt.Errorf("take %d units of voucher %d: %w", n, v, err)
 		}
 	}
+	if err := addLiveOrders(ctx, tx, perUser, locked); err != nil {
+		return err
+	}
 	if _, err := tx.NewInsert().Model(&ledger).On("CONFLICT DO NOTHING").Exec(ctx); err != nil {
 		return fmt.Errorf("insert ledger rows: %w", err)
 	}
-	if err := w.adopt(ctx, inserted, rowByID, byID, lives); err != nil {
+	if err := w.adopt(ctx, inserted, rowByID, byID, locked); err != nil {
 		return err
 	}
 	ordersPersisted.Add(float64(len(inserted)))
 	return nil
 }
 
+// voucherUserRow is a tb_voucher_user row: a user's live orders of a
+// voucher, never above the voucher's limit (a CHECK).
+type voucherUserRow struct {
+	bun.BaseModel `bun:"table:tb_voucher_user"`
+
+	VoucherID    int64 `bun:"voucher_id,pk"`
+	UserID       int64 `bun:"user_id,pk"`
+	Live         int   `bun:"live,notnull"`
+	PerUserLimit int   `bun:"per_user_limit,notnull"`
+}
+
+// addLiveOrders adds new live orders to their users' counters, in key
+// order (concurrent writers take row locks in the same order).
+func addLiveOrders(ctx context.Context, tx bun.Tx, perUser map[[2]int64]int, locked map[int64]lockedVoucher) error {
+	rows := make([]voucherUserRow, 0, len(perUser))
+	for k, n := range perUser {
+		rows = append(rows, voucherUserRow{VoucherID: k[0], UserID: k[1], Live: n, PerUserLimit: locked[k[0]].limit})
+	}
+	slices.SortFunc(rows, func(a, b voucherUserRow) int {
+		return cmp.Or(cmp.Compare(a.VoucherID, b.VoucherID), cmp.Compare(a.UserID, b.UserID))
+	})
+	_, err := tx.NewInsert().Model(&rows).
+		On("CONFLICT (voucher_id, user_id) DO UPDATE").Set("live = ?TableAlias.live + EXCLUDED.live").
+		Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("count live orders of %d users: %w", len(rows), err)
+	}
+	return nil
+}
+
 // adoptScript puts orders that a reload of the voucher's stock could not
-// count back into Redis: it takes their units off the stock and counts
-// them for their users, once per order (the adopted set makes a replayed
-// batch a no-op), and only while Redis still holds the load the database
-// recorded (a newer load read the orders from the database itself).
+// count back into Redis: orders sold from an earlier load that were in no
+// order log when the reload ran, because an order writer was holding them
+// in an attempt to commit (see Stock.Preheat, which counts those still in
+// the log). It takes their units off the stock, counts them for their
+// users and remembers their request ids, once per order (the adopted set
+// makes a replayed batch a no-op), and only
+//   - while Redis holds the load the database recorded; any other load is
+//     one whose stamp never got recorded (its transaction failed), and is
+//     removed so that the next activation reloads from the database, which
+//     holds these orders once this transaction commits;
+//   - while the reload still holds its sales (meta 'hold', Redis time), so
+//     no unit of these orders can have been sold again; later, they are
+//     refused, never sold twice;
+//   - if the stock covers them all.
 //
-// KEYS: meta, stock, users, adopted. ARGV: life, then order/user pairs.
-// Returns {adopted, shortfall}: shortfall units had already been sold
-// again from the reload, {-1, 0} when Redis holds another load.
+// KEYS: meta, stock, users, adopted, req. ARGV: life, then (order, user,
+// request id or "") triples. Returns {adopted}, or {-1} another load was
+// removed, {-2} the hold is over, {-3} the stock does not cover them.
 var adoptScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'life') ~= ARGV[1] then
-  return {-1, 0}
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+    redis.call('PUBLISH', '` + eventsChannel + `', KEYS[1])
+  end
+  return {-1}
 end
-local n = 0
-for i = 2, #ARGV, 2 do
-  if redis.call('SADD', KEYS[4], ARGV[i]) == 1 then
-    redis.call('HINCRBY', KEYS[3], ARGV[i + 1], 1)
-    n = n + 1
+local fresh = {}
+for i = 2, #ARGV, 3 do
+  if redis.call('SISMEMBER', KEYS[4], ARGV[i]) == 0 then
+    fresh[#fresh + 1] = i
   end
 end
-local short = 0
-if n > 0 then
-  local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
-  local take = math.min(n, math.max(stock, 0))
-  short = n - take
-  if take > 0 then
-    redis.call('DECRBY', KEYS[2], take)
-  end
-  local expire = redis.call('HGET', KEYS[1], 'expire')
-  if expire then
-    redis.call('PEXPIREAT', KEYS[4], expire)
-  end
-  redis.call('PUBLISH', '` + eventsChannel + `', KEYS[1])
+if #fresh == 0 then
+  return {0}
 end
-return {n, short}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if now >= tonumber(redis.call('HGET', KEYS[1], 'hold') or '0') then
+  return {-2}
+end
+if tonumber(redis.call('GET', KEYS[2]) or '0') < #fresh then
+  return {-3}
+end
+for _, i in ipairs(fresh) do
+  redis.call('SADD', KEYS[4], ARGV[i])
+  redis.call('HINCRBY', KEYS[3], ARGV[i + 1], 1)
+  if ARGV[i + 2] ~= '' then
+    redis.call('HSET', KEYS[5], ARGV[i + 2], ARGV[i])
+  end
+end
+redis.call('DECRBY', KEYS[2], #fresh)
+local expire = redis.call('HGET', KEYS[1], 'expire')
+if expire then
+  redis.call('PEXPIREAT', KEYS[4], expire)
+end
+redis.call('PUBLISH', '` + eventsChannel + `', KEYS[1])
+return {#fresh}
 `)
 
 var ordersAdopted = prometheus.NewCounter(prometheus.CounterOpts{
@@ -581,45 +695,56 @@ var ordersAdopted = prometheus.NewCounter(prometheus.CounterOpts{
 func init() { prometheus.MustRegister(ordersAdopted) }
 
 // adopt handles the orders of this transaction that were sold from an
-// earlier Redis load of their voucher than the one the database recorded
-// (lives): Redis lost its data and a reload from the database happened
-// before these orders were persisted, so the reload counted their units as
-// free and their users as holding nothing. It runs inside the transaction,
-// before the commit, so that a crash cannot persist an order and forget to
-// adopt it; a retried transaction adopts nothing twice.
-func (w *OrderWriter) adopt(ctx context.Context, inserted []int64, rowByID map[int64]*orderRow, byID map[int64][]*logEntry, lives map[int64]string) error {
+// earlier Redis load of their voucher than the one the database recorded:
+// Redis lost the voucher and reloaded it from the database while these
+// orders were on their way, so the reload may not have counted them. It
+// runs inside the transaction, before the commit, so that a crash cannot
+// persist an order and forget to adopt it; a retried transaction adopts
+// nothing twice. Orders that can no longer be adopted abort the
+// transaction with lostOrders: they are dead-lettered, never persisted
+// beside units that were sold again.
+func (w *OrderWriter) adopt(ctx context.Context, inserted []int64, rowByID map[int64]*orderRow, byID map[int64][]*logEntry, locked map[int64]lockedVoucher) error {
 	perVoucher := map[int64][]any{}
 	for _, id := range inserted {
 		o := rowByID[id]
-		life, cur := byID[id][0].life, lives[o.VoucherID]
+		life, cur := byID[id][0].life, locked[o.VoucherID].life
 		if life == "" || cur == "" || life == cur {
 			continue
 		}
-		perVoucher[o.VoucherID] = append(perVoucher[o.VoucherID], o.ID, o.UserID)
+		perVoucher[o.VoucherID] = append(perVoucher[o.VoucherID], o.ID, o.UserID, deref(o.RequestID))
 	}
-	for v, pairs := range perVoucher {
-		args := append([]any{lives[v]}, pairs...)
-		res, err := adoptScript.Run(ctx, w.rdb, []string{metaKey(v), stockKey(v), usersKey(v), adoptedKey(v)}, args...).Int64Slice()
-		if err != nil || len(res) != 2 {
-			return fmt.Errorf("return %d orders of voucher %d to its reloaded stock: %v %w", len(pairs)/2, v, res, err)
+	lost := &lostOrders{ids: map[int64]bool{}}
+	for v, triples := range perVoucher {
+		args := append([]any{locked[v].life}, triples...)
+		keys := []string{metaKey(v), stockKey(v), usersKey(v), adoptedKey(v), reqKey(v)}
+		res, err := adoptScript.Run(ctx, w.rdb, keys, args...).Int64Slice()
+		if err != nil || len(res) != 1 {
+			return fmt.Errorf("return %d orders of voucher %d to its reloaded stock: %v %w", len(triples)/3, v, res, err)
 		}
-		if res[0] < 0 {
-			// Redis holds another load than the database recorded: it lost
-			// the voucher again (the next reload counts these orders from
-			// the database, which has them once we commit), or a load's
-			// stamp went unrecorded (catalog takes such a load back).
-			w.log.WarnContext(ctx, "orders of an earlier load not returned: redis holds another load of the voucher", "voucher", v, "orders", len(pairs)/2)
+		switch n := res[0]; {
+		case n == -1:
+			w.log.WarnContext(ctx, "redis held an unrecorded load of the voucher; removed it so that it reloads with these orders",
+				"voucher", v, "orders", len(triples)/3)
+		case n < -1:
+			for i := 0; i < len(triples); i += 3 {
+				lost.ids[triples[i].(int64)] = true
+			}
+		case n > 0:
+			ordersAdopted.Add(float64(n))
+			w.log.WarnContext(ctx, "orders sold before redis reloaded the voucher were returned to its stock", "voucher", v, "orders", n)
 		}
-		if res[0] > 0 {
-			ordersAdopted.Add(float64(res[0]))
-			w.log.WarnContext(ctx, "orders sold before redis reloaded the voucher were returned to its stock", "voucher", v, "orders", res[0])
-		}
-		if res[1] > 0 {
-			w.log.ErrorContext(ctx, "redis resold units of orders it lost; the database refuses the excess as past the stock",
-				"voucher", v, "units", res[1])
-		}
+	}
+	if len(lost.ids) > 0 {
+		return lost
 	}
 	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // checkReplays compares the orders a batch did not insert with the rows
@@ -647,40 +772,6 @@ func (w *OrderWriter) checkReplays(ctx context.Context, tx bun.Tx, rows []orderR
 			}
 		}
 	}
-	return nil
-}
-
-var ordersDead = prometheus.NewCounter(prometheus.CounterOpts{
-	Namespace: "flashsale", Name: "orders_dead_total",
-	Help: "Order-log entries the database refused for good, moved to " + deadLetterKey + ".",
-})
-
-func init() { prometheus.MustRegister(ordersDead) }
-
-// deadLetter copies the bad entries of a batch, with their reason, to the
-// dead-letter stream (before they are acknowledged).
-func (w *OrderWriter) deadLetter(ctx context.Context, entries []logEntry) error {
-	pipe := w.rdb.Pipeline()
-	n := 0
-	for _, e := range entries {
-		if e.bad == nil {
-			continue
-		}
-		values := map[string]any{"stream": e.stream, "entry": e.id, "reason": e.bad.Error()}
-		for k, v := range e.values {
-			values["f_"+k] = v
-		}
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: deadLetterKey, Values: values})
-		w.log.ErrorContext(ctx, "order-log entry moved to the dead-letter stream", "stream", e.stream, "entry", e.id, "reason", e.bad.Error())
-		n++
-	}
-	if n == 0 {
-		return nil
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("dead-letter %d entries: %w", n, err)
-	}
-	ordersDead.Add(float64(n))
 	return nil
 }
 

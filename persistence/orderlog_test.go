@@ -3,10 +3,11 @@ package persistence_test
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
+	"maps"
 	"net/url"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,7 +20,7 @@ import (
 	"flashsale/persistence"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 // runWriter runs an order writer until the test ends.
 func runWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts persistence.OrderWriterOptions) *persistence.OrderWriter {
@@ -45,12 +46,20 @@ func drained(tb testing.TB, w *persistence.OrderWriter, within time.Duration) {
 // order ids it answered OK.
 func sell(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, voucherID int64, users []int64) []int64 {
 	tb.Helper()
+	sold, _ := sellCounting(tb, db, rdb, voucherID, users)
+	return sold
+}
+
+// sellCounting is sell that also counts the answers by code.
+func sellCounting(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, voucherID int64, users []int64) ([]int64, map[domain.SeckillCode]int) {
+	tb.Helper()
 	g, ids := persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(db))
 	fence, _, err := g.Claim(context.Background(), voucherID)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	var sold []int64
+	answers := map[domain.SeckillCode]int{}
 	for len(users) > 0 {
 		n := min(len(users), 50)
 		out, err := g.Grab(context.Background(), voucherID, fence, grabs(tb, ids, users[:n]...))
@@ -58,13 +67,14 @@ func sell(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, voucherID int64,
 			tb.Fatal(err)
 		}
 		for _, r := range out.Results {
+			answers[r.Code]++
 			if r.Code == domain.SeckillOK {
 				sold = append(sold, r.OrderID)
 			}
 		}
 		users = users[n:]
 	}
-	return sold
+	return sold, answers
 }
 
 func users(from, n int) []int64 {
@@ -273,17 +283,20 @@ func TestOrderWriterDeadLettersImpossibleOrders(t *testing.T) {
 	w := runWriter(t, db, rdb, persistence.OrderWriterOptions{})
 	drained(t, w, 20*time.Second)
 
-	dead, err := rdb.XRange(ctx, "flashsale:order-dead", "-", "+").Result()
+	dead, _, err := persistence.NewDeadLetters(db).List(ctx, nil, 100, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(dead) != 4 {
-		t.Fatalf("%d dead-lettered entries, want 4: %v", len(dead), dead)
-	}
+	reasons := map[string]int{}
 	for _, d := range dead {
-		if d.Values["reason"] == "" || d.Values["stream"] != persistence.LogKey(v.ID) {
-			t.Fatalf("dead letter without its reason or origin: %v", d.Values)
+		reasons[d.Reason]++
+		if d.Detail == "" || !strings.HasPrefix(d.Key, persistence.LogKey(v.ID)+"/") {
+			t.Fatalf("dead letter without its reason or origin: %+v", d)
 		}
+	}
+	want := map[string]int{persistence.DeadOverUserLimit: 1, persistence.DeadIDCollision: 1, persistence.DeadOverStock: 1, persistence.DeadMalformed: 1}
+	if !maps.Equal(reasons, want) {
+		t.Fatalf("dead letters by reason %v, want %v", reasons, want)
 	}
 	var rows []struct {
 		ID     int64 `bun:"id"`
@@ -305,7 +318,7 @@ func TestOrderWriterDeadLettersImpossibleOrders(t *testing.T) {
 	t.Run("an id collision with an order already stored", func(t *testing.T) {
 		entry("o", sold[1], "u", 888, "v", v.ID, "t", now, "s", 1)
 		drained(t, w, 20*time.Second)
-		if n, _ := rdb.XLen(ctx, "flashsale:order-dead").Result(); n != 5 {
+		if n := deadLetters(t, db, v.ID); n != 5 {
 			t.Fatalf("%d dead letters, want 5", n)
 		}
 		var user int64
@@ -313,6 +326,35 @@ func TestOrderWriterDeadLettersImpossibleOrders(t *testing.T) {
 			t.Fatalf("order %d now belongs to user %d (%v)", sold[1], user, err)
 		}
 	})
+}
+
+// Postgres guards the per-user limit for any limit, not only 1 (where the
+// live-slot index does): orders Redis could only sell after losing its
+// data, past a user's limit of 3, are dead-lettered with the reason; the
+// ones within the limit land.
+func TestDatabaseRefusesOrdersPastAUsersLimit(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	ctx := t.Context()
+	v := mustVoucher(t, db, rdb, liveSpec(20, 3))
+	sold := sell(t, db, rdb, v.ID, users(7, 1)) // user 7 holds one order
+	for i := range 4 {                          // four more for user 7, limit 3
+		err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: persistence.LogKey(v.ID), Values: []any{
+			"o", 9_100_000 + i, "u", 7, "v", v.ID, "t", time.Now().UnixMilli(), "s", 0,
+		}}).Err()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := runWriter(t, db, rdb, persistence.OrderWriterOptions{})
+	drained(t, w, 20*time.Second)
+	assertPersisted(t, db, v, append(sold, 9_100_000, 9_100_001))
+	dead, _, err := persistence.NewDeadLetters(db).List(ctx, &v.ID, 10, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 2 || dead[0].Reason != persistence.DeadOverUserLimit || dead[1].Reason != persistence.DeadOverUserLimit {
+		t.Fatalf("dead letters %+v, want two over the user's limit", dead)
+	}
 }
 
 // The writer stops reading the logs of sales that ended, once they are

@@ -2,7 +2,11 @@ package persistence_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/url"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -16,40 +20,54 @@ import (
 )
 
 // heldOrders is the scene of a Redis data loss with orders in flight: a
-// voucher of stock 10 (one per user) sold to users 1..5, those orders read
-// by an order writer that cannot reach the database (its proxy is down),
-// then Redis restarted empty.
+// voucher of stock 10 sold to users 1..5 (limit orders each), those
+// orders read by an order writer that cannot reach the database (its
+// proxy is down), then Redis restarted empty.
 type heldOrders struct {
 	direct *bun.DB // the database, reached directly (the writer goes through proxy)
 	rdb    *redis.Client
 	proxy  *testenv.Proxy
 	writer *persistence.OrderWriter
 	v      domain.Voucher
+	limit  int
 	first  []int64 // the orders the writer holds
 }
 
 const heldStock = 10
 
-func holdOrdersAcrossRedisLoss(t *testing.T) *heldOrders {
+func holdOrdersAcrossRedisLoss(t *testing.T, limit int) *heldOrders {
 	t.Helper()
 	dbURL := testenv.MustPostgresURL(t)
 	srv := testenv.MustRedis(t) // no persistence: a restart loses everything
-	h := &heldOrders{direct: testenv.MustOpen(t, dbURL), rdb: srv.Client()}
+	h := &heldOrders{direct: testenv.MustOpen(t, dbURL), rdb: srv.Client(), limit: limit}
 	u, _ := url.Parse(dbURL)
 	h.proxy = testenv.MustProxy(t, u.Host)
 	u.Host = h.proxy.Addr()
 	viaProxy := testenv.MustOpen(t, u.String())
 
-	h.v = mustVoucher(t, h.direct, h.rdb, liveSpec(heldStock, 1))
+	h.v = mustVoucher(t, h.direct, h.rdb, liveSpec(heldStock, limit))
+	for range limit {
+		h.first = append(h.first, sell(t, h.direct, h.rdb, h.v.ID, users(1, 5))...)
+	}
 	h.proxy.Down()
 	h.writer = runWriter(t, viaProxy, h.rdb, persistence.OrderWriterOptions{MaxBackoff: 50 * time.Millisecond})
-	h.first = sell(t, h.direct, h.rdb, h.v.ID, users(1, 5))
 	waitFor(t, "the writer to read the orders", func() bool {
 		pending, err := h.rdb.XPending(context.Background(), persistence.LogKey(h.v.ID), persistence.OrderLogGroup).Result()
 		return err == nil && pending.Count == int64(len(h.first))
 	})
 	srv.Restart()
 	return h
+}
+
+// reload loads the voucher again from the database, as the next grab's
+// actor does, with a reload hold of hold.
+func (h *heldOrders) reload(t *testing.T, hold time.Duration) {
+	t.Helper()
+	stock := persistence.NewStock(h.rdb)
+	stock.ReloadHold = hold
+	if _, err := catalog.New(persistence.NewVouchers(h.direct), stock, quiet).EnsurePreheated(context.Background(), h.v.ID); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // committed waits until the held orders are in the database.
@@ -62,51 +80,172 @@ func (h *heldOrders) committed(t *testing.T) {
 	})
 }
 
-// sellOut offers the voucher to users 1..10 again: only 6..10 may get it
-// (1..5 hold one), and the database must end with exactly the OK'd orders.
+// sellOut offers the voucher to users 1..10 up to limit times once the
+// reload's hold is over: only what the held orders left may sell, and the
+// database must end with exactly the OK'd orders.
 func (h *heldOrders) sellOut(t *testing.T) {
 	t.Helper()
-	second := sell(t, h.direct, h.rdb, h.v.ID, users(1, 10))
+	waitFor(t, "the reload to sell", func() bool {
+		st, err := persistence.NewGrabs(h.rdb).State(context.Background(), h.v.ID)
+		return err == nil && !held(t, h.rdb, h.v.ID) && st.Found
+	})
+	var second []int64
+	for range h.limit + 1 {
+		second = append(second, sell(t, h.direct, h.rdb, h.v.ID, users(1, 10))...)
+	}
 	if len(h.first)+len(second) != heldStock {
 		t.Fatalf("%d + %d grabs answered OK for a stock of %d", len(h.first), len(second), heldStock)
 	}
 	drained(t, h.writer, 20*time.Second)
 	assertPersisted(t, h.direct, h.v, append(h.first, second...))
+	assertWithinLimit(t, h.direct, h.v.ID, h.limit)
+	if n := deadLetters(t, h.direct, h.v.ID); n != 0 {
+		t.Fatalf("%d orders dead-lettered", n)
+	}
+	if st, _ := persistence.NewGrabs(h.rdb).State(context.Background(), h.v.ID); st.Remaining != 0 {
+		t.Fatalf("redis remaining %d after selling out", st.Remaining)
+	}
+}
+
+// held reports whether the voucher's Redis load holds its sales.
+func held(tb testing.TB, rdb *redis.Client, voucherID int64) bool {
+	tb.Helper()
+	ctx := context.Background()
+	hold, err := rdb.HGet(ctx, "{v"+strconv.FormatInt(voucherID, 10)+"}:meta", "hold").Int64()
+	if errors.Is(err, redis.Nil) {
+		return false
+	}
+	now, terr := rdb.Time(ctx).Result()
+	if err != nil || terr != nil {
+		tb.Fatal(err, terr)
+	}
+	return now.UnixMilli() < hold
+}
+
+func assertWithinLimit(tb testing.TB, db *bun.DB, voucherID int64, limit int) {
+	tb.Helper()
+	var over []struct {
+		UserID int64 `bun:"user_id"`
+		N      int   `bun:"n"`
+	}
+	err := db.NewSelect().Table("tb_voucher_order").ColumnExpr("user_id, count(*) AS n").
+		Where("voucher_id = ? AND status NOT IN (4, 6)", voucherID).Group("user_id").Having("count(*) > ?", limit).
+		Scan(context.Background(), &over)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if len(over) > 0 {
+		tb.Fatalf("users over the limit of %d: %+v", limit, over)
+	}
+}
+
+func deadLetters(tb testing.TB, db *bun.DB, voucherID int64) int64 {
+	tb.Helper()
+	n, err := persistence.NewDeadLetters(db).Count(context.Background(), voucherID)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return int64(n)
 }
 
 // Redis loses its data while the order writer holds orders it has read but
 // not yet committed (the database is unreachable for it). The voucher is
-// reloaded from the database, which cannot count those orders, and only
-// then does the writer commit them. The reloaded stock must not sell their
-// units again, nor let their users buy again.
-func TestOrdersInFlightAcrossARedisReloadAreNotSoldAgain(t *testing.T) {
-	h := holdOrdersAcrossRedisLoss(t)
-	ctx := context.Background()
-	cat := catalog.New(persistence.NewVouchers(h.direct), persistence.NewStock(h.rdb), quiet)
-	if _, err := cat.EnsurePreheated(ctx, h.v.ID); err != nil { // what the next grab's actor does
-		t.Fatal(err)
+// reloaded from the database, which cannot count those orders, and users
+// grab again BEFORE the writer commits them: the reload must sell nothing
+// until they are accounted for, and then only what they left, with no user
+// over the limit (issue: 15 OK answers for a stock of 10, a user holding 3
+// orders at limit 2).
+func TestOrdersHeldAcrossARedisReloadAreNotSoldAgain(t *testing.T) {
+	for _, limit := range []int{1, 2} {
+		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
+			t.Parallel()
+			h := holdOrdersAcrossRedisLoss(t, limit)
+			h.reload(t, 3*time.Second)
+			if early, answers := sellCounting(t, h.direct, h.rdb, h.v.ID, users(1, 10)); len(early) > 0 {
+				t.Fatalf("the reload sold %d units before the held orders were accounted for: %v", len(early), answers)
+			}
+			h.proxy.Up()
+			h.committed(t)
+
+			// A replay of orders already committed (a writer that crashed
+			// before its acknowledgement) returns nothing to Redis twice.
+			for i, id := range h.first {
+				err := h.rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: persistence.LogKey(h.v.ID), Values: []any{
+					"o", id, "u", i%5 + 1, "v", h.v.ID, "t", time.Now().UnixMilli(), "s", 1, "l", "an-earlier-load",
+				}}).Err()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			drained(t, h.writer, 20*time.Second)
+			h.sellOut(t)
+		})
+	}
+}
+
+// The writer comes back only after the reload's hold is over and the
+// reload has sold again, to the very users of the held orders: those can
+// no longer be taken back, even though stock is left. They are
+// dead-lettered as sold from a lost load, and the database holds exactly
+// the reload's sales: no oversell, no user over the limit.
+func TestOrdersHeldPastTheReloadHoldAreDeadLetteredNotSoldTwice(t *testing.T) {
+	h := holdOrdersAcrossRedisLoss(t, 1)
+	h.reload(t, 200*time.Millisecond)
+	waitFor(t, "the hold to end", func() bool { return !held(t, h.rdb, h.v.ID) })
+	second := sell(t, h.direct, h.rdb, h.v.ID, users(1, 5))
+	if len(second) != 5 {
+		t.Fatalf("the reload sold %d of 5", len(second))
 	}
 	h.proxy.Up()
-	h.committed(t)
-
-	// A replay of orders already committed (a writer that crashed before
-	// its acknowledgement) returns nothing to Redis a second time.
-	for i, id := range h.first {
-		err := h.rdb.XAdd(ctx, &redis.XAddArgs{Stream: persistence.LogKey(h.v.ID), Values: []any{
-			"o", id, "u", i + 1, "v", h.v.ID, "t", time.Now().UnixMilli(), "s", 1, "l", "an-earlier-load",
-		}}).Err()
-		if err != nil {
-			t.Fatal(err)
+	waitFor(t, "the held orders to be dead-lettered", func() bool { return deadLetters(t, h.direct, h.v.ID) == int64(len(h.first)) })
+	drained(t, h.writer, 20*time.Second)
+	assertPersisted(t, h.direct, h.v, second)
+	assertWithinLimit(t, h.direct, h.v.ID, 1)
+	list, _, err := persistence.NewDeadLetters(h.direct).List(context.Background(), &h.v.ID, 100, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range list {
+		if d.Reason != persistence.DeadLostLoad || d.OrderID == nil || !slices.Contains(h.first, *d.OrderID) {
+			t.Fatalf("dead letter %+v: want a held order, reason %s", d, persistence.DeadLostLoad)
 		}
 	}
-	drained(t, h.writer, 20*time.Second)
+}
 
-	h.sellOut(t)
-	if dead, _ := h.rdb.XLen(ctx, "flashsale:order-dead").Result(); dead != 0 {
-		t.Fatalf("%d orders dead-lettered", dead)
+// Redis lost a voucher's load but not its order log (the keys were
+// evicted or removed; a load whose stamp went unrecorded is removed so):
+// the reload counts the orders still in the log, their units, their users
+// and their request ids, and the writer does not count them a second time.
+func TestAReloadCountsTheOrdersStillInTheLog(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	ctx := context.Background()
+	v := mustVoucher(t, db, rdb, liveSpec(heldStock, 1))
+	first := sell(t, db, rdb, v.ID, users(1, 5)) // no writer yet: all in the log
+	if err := rdb.Del(ctx, "{v"+strconv.FormatInt(v.ID, 10)+"}:meta", "{v"+strconv.FormatInt(v.ID, 10)+"}:stock",
+		"{v"+strconv.FormatInt(v.ID, 10)+"}:users", "{v"+strconv.FormatInt(v.ID, 10)+"}:req").Err(); err != nil {
+		t.Fatal(err)
 	}
-	if st, _ := persistence.NewGrabs(h.rdb).State(ctx, h.v.ID); st.Remaining != 0 {
-		t.Fatalf("redis remaining %d after selling out", st.Remaining)
+	stock := persistence.NewStock(rdb)
+	stock.ReloadHold = time.Millisecond
+	if _, err := catalog.New(persistence.NewVouchers(db), stock, quiet).EnsurePreheated(ctx, v.ID); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // past the hold
+	if st, _ := persistence.NewGrabs(rdb).State(ctx, v.ID); st.Remaining != heldStock-len(first) {
+		t.Fatalf("reloaded remaining %d, want %d", st.Remaining, heldStock-len(first))
+	}
+	second, answers := sellCounting(t, db, rdb, v.ID, users(1, 10))
+	if len(second) != heldStock-len(first) || answers[domain.SeckillLimitReached] != 5 {
+		t.Fatalf("after the reload: %d sold, answers %v", len(second), answers)
+	}
+	w := runWriter(t, db, rdb, persistence.OrderWriterOptions{})
+	drained(t, w, 20*time.Second)
+	assertPersisted(t, db, v, append(first, second...))
+	if n := deadLetters(t, db, v.ID); n != 0 {
+		t.Fatalf("%d dead letters", n)
+	}
+	if st, _ := persistence.NewGrabs(rdb).State(ctx, v.ID); st.Remaining != 0 {
+		t.Fatalf("redis remaining %d after the writer, want 0 (counted twice?)", st.Remaining)
 	}
 }
 
@@ -115,14 +254,16 @@ func TestOrdersInFlightAcrossARedisReloadAreNotSoldAgain(t *testing.T) {
 // The writer must see the new stamp once it gets the lock, not what was
 // committed when it started waiting.
 func TestAWriterWaitingOnAReloadSeesItsStamp(t *testing.T) {
-	h := holdOrdersAcrossRedisLoss(t)
+	h := holdOrdersAcrossRedisLoss(t, 1)
 	ctx := context.Background()
 
 	loaded, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
 		life := persistence.NewLife()
-		done <- persistence.NewVouchers(h.direct).Preload(ctx, h.v.ID, func(ctx context.Context, v domain.Voucher, users map[int64]int) (string, error) {
-			if _, err := persistence.NewStock(h.rdb).Preheat(ctx, v, users, life); err != nil {
+		stock := persistence.NewStock(h.rdb)
+		stock.ReloadHold = 3 * time.Second
+		done <- persistence.NewVouchers(h.direct).Preload(ctx, h.v.ID, func(ctx context.Context, snap persistence.LoadSnapshot) (string, error) {
+			if _, err := stock.Preheat(ctx, snap, life); err != nil {
 				return "", err
 			}
 			close(loaded)

@@ -1,11 +1,13 @@
 package persistence
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -28,11 +30,12 @@ func stockKey(id int64) string { return voucherTag(id) + ":stock" }
 func usersKey(id int64) string { return voucherTag(id) + ":users" }
 
 // preheatScript writes a voucher's metadata and, only when the stock key
-// is absent, its stock and per-user marks. Running it again never resets
-// stock that grabs have already taken. Metadata carries a version (the
-// row's update time): an older version never overwrites a newer one, so a
-// start-up preheat that read the row before an admin paused the voucher
-// cannot resume it in Redis.
+// is absent, a whole load: stock, per-user marks, request ids and the ids
+// of orders already counted (the adopted set). Running it again never
+// resets stock that grabs have already taken. Metadata carries a version
+// (the row's update time): an older version never overwrites a newer one,
+// so a start-up preheat that read the row before an admin paused the
+// voucher cannot resume it in Redis.
 //
 // It also creates the order log's consumer group (from the start of the
 // stream, so no order is ever appended before a group can see it) and
@@ -43,10 +46,16 @@ func usersKey(id int64) string { return voucherTag(id) + ":users" }
 //
 // A load that writes the stock stamps the metadata with its life (a
 // random string from the caller), which every order sold from this load
-// carries into the order log (see Vouchers.Preload and the OrderWriter).
+// carries into the order log (see Vouchers.Preload and the OrderWriter),
+// and, for a reload, with the Redis time until which it holds its sales
+// (see Stock.ReloadHold).
 //
-// KEYS: meta, stock, users, log. ARGV: status, begin, end, limit, initial,
-// version, expire, stock, life, then user/count pairs.
+// KEYS: meta, stock, users, log, req, adopted. ARGV: status, begin, end,
+// limit, initial, version, expire, stock, life, hold ms (0 = none),
+// "meta" to refresh metadata only, then the number of users and
+// user/count pairs, the number of requests and request/order pairs, and
+// the rest: ids of orders counted already. Returns 1 when it wrote the
+// load, 0 when Redis had it, 2 when a metadata-only call found no stock.
 var preheatScript = redis.NewScript(`
 local cur = tonumber(redis.call('HGET', KEYS[1], 'ver') or '-1')
 if tonumber(ARGV[6]) >= cur then
@@ -58,12 +67,38 @@ redis.call('PUBLISH', '` + eventsChannel + `', KEYS[1])
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
 end
-redis.call('DEL', KEYS[3])
-for i = 10, #ARGV, 2 do
+if ARGV[11] == 'meta' then
+  return 2
+end
+redis.call('DEL', KEYS[3], KEYS[5], KEYS[6])
+local i = 13
+for _ = 1, tonumber(ARGV[12]) do
   redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+local nreq = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, nreq do
+  redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+for k = i, #ARGV do
+  redis.call('SADD', KEYS[6], ARGV[k])
+end
+for _, k in ipairs({KEYS[5], KEYS[6]}) do
+  if redis.call('EXISTS', k) == 1 then
+    redis.call('PEXPIREAT', k, ARGV[7])
+  end
 end
 redis.call('SET', KEYS[2], ARGV[8])
 redis.call('HSET', KEYS[1], 'life', ARGV[9])
+if tonumber(ARGV[10]) > 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('HSET', KEYS[1], 'hold', string.format('%.0f', now + tonumber(ARGV[10])))
+else
+  redis.call('HDEL', KEYS[1], 'hold')
+end
 return 1
 `)
 
@@ -89,31 +124,73 @@ func NewLife() string {
 	return hex.EncodeToString(b)
 }
 
+// ReloadHoldDefault is how long a reload of a voucher that Redis lost
+// sells nothing. An order writer that could not reach the database may
+// hold orders sold from the lost load that no order log shows any more;
+// the reload cannot count them, so it waits for them: longer than a
+// writer's longest pause between attempts (OrderWriterOptions.MaxBackoff,
+// 5 s) plus one attempt (AttemptTimeoutDefault). Orders that come later
+// are dead-lettered, never sold twice (see adoptScript).
+const ReloadHoldDefault = 15 * time.Second
+
 // Stock is the live stock of seckill vouchers in Redis.
 type Stock struct {
 	rdb redis.UniversalClient
+	// ReloadHold overrides ReloadHoldDefault (tests).
+	ReloadHold time.Duration
 }
 
 // NewStock returns the Redis stock store.
 func NewStock(rdb redis.UniversalClient) *Stock { return &Stock{rdb: rdb} }
 
-// Preheat loads a seckill voucher into Redis. stock and users are the
-// database's view (units not taken by persisted live orders, and live
-// orders per user); they are written, with the life stamp, only if Redis
-// has no stock for the voucher yet. It reports whether the stock was
-// written. Use it through Vouchers.Preload, which takes the snapshot.
-func (s *Stock) Preheat(ctx context.Context, v domain.Voucher, users map[int64]int, life string) (bool, error) {
+// Preheat loads a seckill voucher into Redis from snap, the database's
+// view taken under the voucher's row lock (use it through
+// Vouchers.Preload), unless Redis has its stock already; it reports
+// whether it wrote the load, stamped with life.
+//
+// Orders still in the voucher's order log and not in the database (sold
+// from an earlier load, not yet persisted) are counted into the load too:
+// their units, their users' marks and their request ids; their ids go to
+// the adopted set so that the order writer does not count them again. No
+// grab can append to the log meanwhile: with no stock in Redis there is no
+// load to sell from. A reload (snap.Reload) also holds its sales for
+// ReloadHold, for the orders no log shows (see adoptScript).
+func (s *Stock) Preheat(ctx context.Context, snap LoadSnapshot, life string) (bool, error) {
+	v := snap.Voucher
 	if v.Seckill == nil {
 		return false, fmt.Errorf("preheat voucher %d: not a seckill voucher", v.ID)
 	}
-	sk := v.Seckill
-	args := make([]any, 0, 9+2*len(users))
-	args = append(args, int(v.Status), sk.BeginAt.UnixMilli(), sk.EndAt.UnixMilli(), sk.PerUserLimit, sk.InitialStock,
-		v.UpdatedAt.UnixMicro(), sk.EndAt.Add(reqExpiry).UnixMilli(), sk.Stock, life)
-	for u, n := range users {
-		args = append(args, u, n)
+	keys := []string{metaKey(v.ID), stockKey(v.ID), usersKey(v.ID), LogKey(v.ID), reqKey(v.ID), adoptedKey(v.ID)}
+	// Most preheats find the stock there (start-up, another node's load):
+	// refresh the metadata without reading the log and the users.
+	n, err := preheatScript.Run(ctx, s.rdb, keys, s.preheatArgs(snap, 0, life, "meta")...).Int()
+	if err == nil && n == 2 {
+		var inflight []inflightOrder
+		if inflight, err = s.inflight(ctx, snap); err == nil {
+			stock := snap.Voucher.Seckill.Stock - len(inflight)
+			args := s.preheatArgs(snap, max(stock, 0), life, "")
+			users := maps.Clone(snap.Users)
+			reqs := maps.Clone(snap.Requests)
+			for _, o := range inflight {
+				users[o.user]++
+				if o.req != "" {
+					reqs[o.req] = o.id
+				}
+			}
+			args = append(args, len(users))
+			for u, c := range users {
+				args = append(args, u, c)
+			}
+			args = append(args, len(reqs))
+			for r, o := range reqs {
+				args = append(args, r, o)
+			}
+			for _, o := range inflight {
+				args = append(args, o.id)
+			}
+			n, err = preheatScript.Run(ctx, s.rdb, keys, args...).Int()
+		}
 	}
-	n, err := preheatScript.Run(ctx, s.rdb, []string{metaKey(v.ID), stockKey(v.ID), usersKey(v.ID), LogKey(v.ID)}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("preheat voucher %d: %w", v.ID, err)
 	}
@@ -123,6 +200,61 @@ func (s *Stock) Preheat(ctx context.Context, v domain.Voucher, users map[int64]i
 		return false, fmt.Errorf("register order log of voucher %d: %w", v.ID, err)
 	}
 	return n == 1, nil
+}
+
+func (s *Stock) preheatArgs(snap LoadSnapshot, stock int, life, mode string) []any {
+	v, sk := snap.Voucher, snap.Voucher.Seckill
+	var hold int64
+	if snap.Reload {
+		hold = cmp.Or(s.ReloadHold, ReloadHoldDefault).Milliseconds()
+	}
+	return []any{int(v.Status), sk.BeginAt.UnixMilli(), sk.EndAt.UnixMilli(), sk.PerUserLimit, sk.InitialStock,
+		v.UpdatedAt.UnixMicro(), sk.EndAt.Add(reqExpiry).UnixMilli(), stock, life, hold, mode}
+}
+
+// inflightOrder is an order of the order log that the database lacks.
+type inflightOrder struct {
+	id   int64
+	user int64
+	req  string
+}
+
+// inflight reads the voucher's order log and returns its orders that the
+// database does not hold (snap.Persisted answers under the row lock, so
+// no writer commits meanwhile).
+func (s *Stock) inflight(ctx context.Context, snap LoadSnapshot) ([]inflightOrder, error) {
+	msgs, err := s.rdb.XRange(ctx, LogKey(snap.Voucher.ID), "-", "+").Result()
+	if err != nil {
+		return nil, fmt.Errorf("read order log: %w", err)
+	}
+	var all []inflightOrder
+	seen := map[int64]bool{}
+	for _, m := range msgs {
+		o, err := parseOrder(m.Values, time.Time{})
+		if err != nil || seen[o.ID] {
+			continue // the writer dead-letters what it cannot read
+		}
+		seen[o.ID] = true
+		all = append(all, inflightOrder{id: o.ID, user: o.UserID, req: deref(o.RequestID)})
+	}
+	if len(all) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, len(all))
+	for i, o := range all {
+		ids[i] = o.id
+	}
+	stored, err := snap.Persisted(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, o := range all {
+		if !stored[o.id] {
+			out = append(out, o)
+		}
+	}
+	return out, nil
 }
 
 // unloadScript removes a voucher's load from Redis if Redis still holds

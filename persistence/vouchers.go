@@ -183,11 +183,27 @@ func (s *Vouchers) SeckillsEndingAfter(ctx context.Context, t time.Time) ([]doma
 	return out, nil
 }
 
+// LoadSnapshot is the database's view of a seckill voucher that a load
+// into Redis is built from, read under the voucher's row lock.
+type LoadSnapshot struct {
+	// Voucher carries the stock not taken by persisted live orders.
+	Voucher domain.Voucher
+	// Users holds the live orders per user.
+	Users map[int64]int
+	// Requests maps the request ids of the voucher's orders to their ids,
+	// so that a client's retry is answered with its order after a reload.
+	Requests map[string]int64
+	// Reload says Redis held a load of this voucher before and lost it.
+	Reload bool
+	// Persisted reports which of the order ids the database holds, inside
+	// the snapshot's transaction.
+	Persisted func(ctx context.Context, ids []int64) (map[int64]bool, error)
+}
+
 // Loader loads a seckill voucher into the stock Redis from a snapshot of
-// the database: the voucher (with the stock not taken by persisted orders)
-// and its users' live orders. life is the stamp of the load when the
-// loader wrote the stock (Redis had none), "" when Redis already had it.
-type Loader func(ctx context.Context, v domain.Voucher, users map[int64]int) (life string, err error)
+// the database. life is the stamp of the load when the loader wrote the
+// stock (Redis had none), "" when Redis already had it.
+type Loader func(ctx context.Context, snap LoadSnapshot) (life string, err error)
 
 // Preload runs load on a consistent snapshot of a seckill voucher and, if
 // load wrote the stock, records its life stamp in tb_voucher_redis_load,
@@ -198,7 +214,8 @@ type Loader func(ctx context.Context, v domain.Voucher, users map[int64]int) (li
 // OrderWriter). It answers NOT_FOUND for an id that is no seckill voucher.
 func (s *Vouchers) Preload(ctx context.Context, id int64, load Loader) error {
 	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		if _, err := lockSeckillRows(ctx, tx, []int64{id}); err != nil {
+		locked, err := lockSeckillRows(ctx, tx, []int64{id})
+		if err != nil {
 			return err
 		}
 		v, err := getVoucher(ctx, tx, id)
@@ -208,11 +225,25 @@ func (s *Vouchers) Preload(ctx context.Context, id int64, load Loader) error {
 		if v.Seckill == nil {
 			return domain.NotFound("seckill voucher", id)
 		}
-		users, err := liveOrderCounts(ctx, tx, id)
-		if err != nil {
+		snap := LoadSnapshot{Voucher: v, Reload: locked[id].life != ""}
+		if snap.Users, err = liveOrderCounts(ctx, tx, id); err != nil {
 			return err
 		}
-		life, err := load(ctx, v, users)
+		if snap.Requests, err = requestIDs(ctx, tx, id); err != nil {
+			return err
+		}
+		snap.Persisted = func(ctx context.Context, ids []int64) (map[int64]bool, error) {
+			var stored []int64
+			if err := tx.NewSelect().Table("tb_voucher_order").Column("id").Where("id IN (?)", bun.In(ids)).Scan(ctx, &stored); err != nil {
+				return nil, fmt.Errorf("look up %d orders of the order log: %w", len(ids), err)
+			}
+			out := make(map[int64]bool, len(stored))
+			for _, o := range stored {
+				out[o] = true
+			}
+			return out, nil
+		}
+		life, err := load(ctx, snap)
 		if err != nil || life == "" {
 			return err
 		}
@@ -225,31 +256,65 @@ func (s *Vouchers) Preload(ctx context.Context, id int64, load Loader) error {
 	})
 }
 
+// requestIDs maps the request ids of a voucher's orders to their ids.
+func requestIDs(ctx context.Context, db bun.IDB, voucherID int64) (map[string]int64, error) {
+	var rows []struct {
+		RequestID string `bun:"request_id"`
+		ID        int64  `bun:"id"`
+	}
+	err := db.NewSelect().Table("tb_voucher_order").Column("request_id", "id").
+		Where("voucher_id = ?", voucherID).Where("request_id IS NOT NULL").Scan(ctx, &rows)
+	if err != nil {
+		return nil, fmt.Errorf("read request ids of voucher %d: %w", voucherID, err)
+	}
+	out := make(map[string]int64, len(rows))
+	for _, r := range rows {
+		out[r.RequestID] = r.ID
+	}
+	return out, nil
+}
+
+// lockedVoucher is what the order writer needs of a voucher whose row it
+// holds: the life stamp of its current Redis load ("" if none is
+// recorded) and its per-user limit.
+type lockedVoucher struct {
+	life  string
+	limit int
+}
+
 // lockSeckillRows takes the tb_seckill_voucher rows of the vouchers, in id
 // order (so that two transactions never wait for each other in a cycle),
-// and then reads the life stamp of each voucher's current Redis load (""
-// if none is recorded). The stamp is read by a statement of its own, after
-// the lock is held: under READ COMMITTED a statement sees what was
-// committed when it began, and one that waited for a reload's lock would
-// return the stamp from before that reload. SQLite has one writer, so its
-// transactions are serial already and need no row lock.
-func lockSeckillRows(ctx context.Context, tx bun.Tx, ids []int64) (map[int64]string, error) {
+// and then reads the life stamp of each voucher's current Redis load. The
+// stamp is read by a statement of its own, after the lock is held: under
+// READ COMMITTED a statement sees what was committed when it began, and
+// one that waited for a reload's lock would return the stamp from before
+// that reload. SQLite has one writer, so its transactions are serial
+// already and need no row lock.
+func lockSeckillRows(ctx context.Context, tx bun.Tx, ids []int64) (map[int64]lockedVoucher, error) {
+	var locked []struct {
+		VoucherID    int64 `bun:"voucher_id"`
+		PerUserLimit int   `bun:"per_user_limit"`
+	}
+	q := tx.NewSelect().Table("tb_seckill_voucher").Column("voucher_id", "per_user_limit").
+		Where("voucher_id IN (?)", bun.In(ids)).Order("voucher_id")
 	if IsPostgres(tx) {
-		var locked []int64
-		err := tx.NewSelect().Table("tb_seckill_voucher").Column("voucher_id").
-			Where("voucher_id IN (?)", bun.In(ids)).Order("voucher_id").For("UPDATE").
-			Scan(ctx, &locked)
-		if err != nil {
-			return nil, fmt.Errorf("lock seckill vouchers %v: %w", ids, err)
-		}
+		q = q.For("UPDATE")
+	}
+	if err := q.Scan(ctx, &locked); err != nil {
+		return nil, fmt.Errorf("lock seckill vouchers %v: %w", ids, err)
 	}
 	var rows []redisLoadRow
 	if err := tx.NewSelect().Model(&rows).Where("voucher_id IN (?)", bun.In(ids)).Scan(ctx); err != nil {
 		return nil, fmt.Errorf("read redis loads of vouchers %v: %w", ids, err)
 	}
-	out := make(map[int64]string, len(ids))
+	out := make(map[int64]lockedVoucher, len(ids))
+	for _, l := range locked {
+		out[l.VoucherID] = lockedVoucher{limit: l.PerUserLimit}
+	}
 	for _, r := range rows {
-		out[r.VoucherID] = r.Life
+		lv := out[r.VoucherID]
+		lv.life = r.Life
+		out[r.VoucherID] = lv
 	}
 	return out, nil
 }

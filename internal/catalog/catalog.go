@@ -156,12 +156,13 @@ func (s *Service) PreheatAll(ctx context.Context) (int, error) {
 // preheat loads again and records its stamp.
 func (s *Service) preheat(ctx context.Context, id int64) error {
 	life := persistence.NewLife()
-	err := s.vouchers.Preload(ctx, id, func(ctx context.Context, v domain.Voucher, users map[int64]int) (string, error) {
-		written, err := s.stock.Preheat(ctx, v, users, life)
+	err := s.vouchers.Preload(ctx, id, func(ctx context.Context, snap persistence.LoadSnapshot) (string, error) {
+		written, err := s.stock.Preheat(ctx, snap, life)
 		if err != nil || !written {
 			return "", err
 		}
-		s.log.InfoContext(ctx, "voucher stock preheated", "voucher", v.ID, "stock", v.Seckill.Stock, "users", len(users))
+		s.log.InfoContext(ctx, "voucher stock preheated", "voucher", id, "stock", snap.Voucher.Seckill.Stock,
+			"users", len(snap.Users), "reload", snap.Reload)
 		return life, nil
 	})
 	if err != nil && domain.ErrorCode(err) != domain.CodeNotFound {

@@ -1,0 +1,195 @@
+package persistence
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/uptrace/bun"
+
+	"flashsale/domain"
+)
+
+// Why an order-log entry was dead-lettered: tb_order_dead_letter.reason and
+// the label of flashsale_orders_dead_total. Each one means Redis sold
+// something the database proves cannot exist; reaching any of them is a
+// fault that reconciliation reports.
+const (
+	DeadOverStock        = "over_stock"        // past the voucher's stock
+	DeadOverUserLimit    = "over_user_limit"   // past the user's perUserLimit
+	DeadIDCollision      = "id_collision"      // its order id belongs to another order
+	DeadDuplicateRequest = "duplicate_request" // its request id already holds an order
+	DeadLostLoad         = "lost_load"         // sold from a Redis load that was lost and could not be taken back
+	DeadUnknownVoucher   = "unknown_voucher"   // no such seckill voucher
+	DeadMalformed        = "malformed"         // not an order at all
+	DeadRefused          = "refused"           // another constraint
+)
+
+// refusalText says in words what each guard refused (the database's own
+// message, which names constraints and SQL, goes to the log only).
+var refusalText = map[string]string{
+	DeadOverStock:        "the voucher's stock is already taken by persisted orders",
+	DeadOverUserLimit:    "the user already holds the voucher's limit of live orders",
+	DeadDuplicateRequest: "its request id already holds another order",
+	DeadUnknownVoucher:   "no such seckill voucher",
+	DeadIDCollision:      "its order id already belongs to another order",
+	DeadRefused:          "a database constraint refused it",
+}
+
+// refusal marks an entry that can never be persisted, with its reason.
+type refusal struct {
+	reason string
+	err    error
+}
+
+func (r *refusal) Error() string { return r.reason + ": " + r.err.Error() }
+func (r *refusal) Unwrap() error { return r.err }
+
+func refuse(reason string, err error) *refusal { return &refusal{reason: reason, err: err} }
+
+// refusalReason names the guard behind a constraint violation, from the
+// constraint's name (Postgres) or the error text (SQLite names columns).
+func refusalReason(err error) string {
+	text := err.Error()
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		text = pg.ConstraintName + " " + text
+	}
+	text = strings.ToLower(text)
+	switch {
+	case strings.Contains(text, "request"):
+		return DeadDuplicateRequest
+	case strings.Contains(text, "voucher_user"), strings.Contains(text, "per_user_limit"),
+		strings.Contains(text, "live"), strings.Contains(text, "slot"):
+		return DeadOverUserLimit
+	case strings.Contains(text, "stock"):
+		return DeadOverStock
+	case strings.Contains(text, "foreign key"), strings.Contains(text, "fkey"):
+		return DeadUnknownVoucher
+	case strings.Contains(text, "pkey"), strings.Contains(text, "tb_voucher_order.id"):
+		return DeadIDCollision
+	}
+	return DeadRefused
+}
+
+var ordersDead = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "flashsale", Name: "orders_dead_total",
+	Help: "Order-log entries the database refused for good, kept in tb_order_dead_letter, by reason.",
+}, []string{"reason"})
+
+func init() { prometheus.MustRegister(ordersDead) }
+
+// deadLetterRow is a tb_order_dead_letter row.
+type deadLetterRow struct {
+	bun.BaseModel `bun:"table:tb_order_dead_letter"`
+
+	Key        string    `bun:"key,pk"`
+	OrderID    *int64    `bun:"order_id"`
+	UserID     *int64    `bun:"user_id"`
+	VoucherID  *int64    `bun:"voucher_id"`
+	RequestID  *string   `bun:"request_id"`
+	Reason     string    `bun:"reason,notnull"`
+	Detail     string    `bun:"detail,notnull"`
+	Entry      string    `bun:"entry,notnull"`
+	CreateTime time.Time `bun:"create_time,notnull"`
+}
+
+// deadLetter records the refused entries of a batch, with their reasons,
+// in the database (before they are acknowledged; a replayed entry is
+// recorded once, by its key).
+func (w *OrderWriter) deadLetter(ctx context.Context, entries []logEntry) error {
+	var rows []deadLetterRow
+	now := w.now().UTC()
+	for _, e := range entries {
+		if e.bad == nil {
+			continue
+		}
+		raw, _ := json.Marshal(e.values)
+		row := deadLetterRow{
+			Key: e.stream + "/" + e.id, Reason: DeadRefused, Detail: e.bad.Error(), Entry: string(raw), CreateTime: now,
+		}
+		var r *refusal
+		if errors.As(e.bad, &r) {
+			row.Reason, row.Detail = r.reason, r.err.Error()
+		}
+		if row.Reason != DeadMalformed {
+			o := e.order
+			row.OrderID, row.UserID, row.VoucherID, row.RequestID = &o.ID, &o.UserID, &o.VoucherID, o.RequestID
+		} else if id, ok := voucherIDFromKey(e.stream); ok {
+			row.VoucherID = &id // the log it came from still says whose it was
+		}
+		rows = append(rows, row)
+		w.log.ErrorContext(ctx, "order refused by the database, dead-lettered",
+			"log", e.stream, "entry", e.id, "reason", row.Reason, "detail", row.Detail)
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	actx, cancel := context.WithTimeout(ctx, w.opts.AttemptTimeout)
+	defer cancel()
+	var added []string
+	err := w.db.NewInsert().Model(&rows).On("CONFLICT (key) DO NOTHING").Returning("key").Scan(actx, &added)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("dead-letter %d orders: %w", len(rows), err)
+	}
+	fresh := make(map[string]bool, len(added))
+	for _, k := range added {
+		fresh[k] = true
+	}
+	for _, r := range rows {
+		if fresh[r.Key] {
+			ordersDead.WithLabelValues(r.Reason).Inc()
+		}
+	}
+	return nil
+}
+
+// DeadLetters reads the dead-lettered orders.
+type DeadLetters struct {
+	db *bun.DB
+}
+
+// NewDeadLetters returns the dead-letter store over db.
+func NewDeadLetters(db *bun.DB) *DeadLetters { return &DeadLetters{db: db} }
+
+// List returns up to first dead-lettered orders after the key after ("" =
+// from the start), of one voucher or of all, ordered by key (order log,
+// then entry), and whether more follow.
+func (s *DeadLetters) List(ctx context.Context, voucherID *int64, first int, after string) ([]domain.DeadLetter, bool, error) {
+	var rows []deadLetterRow
+	q := s.db.NewSelect().Model(&rows).Where("key > ?", after).Order("key ASC").Limit(int64(first) + 1)
+	if voucherID != nil {
+		q = q.Where("voucher_id = ?", *voucherID)
+	}
+	if err := q.Scan(ctx); err != nil {
+		return nil, false, fmt.Errorf("list dead-lettered orders: %w", err)
+	}
+	more := len(rows) > first
+	if more {
+		rows = rows[:first]
+	}
+	out := make([]domain.DeadLetter, len(rows))
+	for i, r := range rows {
+		out[i] = domain.DeadLetter{
+			Key: r.Key, OrderID: r.OrderID, UserID: r.UserID, VoucherID: r.VoucherID, RequestID: r.RequestID,
+			Reason: r.Reason, Detail: r.Detail, At: r.CreateTime.UTC(),
+		}
+	}
+	return out, more, nil
+}
+
+// Count returns how many orders of a voucher were dead-lettered: a term of
+// the voucher's reconciliation.
+func (s *DeadLetters) Count(ctx context.Context, voucherID int64) (int64, error) {
+	n, err := s.db.NewSelect().Model((*deadLetterRow)(nil)).Where("voucher_id = ?", voucherID).Count(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("count dead-lettered orders of voucher %d: %w", voucherID, err)
+	}
+	return n, nil
+}
