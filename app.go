@@ -27,10 +27,11 @@ import (
 )
 
 var (
-	_ graph.Catalog    = (*catalog.Service)(nil)
-	_ graph.Grabber    = (*actors.Router)(nil)
-	_ actors.Preheater = (*catalog.Service)(nil)
-	_ graph.IPLimiter  = (*persistence.RateLimits)(nil)
+	_ graph.Catalog     = (*catalog.Service)(nil)
+	_ graph.Grabber     = (*actors.Router)(nil)
+	_ actors.Preheater  = (*catalog.Service)(nil)
+	_ graph.IPLimiter   = (*persistence.RateLimits)(nil)
+	_ graph.DeadLetters = (*persistence.DeadLetters)(nil)
 )
 
 // app is the wired service. start builds it in a visible order (database,
@@ -122,7 +123,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		_ = stock.Watch(bg, a.router.Changed, a.router.Resync)
 	}()
 
-	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router}, graph.HandlerOptions{
+	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router, DeadLetters: persistence.NewDeadLetters(a.db)}, graph.HandlerOptions{
 		Tokens:        a.tokens,
 		Log:           log,
 		IPLimit:       limits,

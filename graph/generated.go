@@ -39,6 +39,27 @@ type DirectiveRoot struct {
 }
 
 type ComplexityRoot struct {
+	DeadLetteredOrder struct {
+		At        func(childComplexity int) int
+		Detail    func(childComplexity int) int
+		Key       func(childComplexity int) int
+		OrderID   func(childComplexity int) int
+		Reason    func(childComplexity int) int
+		RequestID func(childComplexity int) int
+		UserID    func(childComplexity int) int
+		VoucherID func(childComplexity int) int
+	}
+
+	DeadLetteredOrderConnection struct {
+		Edges    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	DeadLetteredOrderEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
 	GrabRedPacketResult struct {
 		AmountCents func(childComplexity int) int
 		Code        func(childComplexity int) int
@@ -62,12 +83,13 @@ type ComplexityRoot struct {
 	}
 
 	Query struct {
-		MyOrders  func(childComplexity int, first *int, after *string) int
-		Order     func(childComplexity int, id int64) int
-		RedPacket func(childComplexity int, id int64) int
-		Stock     func(childComplexity int, voucherID int64) int
-		Voucher   func(childComplexity int, id int64) int
-		Vouchers  func(childComplexity int, shopID *int64, first *int, after *string) int
+		DeadLetteredOrders func(childComplexity int, voucherID *int64, first *int, after *string) int
+		MyOrders           func(childComplexity int, first *int, after *string) int
+		Order              func(childComplexity int, id int64) int
+		RedPacket          func(childComplexity int, id int64) int
+		Stock              func(childComplexity int, voucherID int64) int
+		Voucher            func(childComplexity int, id int64) int
+		Vouchers           func(childComplexity int, shopID *int64, first *int, after *string) int
 	}
 
 	RedPacket struct {
@@ -174,6 +196,7 @@ type QueryResolver interface {
 	Order(ctx context.Context, id int64) (*model.VoucherOrder, error)
 	MyOrders(ctx context.Context, first *int, after *string) (*model.VoucherOrderConnection, error)
 	RedPacket(ctx context.Context, id int64) (*model.RedPacket, error)
+	DeadLetteredOrders(ctx context.Context, voucherID *int64, first *int, after *string) (*model.DeadLetteredOrderConnection, error)
 }
 type SubscriptionResolver interface {
 	StockChanged(ctx context.Context, voucherID int64) (<-chan *model.StockUpdate, error)
@@ -197,6 +220,81 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 	ec := newExecutionContext(nil, e, nil)
 	_ = ec
 	switch typeName + "." + field {
+
+	case "DeadLetteredOrder.at":
+		if e.ComplexityRoot.DeadLetteredOrder.At == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeadLetteredOrder.At(childComplexity), true
+	case "DeadLetteredOrder.detail":
+		if e.ComplexityRoot.DeadLetteredOrder.Detail == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeadLetteredOrder.Detail(childComplexity), true
+	case "DeadLetteredOrder.key":
+		if e.ComplexityRoot.DeadLetteredOrder.Key == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeadLetteredOrder.Key(childComplexity), true
+	case "DeadLetteredOrder.orderId":
+		if e.ComplexityRoot.DeadLetteredOrder.OrderID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeadLetteredOrder.OrderID(childComplexity), true
+	case "DeadLetteredOrder.reason":
+		if e.ComplexityRoot.DeadLetteredOrder.Reason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeadLetteredOrder.Reason(childComplexity), true
+	case "DeadLetteredOrder.requestId":
+		if e.ComplexityRoot.DeadLetteredOrder.RequestID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeadLetteredOrder.RequestID(childComplexity), true
+	case "DeadLetteredOrder.userId":
+		if e.ComplexityRoot.DeadLetteredOrder.UserID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeadLetteredOrder.UserID(childComplexity), true
+	case "DeadLetteredOrder.voucherId":
+		if e.ComplexityRoot.DeadLetteredOrder.VoucherID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeadLetteredOrder.VoucherID(childComplexity), true
+
+	case "DeadLetteredOrderConnection.edges":
+		if e.ComplexityRoot.DeadLetteredOrderConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeadLetteredOrderConnection.Edges(childComplexity), true
+	case "DeadLetteredOrderConnection.pageInfo":
+		if e.ComplexityRoot.DeadLetteredOrderConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeadLetteredOrderConnection.PageInfo(childComplexity), true
+
+	case "DeadLetteredOrderEdge.cursor":
+		if e.ComplexityRoot.DeadLetteredOrderEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeadLetteredOrderEdge.Cursor(childComplexity), true
+	case "DeadLetteredOrderEdge.node":
+		if e.ComplexityRoot.DeadLetteredOrderEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.DeadLetteredOrderEdge.Node(childComplexity), true
 
 	case "GrabRedPacketResult.amountCents":
 		if e.ComplexityRoot.GrabRedPacketResult.AmountCents == nil {
@@ -318,6 +416,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.PageInfo.HasNextPage(childComplexity), true
+
+	case "Query.deadLetteredOrders":
+		if e.ComplexityRoot.Query.DeadLetteredOrders == nil {
+			break
+		}
+
+		args, err := ec.field_Query_deadLetteredOrders_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.DeadLetteredOrders(childComplexity, args["voucherId"].(*int64), args["first"].(*int), args["after"].(*string)), true
 
 	case "Query.myOrders":
 		if e.ComplexityRoot.Query.MyOrders == nil {
@@ -802,7 +912,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "schema.graphqls"
+//go:embed "admin.graphqls" "schema.graphqls"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -814,6 +924,7 @@ func sourceData(filename string) string {
 }
 
 var sources = []*ast.Source{
+	{Name: "admin.graphqls", Input: sourceData("admin.graphqls"), BuiltIn: false},
 	{Name: "schema.graphqls", Input: sourceData("schema.graphqls"), BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
@@ -821,6 +932,48 @@ var parsedSchema = gqlparser.MustLoadSchema(sources...)
 // childFields_* functions provide shared child field context lookups.
 // Each function is generated once per unique object type, deduplicating the
 // switch statements that were previously inlined in every fieldContext_* function.
+
+func (ec *executionContext) childFields_DeadLetteredOrder(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "key":
+		return ec.fieldContext_DeadLetteredOrder_key(ctx, field)
+	case "orderId":
+		return ec.fieldContext_DeadLetteredOrder_orderId(ctx, field)
+	case "userId":
+		return ec.fieldContext_DeadLetteredOrder_userId(ctx, field)
+	case "voucherId":
+		return ec.fieldContext_DeadLetteredOrder_voucherId(ctx, field)
+	case "requestId":
+		return ec.fieldContext_DeadLetteredOrder_requestId(ctx, field)
+	case "reason":
+		return ec.fieldContext_DeadLetteredOrder_reason(ctx, field)
+	case "detail":
+		return ec.fieldContext_DeadLetteredOrder_detail(ctx, field)
+	case "at":
+		return ec.fieldContext_DeadLetteredOrder_at(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeadLetteredOrder", field.Name)
+}
+
+func (ec *executionContext) childFields_DeadLetteredOrderConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_DeadLetteredOrderConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_DeadLetteredOrderConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeadLetteredOrderConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_DeadLetteredOrderEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_DeadLetteredOrderEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_DeadLetteredOrderEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeadLetteredOrderEdge", field.Name)
+}
 
 func (ec *executionContext) childFields_GrabRedPacketResult(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
@@ -1256,6 +1409,36 @@ func (ec *executionContext) field_Query___type_args(ctx context.Context, rawArgs
 	return args, nil
 }
 
+func (ec *executionContext) field_Query_deadLetteredOrders_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "voucherId",
+		func(ctx context.Context, v any) (*int64, error) {
+			return ec.unmarshalOID2ᚖint64(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["voucherId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg2
+	return args, nil
+}
+
 func (ec *executionContext) field_Query_myOrders_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -1451,6 +1634,309 @@ func (ec *executionContext) field___Type_fields_args(ctx context.Context, rawArg
 // endregion ***************************** args.gotpl *****************************
 
 // region    **************************** field.gotpl *****************************
+
+func (ec *executionContext) _DeadLetteredOrder_key(ctx context.Context, field graphql.CollectedField, obj *model.DeadLetteredOrder) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeadLetteredOrder_key(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Key, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DeadLetteredOrder_key(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeadLetteredOrder", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _DeadLetteredOrder_orderId(ctx context.Context, field graphql.CollectedField, obj *model.DeadLetteredOrder) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeadLetteredOrder_orderId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OrderID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int64) graphql.Marshaler {
+			return ec.marshalOID2ᚖint64(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_DeadLetteredOrder_orderId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeadLetteredOrder", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _DeadLetteredOrder_userId(ctx context.Context, field graphql.CollectedField, obj *model.DeadLetteredOrder) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeadLetteredOrder_userId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UserID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int64) graphql.Marshaler {
+			return ec.marshalOID2ᚖint64(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_DeadLetteredOrder_userId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeadLetteredOrder", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _DeadLetteredOrder_voucherId(ctx context.Context, field graphql.CollectedField, obj *model.DeadLetteredOrder) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeadLetteredOrder_voucherId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.VoucherID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int64) graphql.Marshaler {
+			return ec.marshalOID2ᚖint64(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_DeadLetteredOrder_voucherId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeadLetteredOrder", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _DeadLetteredOrder_requestId(ctx context.Context, field graphql.CollectedField, obj *model.DeadLetteredOrder) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeadLetteredOrder_requestId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RequestID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_DeadLetteredOrder_requestId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeadLetteredOrder", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _DeadLetteredOrder_reason(ctx context.Context, field graphql.CollectedField, obj *model.DeadLetteredOrder) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeadLetteredOrder_reason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Reason, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DeadLetteredOrder_reason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeadLetteredOrder", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _DeadLetteredOrder_detail(ctx context.Context, field graphql.CollectedField, obj *model.DeadLetteredOrder) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeadLetteredOrder_detail(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Detail, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DeadLetteredOrder_detail(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeadLetteredOrder", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _DeadLetteredOrder_at(ctx context.Context, field graphql.CollectedField, obj *model.DeadLetteredOrder) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeadLetteredOrder_at(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.At, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DeadLetteredOrder_at(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeadLetteredOrder", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _DeadLetteredOrderConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.DeadLetteredOrderConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeadLetteredOrderConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.DeadLetteredOrderEdge) graphql.Marshaler {
+			return ec.marshalNDeadLetteredOrderEdge2ᚕᚖflashsaleᚋgraphᚋmodelᚐDeadLetteredOrderEdgeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DeadLetteredOrderConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "DeadLetteredOrderConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_DeadLetteredOrderEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _DeadLetteredOrderConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *model.DeadLetteredOrderConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeadLetteredOrderConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖflashsaleᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DeadLetteredOrderConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "DeadLetteredOrderConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _DeadLetteredOrderEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.DeadLetteredOrderEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeadLetteredOrderEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DeadLetteredOrderEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("DeadLetteredOrderEdge", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _DeadLetteredOrderEdge_node(ctx context.Context, field graphql.CollectedField, obj *model.DeadLetteredOrderEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_DeadLetteredOrderEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.DeadLetteredOrder) graphql.Marshaler {
+			return ec.marshalNDeadLetteredOrder2ᚖflashsaleᚋgraphᚋmodelᚐDeadLetteredOrder(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_DeadLetteredOrderEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "DeadLetteredOrderEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_DeadLetteredOrder(ctx, field)
+		},
+	}
+	return fc, nil
+}
 
 func (ec *executionContext) _GrabRedPacketResult_code(ctx context.Context, field graphql.CollectedField, obj *model.GrabRedPacketResult) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
@@ -2177,6 +2663,50 @@ func (ec *executionContext) fieldContext_Query_redPacket(ctx context.Context, fi
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Query_redPacket_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_deadLetteredOrders(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_deadLetteredOrders(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().DeadLetteredOrders(ctx, fc.Args["voucherId"].(*int64), fc.Args["first"].(*int), fc.Args["after"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.DeadLetteredOrderConnection) graphql.Marshaler {
+			return ec.marshalNDeadLetteredOrderConnection2ᚖflashsaleᚋgraphᚋmodelᚐDeadLetteredOrderConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_deadLetteredOrders(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_DeadLetteredOrderConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_deadLetteredOrders_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -4706,6 +5236,165 @@ func (ec *executionContext) unmarshalInputCreateVoucherInput(ctx context.Context
 
 // region    **************************** object.gotpl ****************************
 
+var deadLetteredOrderImplementors = []string{"DeadLetteredOrder"}
+
+func (ec *executionContext) _DeadLetteredOrder(ctx context.Context, sel ast.SelectionSet, obj *model.DeadLetteredOrder) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, deadLetteredOrderImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("DeadLetteredOrder")
+		case "key":
+			out.Values[i] = ec._DeadLetteredOrder_key(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "orderId":
+			out.Values[i] = ec._DeadLetteredOrder_orderId(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "userId":
+			out.Values[i] = ec._DeadLetteredOrder_userId(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "voucherId":
+			out.Values[i] = ec._DeadLetteredOrder_voucherId(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "requestId":
+			out.Values[i] = ec._DeadLetteredOrder_requestId(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "reason":
+			out.Values[i] = ec._DeadLetteredOrder_reason(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "detail":
+			out.Values[i] = ec._DeadLetteredOrder_detail(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "at":
+			out.Values[i] = ec._DeadLetteredOrder_at(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var deadLetteredOrderConnectionImplementors = []string{"DeadLetteredOrderConnection"}
+
+func (ec *executionContext) _DeadLetteredOrderConnection(ctx context.Context, sel ast.SelectionSet, obj *model.DeadLetteredOrderConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, deadLetteredOrderConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("DeadLetteredOrderConnection")
+		case "edges":
+			out.Values[i] = ec._DeadLetteredOrderConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._DeadLetteredOrderConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var deadLetteredOrderEdgeImplementors = []string{"DeadLetteredOrderEdge"}
+
+func (ec *executionContext) _DeadLetteredOrderEdge(ctx context.Context, sel ast.SelectionSet, obj *model.DeadLetteredOrderEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, deadLetteredOrderEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("DeadLetteredOrderEdge")
+		case "cursor":
+			out.Values[i] = ec._DeadLetteredOrderEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._DeadLetteredOrderEdge_node(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
 var grabRedPacketResultImplementors = []string{"GrabRedPacketResult"}
 
 func (ec *executionContext) _GrabRedPacketResult(ctx context.Context, sel ast.SelectionSet, obj *model.GrabRedPacketResult) graphql.Marshaler {
@@ -5035,6 +5724,28 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				}()
 				res = ec._Query_redPacket(ctx, field)
 				if res == graphql.RequiredNull {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "deadLetteredOrders":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_deadLetteredOrders(ctx, field)
+				if res == graphql.Null {
 					atomic.AddUint32(&fs.Invalids, 1)
 				}
 				return res
@@ -6084,6 +6795,52 @@ func (ec *executionContext) unmarshalNCreateRedPacketInput2flashsaleᚋgraphᚋm
 func (ec *executionContext) unmarshalNCreateVoucherInput2flashsaleᚋgraphᚋmodelᚐCreateVoucherInput(ctx context.Context, v any) (model.CreateVoucherInput, error) {
 	res, err := ec.unmarshalInputCreateVoucherInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNDeadLetteredOrder2ᚖflashsaleᚋgraphᚋmodelᚐDeadLetteredOrder(ctx context.Context, sel ast.SelectionSet, v *model.DeadLetteredOrder) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._DeadLetteredOrder(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNDeadLetteredOrderConnection2ᚖflashsaleᚋgraphᚋmodelᚐDeadLetteredOrderConnection(ctx context.Context, sel ast.SelectionSet, v *model.DeadLetteredOrderConnection) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._DeadLetteredOrderConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNDeadLetteredOrderEdge2ᚕᚖflashsaleᚋgraphᚋmodelᚐDeadLetteredOrderEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.DeadLetteredOrderEdge) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNDeadLetteredOrderEdge2ᚖflashsaleᚋgraphᚋmodelᚐDeadLetteredOrderEdge(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNDeadLetteredOrderEdge2ᚖflashsaleᚋgraphᚋmodelᚐDeadLetteredOrderEdge(ctx context.Context, sel ast.SelectionSet, v *model.DeadLetteredOrderEdge) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._DeadLetteredOrderEdge(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNGrabCode2flashsaleᚋgraphᚋmodelᚐGrabCode(ctx context.Context, v any) (model.GrabCode, error) {

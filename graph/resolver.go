@@ -21,8 +21,15 @@ type Grabber interface {
 	Grab(ctx context.Context, req domain.GrabRequest) domain.GrabResult
 }
 
+// DeadLetters lists the orders the database refused for good
+// (implemented by persistence.DeadLetters).
+type DeadLetters interface {
+	List(ctx context.Context, voucherID *int64, first int, after string) ([]domain.DeadLetter, bool, error)
+}
+
 // Resolver is the root of the resolvers; it holds the services they call.
 type Resolver struct {
-	Catalog Catalog
-	Grabber Grabber
+	Catalog     Catalog
+	Grabber     Grabber
+	DeadLetters DeadLetters
 }

@@ -34,6 +34,31 @@ type CreateVoucherInput struct {
 	PerUserLimit *int `json:"perUserLimit,omitempty"`
 }
 
+type DeadLetteredOrder struct {
+	// The order-log entry it came from: <order log>/<entry id>.
+	Key string `json:"key"`
+	// Null only for an entry that could not be read at all (reason malformed).
+	OrderID   *int64  `json:"orderId,omitempty"`
+	UserID    *int64  `json:"userId,omitempty"`
+	VoucherID *int64  `json:"voucherId,omitempty"`
+	RequestID *string `json:"requestId,omitempty"`
+	// over_stock, over_user_limit, id_collision, duplicate_request, lost_load, unknown_voucher, malformed or refused.
+	Reason string `json:"reason"`
+	// What the database refused, in words.
+	Detail string    `json:"detail"`
+	At     time.Time `json:"at"`
+}
+
+type DeadLetteredOrderConnection struct {
+	Edges    []*DeadLetteredOrderEdge `json:"edges"`
+	PageInfo *PageInfo                `json:"pageInfo"`
+}
+
+type DeadLetteredOrderEdge struct {
+	Cursor string             `json:"cursor"`
+	Node   *DeadLetteredOrder `json:"node"`
+}
+
 type GrabRedPacketResult struct {
 	Code        GrabCode `json:"code"`
 	AmountCents *int     `json:"amountCents,omitempty"`

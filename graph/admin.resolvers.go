@@ -1,0 +1,19 @@
+package graph
+
+import (
+	"context"
+	"flashsale/graph/model"
+)
+
+// DeadLetteredOrders is the resolver for the deadLetteredOrders field.
+func (r *queryResolver) DeadLetteredOrders(ctx context.Context, voucherID *int64, first *int, after *string) (*model.DeadLetteredOrderConnection, error) {
+	n, key, err := deadLetterPage(first, after)
+	if err != nil {
+		return nil, err
+	}
+	list, more, err := r.DeadLetters.List(ctx, voucherID, n, key)
+	if err != nil {
+		return nil, err
+	}
+	return deadLetterConnection(list, more), nil
+}
