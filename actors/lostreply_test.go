@@ -1,0 +1,110 @@
+package actors_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"flashsale/actors"
+	"flashsale/domain"
+	"flashsale/internal/testenv"
+	"flashsale/persistence"
+)
+
+// stallingNode is a router whose grab scripts go through a proxy that the
+// test can stall (requests still run in Redis, their replies are lost),
+// with order ids taken straight from Redis so that only the script's
+// replies are lost; failures reports each call that timed out.
+type stallingNode struct {
+	*actors.Router
+	proxy    *testenv.Proxy
+	failures *testenv.Failures
+}
+
+func (e *env) stallingNode(tb testing.TB, opts actors.Options) stallingNode {
+	tb.Helper()
+	n := stallingNode{proxy: testenv.MustProxy(tb, e.redis.Addr()), failures: testenv.NewFailures(64)}
+	rdb := redis.NewClient(&redis.Options{Addr: n.proxy.Addr(), MaxRetries: -1,
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+	rdb.AddHook(n.failures)
+	n.Router = actors.NewRouter(persistence.NewGrabs(rdb), persistence.NewOrderIDs(e.rdb, 0, persistence.MaxOrderID(e.db)), e.catalog, quiet, opts)
+	tb.Cleanup(func() { n.Close(); _ = rdb.Close() })
+	return n
+}
+
+// lostReply waits until a call of the node failed while its proxy held
+// the reply: from then on that reply is lost.
+func (n stallingNode) lostReply(tb testing.TB) {
+	tb.Helper()
+	select {
+	case <-n.failures.C:
+	case <-time.After(10 * time.Second):
+		tb.Fatal("no redis call of the stalled node failed")
+	}
+}
+
+// waitSold waits until Redis remembers n sold requests of the voucher.
+func (e *env) waitSold(tb testing.TB, voucherID int64, n int64) {
+	tb.Helper()
+	key := "{v" + strconv.FormatInt(voucherID, 10) + "}:req"
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if got, _ := e.rdb.HLen(context.Background(), key).Result(); got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("redis never sold %d requests of voucher %d", n, voucherID)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// ordersOf returns the ids of the user's orders of the voucher in the
+// database.
+func (e *env) ordersOf(tb testing.TB, voucherID, userID int64) []int64 {
+	tb.Helper()
+	var ids []int64
+	if err := e.db.NewSelect().Table("tb_voucher_order").Column("id").
+		Where("voucher_id = ? AND user_id = ?", voucherID, userID).Scan(context.Background(), &ids); err != nil {
+		tb.Fatal(err)
+	}
+	return ids
+}
+
+// A grab that sold the last unit, whose reply was lost and whose retried
+// batch met a newer activation, is re-routed to a fresh activation that
+// knows the voucher is sold out. It must still be decided by its request
+// id in Redis: its buyer gets the order, never SOLD_OUT.
+func TestAReroutedGrabThatSoldIsNotAnsweredSoldOut(t *testing.T) {
+	e := newEnv(t)
+	id := e.live(t, 2, 1)
+	w := e.writer(t)
+	a := e.stallingNode(t, actors.Options{CallTimeout: 200 * time.Millisecond, Attempts: 10, GrabTimeout: 10 * time.Second})
+	b := e.router(t, nil, actors.Options{})
+	if c := a.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 10}).Code; c != domain.SeckillOK {
+		t.Fatalf("first unit: %s", c) // node a's activation holds the first fence
+	}
+
+	a.proxy.Stall()
+	res := grabAsync(a.Router, context.Background(), id, 1)
+	e.waitSold(t, id, 2) // the script sold user 1 the last unit
+	a.lostReply(t)       // and its reply is lost; node a retries the batch
+	// Another node activates the voucher (a newer fence) and sees it sold out.
+	if c := b.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 2}).Code; c != domain.SeckillSoldOut {
+		t.Fatalf("user 2 on node b: %s, want SOLD_OUT", c)
+	}
+	a.proxy.Resume() // a's retried batch is now refused as stale and re-routed
+
+	got := <-res
+	drained(t, w)
+	orders := e.ordersOf(t, id, 1)
+	if len(orders) != 1 {
+		t.Fatalf("user 1 holds %d orders in the database, want 1", len(orders))
+	}
+	if got.Code != domain.SeckillOK || got.OrderID != orders[0] {
+		t.Fatalf("user 1 bought order %d but was answered %s (order %d)", orders[0], got.Code, got.OrderID)
+	}
+}
