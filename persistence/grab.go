@@ -51,7 +51,8 @@ var scriptCodes = []domain.SeckillCode{
 // grabScript sells a whole batch of grabs of one voucher atomically. For
 // each grab, in order: a request id seen before answers its first result
 // (a retried batch or request never sells twice); otherwise status, the
-// time window (Redis TIME), stock and the user's live orders decide, and a
+// time window (Redis TIME), the user's live orders and stock decide (a
+// user at their limit hears so even after the sell-out), and a
 // sale deducts stock, counts the user's order, remembers the request,
 // and appends the order to the voucher's order log, in one atomic step.
 // Each log entry carries the life stamp of the load it was sold from.
@@ -107,11 +108,11 @@ for i = 3, #ARGV, 3 do
   elseif verdict ~= 0 then
     out[#out + 1] = verdict
     out[#out + 1] = '0'
-  elseif stock <= 0 then
-    out[#out + 1] = 5
-    out[#out + 1] = '0'
   elseif tonumber(redis.call('HGET', KEYS[3], user) or '0') >= limit then
     out[#out + 1] = 6
+    out[#out + 1] = '0'
+  elseif stock <= 0 then
+    out[#out + 1] = 5
     out[#out + 1] = '0'
   else
     stock = stock - 1
