@@ -6,44 +6,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"flashsale/actors"
 	"flashsale/domain"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
 
-// stallingNode is a router whose grab scripts go through a proxy that the
+// stallingNode is a router whose grab scripts go through a client the
 // test can stall (requests still run in Redis, their replies are lost),
 // with order ids taken straight from Redis so that only the script's
-// replies are lost; failures reports each call that timed out.
+// replies are lost.
 type stallingNode struct {
 	*actors.Router
-	proxy    *testenv.Proxy
-	failures *testenv.Failures
+	grabs *testenv.StallingClient
 }
 
 func (e *env) stallingNode(tb testing.TB, opts actors.Options) stallingNode {
 	tb.Helper()
-	n := stallingNode{proxy: testenv.MustProxy(tb, e.redis.Addr()), failures: testenv.NewFailures(64)}
-	rdb := redis.NewClient(&redis.Options{Addr: n.proxy.Addr(), MaxRetries: -1,
-		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
-	rdb.AddHook(n.failures)
-	n.Router = actors.NewRouter(persistence.NewGrabs(rdb), persistence.NewOrderIDs(e.rdb, 0, persistence.MaxOrderID(e.db)), e.catalog, quiet, opts)
-	tb.Cleanup(func() { n.Close(); _ = rdb.Close() })
+	n := stallingNode{grabs: testenv.MustStallingClient(tb, e.redis.Addr())}
+	n.Router = actors.NewRouter(persistence.NewGrabs(n.grabs), persistence.NewOrderIDs(e.rdb, 0, persistence.MaxOrderID(e.db)), e.catalog, quiet, opts)
+	tb.Cleanup(n.Close)
 	return n
-}
-
-// lostReply waits until a call of the node failed while its proxy held
-// the reply: from then on that reply is lost.
-func (n stallingNode) lostReply(tb testing.TB) {
-	tb.Helper()
-	select {
-	case <-n.failures.C:
-	case <-time.After(10 * time.Second):
-		tb.Fatal("no redis call of the stalled node failed")
-	}
 }
 
 // waitSold waits until Redis remembers n sold requests of the voucher.
@@ -88,15 +71,15 @@ func TestAReroutedGrabThatSoldIsNotAnsweredSoldOut(t *testing.T) {
 		t.Fatalf("first unit: %s", c) // node a's activation holds the first fence
 	}
 
-	a.proxy.Stall()
+	a.grabs.Proxy.Stall()
 	res := grabAsync(a.Router, context.Background(), id, 1)
 	e.waitSold(t, id, 2) // the script sold user 1 the last unit
-	a.lostReply(t)       // and its reply is lost; node a retries the batch
+	a.grabs.LostReply(t) // and its reply is lost; node a retries the batch
 	// Another node activates the voucher (a newer fence) and sees it sold out.
 	if c := b.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 2}).Code; c != domain.SeckillSoldOut {
 		t.Fatalf("user 2 on node b: %s, want SOLD_OUT", c)
 	}
-	a.proxy.Resume() // a's retried batch is now refused as stale and re-routed
+	a.grabs.Proxy.Resume() // a's retried batch is now refused as stale and re-routed
 
 	got := <-res
 	drained(t, w)
