@@ -55,7 +55,8 @@ var scriptCodes = []domain.SeckillCode{
 // user at their limit hears so even after the sell-out), and a
 // sale deducts stock, counts the user's order, remembers the request,
 // and appends the order to the voucher's order log, in one atomic step.
-// Each log entry carries the life stamp of the load it was sold from.
+// Each log entry carries the request id ('r') and the life stamp of the
+// load it was sold from.
 // The whole batch is refused if the caller's fencing token is not the
 // newest: a stale actor activation can never sell.
 //
@@ -91,11 +92,12 @@ local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
 local slot = '0'
 if limit == 1 then slot = '1' end
 -- One order-log entry, reused for every sale of the batch; it carries the
--- life stamp of the load the order is sold from, when there is one.
-local entry = {'o', '', 'u', '', 'v', ARGV[2], 't', now_s, 's', slot}
+-- request id and the life stamp of the load the order is sold from, when
+-- there is one.
+local entry = {'o', '', 'u', '', 'r', '', 'v', ARGV[2], 't', now_s, 's', slot}
 if m[6] then
-  entry[11] = 'l'
-  entry[12] = m[6]
+  entry[#entry + 1] = 'l'
+  entry[#entry + 1] = m[6]
 end
 local out = {0, 0, status, begin_ms, end_ms}
 local sold = 0
@@ -121,6 +123,7 @@ for i = 3, #ARGV, 3 do
     redis.call('HSET', KEYS[5], req, oid)
     entry[2] = oid
     entry[4] = user
+    entry[6] = req
     redis.call('XADD', KEYS[6], '*', unpack(entry))
     out[#out + 1] = 0
     out[#out + 1] = oid
