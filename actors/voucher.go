@@ -15,9 +15,12 @@ import (
 // grabMsg is one grab waiting for its answer. It never leaves this node
 // (it carries a channel), so it needs no protobuf form.
 type grabMsg struct {
-	user  int64
-	ip    string
-	req   string
+	user int64
+	ip   string
+	req  string
+	// keyed marks a grab that carries the client's idempotency key: it
+	// may be the retry of one that sold (see voucherActor.decided).
+	keyed bool
 	reply chan domain.GrabResult
 	ref   *voucherRef
 	// hops counts how often the grab was handed to a new activation.
@@ -190,12 +193,20 @@ func (a *voucherActor) reroute(g *grabMsg) {
 
 // decided answers g from memory when the cached state decides it. A grab
 // that may have sold is left to the script, which looks up its request id
-// before anything else (see grabMsg.sent).
+// before anything else: one that was in a script call before (see
+// grabMsg.sent), and, while the sale lasts, one that carries the client's
+// key, which may retry a grab whose reply was lost. So a keyed grab after
+// the sell-out costs a script call (in a batch) where an unkeyed one costs
+// nothing.
 func (a *voucherActor) decided(g *grabMsg, now time.Time) (domain.SeckillCode, bool) {
 	if g.sent() {
 		return "", false
 	}
-	return a.known(now)
+	code, ok := a.known(now)
+	if ok && g.keyed && (code == domain.SeckillSoldOut || code == domain.SeckillPaused) {
+		return "", false
+	}
+	return code, ok
 }
 
 // known answers from memory when the cached state already decides.
