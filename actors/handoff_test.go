@@ -11,6 +11,7 @@ import (
 
 	"flashsale/actors"
 	"flashsale/domain"
+	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
 
@@ -62,19 +63,6 @@ func (s *recordingStore) soldTo(user int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Contains(s.sold, user)
-}
-
-// waitFor waits until cond holds: for a state the test cannot be told of,
-// such as a grab having reached its actor's queue.
-func waitFor(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func grabAsync(r *actors.Router, ctx context.Context, voucher, user int64) <-chan domain.GrabResult {
@@ -135,7 +123,7 @@ func TestAFailedReloadStillSendsTheWaitingGrabs(t *testing.T) {
 	<-st.entered // user 1's batch is held in flight
 	r.Changed(1) // the reload waits for the batch, then fails
 	second := grabAsync(r, context.Background(), 1, 2)
-	waitFor(t, "user 2 waits behind the batch", func() bool { return actors.Queued(r, 1) == 2 })
+	testenv.WaitFor(t, "user 2 waits behind the batch", func() bool { return actors.Queued(r, 1) == 2 })
 	st.open()
 	for u, res := range []<-chan domain.GrabResult{first, second} {
 		if got := <-res; got.Code != domain.SeckillOK {
@@ -161,7 +149,7 @@ func TestCloseWhileActorsRetire(t *testing.T) {
 	}
 	closed := make(chan struct{})
 	go func() { r.Close(); close(closed) }()
-	waitFor(t, "Close has begun", func() bool { return actors.Closing(r) })
+	testenv.WaitFor(t, "Close has begun", func() bool { return actors.Closing(r) })
 	st.open() // the actors retire while Close waits for them
 	<-closed
 	wg.Wait()

@@ -33,16 +33,10 @@ func (e *env) stallingNode(tb testing.TB, opts actors.Options) stallingNode {
 func (e *env) waitSold(tb testing.TB, voucherID int64, n int64) {
 	tb.Helper()
 	key := "{v" + strconv.FormatInt(voucherID, 10) + "}:req"
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if got, _ := e.rdb.HLen(context.Background(), key).Result(); got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("redis never sold %d requests of voucher %d", n, voucherID)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.WaitFor(tb, "redis sold "+strconv.FormatInt(n, 10)+" requests", func() bool {
+		got, _ := e.rdb.HLen(context.Background(), key).Result()
+		return got >= n
+	})
 }
 
 // ordersOf returns the ids of the user's orders of the voucher in the
