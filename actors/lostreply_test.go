@@ -3,6 +3,8 @@ package actors_test
 import (
 	"context"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,5 +85,51 @@ func TestAReroutedGrabThatSoldIsNotAnsweredSoldOut(t *testing.T) {
 	}
 	if got.Code != domain.SeckillOK || got.OrderID != orders[0] {
 		t.Fatalf("user 1 bought order %d but was answered %s (order %d)", orders[0], got.Code, got.OrderID)
+	}
+}
+
+// onceStale refuses its first batch as superseded (as a newer activation
+// would), then sells.
+type onceStale struct {
+	recordingStore
+	refused atomic.Bool
+}
+
+func (s *onceStale) Grab(ctx context.Context, voucherID, fence int64, g []persistence.Grab) (persistence.BatchOutcome, error) {
+	if s.refused.CompareAndSwap(false, true) {
+		return persistence.BatchOutcome{Stale: true}, nil
+	}
+	return s.recordingStore.Grab(ctx, voucherID, fence, g)
+}
+
+// onePerUser admits each user's first grab and limits every later one.
+type onePerUser struct {
+	mu   sync.Mutex
+	seen map[int64]bool
+}
+
+func (l *onePerUser) Enabled() bool { return true }
+
+func (l *onePerUser) Admit(_ context.Context, _ int64, checks []persistence.RateCheck) ([]time.Duration, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	waits := make([]time.Duration, len(checks))
+	for i, c := range checks {
+		if l.seen[c.UserID] {
+			waits[i] = time.Second
+		}
+		l.seen[c.UserID] = true
+	}
+	return waits, nil
+}
+
+// A grab re-routed after a stale batch was admitted already: limiting it
+// again could answer RATE_LIMITED for a grab whose earlier attempt sold.
+func TestAReroutedGrabIsNotRateLimitedAgain(t *testing.T) {
+	st := &onceStale{}
+	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{Limits: &onePerUser{seen: map[int64]bool{}}})
+	t.Cleanup(r.Close)
+	if got := r.Grab(t.Context(), domain.GrabRequest{VoucherID: 1, UserID: 1}); got.Code != domain.SeckillOK || !st.soldTo(1) {
+		t.Fatalf("re-routed grab: %s, want OK", got.Code)
 	}
 }
