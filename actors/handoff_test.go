@@ -11,17 +11,20 @@ import (
 
 	"flashsale/actors"
 	"flashsale/domain"
+	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
 
 // recordingStore stands in for Redis where a test needs a batch held in
-// flight or a failure on cue: it sells everything after delay (ignoring
-// the context, like a reply that arrives late) and records who it sold to.
-// Its gate holds batches in flight.
+// flight or a failure on cue: it sells everything and records who it sold
+// to. Its gate holds batches in flight.
 type recordingStore struct {
 	gate
 	failState bool        // State fails (a reload cannot read Redis)
 	stale     atomic.Bool // every batch is refused as superseded
+	// untilDeadline holds each batch until its call's deadline has passed
+	// and sells it anyway, like a reply that arrives late.
+	untilDeadline bool
 
 	mu   sync.Mutex
 	sold []int64
@@ -38,7 +41,10 @@ func (s *recordingStore) State(context.Context, int64) (persistence.VoucherState
 	return liveState(), nil
 }
 
-func (s *recordingStore) Grab(_ context.Context, _, _ int64, g []persistence.Grab) (persistence.BatchOutcome, error) {
+func (s *recordingStore) Grab(ctx context.Context, _, _ int64, g []persistence.Grab) (persistence.BatchOutcome, error) {
+	if s.untilDeadline {
+		<-ctx.Done()
+	}
 	s.hold()
 	if s.stale.Load() {
 		return persistence.BatchOutcome{Stale: true}, nil
@@ -94,12 +100,12 @@ func TestAGrabWhoseCallerGaveUpIsNeverSold(t *testing.T) {
 // A caller whose grab is already in a script call when its own wait ends
 // gets the script's answer, not an UNAVAILABLE that may hide an order.
 func TestAGrabInFlightIsAnsweredWithItsOutcome(t *testing.T) {
-	// The grab is taken at once (long before the caller's own wait of 1 s
-	// ends) and the store replies 1.5 s later: after that wait, and well
-	// within the bound on a batch in flight (2 × 1 s more). Scheduling
-	// delays of several hundred milliseconds change neither.
-	st := &recordingStore{gate: gate{delay: 1500 * time.Millisecond}}
-	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: time.Second})
+	// The store answers when the batch's deadline has passed. The batch
+	// started after the caller began to wait, with the same timeout, so
+	// the caller's own wait has ended by then, and the answer comes well
+	// within the bound on a batch in flight (2 × GrabTimeout more).
+	st := &recordingStore{untilDeadline: true}
+	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: 200 * time.Millisecond})
 	t.Cleanup(r.Close)
 	if got := r.Grab(context.Background(), domain.GrabRequest{VoucherID: 1, UserID: 1}); got.Code != domain.SeckillOK || got.OrderID == 0 {
 		t.Fatalf("the store sold the grab, the caller got %s", got.Code)
@@ -109,13 +115,16 @@ func TestAGrabInFlightIsAnsweredWithItsOutcome(t *testing.T) {
 // A reload that fails while a batch is in flight must not strand the
 // grabs that queued behind the batch.
 func TestAFailedReloadStillSendsTheWaitingGrabs(t *testing.T) {
-	st := &recordingStore{gate: gate{delay: 200 * time.Millisecond}, failState: true}
+	st := &recordingStore{gate: gate{entered: make(chan struct{}, 1), release: make(chan struct{})}, failState: true}
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: 2 * time.Second})
 	t.Cleanup(r.Close)
+	t.Cleanup(st.open) // runs before r.Close, even when the test fails
 	first := grabAsync(r, context.Background(), 1, 1)
-	time.Sleep(50 * time.Millisecond) // user 1's batch is in flight
-	r.Changed(1)                      // the reload waits for the batch, then fails
+	<-st.entered // user 1's batch is held in flight
+	r.Changed(1) // the reload waits for the batch, then fails
 	second := grabAsync(r, context.Background(), 1, 2)
+	testenv.WaitFor(t, "user 2 waits behind the batch", func() bool { return actors.Queued(r, 1) == 2 })
+	st.open()
 	for u, res := range []<-chan domain.GrabResult{first, second} {
 		if got := <-res; got.Code != domain.SeckillOK {
 			t.Fatalf("user %d: %s", u+1, got.Code)
@@ -126,15 +135,23 @@ func TestAFailedReloadStillSendsTheWaitingGrabs(t *testing.T) {
 // Close must not race with actors that retire (and leave the router's
 // map) while it waits for them; -race checks it.
 func TestCloseWhileActorsRetire(t *testing.T) {
-	st := &recordingStore{gate: gate{delay: 100 * time.Millisecond}}
+	const vouchers = 50
+	st := &recordingStore{gate: gate{entered: make(chan struct{}, vouchers), release: make(chan struct{})}}
 	st.stale.Store(true) // every activation finds itself superseded and retires
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: time.Second})
+	t.Cleanup(st.open)
 	var wg sync.WaitGroup
-	for v := int64(1); v <= 50; v++ {
+	for v := int64(1); v <= vouchers; v++ {
 		wg.Go(func() { r.Grab(context.Background(), domain.GrabRequest{VoucherID: v, UserID: 1}) })
 	}
-	time.Sleep(50 * time.Millisecond)
-	r.Close()
+	for range vouchers {
+		<-st.entered // every voucher's first batch is held in flight
+	}
+	closed := make(chan struct{})
+	go func() { r.Close(); close(closed) }()
+	testenv.WaitFor(t, "Close has begun", func() bool { return actors.Closing(r) })
+	st.open() // the actors retire while Close waits for them
+	<-closed
 	wg.Wait()
 }
 

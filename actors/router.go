@@ -191,7 +191,8 @@ func (r *Router) grab(ctx context.Context, req domain.GrabRequest) domain.GrabRe
 	msg := &grabMsg{
 		user:  req.UserID,
 		ip:    req.ClientIP,
-		req:   r.reqPrefix + strconv.FormatUint(r.reqSeq.Add(1), 36),
+		req:   r.requestID(req),
+		keyed: req.RequestID != "",
 		reply: make(chan domain.GrabResult, 1),
 	}
 	if !r.send(req.VoucherID, msg) {
@@ -226,6 +227,17 @@ func (r *Router) grab(ctx context.Context, req domain.GrabRequest) domain.GrabRe
 		r.log.Error("grab in flight got no answer", "voucher", req.VoucherID, "user", req.UserID)
 		return domain.GrabResult{Code: domain.SeckillUnavailable}
 	}
+}
+
+// requestID is the id the grab script remembers a sale by. A client's key
+// is scoped to its user ("u<user>:<key>"), so two users who pick the same
+// key never share a sale; without a key each grab gets a fresh id from
+// this node's random prefix (hex digits and a colon, never a "u").
+func (r *Router) requestID(req domain.GrabRequest) string {
+	if req.RequestID != "" {
+		return "u" + strconv.FormatInt(req.UserID, 10) + ":" + req.RequestID
+	}
+	return r.reqPrefix + strconv.FormatUint(r.reqSeq.Add(1), 36)
 }
 
 // send enqueues msg for the voucher's actor, spawning it if needed. The

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -14,13 +15,20 @@ import (
 // grabMsg is one grab waiting for its answer. It never leaves this node
 // (it carries a channel), so it needs no protobuf form.
 type grabMsg struct {
-	user  int64
-	ip    string
-	req   string
+	user int64
+	ip   string
+	req  string
+	// keyed marks a grab that carries the client's idempotency key: it
+	// may be the retry of one that sold (see voucherActor.decided).
+	keyed bool
 	reply chan domain.GrabResult
 	ref   *voucherRef
 	// hops counts how often the grab was handed to a new activation.
 	hops int
+	// admitted is set once the rate limits let the grab through: a grab
+	// re-routed after a stale batch is not limited again (an answer of
+	// RATE_LIMITED could hide a sale of its earlier attempt).
+	admitted bool
 	// state is grabWaiting until the actor puts the grab in a script call
 	// (grabTaken) or the caller gives up first (grabAbandoned); whoever
 	// moves it first decides, so a caller told UNAVAILABLE after a timeout
@@ -39,10 +47,16 @@ const (
 func (g *grabMsg) abandon() bool { return g.state.CompareAndSwap(grabWaiting, grabAbandoned) }
 
 // take claims a grab for a script call; false means its caller gave up.
-// A grab rerouted after a stale batch (nothing of it sold) stays taken.
+// A grab rerouted after a stale batch stays taken.
 func (g *grabMsg) take() bool {
 	return g.state.CompareAndSwap(grabWaiting, grabTaken) || g.state.Load() == grabTaken
 }
+
+// sent reports whether the grab was in a script call before. Such a grab
+// may have sold (an earlier attempt of its batch ran in Redis and lost its
+// reply, then the retry met a newer activation's fence), so only its
+// request id in Redis may decide it, never an activation's memory.
+func (g *grabMsg) sent() bool { return g.state.Load() == grabTaken }
 
 // maxHops bounds re-routing: two nodes whose activations keep superseding
 // each other must not bounce a grab forever.
@@ -177,6 +191,24 @@ func (a *voucherActor) reroute(g *grabMsg) {
 	}
 }
 
+// decided answers g from memory when the cached state decides it. A grab
+// that may have sold is left to the script, which looks up its request id
+// before anything else: one that was in a script call before (see
+// grabMsg.sent), and, while the sale lasts, one that carries the client's
+// key, which may retry a grab whose reply was lost. So a keyed grab after
+// the sell-out costs a script call (in a batch) where an unkeyed one costs
+// nothing.
+func (a *voucherActor) decided(g *grabMsg, now time.Time) (domain.SeckillCode, bool) {
+	if g.sent() {
+		return "", false
+	}
+	code, ok := a.known(now)
+	if ok && g.keyed && (code == domain.SeckillSoldOut || code == domain.SeckillPaused) {
+		return "", false
+	}
+	return code, ok
+}
+
 // known answers from memory when the cached state already decides.
 func (a *voucherActor) known(now time.Time) (domain.SeckillCode, bool) {
 	st := a.state
@@ -202,7 +234,7 @@ func (a *voucherActor) onGrab(ctx actor.Context, g *grabMsg) {
 		a.reroute(g)
 		return
 	}
-	if code, ok := a.known(time.Now()); ok {
+	if code, ok := a.decided(g, time.Now()); ok {
 		a.answer(g, domain.GrabResult{Code: code})
 		return
 	}
@@ -217,7 +249,7 @@ func (a *voucherActor) drain(ctx actor.Context) {
 	now := time.Now()
 	keep := a.pending[:0]
 	for _, g := range a.pending {
-		if code, ok := a.known(now); ok {
+		if code, ok := a.decided(g, now); ok {
 			a.answer(g, domain.GrabResult{Code: code})
 		} else {
 			keep = append(keep, g)
@@ -266,7 +298,10 @@ func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
 		}
 	case d.out.Stale:
 		a.r.log.Info("voucher actor superseded by a newer activation; stopping", "voucher", a.id, "fence", a.fence)
-		a.retire(ctx, d.batch) // nothing of the batch was sold
+		// Nothing of the batch was sold by this call, but an earlier
+		// attempt may have sold and lost its reply: the new activation
+		// asks Redis about these grabs, whatever it caches (grabMsg.sent).
+		a.retire(ctx, d.batch)
 		return
 	case d.scripted && !d.out.State.Found && a.state.Found:
 		// Redis lost the voucher; nothing of the batch was sold.
@@ -313,34 +348,24 @@ func (r *Router) runBatch(voucherID, fence int64, batch []*grabMsg) (persistence
 		return context.WithTimeout(batchCtx, r.opts.CallTimeout)
 	}
 	results := make([]domain.GrabResult, len(batch))
+	ctx, cancel := call()
+	waits, err := r.admit(ctx, voucherID, batch)
+	cancel()
+	if err != nil {
+		return persistence.BatchOutcome{}, false, err
+	}
 	admitted := make([]int, 0, len(batch))
-	if lim := r.opts.Limits; lim != nil && lim.Enabled() {
-		checks := make([]persistence.RateCheck, len(batch))
-		for i, g := range batch {
-			checks[i] = persistence.RateCheck{UserID: g.user, IP: g.ip}
-		}
-		ctx, cancel := call()
-		waits, err := lim.Admit(ctx, voucherID, checks)
-		cancel()
-		if err != nil {
-			return persistence.BatchOutcome{}, false, err
-		}
-		for i, wait := range waits {
-			if wait > 0 {
-				results[i] = domain.GrabResult{Code: domain.SeckillRateLimited, RetryAfter: wait}
-			} else {
-				admitted = append(admitted, i)
-			}
-		}
-	} else {
-		for i := range batch {
+	for i, wait := range waits {
+		if wait > 0 {
+			results[i] = domain.GrabResult{Code: domain.SeckillRateLimited, RetryAfter: wait}
+		} else {
 			admitted = append(admitted, i)
 		}
 	}
 	if len(admitted) == 0 {
 		return persistence.BatchOutcome{Results: results}, false, nil
 	}
-	ctx, cancel := call()
+	ctx, cancel = call()
 	ids, err := r.ids.Take(ctx, len(admitted))
 	cancel()
 	if err != nil {
@@ -371,4 +396,35 @@ func (r *Router) runBatch(voucherID, fence int64, batch []*grabMsg) (persistence
 		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
 		}
 	}
+}
+
+// admit checks the batch against the rate limits in one round trip and
+// returns, per grab, how long it must wait (0: admitted). A grab admitted
+// once is not checked again when a stale batch re-routes it.
+func (r *Router) admit(ctx context.Context, voucherID int64, batch []*grabMsg) ([]time.Duration, error) {
+	waits := make([]time.Duration, len(batch))
+	lim := r.opts.Limits
+	if lim == nil || !lim.Enabled() {
+		return waits, nil
+	}
+	var checks []persistence.RateCheck
+	var checked []int
+	for i, g := range batch {
+		if !g.admitted {
+			checks = append(checks, persistence.RateCheck{UserID: g.user, IP: g.ip})
+			checked = append(checked, i)
+		}
+	}
+	if len(checks) == 0 {
+		return waits, nil
+	}
+	got, err := lim.Admit(ctx, voucherID, checks)
+	if err != nil {
+		return nil, fmt.Errorf("rate limits of voucher %d: %w", voucherID, err)
+	}
+	for j, i := range checked {
+		waits[i] = got[j]
+		batch[i].admitted = got[j] <= 0
+	}
+	return waits, nil
 }

@@ -27,6 +27,29 @@ type GrabRequest struct {
 	UserID    int64
 	// ClientIP feeds the per-IP rate limit; empty skips it.
 	ClientIP string
+	// RequestID is the client's idempotency key (empty: none). The same
+	// user and key get the first sale again, so a client that was told
+	// UNAVAILABLE, or lost the reply, can retry without buying twice.
+	RequestID string
+}
+
+// MaxRequestIDLen bounds a client's idempotency key: it is stored with
+// every sale until the sale ends, and in the order log.
+const MaxRequestIDLen = 64
+
+// CheckRequestID checks a client's idempotency key: 1 to MaxRequestIDLen
+// printable ASCII characters, so that it is safe in a Redis key, a log
+// line and a database column, and two keys that look alike are alike.
+func CheckRequestID(key string) error {
+	if key == "" || len(key) > MaxRequestIDLen {
+		return InvalidField("requestId", "must be 1 to %d characters long", MaxRequestIDLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c > 0x7e {
+			return InvalidField("requestId", "must hold printable ASCII characters only (byte %d is 0x%02X)", i, c)
+		}
+	}
+	return nil
 }
 
 // GrabResult is the answer to one grab. OrderID is set when Code is OK: the

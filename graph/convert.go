@@ -1,12 +1,14 @@
 package graph
 
 import (
+	"context"
 	"encoding/base64"
 	"strconv"
 	"strings"
 
 	"flashsale/domain"
 	"flashsale/graph/model"
+	"flashsale/internal/auth"
 )
 
 // Conversions between the domain and the GraphQL models. Resolvers call
@@ -141,6 +143,24 @@ func notImplemented(field string) error {
 
 // seckillToModel maps a grab's outcome to the contract: business outcomes
 // are data; a rate-limited grab is a RATE_LIMITED error.
+// grabRequest is the caller's grab: the user from the token (checked
+// first, so an anonymous caller hears UNAUTHENTICATED whatever it sent)
+// and the client's idempotency key, if any, checked.
+func grabRequest(ctx context.Context, voucherID int64, requestID *string) (domain.GrabRequest, error) {
+	id, err := auth.FromContext(ctx)
+	if err != nil {
+		return domain.GrabRequest{}, err
+	}
+	req := domain.GrabRequest{VoucherID: voucherID, UserID: id.UserID, ClientIP: clientIP(ctx)}
+	if requestID != nil {
+		if err := domain.CheckRequestID(*requestID); err != nil {
+			return domain.GrabRequest{}, err
+		}
+		req.RequestID = *requestID
+	}
+	return req, nil
+}
+
 func seckillToModel(res domain.GrabResult) (*model.SeckillResult, error) {
 	if res.Code == domain.SeckillRateLimited {
 		return nil, domain.RateLimited(res.RetryAfter)

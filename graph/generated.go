@@ -73,7 +73,7 @@ type ComplexityRoot struct {
 		CreateVoucher    func(childComplexity int, input model.CreateVoucherInput) int
 		GrabRedPacket    func(childComplexity int, id int64) int
 		PayOrder         func(childComplexity int, orderID int64) int
-		SeckillVoucher   func(childComplexity int, voucherID int64) int
+		SeckillVoucher   func(childComplexity int, voucherID int64, requestID *string) int
 		SetVoucherStatus func(childComplexity int, id int64, status model.VoucherStatus) int
 	}
 
@@ -183,7 +183,7 @@ type MutationResolver interface {
 	CreateVoucher(ctx context.Context, input model.CreateVoucherInput) (*model.Voucher, error)
 	SetVoucherStatus(ctx context.Context, id int64, status model.VoucherStatus) (*model.Voucher, error)
 	AddStock(ctx context.Context, voucherID int64, amount int) (*model.StockUpdate, error)
-	SeckillVoucher(ctx context.Context, voucherID int64) (*model.SeckillResult, error)
+	SeckillVoucher(ctx context.Context, voucherID int64, requestID *string) (*model.SeckillResult, error)
 	PayOrder(ctx context.Context, orderID int64) (*model.VoucherOrder, error)
 	CancelOrder(ctx context.Context, orderID int64) (*model.VoucherOrder, error)
 	CreateRedPacket(ctx context.Context, input model.CreateRedPacketInput) (*model.RedPacket, error)
@@ -391,7 +391,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Mutation.SeckillVoucher(childComplexity, args["voucherId"].(int64)), true
+		return e.ComplexityRoot.Mutation.SeckillVoucher(childComplexity, args["voucherId"].(int64), args["requestId"].(*string)), true
 	case "Mutation.setVoucherStatus":
 		if e.ComplexityRoot.Mutation.SetVoucherStatus == nil {
 			break
@@ -1370,6 +1370,14 @@ func (ec *executionContext) field_Mutation_seckillVoucher_args(ctx context.Conte
 		return nil, err
 	}
 	args["voucherId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "requestId",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["requestId"] = arg1
 	return args, nil
 }
 
@@ -2149,7 +2157,7 @@ func (ec *executionContext) _Mutation_seckillVoucher(ctx context.Context, field 
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().SeckillVoucher(ctx, fc.Args["voucherId"].(int64))
+			return ec.Resolvers.Mutation().SeckillVoucher(ctx, fc.Args["voucherId"].(int64), fc.Args["requestId"].(*string))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *model.SeckillResult) graphql.Marshaler {

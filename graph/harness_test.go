@@ -47,11 +47,35 @@ func newServer(tb testing.TB) *testServer {
 // newServerWith lets a test set the router's options (rate limits, ...).
 func newServerWith(tb testing.TB, options func(*redis.Client) actors.Options) *testServer {
 	tb.Helper()
+	return startServer(tb, options, nil)
+}
+
+// newStallingServer runs the grab scripts through a client the test can
+// stall (see testenv.StallingClient); everything else reaches Redis
+// directly.
+func newStallingServer(tb testing.TB, opts actors.Options) (*testServer, *testenv.StallingClient) {
+	tb.Helper()
+	var grabs *testenv.StallingClient
+	s := startServer(tb, func(*redis.Client) actors.Options { return opts }, func(s *testServer) redis.UniversalClient {
+		grabs = testenv.MustStallingClient(tb, s.redis.Addr())
+		return grabs
+	})
+	return s, grabs
+}
+
+// startServer wires the server; grabClient, if not nil, picks the client
+// the grab scripts run on.
+func startServer(tb testing.TB, options func(*redis.Client) actors.Options, grabClient func(*testServer) redis.UniversalClient) *testServer {
+	tb.Helper()
 	s := &testServer{db: testenv.MustPostgres(tb), redis: testenv.MustRedis(tb), tokens: auth.NewTokens(testSecret)}
 	s.rdb = s.redis.Client()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s.catalog = catalog.New(persistence.NewVouchers(s.db), persistence.NewStock(s.rdb), log)
-	s.router = actors.NewRouter(persistence.NewGrabs(s.rdb), persistence.NewOrderIDs(s.rdb, 0, persistence.MaxOrderID(s.db)), s.catalog, log, options(s.rdb))
+	var grabs redis.UniversalClient = s.rdb
+	if grabClient != nil {
+		grabs = grabClient(s)
+	}
+	s.router = actors.NewRouter(persistence.NewGrabs(grabs), persistence.NewOrderIDs(s.rdb, 0, persistence.MaxOrderID(s.db)), s.catalog, log, options(s.rdb))
 	s.writer = persistence.NewOrderWriter(s.db, s.rdb, log, persistence.OrderWriterOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup

@@ -2,9 +2,7 @@ package graph
 
 import (
 	"context"
-	"flashsale/domain"
 	"flashsale/graph/model"
-	"flashsale/internal/auth"
 )
 
 // CreateVoucher is the resolver for the createVoucher field.
@@ -31,12 +29,12 @@ func (r *mutationResolver) AddStock(ctx context.Context, voucherID int64, amount
 }
 
 // SeckillVoucher is the resolver for the seckillVoucher field.
-func (r *mutationResolver) SeckillVoucher(ctx context.Context, voucherID int64) (*model.SeckillResult, error) {
-	id, err := auth.FromContext(ctx)
+func (r *mutationResolver) SeckillVoucher(ctx context.Context, voucherID int64, requestID *string) (*model.SeckillResult, error) {
+	req, err := grabRequest(ctx, voucherID, requestID)
 	if err != nil {
 		return nil, err
 	}
-	return seckillToModel(r.Grabber.Grab(ctx, domain.GrabRequest{VoucherID: voucherID, UserID: id.UserID, ClientIP: clientIP(ctx)}))
+	return seckillToModel(r.Grabber.Grab(ctx, req))
 }
 
 // PayOrder is the resolver for the payOrder field.

@@ -51,10 +51,12 @@ var scriptCodes = []domain.SeckillCode{
 // grabScript sells a whole batch of grabs of one voucher atomically. For
 // each grab, in order: a request id seen before answers its first result
 // (a retried batch or request never sells twice); otherwise status, the
-// time window (Redis TIME), stock and the user's live orders decide, and a
+// time window (Redis TIME), the user's live orders and stock decide (a
+// user at their limit hears so even after the sell-out), and a
 // sale deducts stock, counts the user's order, remembers the request,
 // and appends the order to the voucher's order log, in one atomic step.
-// Each log entry carries the life stamp of the load it was sold from.
+// Each log entry carries the request id ('r') and the life stamp of the
+// load it was sold from.
 // The whole batch is refused if the caller's fencing token is not the
 // newest: a stale actor activation can never sell.
 //
@@ -91,11 +93,12 @@ local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
 local slot = '0'
 if limit == 1 then slot = '1' end
 -- One order-log entry, reused for every sale of the batch; it carries the
--- life stamp of the load the order is sold from, when there is one.
-local entry = {'o', '', 'u', '', 'v', ARGV[2], 't', now_s, 's', slot}
+-- request id and the life stamp of the load the order is sold from, when
+-- there is one.
+local entry = {'o', '', 'u', '', 'r', '', 'v', ARGV[2], 't', now_s, 's', slot}
 if m[6] then
-  entry[11] = 'l'
-  entry[12] = m[6]
+  entry[#entry + 1] = 'l'
+  entry[#entry + 1] = m[6]
 end
 local out = {0, 0, status, begin_ms, end_ms}
 local sold = 0
@@ -108,11 +111,11 @@ for i = 3, #ARGV, 3 do
   elseif verdict ~= 0 then
     out[#out + 1] = verdict
     out[#out + 1] = '0'
-  elseif stock <= 0 then
-    out[#out + 1] = 5
-    out[#out + 1] = '0'
   elseif tonumber(redis.call('HGET', KEYS[3], user) or '0') >= limit then
     out[#out + 1] = 6
+    out[#out + 1] = '0'
+  elseif stock <= 0 then
+    out[#out + 1] = 5
     out[#out + 1] = '0'
   else
     stock = stock - 1
@@ -121,6 +124,7 @@ for i = 3, #ARGV, 3 do
     redis.call('HSET', KEYS[5], req, oid)
     entry[2] = oid
     entry[4] = user
+    entry[6] = req
     redis.call('XADD', KEYS[6], '*', unpack(entry))
     out[#out + 1] = 0
     out[#out + 1] = oid

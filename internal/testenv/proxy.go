@@ -9,15 +9,18 @@ import (
 
 // Proxy forwards TCP connections to a target and can cut them all and
 // refuse new ones, to play a database or Redis outage without stopping a
-// server that other tests share.
+// server that other tests share. It can also stall: hold every reply while
+// requests still reach the target, as a network path that fails after the
+// server acted (the case of a lost reply).
 type Proxy struct {
 	tb     testing.TB
 	target string
 	ln     net.Listener
 
-	mu    sync.Mutex
-	down  bool
-	conns map[net.Conn]struct{}
+	mu      sync.Mutex
+	down    bool
+	conns   map[net.Conn]struct{}
+	flowing chan struct{} // closed while replies flow; open while stalled
 }
 
 // MustProxy starts a proxy to target (host:port) on a free loopback port.
@@ -27,11 +30,13 @@ func MustProxy(tb testing.TB, target string) *Proxy {
 	if err != nil {
 		tb.Fatalf("proxy listen: %v", err)
 	}
-	p := &Proxy{tb: tb, target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{tb: tb, target: target, ln: ln, conns: map[net.Conn]struct{}{}, flowing: make(chan struct{})}
+	close(p.flowing)
 	go p.accept()
 	tb.Cleanup(func() {
 		_ = ln.Close()
 		p.Down()
+		p.Resume() // lets held copies see their closed connections and end
 	})
 	return p
 }
@@ -55,6 +60,51 @@ func (p *Proxy) Up() {
 	p.mu.Lock()
 	p.down = false
 	p.mu.Unlock()
+}
+
+// Stall holds every reply from the target, on open and new connections,
+// until Resume; requests still go through. A client whose read times out
+// meanwhile closes its connection, so its held reply is lost for good.
+func (p *Proxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.flowing:
+		p.flowing = make(chan struct{})
+	default: // already stalled
+	}
+}
+
+// Resume lets replies flow again.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.flowing:
+	default:
+		close(p.flowing)
+	}
+}
+
+// replies copies the target's bytes to the client, holding each chunk
+// while the proxy is stalled.
+func (p *Proxy) replies(client, server net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := server.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			flowing := p.flowing
+			p.mu.Unlock()
+			<-flowing
+			if _, werr := client.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 func (p *Proxy) accept() {
@@ -91,14 +141,14 @@ func (p *Proxy) serve(client net.Conn) {
 	p.conns[server] = struct{}{}
 	p.mu.Unlock()
 	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		_ = dst.Close()
-		_ = src.Close()
+	pipe := func(copyAll func()) {
+		copyAll()
+		_ = client.Close()
+		_ = server.Close()
 		done <- struct{}{}
 	}
-	go pipe(server, client)
-	go pipe(client, server)
+	go pipe(func() { _, _ = io.Copy(server, client) })
+	go pipe(func() { p.replies(client, server) })
 	<-done
 	<-done
 	p.mu.Lock()

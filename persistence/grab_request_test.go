@@ -1,0 +1,35 @@
+package persistence_test
+
+import (
+	"testing"
+
+	"flashsale/internal/testenv"
+	"flashsale/persistence"
+)
+
+// Each order-log entry carries the request id the order was sold under, so
+// that the order can be traced back to the grab (and a client's key) that
+// bought it.
+func TestOrderLogEntriesCarryTheRequestID(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	v := mustVoucher(t, db, rdb, liveSpec(10, 1))
+	g, ids := persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(db))
+	fence, _, err := g.Claim(t.Context(), v.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := grabs(t, ids, 1, 2)
+	batch[1].RequestID = "u2:client key ~!"
+	if _, err := g.Grab(t.Context(), v.ID, fence, batch); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := rdb.XRange(t.Context(), persistence.LogKey(v.ID), "-", "+").Result()
+	if err != nil || len(entries) != len(batch) {
+		t.Fatalf("order log %v, %v; want %d entries", entries, err, len(batch))
+	}
+	for i, e := range entries {
+		if e.Values["r"] != batch[i].RequestID {
+			t.Fatalf("entry %d: r = %v, want %q", i, e.Values["r"], batch[i].RequestID)
+		}
+	}
+}
