@@ -51,7 +51,7 @@ func newServerWith(tb testing.TB, options func(*redis.Client) actors.Options) *t
 	s.rdb = s.redis.Client()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	s.catalog = catalog.New(persistence.NewVouchers(s.db), persistence.NewStock(s.rdb), log)
-	s.router = actors.NewRouter(persistence.NewGrabs(s.rdb), persistence.NewOrderIDs(s.rdb, 0, persistence.MaxOrderID(s.db)), s.catalog, log, options(s.rdb))
+	s.router = actors.NewRouter(persistence.NewGrabs(s.rdb), testenv.MustOrderIDs(tb, s.db), s.catalog, log, options(s.rdb))
 	s.writer = persistence.NewOrderWriter(s.db, s.rdb, log, persistence.OrderWriterOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup

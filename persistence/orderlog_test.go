@@ -46,7 +46,7 @@ func drained(tb testing.TB, w *persistence.OrderWriter, within time.Duration) {
 // order ids it answered OK.
 func sell(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, voucherID int64, users []int64) []int64 {
 	tb.Helper()
-	g, ids := persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(db))
+	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(tb, db)
 	fence, _, err := g.Claim(context.Background(), voucherID)
 	if err != nil {
 		tb.Fatal(err)
@@ -394,7 +394,7 @@ func TestOrderWriterForgetsFinishedLogs(t *testing.T) {
 	endedEmpty := mustVoucher(t, db, rdb, ended)
 	live := mustVoucher(t, db, rdb, liveSpec(5, 1))
 	// An order accepted just before the end, not yet persisted.
-	ids := persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(db))
+	ids := testenv.MustOrderIDs(t, db)
 	oid, err := ids.Take(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
