@@ -44,6 +44,7 @@ type app struct {
 	rdb      *redis.Client
 	tokens   *auth.Tokens
 	catalog  *catalog.Service
+	ids      *persistence.OrderIDs
 	router   *actors.Router
 	writer   *persistence.OrderWriter
 	listener net.Listener
@@ -104,8 +105,15 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	}
 	log.Info("seckill vouchers ready in redis", "vouchers", n)
 
+	// Order ids come from a node slot leased in the database, not from
+	// Redis: they must not repeat when Redis loses its data.
+	a.ids = persistence.NewOrderIDs(a.db, log, persistence.OrderIDOptions{})
+	if err = a.ids.Start(context.WithoutCancel(ctx)); err != nil {
+		return nil, fmt.Errorf("order ids: %w", err)
+	}
+
 	limits := persistence.NewRateLimits(a.rdb, cfg.RateUserPerSec, cfg.RateVoucherPerSec, cfg.RateIPPerSec)
-	a.router = actors.NewRouter(persistence.NewGrabs(a.rdb), persistence.NewOrderIDs(a.rdb, 0, persistence.MaxOrderID(a.db)), a.catalog, log, actors.Options{
+	a.router = actors.NewRouter(persistence.NewGrabs(a.rdb), a.ids, a.catalog, log, actors.Options{
 		Limits:     limits,
 		BatchSize:  cfg.GrabBatchSize,
 		QueueBound: cfg.GrabQueueBound,
@@ -193,6 +201,9 @@ func (a *app) stop() {
 	}
 	if a.router != nil {
 		a.router.Close()
+	}
+	if a.ids != nil {
+		a.ids.Close() // after the router: no grab takes ids any more
 	}
 	if a.cancelBackground != nil {
 		drainCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

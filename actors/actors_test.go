@@ -46,7 +46,7 @@ func (e *env) router(tb testing.TB, cnt *testenv.Counter, opts actors.Options) *
 	if cnt != nil {
 		rdb.AddHook(cnt)
 	}
-	r := actors.NewRouter(persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(e.db)), e.catalog, quiet, opts)
+	r := actors.NewRouter(persistence.NewGrabs(rdb), testenv.MustOrderIDs(tb, e.db), e.catalog, quiet, opts)
 	tb.Cleanup(func() { r.Close(); _ = rdb.Close() })
 	return r
 }
@@ -265,7 +265,7 @@ func TestRedisDownAnswersUnavailableInBoundedTime(t *testing.T) {
 	proxy := testenv.MustProxy(t, e.redis.Addr())
 	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = rdb.Close() })
-	r := actors.NewRouter(persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(e.db)), e.catalog, quiet,
+	r := actors.NewRouter(persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, e.db), e.catalog, quiet,
 		actors.Options{CallTimeout: 300 * time.Millisecond, GrabTimeout: 2 * time.Second})
 	t.Cleanup(r.Close)
 	if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 1}).Code; c != domain.SeckillOK {

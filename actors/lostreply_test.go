@@ -26,7 +26,7 @@ type stallingNode struct {
 func (e *env) stallingNode(tb testing.TB, opts actors.Options) stallingNode {
 	tb.Helper()
 	n := stallingNode{grabs: testenv.MustStallingClient(tb, e.redis.Addr())}
-	n.Router = actors.NewRouter(persistence.NewGrabs(n.grabs), persistence.NewOrderIDs(e.rdb, 0, persistence.MaxOrderID(e.db)), e.catalog, quiet, opts)
+	n.Router = actors.NewRouter(persistence.NewGrabs(n.grabs), testenv.MustOrderIDs(tb, e.db), e.catalog, quiet, opts)
 	tb.Cleanup(n.Close)
 	return n
 }

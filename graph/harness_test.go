@@ -75,7 +75,7 @@ func startServer(tb testing.TB, options func(*redis.Client) actors.Options, grab
 	if grabClient != nil {
 		grabs = grabClient(s)
 	}
-	s.router = actors.NewRouter(persistence.NewGrabs(grabs), persistence.NewOrderIDs(s.rdb, 0, persistence.MaxOrderID(s.db)), s.catalog, log, options(s.rdb))
+	s.router = actors.NewRouter(persistence.NewGrabs(grabs), testenv.MustOrderIDs(tb, s.db), s.catalog, log, options(s.rdb))
 	s.writer = persistence.NewOrderWriter(s.db, s.rdb, log, persistence.OrderWriterOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/uptrace/bun"
 
 	"flashsale/domain"
 )
@@ -38,8 +36,6 @@ const (
 	// changed outside the grab script (pause, resume, preheat, restock,
 	// cancellation), so that actors drop what they cached.
 	eventsChannel = "flashsale:voucher-events"
-	// orderIDKey holds the order-id allocator's (second, sequence).
-	orderIDKey = "flashsale:order-id"
 )
 
 // Grab outcome codes as the script returns them.
@@ -139,47 +135,6 @@ end
 out[2] = stock
 return out
 `)
-
-// orderIDScript allocates a block of n order ids: (second, first sequence)
-// with ids = second<<32 | sequence. The pair only grows within a Redis
-// lifetime. When the key is missing (first use, or Redis lost its data) the
-// script refuses until the caller passes a floor: a second past every id
-// already in the database, so a new lifetime never repeats a persisted id;
-// it also starts past the current second, of which other nodes may still
-// hold blocks. (What remains, a block of a second still ahead of the clock
-// after two losses within a second, is caught by the order writer, which
-// dead-letters an id that arrives with another order's content.)
-//
-// ARGV: n, epoch, floor ("" when unknown). Returns {second, sequence}, or
-// {-1, 0} when a floor is needed.
-var orderIDScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) - tonumber(ARGV[2])
-local sec = tonumber(redis.call('HGET', KEYS[1], 'sec') or '-1')
-local seq = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
-local n = tonumber(ARGV[1])
-if sec < 0 then
-  if ARGV[3] == '' then
-    return {-1, 0}
-  end
-  -- Past this second too: a node may still hold a block of it from
-  -- before Redis lost the key.
-  sec = math.max(now + 1, tonumber(ARGV[3]))
-  seq = 0
-elseif now > sec then
-  sec = now
-  seq = 0
-end
-if seq + n > 4294967295 then
-  sec = sec + 1
-  seq = 0
-end
-redis.call('HSET', KEYS[1], 'sec', sec, 'seq', seq + n)
-return {sec, seq}
-`)
-
-// orderIDEpoch is 2023-01-01T00:00:00Z, the seeds' order-id epoch.
-const orderIDEpoch = 1672531200
 
 // VoucherState is what an actor may cache about a voucher.
 type VoucherState struct {
@@ -333,74 +288,4 @@ func fill(n int, code domain.SeckillCode) []domain.GrabResult {
 		out[i].Code = code
 	}
 	return out
-}
-
-// OrderIDs hands out unique, roughly time-ordered 64-bit order ids
-// (seconds since 2023-01-01 << 32 | sequence), taking them from Redis in
-// blocks so that a grab costs no round trip of its own.
-type OrderIDs struct {
-	rdb   redis.UniversalClient
-	block int
-	// maxID returns the largest order id already persisted; it is asked
-	// only when Redis has no allocator state.
-	maxID func(context.Context) (int64, error)
-
-	mu        sync.Mutex
-	sec       int64
-	next, end int64
-}
-
-// NewOrderIDs returns an allocator that reserves block ids at a time;
-// maxID reports the largest id already persisted (see MaxOrderID).
-func NewOrderIDs(rdb redis.UniversalClient, block int, maxID func(context.Context) (int64, error)) *OrderIDs {
-	if block <= 0 {
-		block = 4096
-	}
-	return &OrderIDs{rdb: rdb, block: block, maxID: maxID}
-}
-
-// MaxOrderID returns a function reporting the largest order id in db.
-func MaxOrderID(db *bun.DB) func(context.Context) (int64, error) {
-	return func(ctx context.Context) (int64, error) {
-		var id int64
-		err := db.NewSelect().Table("tb_voucher_order").ColumnExpr("COALESCE(MAX(id), 0)").Scan(ctx, &id)
-		if err != nil {
-			return 0, fmt.Errorf("largest persisted order id: %w", err)
-		}
-		return id, nil
-	}
-}
-
-func (o *OrderIDs) allocate(ctx context.Context, n int) error {
-	raw, err := orderIDScript.Run(ctx, o.rdb, []string{orderIDKey}, n, orderIDEpoch, "").Int64Slice()
-	if err == nil && len(raw) == 2 && raw[0] < 0 {
-		var maxID int64
-		if maxID, err = o.maxID(ctx); err != nil {
-			return fmt.Errorf("allocate order ids after redis lost the allocator: %w", err)
-		}
-		raw, err = orderIDScript.Run(ctx, o.rdb, []string{orderIDKey}, n, orderIDEpoch, maxID>>32+1).Int64Slice()
-	}
-	if err != nil || len(raw) != 2 || raw[0] < 0 {
-		return fmt.Errorf("allocate order ids: %v %w", raw, err)
-	}
-	o.sec, o.next, o.end = raw[0], raw[1], raw[1]+int64(n)
-	return nil
-}
-
-// Take returns n fresh ids.
-func (o *OrderIDs) Take(ctx context.Context, n int) ([]int64, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	out := make([]int64, 0, n)
-	for len(out) < n {
-		if o.next == o.end {
-			if err := o.allocate(ctx, max(o.block, n-len(out))); err != nil {
-				return nil, err
-			}
-		}
-		for ; o.next < o.end && len(out) < n; o.next++ {
-			out = append(out, o.sec<<32|o.next)
-		}
-	}
-	return out, nil
 }

@@ -13,7 +13,7 @@ import (
 func TestOrderLogEntriesCarryTheRequestID(t *testing.T) {
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	v := mustVoucher(t, db, rdb, liveSpec(10, 1))
-	g, ids := persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(db))
+	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
 	fence, _, err := g.Claim(t.Context(), v.ID)
 	if err != nil {
 		t.Fatal(err)

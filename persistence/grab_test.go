@@ -3,7 +3,6 @@ package persistence_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -68,7 +67,7 @@ func codes(out persistence.BatchOutcome) []domain.SeckillCode {
 func TestGrabScriptSellsInOrderWithinStockAndLimit(t *testing.T) {
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	v := mustVoucher(t, db, rdb, liveSpec(3, 1))
-	g, ids := persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(db))
+	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
 	fence, st, err := g.Claim(t.Context(), v.ID)
 	if err != nil || !st.Found || st.Remaining != 3 || st.Limit != 1 {
 		t.Fatalf("claim: %v %+v", err, st)
@@ -91,7 +90,7 @@ func TestGrabScriptSellsInOrderWithinStockAndLimit(t *testing.T) {
 func TestGrabScriptIsIdempotentPerRequest(t *testing.T) {
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	v := mustVoucher(t, db, rdb, liveSpec(10, 5))
-	g, ids := persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(db))
+	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
 	fence, _, _ := g.Claim(t.Context(), v.ID)
 	batch := grabs(t, ids, 7, 7, 8)
 	first, err := g.Grab(t.Context(), v.ID, fence, batch)
@@ -120,7 +119,7 @@ func TestGrabScriptIsIdempotentPerRequest(t *testing.T) {
 func TestGrabScriptRefusesAStaleFence(t *testing.T) {
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	v := mustVoucher(t, db, rdb, liveSpec(10, 1))
-	g, ids := persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(db))
+	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
 	old, _, _ := g.Claim(t.Context(), v.ID)
 	newer, _, _ := g.Claim(t.Context(), v.ID)
 	out, err := g.Grab(t.Context(), v.ID, old, grabs(t, ids, 1))
@@ -137,7 +136,7 @@ func TestGrabScriptRefusesAStaleFence(t *testing.T) {
 
 func TestGrabScriptChecksWindowAndStatus(t *testing.T) {
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
-	g, ids := persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(db))
+	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
 	now := time.Now()
 	early := mustVoucher(t, db, rdb, voucherSpec{stock: 5, limit: 1, begin: now.Add(time.Hour), end: now.Add(2 * time.Hour)})
 	late := mustVoucher(t, db, rdb, voucherSpec{stock: 5, limit: 1, begin: now.Add(-2 * time.Hour), end: now.Add(-time.Hour)})
@@ -170,45 +169,6 @@ func TestGrabScriptChecksWindowAndStatus(t *testing.T) {
 	}
 }
 
-func TestOrderIDsAreUniqueAcrossNodesAndRedisRestarts(t *testing.T) {
-	srv := testenv.MustRedis(t)
-	rdb := srv.Client()
-	seen := map[int64]bool{}
-	var mu sync.Mutex
-	var maxSeen int64
-	// As if every id handed out so far had been persisted.
-	persisted := func(context.Context) (int64, error) { mu.Lock(); defer mu.Unlock(); return maxSeen, nil }
-	take := func(block, n int) {
-		ids := persistence.NewOrderIDs(rdb, block, persisted)
-		for i := 0; i < n; i += 100 {
-			got, err := ids.Take(context.Background(), 100)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			mu.Lock()
-			for _, id := range got {
-				if seen[id] || id <= 0 {
-					t.Errorf("id %d handed out twice (or not positive)", id)
-				}
-				seen[id] = true
-				maxSeen = max(maxSeen, id)
-			}
-			mu.Unlock()
-		}
-	}
-	var wg sync.WaitGroup
-	for node := 0; node < 4; node++ {
-		wg.Go(func() { take(64+node*50, 5000) })
-	}
-	wg.Wait()
-	srv.Restart() // the allocator's state is lost
-	take(64, 2000)
-	if len(seen) != 22000 {
-		t.Fatalf("%d distinct ids, want 22000", len(seen))
-	}
-}
-
 // A node starting up reads the vouchers, an admin pauses one, then the
 // start-up preheat writes what it read: the older version must not win.
 func TestPreheatNeverRevertsANewerStatus(t *testing.T) {
@@ -236,7 +196,7 @@ func TestPreheatNeverRevertsANewerStatus(t *testing.T) {
 func TestGrabScriptSurvivesRedisLosingItsScripts(t *testing.T) {
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	v := mustVoucher(t, db, rdb, liveSpec(5, 1))
-	g, ids := persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(db))
+	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
 	fence, _, _ := g.Claim(t.Context(), v.ID)
 	if err := rdb.ScriptFlush(t.Context()).Err(); err != nil {
 		t.Fatal(err)

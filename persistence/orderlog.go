@@ -452,8 +452,8 @@ func (w *OrderWriter) persist(ctx context.Context, entries []logEntry) error {
 			continue
 		}
 		if same := byID[e.order.ID]; len(same) > 0 { // a claim and a read may overlap
-			if first := same[0].order; first.UserID != e.order.UserID || first.VoucherID != e.order.VoucherID {
-				e.bad = refuse(DeadIDCollision, fmt.Errorf("order id %d used twice in the log (users %d and %d)", e.order.ID, first.UserID, e.order.UserID))
+			if first := same[0].order; !sameOrder(first, e.order) {
+				e.bad = refuse(DeadIDCollision, fmt.Errorf("order id %d used twice in the log (%s and %s)", e.order.ID, describeOrder(first), describeOrder(e.order)))
 				continue
 			}
 		} else {
@@ -748,8 +748,9 @@ func deref(s *string) string {
 }
 
 // checkReplays compares the orders a batch did not insert with the rows
-// already stored under their ids: the same order is a harmless replay,
-// another order is an id collision.
+// already stored under their ids: the same order (the whole entry) is a
+// harmless replay, another order is an id collision, even for the same
+// user and voucher.
 func (w *OrderWriter) checkReplays(ctx context.Context, tx bun.Tx, rows []orderRow, inserted []int64, byID map[int64][]*logEntry) error {
 	done := make(map[int64]bool, len(inserted))
 	for _, id := range inserted {
@@ -762,17 +763,29 @@ func (w *OrderWriter) checkReplays(ctx context.Context, tx bun.Tx, rows []orderR
 		}
 	}
 	var stored []orderRow
-	if err := tx.NewSelect().Model(&stored).Column("id", "user_id", "voucher_id").Where("id IN (?)", bun.In(skipped)).Scan(ctx); err != nil {
+	if err := tx.NewSelect().Model(&stored).Column("id", "user_id", "voucher_id", "create_time").Where("id IN (?)", bun.In(skipped)).Scan(ctx); err != nil {
 		return fmt.Errorf("check replayed orders: %w", err)
 	}
 	for _, st := range stored {
 		for _, e := range byID[st.ID] {
-			if e.order.UserID != st.UserID || e.order.VoucherID != st.VoucherID {
-				e.bad = fmt.Errorf("order id %d already belongs to user %d, voucher %d", st.ID, st.UserID, st.VoucherID)
+			if !sameOrder(e.order, st) {
+				e.bad = refuse(DeadIDCollision, fmt.Errorf("order id %d already belongs to another order: stored %s, log entry %s", st.ID, describeOrder(st), describeOrder(e.order)))
 			}
 		}
 	}
 	return nil
+}
+
+// sameOrder tells whether two rows are the same order: what a log entry
+// fixes for good (user, voucher, the time the grab was accepted). Status,
+// slot and update time change over an order's life, so a replay after a
+// payment or cancellation still matches.
+func sameOrder(a, b orderRow) bool {
+	return a.UserID == b.UserID && a.VoucherID == b.VoucherID && a.CreateTime.Equal(b.CreateTime)
+}
+
+func describeOrder(o orderRow) string {
+	return fmt.Sprintf("user %d, voucher %d, created %s", o.UserID, o.VoucherID, o.CreateTime.UTC().Format(time.RFC3339Nano))
 }
 
 // ackScript acknowledges and deletes entries of one stream atomically, so

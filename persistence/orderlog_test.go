@@ -53,7 +53,7 @@ func sell(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, voucherID int64,
 // sellCounting is sell that also counts the answers by code.
 func sellCounting(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, voucherID int64, users []int64) ([]int64, map[domain.SeckillCode]int) {
 	tb.Helper()
-	g, ids := persistence.NewGrabs(rdb), persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(db))
+	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(tb, db)
 	fence, _, err := g.Claim(context.Background(), voucherID)
 	if err != nil {
 		tb.Fatal(err)
@@ -128,17 +128,75 @@ func TestOrderWriterPersistsEveryOrderOnce(t *testing.T) {
 	drained(t, w, 20*time.Second)
 	assertPersisted(t, db, v, sold)
 
+	// As if a writer committed a batch and died before acknowledging it:
+	// the very same entries come around again.
 	t.Run("a replayed log entry is a no-op", func(t *testing.T) {
-		// As if a writer committed a batch and died before acknowledging
-		// it: the same orders come around again.
-		for _, id := range sold[:10] {
-			rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: persistence.LogKey(v.ID), Values: []any{
-				"o", id, "u", 999, "v", v.ID, "t", time.Now().UnixMilli(), "s", 1,
-			}})
+		deadBefore := deadLetters(t, db, v.ID)
+		for _, o := range storedOrders(t, db, sold[:10]) {
+			appendEntry(t, rdb, v.ID, o.ID, o.UserID, o.CreateTime)
 		}
 		drained(t, w, 20*time.Second)
 		assertPersisted(t, db, v, sold)
+		if n := deadLetters(t, db, v.ID); n != deadBefore {
+			t.Fatalf("a true replay was dead-lettered: %d dead letters, want %d", n, deadBefore)
+		}
 	})
+
+	// Another order under an id already stored, even for the same user and
+	// voucher (as ids repeating after Redis lost its data would produce),
+	// is no replay: it is dead-lettered with its reason, and the stored
+	// order stays as it was.
+	t.Run("another order under a stored id is dead-lettered", func(t *testing.T) {
+		deadBefore := deadLetters(t, db, v.ID)
+		stored := storedOrders(t, db, sold[10:11])[0]
+		appendEntry(t, rdb, v.ID, stored.ID, stored.UserID, stored.CreateTime.Add(1500*time.Millisecond))
+		drained(t, w, 20*time.Second)
+		assertPersisted(t, db, v, sold)
+		dead, _, err := persistence.NewDeadLetters(db).List(t.Context(), &v.ID, 100, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int64(len(dead)) != deadBefore+1 {
+			t.Fatalf("%d dead letters, want %d: the colliding order was taken for a replay", len(dead), deadBefore+1)
+		}
+		last := dead[len(dead)-1]
+		if last.Reason != persistence.DeadIDCollision || last.OrderID == nil || *last.OrderID != stored.ID {
+			t.Fatalf("dead letter without its reason or order: %+v", last)
+		}
+		if now := storedOrders(t, db, sold[10:11])[0]; !now.CreateTime.Equal(stored.CreateTime) || now.UserID != stored.UserID {
+			t.Fatalf("stored order changed: %+v, was %+v", now, stored)
+		}
+	})
+}
+
+type storedOrder struct {
+	ID         int64     `bun:"id"`
+	UserID     int64     `bun:"user_id"`
+	CreateTime time.Time `bun:"create_time"`
+}
+
+// storedOrders reads the given orders from tb_voucher_order, in id order.
+func storedOrders(tb testing.TB, db *bun.DB, ids []int64) []storedOrder {
+	tb.Helper()
+	var out []storedOrder
+	err := db.NewSelect().Table("tb_voucher_order").Column("id", "user_id", "create_time").
+		Where("id IN (?)", bun.In(ids)).Order("id").Scan(context.Background(), &out)
+	if err != nil || len(out) != len(ids) {
+		tb.Fatalf("read %d orders: got %d, %v", len(ids), len(out), err)
+	}
+	return out
+}
+
+// appendEntry appends an order to a voucher's log as the grab script
+// writes it (perUserLimit 1).
+func appendEntry(tb testing.TB, rdb redis.UniversalClient, voucherID, orderID, userID int64, at time.Time) {
+	tb.Helper()
+	err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: persistence.LogKey(voucherID), Values: []any{
+		"o", orderID, "u", userID, "v", voucherID, "t", at.UnixMilli(), "s", 1,
+	}}).Err()
+	if err != nil {
+		tb.Fatal(err)
+	}
 }
 
 func TestOrderWriterTakesOverADeadWritersOrders(t *testing.T) {
@@ -368,7 +426,7 @@ func TestOrderWriterForgetsFinishedLogs(t *testing.T) {
 	endedEmpty := mustVoucher(t, db, rdb, ended)
 	live := mustVoucher(t, db, rdb, liveSpec(5, 1))
 	// An order accepted just before the end, not yet persisted.
-	ids := persistence.NewOrderIDs(rdb, 0, persistence.MaxOrderID(db))
+	ids := testenv.MustOrderIDs(t, db)
 	oid, err := ids.Take(ctx, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -169,9 +169,9 @@ func TestOrdersHeldAcrossARedisReloadAreNotSoldAgain(t *testing.T) {
 
 			// A replay of orders already committed (a writer that crashed
 			// before its acknowledgement) returns nothing to Redis twice.
-			for i, id := range h.first {
+			for _, o := range storedOrders(t, h.direct, h.first) {
 				err := h.rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: persistence.LogKey(h.v.ID), Values: []any{
-					"o", id, "u", i%5 + 1, "v", h.v.ID, "t", time.Now().UnixMilli(), "s", 1, "l", "an-earlier-load",
+					"o", o.ID, "u", o.UserID, "v", h.v.ID, "t", o.CreateTime.UnixMilli(), "s", 1, "l", "an-earlier-load",
 				}}).Err()
 				if err != nil {
 					t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -242,6 +243,18 @@ func MustOpen(tb testing.TB, dbURL string) *bun.DB {
 		tb.Fatalf("migrate: %v", err)
 	}
 	return db
+}
+
+// MustOrderIDs starts an order-id allocator on db (it leases a node slot)
+// and closes it when the test ends.
+func MustOrderIDs(tb testing.TB, db *bun.DB) *persistence.OrderIDs {
+	tb.Helper()
+	ids := persistence.NewOrderIDs(db, slog.New(slog.DiscardHandler), persistence.OrderIDOptions{})
+	if err := ids.Start(context.Background()); err != nil {
+		tb.Fatalf("start the order-id allocator: %v", err)
+	}
+	tb.Cleanup(ids.Close)
+	return ids
 }
 
 func randomHex(n int) string {
