@@ -312,41 +312,6 @@ func (w *OrderWriter) claim(ctx context.Context, streams []string) ([]logEntry, 
 	return out, nil
 }
 
-// finishedScript tells whether an order log is finished: its voucher's
-// sale ended more than a minute ago by Redis's clock (so no grab can
-// append to it any more, even from a node whose clock lags) and it holds
-// no entry. A voucher Redis no longer knows counts as ended. KEYS: meta,
-// log. Returns 1 when finished.
-var finishedScript = redis.NewScript(`
-local e = tonumber(redis.call('HGET', KEYS[1], 'end') or '0')
-local t = redis.call('TIME')
-if tonumber(t[1]) * 1000 < e + 60000 then return 0 end
-if redis.call('EXISTS', KEYS[2]) == 1 and redis.call('XLEN', KEYS[2]) > 0 then return 0 end
-return 1
-`)
-
-// prune drops finished order logs from the registry, so that the writer's
-// reads, claims and lag probes do not grow with every voucher ever sold.
-// A later preheat of the voucher registers its log again. It returns how
-// many it dropped; errors only postpone pruning.
-func (w *OrderWriter) prune(ctx context.Context, streams []string) int {
-	n := 0
-	for _, s := range streams {
-		id, ok := voucherIDFromKey(s)
-		if !ok {
-			continue
-		}
-		done, err := finishedScript.Run(ctx, w.rdb, []string{metaKey(id), s}).Int()
-		if err != nil || done != 1 {
-			continue
-		}
-		if err := w.rdb.SRem(ctx, orderLogsKey, s).Err(); err == nil {
-			n++
-		}
-	}
-	return n
-}
-
 func isNoGroup(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOGROUP") }
 
 // errStaleList says a read met a stream without its group: the list of
