@@ -35,7 +35,10 @@ type orderRow struct {
 
 // OrderWriterOptions tunes the OrderWriter; zero values take defaults.
 type OrderWriterOptions struct {
-	// Consumer names this writer in the consumer group; unique per process.
+	// Consumer names this writer in the consumer group: the node's stable
+	// identity (NODE_ID), so that after a restart it re-reads the entries
+	// it left pending at once. Never shared by two running processes (see
+	// Acquire). Empty takes a name of its own for this process only.
 	Consumer string
 	// Batch is how many log entries are read and inserted at once.
 	Batch int
@@ -49,6 +52,10 @@ type OrderWriterOptions struct {
 	ClaimEvery time.Duration
 	// MaxBackoff caps the wait between retries while Postgres fails.
 	MaxBackoff time.Duration
+	// ConsumerLease is how long the lease on the consumer name outlives a
+	// writer that stopped refreshing it (killed): a restarted node on
+	// another host, or whose predecessor's pid was reused, waits that long.
+	ConsumerLease time.Duration
 }
 
 func (o OrderWriterOptions) withDefaults() OrderWriterOptions {
@@ -69,6 +76,9 @@ func (o OrderWriterOptions) withDefaults() OrderWriterOptions {
 	}
 	if o.MaxBackoff <= 0 {
 		o.MaxBackoff = 5 * time.Second
+	}
+	if o.ConsumerLease <= 0 {
+		o.ConsumerLease = 10 * time.Second
 	}
 	return o
 }
@@ -108,6 +118,9 @@ type OrderWriter struct {
 	opts OrderWriterOptions
 	log  *slog.Logger
 	now  func() time.Time
+	// lease is the value of our lease on the consumer name, once Acquire
+	// took it; Run refreshes it.
+	lease string
 }
 
 // NewOrderWriter returns a writer; Run drives it.
@@ -138,6 +151,7 @@ const deadLetterKey = "flashsale:order-dead"
 // Run persists orders until ctx ends. It never drops an entry: a failed
 // batch is retried, with backoff, until it commits or ctx ends.
 func (w *OrderWriter) Run(ctx context.Context) error {
+	defer w.keepLease(ctx)()
 	var (
 		streams    []string
 		lastList   time.Time

@@ -1,0 +1,107 @@
+package persistence_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/uptrace/bun"
+
+	"flashsale/internal/testenv"
+	"flashsale/persistence"
+)
+
+// startWriter takes the writer's lease and runs it until stop (or the
+// test's end), as a node does.
+func startWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts persistence.OrderWriterOptions) (w *persistence.OrderWriter, stop func()) {
+	tb.Helper()
+	w = persistence.NewOrderWriter(db, rdb, quiet, opts)
+	if err := w.Acquire(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	stop = func() { cancel(); <-done }
+	tb.Cleanup(stop)
+	return w, stop
+}
+
+// deadPID returns the id of a process of this host that has exited.
+func deadPID(tb testing.TB) int {
+	tb.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		tb.Fatal(err)
+	}
+	return cmd.Process.Pid
+}
+
+// A node restarted under its consumer name re-reads the entries it left
+// pending at once, although the lease its killed predecessor held has not
+// expired: the predecessor ran on this host and is gone. ClaimIdle is an
+// hour, so no takeover can pass for this.
+func TestOrderWriterRestartedUnderItsNameResumesAtOnce(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	ctx := t.Context()
+	v := mustVoucher(t, db, rdb, liveSpec(100, 1))
+	sold := sell(t, db, rdb, v.ID, users(1, 40))
+	res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: persistence.OrderLogGroup, Consumer: "node-a", Streams: []string{persistence.LogKey(v.ID), ">"}, Count: 1000,
+	}).Result()
+	if err != nil || len(res[0].Messages) != 40 {
+		t.Fatalf("the dead node's read: %v %v", res, err)
+	}
+	host, _ := os.Hostname()
+	lease := host + " " + strconv.Itoa(deadPID(t)) + " killed"
+	if err := rdb.Set(ctx, "flashsale:consumer:node-a", lease, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	began := time.Now()
+	w, _ := startWriter(t, db, rdb, persistence.OrderWriterOptions{Consumer: "node-a", ClaimIdle: time.Hour})
+	drained(t, w, 5*time.Second)
+	if took := time.Since(began); took > 3*time.Second {
+		t.Errorf("resumed after %v", took)
+	}
+	assertPersisted(t, db, v, sold)
+}
+
+// Two running processes never share a consumer name: a writer whose name
+// is held by a live writer refuses to start once the lease has had its
+// time to expire; a name released by a writer that stopped, or whose lease
+// expired, is taken.
+func TestOrderWriterRefusesANameInUse(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	opts := persistence.OrderWriterOptions{Consumer: "twin", ConsumerLease: time.Second}
+	_, stop := startWriter(t, db, rdb, opts)
+
+	began := time.Now()
+	err := persistence.NewOrderWriter(db, rdb, quiet, opts).Acquire(t.Context())
+	if !errors.Is(err, persistence.ErrConsumerInUse) {
+		t.Fatalf("second writer with the same name: %v", err)
+	}
+	if took := time.Since(began); took < opts.ConsumerLease {
+		t.Fatalf("refused after %v, before a lease left by a dead writer could have expired", took)
+	}
+	t.Logf("refused: %v", err)
+
+	stop()
+	if err := persistence.NewOrderWriter(db, rdb, quiet, opts).Acquire(t.Context()); err != nil {
+		t.Fatalf("after the first writer stopped: %v", err)
+	}
+	rdb.Del(t.Context(), "flashsale:consumer:twin")
+
+	// Held by a process of another host that stopped refreshing it.
+	if err := rdb.Set(t.Context(), "flashsale:consumer:twin", "elsewhere 1 x", 1500*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := persistence.NewOrderWriter(db, rdb, quiet, opts).Acquire(t.Context()); err != nil {
+		t.Fatalf("a lease that expired: %v", err)
+	}
+}
