@@ -56,6 +56,9 @@ type OrderWriterOptions struct {
 	// writer that stopped refreshing it (killed): a restarted node on
 	// another host, or whose predecessor's pid was reused, waits that long.
 	ConsumerLease time.Duration
+	// DeadConsumerIdle is how long a consumer holding no entry may go
+	// without reading before it is deleted from the groups.
+	DeadConsumerIdle time.Duration
 }
 
 func (o OrderWriterOptions) withDefaults() OrderWriterOptions {
@@ -79,6 +82,9 @@ func (o OrderWriterOptions) withDefaults() OrderWriterOptions {
 	}
 	if o.ConsumerLease <= 0 {
 		o.ConsumerLease = 10 * time.Second
+	}
+	if o.DeadConsumerIdle <= 0 {
+		o.DeadConsumerIdle = 10 * time.Minute
 	}
 	return o
 }
@@ -186,6 +192,7 @@ func (w *OrderWriter) Run(ctx context.Context) error {
 				if n := w.prune(ctx, streams); n > 0 {
 					lastList = time.Time{} // list again without the pruned ones
 				}
+				w.removeDeadConsumers(ctx, streams)
 			}
 		case ownPending:
 			entries, err = w.read(ctx, streams, "0", 0)

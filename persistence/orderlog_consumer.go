@@ -191,3 +191,47 @@ func (w *OrderWriter) keepLease(ctx context.Context) (stop func()) {
 		w.lease = ""
 	}
 }
+
+// removeDeadConsumerScript deletes the consumers of a log's group that
+// hold no pending entry and have been idle longer than the bound, except
+// the caller. The check and the deletion are one script: a consumer that
+// read entries in between would have them dropped from the group's
+// pending list by DELCONSUMER, and nobody could claim them any more.
+// Entries a dead consumer left pending are first claimed by a live one
+// after ClaimIdle; the consumer is deleted in a later pass.
+// KEYS: log. ARGV: caller, bound ms. Returns how many it deleted.
+var removeDeadConsumerScript = redis.NewScript(`
+local cs = redis.pcall('XINFO', 'CONSUMERS', KEYS[1], '` + OrderLogGroup + `')
+if type(cs) ~= 'table' or cs.err then return 0 end
+local n = 0
+for _, c in ipairs(cs) do
+  local f = {}
+  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end
+  if f['name'] ~= ARGV[1] and tonumber(f['pending']) == 0 and tonumber(f['idle']) > tonumber(ARGV[2]) then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], '` + OrderLogGroup + `', f['name'])
+    n = n + 1
+  end
+end
+return n
+`)
+
+// removeDeadConsumers deletes, from every log's group, consumers that
+// hold nothing and have not read for DeadConsumerIdle: names of nodes that
+// are gone (or were renamed), which would otherwise pile up in the groups
+// forever. Deleting a live consumer by mistake costs nothing: it holds no
+// entry, and its next read creates it again. Errors only postpone it.
+func (w *OrderWriter) removeDeadConsumers(ctx context.Context, streams []string) int {
+	bound := strconv.FormatInt(w.opts.DeadConsumerIdle.Milliseconds(), 10)
+	n := 0
+	for _, s := range streams {
+		removed, err := removeDeadConsumerScript.Run(ctx, w.rdb, []string{s}, w.opts.Consumer, bound).Int()
+		if err != nil {
+			continue
+		}
+		n += removed
+	}
+	if n > 0 {
+		w.log.InfoContext(ctx, "removed idle consumers holding no orders from the order logs", "consumers", n)
+	}
+	return n
+}

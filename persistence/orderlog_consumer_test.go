@@ -32,6 +32,20 @@ func startWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts pers
 	return w, stop
 }
 
+// consumers returns the pending count of each consumer of a log's group.
+func consumers(tb testing.TB, rdb redis.UniversalClient, log string) map[string]int64 {
+	tb.Helper()
+	cs, err := rdb.XInfoConsumers(context.Background(), log, persistence.OrderLogGroup).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := make(map[string]int64, len(cs))
+	for _, c := range cs {
+		out[c.Name] = c.Pending
+	}
+	return out
+}
+
 // deadPID returns the id of a process of this host that has exited.
 func deadPID(tb testing.TB) int {
 	tb.Helper()
@@ -70,6 +84,60 @@ func TestOrderWriterRestartedUnderItsNameResumesAtOnce(t *testing.T) {
 		t.Errorf("resumed after %v", took)
 	}
 	assertPersisted(t, db, v, sold)
+}
+
+// Consumers holding no entry and idle past DeadConsumerIdle are deleted
+// from the group; one that holds entries is kept until a live writer has
+// claimed them (after ClaimIdle), and is deleted then.
+func TestOrderWriterRemovesDeadConsumers(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	ctx := t.Context()
+	v := mustVoucher(t, db, rdb, liveSpec(100, 1))
+	log := persistence.LogKey(v.ID)
+	sold := sell(t, db, rdb, v.ID, users(1, 10))
+	if err := rdb.XGroupCreateConsumer(ctx, log, persistence.OrderLogGroup, "gone-empty").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: persistence.OrderLogGroup, Consumer: "gone-holding", Streams: []string{log, ">"}, Count: 3,
+	}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	opts := persistence.OrderWriterOptions{Consumer: "first", ClaimIdle: time.Hour, ClaimEvery: 50 * time.Millisecond, DeadConsumerIdle: 300 * time.Millisecond}
+	_, stop := startWriter(t, db, rdb, opts)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, ok := consumers(t, rdb, log)["gone-empty"]; !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("an idle consumer holding nothing was kept: %v", consumers(t, rdb, log))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // ten more passes
+	if got := consumers(t, rdb, log); got["gone-holding"] != 3 {
+		t.Fatalf("a consumer holding 3 entries was deleted or robbed: %v", got)
+	}
+	stop()
+
+	t.Run("once its entries are claimed", func(t *testing.T) {
+		opts.Consumer, opts.ClaimIdle = "second", 200*time.Millisecond
+		w, _ := startWriter(t, db, rdb, opts)
+		drained(t, w, 10*time.Second)
+		assertPersisted(t, db, v, sold)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got := consumers(t, rdb, log)
+			if _, ok := got["gone-holding"]; !ok && len(got) == 1 && got["second"] == 0 {
+				break // "first", stopped, is gone too
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("consumers left: %v", got)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
 }
 
 // Two running processes never share a consumer name: a writer whose name
