@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -22,10 +23,9 @@ import (
 // ClaimIdle for another node to take them over. Two running processes must
 // not share it. Sharing loses nothing (both would read the same pending
 // list and insert the same orders, which the database's conflict clause
-// makes no-ops), but the group could no longer tell their entries apart,
-// and one would keep a dead twin's entries from being claimed. So a writer
-// holds a lease on its name while it runs, and a second process with the
-// same name refuses to start.
+// makes no-ops), but it doubles their work and hides which node holds
+// what. So a writer holds a lease on its name while it runs, and a second
+// process with the same name refuses to start.
 
 // ErrConsumerInUse says another running process holds this writer's
 // consumer name: two nodes were given the same NODE_ID.
@@ -138,12 +138,29 @@ func deadHolder(value, name string) bool {
 		_, ours := heldConsumers.Load(name)
 		return !ours
 	}
+	if zombie(pid) {
+		return true
+	}
 	p, err := os.FindProcess(pid)
 	if err != nil {
 		return true
 	}
 	err = p.Signal(syscall.Signal(0))
 	return err != nil && !errors.Is(err, syscall.EPERM)
+}
+
+// zombie tells whether a process has exited and only waits for its parent
+// to reap it (a node killed by a supervisor that has not waited for it
+// yet), which signal 0 still reaches. Linux's /proc says so; elsewhere it
+// reports false and the lease is waited out.
+func zombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// "pid (command) state ...": the command may hold spaces and brackets.
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
 }
 
 // keepLease refreshes the lease taken by Acquire (if any) until the

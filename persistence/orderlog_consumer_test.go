@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,6 +55,59 @@ func deadPID(tb testing.TB) int {
 		tb.Fatal(err)
 	}
 	return cmd.Process.Pid
+}
+
+// unreapedPID returns the id of a process of this host that was killed and
+// not yet waited for (a zombie, which signal 0 still reaches), as a node
+// killed by a supervisor that restarts it before reaping it.
+func unreapedPID(tb testing.TB) int {
+	tb.Helper()
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = cmd.Wait() })
+	if err := cmd.Process.Kill(); err != nil {
+		tb.Fatal(err)
+	}
+	for range 100 { // until the kernel has made it a zombie
+		if b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/stat"); err != nil || strings.Contains(string(b), ") Z") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return cmd.Process.Pid
+}
+
+// A lease left by a process of this host that is gone is taken at once,
+// not after it expires: that process was this node's killed predecessor.
+func TestOrderWriterTakesTheLeaseOfADeadProcessAtOnce(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	host, _ := os.Hostname()
+	cases := []struct {
+		name string
+		pid  func(testing.TB) int
+	}{
+		{"it exited", deadPID},
+		{"it was killed and not yet reaped", unreapedPID},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			lease := host + " " + strconv.Itoa(tc.pid(t)) + " killed"
+			if err := rdb.Set(t.Context(), "flashsale:consumer:node-b", lease, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			began := time.Now()
+			w := persistence.NewOrderWriter(db, rdb, quiet, persistence.OrderWriterOptions{Consumer: "node-b"})
+			if err := w.Acquire(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(began); took > time.Second {
+				t.Fatalf("took the lease after %v", took)
+			}
+			rdb.Del(t.Context(), "flashsale:consumer:node-b")
+		})
+	}
 }
 
 // A node restarted under its consumer name re-reads the entries it left
