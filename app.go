@@ -118,7 +118,12 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		BatchSize:  cfg.GrabBatchSize,
 		QueueBound: cfg.GrabQueueBound,
 	})
-	a.writer = persistence.NewOrderWriter(a.db, a.rdb, log, persistence.OrderWriterOptions{ClaimIdle: cfg.OrderLogClaimIdle})
+	a.writer = persistence.NewOrderWriter(a.db, a.rdb, log, persistence.OrderWriterOptions{Consumer: cfg.NodeID, ClaimIdle: cfg.OrderLogClaimIdle})
+	if err = a.writer.Acquire(ctx); errors.Is(err, persistence.ErrConsumerInUse) {
+		return nil, &config.Error{Var: "NODE_ID", Msg: err.Error() + "; give each node its own NODE_ID"}
+	} else if err != nil {
+		return nil, fmt.Errorf("order writer: %w", err)
+	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancelBackground = cancel
 	a.background.Add(2)

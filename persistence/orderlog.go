@@ -37,7 +37,10 @@ type orderRow struct {
 
 // OrderWriterOptions tunes the OrderWriter; zero values take defaults.
 type OrderWriterOptions struct {
-	// Consumer names this writer in the consumer group; unique per process.
+	// Consumer names this writer in the consumer group: the node's stable
+	// identity (NODE_ID), so that after a restart it re-reads the entries
+	// it left pending at once. Never shared by two running processes (see
+	// Acquire). Empty takes a name of its own for this process only.
 	Consumer string
 	// Batch is how many log entries are read and inserted at once.
 	Batch int
@@ -57,6 +60,13 @@ type OrderWriterOptions struct {
 	// returned to the reloaded stock only while the reload holds its sales
 	// (see adopt), and a writer holding it retries within that time.
 	AttemptTimeout time.Duration
+	// ConsumerLease is how long the lease on the consumer name outlives a
+	// writer that stopped refreshing it (killed): a restarted node on
+	// another host, or whose predecessor's pid was reused, waits that long.
+	ConsumerLease time.Duration
+	// DeadConsumerIdle is how long a consumer holding no entry may go
+	// without reading before it is deleted from the groups.
+	DeadConsumerIdle time.Duration
 }
 
 func (o OrderWriterOptions) withDefaults() OrderWriterOptions {
@@ -80,6 +90,12 @@ func (o OrderWriterOptions) withDefaults() OrderWriterOptions {
 	}
 	if o.AttemptTimeout <= 0 {
 		o.AttemptTimeout = AttemptTimeoutDefault
+	}
+	if o.ConsumerLease <= 0 {
+		o.ConsumerLease = 10 * time.Second
+	}
+	if o.DeadConsumerIdle <= 0 {
+		o.DeadConsumerIdle = 10 * time.Minute
 	}
 	return o
 }
@@ -122,6 +138,9 @@ type OrderWriter struct {
 	opts OrderWriterOptions
 	log  *slog.Logger
 	now  func() time.Time
+	// lease is the value of our lease on the consumer name, once Acquire
+	// took it; Run refreshes it.
+	lease string
 }
 
 // NewOrderWriter returns a writer; Run drives it.
@@ -145,6 +164,7 @@ type logEntry struct {
 // Run persists orders until ctx ends. It never drops an entry: a failed
 // batch is retried, with backoff, until it commits or ctx ends.
 func (w *OrderWriter) Run(ctx context.Context) error {
+	defer w.keepLease(ctx)()
 	var (
 		streams    []string
 		lastList   time.Time
@@ -179,6 +199,7 @@ func (w *OrderWriter) Run(ctx context.Context) error {
 				if n := w.prune(ctx, streams); n > 0 {
 					lastList = time.Time{} // list again without the pruned ones
 				}
+				w.removeDeadConsumers(ctx, streams)
 			}
 		case ownPending:
 			entries, err = w.read(ctx, streams, "0", 0)
@@ -317,41 +338,6 @@ func (w *OrderWriter) claim(ctx context.Context, streams []string) ([]logEntry, 
 		w.log.InfoContext(ctx, "took over orders left by another writer", "orders", len(out))
 	}
 	return out, nil
-}
-
-// finishedScript tells whether an order log is finished: its voucher's
-// sale ended more than a minute ago by Redis's clock (so no grab can
-// append to it any more, even from a node whose clock lags) and it holds
-// no entry. A voucher Redis no longer knows counts as ended. KEYS: meta,
-// log. Returns 1 when finished.
-var finishedScript = redis.NewScript(`
-local e = tonumber(redis.call('HGET', KEYS[1], 'end') or '0')
-local t = redis.call('TIME')
-if tonumber(t[1]) * 1000 < e + 60000 then return 0 end
-if redis.call('EXISTS', KEYS[2]) == 1 and redis.call('XLEN', KEYS[2]) > 0 then return 0 end
-return 1
-`)
-
-// prune drops finished order logs from the registry, so that the writer's
-// reads, claims and lag probes do not grow with every voucher ever sold.
-// A later preheat of the voucher registers its log again. It returns how
-// many it dropped; errors only postpone pruning.
-func (w *OrderWriter) prune(ctx context.Context, streams []string) int {
-	n := 0
-	for _, s := range streams {
-		id, ok := voucherIDFromKey(s)
-		if !ok {
-			continue
-		}
-		done, err := finishedScript.Run(ctx, w.rdb, []string{metaKey(id), s}).Int()
-		if err != nil || done != 1 {
-			continue
-		}
-		if err := w.rdb.SRem(ctx, orderLogsKey, s).Err(); err == nil {
-			n++
-		}
-	}
-	return n
 }
 
 func isNoGroup(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOGROUP") }

@@ -195,9 +195,11 @@ func (s *Stock) Preheat(ctx context.Context, snap LoadSnapshot, life string) (bo
 		return false, fmt.Errorf("preheat voucher %d: %w", v.ID, err)
 	}
 	// The registry lives outside the voucher's hash slot, so it cannot be
-	// written by the script; SADD is idempotent and precedes any grab.
-	if err := s.rdb.SAdd(ctx, orderLogsKey, LogKey(v.ID)).Err(); err != nil {
-		return false, fmt.Errorf("register order log of voucher %d: %w", v.ID, err)
+	// written by the script. Registering after the script, every time
+	// (not only when the stock was written), is what lets a writer's prune
+	// tell that the log came back to life while it looked (see prune).
+	if err := registerLog(ctx, s.rdb, LogKey(v.ID)); err != nil {
+		return false, fmt.Errorf("preheat voucher %d: %w", v.ID, err)
 	}
 	return n == 1, nil
 }

@@ -5,6 +5,8 @@
 package config
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,9 +14,11 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -44,6 +48,13 @@ type Config struct {
 
 	LogLevel  string // LOG_LEVEL
 	LogFormat string // LOG_FORMAT
+
+	// NodeID (NODE_ID, ours) is this node's identity, stable across its
+	// restarts: its consumer name in the order logs' group, so that a
+	// restarted node resumes the orders it left pending at once. Default:
+	// the host name and HTTP_ADDR's port (and host, if one is given), so
+	// two nodes of one host differ by their listen address.
+	NodeID string
 
 	// OrderLogClaimIdle (ORDER_LOG_CLAIM_IDLE, ours): how long an order-log
 	// entry may sit unacknowledged with a writer before another node takes
@@ -92,6 +103,7 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	}
 	raw := map[string]*string{
 		"HTTP_ADDR":                str("HTTP_ADDR", ":8080", "listen address"),
+		"NODE_ID":                  str("NODE_ID", "", "this node's stable identity; default host name and HTTP_ADDR"),
 		"REDIS_URL":                str("REDIS_URL", "", "stock Redis URL; empty runs an in-process Redis"),
 		"LOCK_REDIS_URLS":          str("LOCK_REDIS_URLS", "", "comma-separated Redlock nodes; default REDIS_URL"),
 		"DATABASE_URL":             str("DATABASE_URL", "", "Postgres URL; empty uses the embedded SQLite file"),
@@ -137,6 +149,7 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	v := func(name string) string { return strings.TrimSpace(*raw[name]) }
 	c := Config{
 		HTTPAddr:        v("HTTP_ADDR"),
+		NodeID:          v("NODE_ID"),
 		RedisURL:        v("REDIS_URL"),
 		LockRedisURLs:   list(v("LOCK_REDIS_URLS")),
 		DatabaseURL:     v("DATABASE_URL"),
@@ -183,6 +196,13 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	if err != nil {
 		return Config{}, err
 	}
+	if c.NodeID == "" {
+		host, err := hostname()
+		if err != nil || host == "" {
+			host = "node"
+		}
+		c.NodeID = DefaultNodeID(host, c.HTTPAddr)
+	}
 	if len(c.LockRedisURLs) == 0 && c.RedisURL != "" {
 		c.LockRedisURLs = []string{c.RedisURL}
 	}
@@ -202,6 +222,9 @@ func (c Config) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		return bad("HTTP_ADDR", "want host:port, e.g. :8080")
+	}
+	if msg := nodeIDProblem(c.NodeID); msg != "" {
+		return bad("NODE_ID", "%s", msg)
 	}
 	if c.RedisURL != "" {
 		if msg := redisURLProblem(c.RedisURL); msg != "" {
@@ -287,6 +310,7 @@ func (c Config) LogValue() slog.Value {
 	}
 	return slog.GroupValue(
 		slog.String("http_addr", c.HTTPAddr),
+		slog.String("node_id", c.NodeID),
 		slog.String("redis_url", orEmbedded(redactURL(c.RedisURL))),
 		slog.String("lock_redis_urls", urls(c.LockRedisURLs)),
 		slog.String("database_url", orEmbedded(redactURL(c.DatabaseURL))),
@@ -355,6 +379,45 @@ func redisURLProblem(s string) string {
 	}
 	if _, err := redis.ParseURL(s); err != nil {
 		return errMsg(err)
+	}
+	return ""
+}
+
+// hostname is os.Hostname; tests replace it.
+var hostname = os.Hostname
+
+// DefaultNodeID derives a node's identity from its host name and listen
+// address: the same on every restart of the same node, different for two
+// nodes of one host (they cannot listen on the same address). A port
+// chosen at start (0) gives no stable identity, so such a node gets a
+// random one: it never shares a name, and the name it leaves behind is
+// removed once idle.
+func DefaultNodeID(host, httpAddr string) string {
+	h, port, err := net.SplitHostPort(httpAddr)
+	switch {
+	case err != nil:
+		return host // HTTP_ADDR is refused by Validate
+	case port == "" || port == "0":
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		return host + ":0-" + hex.EncodeToString(b)
+	case h == "" || net.ParseIP(h).IsUnspecified():
+		return host + ":" + port
+	default:
+		return host + "/" + net.JoinHostPort(h, port)
+	}
+}
+
+// nodeIDProblem says what is wrong with a node id, or returns "": it names
+// the node in Redis and in logs, so it is short and printable.
+func nodeIDProblem(id string) string {
+	if id == "" || len(id) > 128 {
+		return "want 1 to 128 characters"
+	}
+	for _, r := range id {
+		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
+			return "want printable characters without spaces"
+		}
 	}
 	return ""
 }

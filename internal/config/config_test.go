@@ -81,6 +81,8 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"bad http addr", "HTTP_ADDR", with("HTTP_ADDR", "8080")},
 		{"zero batch size", "GRAB_BATCH_SIZE", with("GRAB_BATCH_SIZE", "0")},
 		{"bad claim idle", "ORDER_LOG_CLAIM_IDLE", with("ORDER_LOG_CLAIM_IDLE", "never")},
+		{"node id with a space", "NODE_ID", with("NODE_ID", "node a")},
+		{"node id too long", "NODE_ID", with("NODE_ID", strings.Repeat("n", 129))},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -203,4 +205,42 @@ func TestErrorIsOneLine(t *testing.T) {
 	if got, want := err.Error(), "invalid DATABASE_URL: failed to connect to `user=u`: 127.0.0.1:1: refused; 127.0.0.1:2: refused"; got != want {
 		t.Fatalf("got %q, want %q", got, want)
 	}
+}
+
+// A node's identity is stable across restarts (same host, same HTTP_ADDR)
+// and differs between two nodes of one host, which cannot listen on the
+// same address; NODE_ID overrides it.
+func TestNodeIDDefaultsToHostAndListenAddress(t *testing.T) {
+	defer func(h func() (string, error)) { hostname = h }(hostname)
+	hostname = func() (string, error) { return "web1", nil }
+	cases := []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"any interface", nil, "web1:8080"},
+		{"another port", map[string]string{"HTTP_ADDR": ":8081"}, "web1:8081"},
+		{"unspecified address", map[string]string{"HTTP_ADDR": "[::]:8080"}, "web1:8080"},
+		{"one address", map[string]string{"HTTP_ADDR": "10.0.0.5:8080"}, "web1/10.0.0.5:8080"},
+		{"another address", map[string]string{"HTTP_ADDR": "127.0.0.1:8080"}, "web1/127.0.0.1:8080"},
+		{"set", map[string]string{"NODE_ID": "checkout-3"}, "checkout-3"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for range 2 { // the same on every start
+				c, err := load(tc.env)
+				if err != nil || c.NodeID != tc.want {
+					t.Fatalf("node id %q (%v), want %q", c.NodeID, err, tc.want)
+				}
+			}
+		})
+	}
+	t.Run("a port chosen at start gives a name of its own", func(t *testing.T) {
+		env := map[string]string{"HTTP_ADDR": "127.0.0.1:0"}
+		a, err1 := load(env)
+		b, err2 := load(env)
+		if err1 != nil || err2 != nil || a.NodeID == b.NodeID || !strings.HasPrefix(a.NodeID, "web1:0-") {
+			t.Fatalf("node ids %q and %q (%v, %v)", a.NodeID, b.NodeID, err1, err2)
+		}
+	})
 }

@@ -1,0 +1,254 @@
+package persistence
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A writer's consumer name is its node's identity in every order log's
+// consumer group (NODE_ID): stable across restarts, so that a restarted
+// node re-reads its own pending entries at once instead of waiting
+// ClaimIdle for another node to take them over. Two running processes must
+// not share it. Sharing loses nothing (both would read the same pending
+// list and insert the same orders, which the database's conflict clause
+// makes no-ops), but it doubles their work and hides which node holds
+// what. So a writer holds a lease on its name while it runs, and a second
+// process with the same name refuses to start.
+
+// ErrConsumerInUse says another running process holds this writer's
+// consumer name: two nodes were given the same NODE_ID.
+var ErrConsumerInUse = errors.New("in use by another running process")
+
+func consumerLeaseKey(name string) string { return "flashsale:consumer:" + name }
+
+// heldConsumers are the consumer names this process holds leases on: a
+// lease left by an earlier process with this process's id (a restarted
+// container is pid 1 again) is told apart from one of our own writers.
+var heldConsumers sync.Map
+
+// leaseValue names the holder: its host, its process id and a random
+// token, so that a restarted node can tell a lease left by its own dead
+// predecessor from one held by a live process.
+func leaseValue() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return strings.Join([]string{host, strconv.Itoa(os.Getpid()), hex.EncodeToString(b)}, " ")
+}
+
+// takeLeaseScript takes a consumer name's lease if it is free or still
+// holds the value the caller saw (its holder is known to be dead).
+// KEYS: lease. ARGV: new value, ttl ms, value seen ("" = free).
+var takeLeaseScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1]) or ''
+if v ~= ARGV[3] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`)
+
+// refreshLeaseScript extends our lease, or takes it again if it lapsed
+// (Redis restarted, or a refresh came late); it fails only if another
+// process holds the name. KEYS: lease. ARGV: our value, ttl ms.
+var refreshLeaseScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v and v ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+`)
+
+// releaseLeaseScript drops our lease. KEYS: lease. ARGV: our value.
+var releaseLeaseScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// Acquire takes the lease on the writer's consumer name, so that no other
+// running process reads the order logs under the same name; Run keeps it
+// and releases it when it returns. A lease left by a process that died
+// (killed without releasing it) is taken at once when that process ran on
+// this host and is gone, and otherwise once it expires (ConsumerLease);
+// a lease that stays held that long belongs to a live process, and
+// Acquire returns an error wrapping ErrConsumerInUse.
+func (w *OrderWriter) Acquire(ctx context.Context) error {
+	name := w.opts.Consumer
+	value := leaseValue()
+	ttl := strconv.FormatInt(w.opts.ConsumerLease.Milliseconds(), 10)
+	key := consumerLeaseKey(name)
+	deadline := time.Now().Add(w.opts.ConsumerLease + time.Second)
+	for {
+		seen, err := w.rdb.Get(ctx, key).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("read lease of consumer %q: %w", name, err)
+		}
+		expect := seen
+		if seen != "" && !deadHolder(seen, name) {
+			expect = "\x00" // never the value: a live holder's lease is free only once it expires
+		}
+		took, err := takeLeaseScript.Run(ctx, w.rdb, []string{key}, value, ttl, expect).Int()
+		if err != nil {
+			return fmt.Errorf("take lease of consumer %q: %w", name, err)
+		}
+		if took == 1 {
+			w.lease = value
+			heldConsumers.Store(name, value)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			host, pid := "?", "?"
+			if parts := strings.Fields(seen); len(parts) == 3 {
+				host, pid = parts[0], parts[1]
+			}
+			return fmt.Errorf("consumer name %q %w (host %s, pid %s)", name, ErrConsumerInUse, host, pid)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("take lease of consumer %q: %w", name, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// deadHolder tells whether a lease value names a process of this host that
+// is gone: no such process, or our own process id while this process holds
+// no lease on the name (a restarted container has the same pid as the one
+// that died).
+func deadHolder(value, name string) bool {
+	parts := strings.Fields(value)
+	if len(parts) != 3 {
+		return false
+	}
+	host, _ := os.Hostname()
+	pid, err := strconv.Atoi(parts[1])
+	if parts[0] != host || err != nil || pid <= 0 {
+		return false
+	}
+	if pid == os.Getpid() {
+		_, ours := heldConsumers.Load(name)
+		return !ours
+	}
+	if zombie(pid) {
+		return true
+	}
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return true
+	}
+	err = p.Signal(syscall.Signal(0))
+	return err != nil && !errors.Is(err, syscall.EPERM)
+}
+
+// zombie tells whether a process has exited and only waits for its parent
+// to reap it (a node killed by a supervisor that has not waited for it
+// yet), which signal 0 still reaches. Linux's /proc says so; elsewhere it
+// reports false and the lease is waited out.
+func zombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// "pid (command) state ...": the command may hold spaces and brackets.
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
+}
+
+// keepLease refreshes the lease taken by Acquire (if any) until the
+// returned stop is called, which then releases it. A refresh that finds
+// the name held by another process is logged as an error: two nodes share
+// a NODE_ID. The writer goes on (nothing is lost, see above).
+func (w *OrderWriter) keepLease(ctx context.Context) (stop func()) {
+	if w.lease == "" {
+		return func() {}
+	}
+	key := consumerLeaseKey(w.opts.Consumer)
+	ttl := strconv.FormatInt(w.opts.ConsumerLease.Milliseconds(), 10)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(w.opts.ConsumerLease / 5)
+		defer t.Stop()
+		clash := false
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			ok, err := refreshLeaseScript.Run(ctx, w.rdb, []string{key}, w.lease, ttl).Int()
+			if err != nil {
+				continue // Redis unavailable: the next tick tries again
+			}
+			if ok == 0 && !clash {
+				holder, _ := w.rdb.Get(ctx, key).Result()
+				w.log.ErrorContext(ctx, "another running process uses this node's consumer name; give each node its own NODE_ID",
+					"consumer", w.opts.Consumer, "holder", holder)
+			}
+			clash = ok == 0
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer rcancel()
+		_ = releaseLeaseScript.Run(rctx, w.rdb, []string{key}, w.lease).Err()
+		heldConsumers.Delete(w.opts.Consumer)
+		w.lease = ""
+	}
+}
+
+// removeDeadConsumerScript deletes the consumers of a log's group that
+// hold no pending entry and have been idle longer than the bound, except
+// the caller. The check and the deletion are one script: a consumer that
+// read entries in between would have them dropped from the group's
+// pending list by DELCONSUMER, and nobody could claim them any more.
+// Entries a dead consumer left pending are first claimed by a live one
+// after ClaimIdle; the consumer is deleted in a later pass.
+// KEYS: log. ARGV: caller, bound ms. Returns how many it deleted.
+var removeDeadConsumerScript = redis.NewScript(`
+local cs = redis.pcall('XINFO', 'CONSUMERS', KEYS[1], '` + OrderLogGroup + `')
+if type(cs) ~= 'table' or cs.err then return 0 end
+local n = 0
+for _, c in ipairs(cs) do
+  local f = {}
+  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end
+  if f['name'] ~= ARGV[1] and tonumber(f['pending']) == 0 and tonumber(f['idle']) > tonumber(ARGV[2]) then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], '` + OrderLogGroup + `', f['name'])
+    n = n + 1
+  end
+end
+return n
+`)
+
+// removeDeadConsumers deletes, from every log's group, consumers that
+// hold nothing and have not read for DeadConsumerIdle: names of nodes that
+// are gone (or were renamed), which would otherwise pile up in the groups
+// forever. Deleting a live consumer by mistake costs nothing: it holds no
+// entry, and its next read creates it again. Errors only postpone it.
+func (w *OrderWriter) removeDeadConsumers(ctx context.Context, streams []string) int {
+	bound := strconv.FormatInt(w.opts.DeadConsumerIdle.Milliseconds(), 10)
+	n := 0
+	for _, s := range streams {
+		removed, err := removeDeadConsumerScript.Run(ctx, w.rdb, []string{s}, w.opts.Consumer, bound).Int()
+		if err != nil {
+			continue
+		}
+		n += removed
+	}
+	if n > 0 {
+		w.log.InfoContext(ctx, "removed idle consumers holding no orders from the order logs", "consumers", n)
+	}
+	return n
+}

@@ -1,0 +1,229 @@
+package persistence_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/uptrace/bun"
+
+	"flashsale/internal/testenv"
+	"flashsale/persistence"
+)
+
+// startWriter takes the writer's lease and runs it until stop (or the
+// test's end), as a node does.
+func startWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts persistence.OrderWriterOptions) (w *persistence.OrderWriter, stop func()) {
+	tb.Helper()
+	w = persistence.NewOrderWriter(db, rdb, quiet, opts)
+	if err := w.Acquire(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	stop = func() { cancel(); <-done }
+	tb.Cleanup(stop)
+	return w, stop
+}
+
+// consumers returns the pending count of each consumer of a log's group.
+func consumers(tb testing.TB, rdb redis.UniversalClient, log string) map[string]int64 {
+	tb.Helper()
+	cs, err := rdb.XInfoConsumers(context.Background(), log, persistence.OrderLogGroup).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := make(map[string]int64, len(cs))
+	for _, c := range cs {
+		out[c.Name] = c.Pending
+	}
+	return out
+}
+
+// deadPID returns the id of a process of this host that has exited.
+func deadPID(tb testing.TB) int {
+	tb.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		tb.Fatal(err)
+	}
+	return cmd.Process.Pid
+}
+
+// unreapedPID returns the id of a process of this host that was killed and
+// not yet waited for (a zombie, which signal 0 still reaches), as a node
+// killed by a supervisor that restarts it before reaping it.
+func unreapedPID(tb testing.TB) int {
+	tb.Helper()
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = cmd.Wait() })
+	if err := cmd.Process.Kill(); err != nil {
+		tb.Fatal(err)
+	}
+	for range 100 { // until the kernel has made it a zombie
+		if b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/stat"); err != nil || strings.Contains(string(b), ") Z") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return cmd.Process.Pid
+}
+
+// A lease left by a process of this host that is gone is taken at once,
+// not after it expires: that process was this node's killed predecessor.
+func TestOrderWriterTakesTheLeaseOfADeadProcessAtOnce(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	host, _ := os.Hostname()
+	cases := []struct {
+		name string
+		pid  func(testing.TB) int
+	}{
+		{"it exited", deadPID},
+		{"it was killed and not yet reaped", unreapedPID},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			lease := host + " " + strconv.Itoa(tc.pid(t)) + " killed"
+			if err := rdb.Set(t.Context(), "flashsale:consumer:node-b", lease, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			began := time.Now()
+			w := persistence.NewOrderWriter(db, rdb, quiet, persistence.OrderWriterOptions{Consumer: "node-b"})
+			if err := w.Acquire(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(began); took > time.Second {
+				t.Fatalf("took the lease after %v", took)
+			}
+			rdb.Del(t.Context(), "flashsale:consumer:node-b")
+		})
+	}
+}
+
+// A node restarted under its consumer name re-reads the entries it left
+// pending at once, although the lease its killed predecessor held has not
+// expired: the predecessor ran on this host and is gone. ClaimIdle is an
+// hour, so no takeover can pass for this.
+func TestOrderWriterRestartedUnderItsNameResumesAtOnce(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	ctx := t.Context()
+	v := mustVoucher(t, db, rdb, liveSpec(100, 1))
+	sold := sell(t, db, rdb, v.ID, users(1, 40))
+	res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: persistence.OrderLogGroup, Consumer: "node-a", Streams: []string{persistence.LogKey(v.ID), ">"}, Count: 1000,
+	}).Result()
+	if err != nil || len(res[0].Messages) != 40 {
+		t.Fatalf("the dead node's read: %v %v", res, err)
+	}
+	host, _ := os.Hostname()
+	lease := host + " " + strconv.Itoa(deadPID(t)) + " killed"
+	if err := rdb.Set(ctx, "flashsale:consumer:node-a", lease, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	began := time.Now()
+	w, _ := startWriter(t, db, rdb, persistence.OrderWriterOptions{Consumer: "node-a", ClaimIdle: time.Hour})
+	drained(t, w, 5*time.Second)
+	if took := time.Since(began); took > 3*time.Second {
+		t.Errorf("resumed after %v", took)
+	}
+	assertPersisted(t, db, v, sold)
+}
+
+// Consumers holding no entry and idle past DeadConsumerIdle are deleted
+// from the group; one that holds entries is kept until a live writer has
+// claimed them (after ClaimIdle), and is deleted then.
+func TestOrderWriterRemovesDeadConsumers(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	ctx := t.Context()
+	v := mustVoucher(t, db, rdb, liveSpec(100, 1))
+	log := persistence.LogKey(v.ID)
+	sold := sell(t, db, rdb, v.ID, users(1, 10))
+	if err := rdb.XGroupCreateConsumer(ctx, log, persistence.OrderLogGroup, "gone-empty").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: persistence.OrderLogGroup, Consumer: "gone-holding", Streams: []string{log, ">"}, Count: 3,
+	}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	opts := persistence.OrderWriterOptions{Consumer: "first", ClaimIdle: time.Hour, ClaimEvery: 50 * time.Millisecond, DeadConsumerIdle: 300 * time.Millisecond}
+	_, stop := startWriter(t, db, rdb, opts)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, ok := consumers(t, rdb, log)["gone-empty"]; !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("an idle consumer holding nothing was kept: %v", consumers(t, rdb, log))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // ten more passes
+	if got := consumers(t, rdb, log); got["gone-holding"] != 3 {
+		t.Fatalf("a consumer holding 3 entries was deleted or robbed: %v", got)
+	}
+	stop()
+
+	t.Run("once its entries are claimed", func(t *testing.T) {
+		opts.Consumer, opts.ClaimIdle = "second", 200*time.Millisecond
+		w, _ := startWriter(t, db, rdb, opts)
+		drained(t, w, 10*time.Second)
+		assertPersisted(t, db, v, sold)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got := consumers(t, rdb, log)
+			if _, ok := got["gone-holding"]; !ok && len(got) == 1 && got["second"] == 0 {
+				break // "first", stopped, is gone too
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("consumers left: %v", got)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+}
+
+// Two running processes never share a consumer name: a writer whose name
+// is held by a live writer refuses to start once the lease has had its
+// time to expire; a name released by a writer that stopped, or whose lease
+// expired, is taken.
+func TestOrderWriterRefusesANameInUse(t *testing.T) {
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	opts := persistence.OrderWriterOptions{Consumer: "twin", ConsumerLease: time.Second}
+	_, stop := startWriter(t, db, rdb, opts)
+
+	began := time.Now()
+	err := persistence.NewOrderWriter(db, rdb, quiet, opts).Acquire(t.Context())
+	if !errors.Is(err, persistence.ErrConsumerInUse) {
+		t.Fatalf("second writer with the same name: %v", err)
+	}
+	if took := time.Since(began); took < opts.ConsumerLease {
+		t.Fatalf("refused after %v, before a lease left by a dead writer could have expired", took)
+	}
+	t.Logf("refused: %v", err)
+
+	stop()
+	if err := persistence.NewOrderWriter(db, rdb, quiet, opts).Acquire(t.Context()); err != nil {
+		t.Fatalf("after the first writer stopped: %v", err)
+	}
+	rdb.Del(t.Context(), "flashsale:consumer:twin")
+
+	// Held by a process of another host that stopped refreshing it.
+	if err := rdb.Set(t.Context(), "flashsale:consumer:twin", "elsewhere 1 x", 1500*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := persistence.NewOrderWriter(db, rdb, quiet, opts).Acquire(t.Context()); err != nil {
+		t.Fatalf("a lease that expired: %v", err)
+	}
+}
