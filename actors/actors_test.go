@@ -4,7 +4,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -34,8 +36,16 @@ func newEnv(tb testing.TB) *env {
 	tb.Helper()
 	e := &env{db: testenv.MustPostgres(tb), redis: testenv.MustRedis(tb)}
 	e.rdb = e.redis.Client()
-	e.catalog = catalog.New(persistence.NewVouchers(e.db), persistence.NewStock(e.rdb), quiet)
+	e.catalog = catalog.New(persistence.NewVouchers(e.db), quickStock(e.rdb), quiet)
 	return e
+}
+
+// quickStock is the stock store with a reload hold of 200 ms instead of
+// 15 s: long enough to be seen, short enough for a test to wait out.
+func quickStock(rdb redis.UniversalClient) *persistence.Stock {
+	s := persistence.NewStock(rdb)
+	s.ReloadHold = 200 * time.Millisecond
+	return s
 }
 
 // router starts a router (its own actor system, as a second node would
@@ -289,27 +299,53 @@ func TestRedisDownAnswersUnavailableInBoundedTime(t *testing.T) {
 	}
 }
 
+// Redis restarts empty in the middle of a sale (stock 10, one per user;
+// four orders sold and persisted). The actors must notice, the voucher
+// must be reloaded from the database, and the sale go on from there:
+// exactly the six units left sell, the four buyers are told
+// LIMIT_REACHED, and the database ends with ten orders, one per user.
 func TestRedisLosingItsDataReactivatesTheVoucher(t *testing.T) {
 	e := newEnv(t)
-	id := e.live(t, 100, 1)
+	id := e.live(t, 10, 1)
 	r := e.router(t, nil, actors.Options{})
+	w := e.writer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = persistence.NewStock(e.rdb).Watch(ctx, r.Changed, r.Resync) }()
-	if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 1}).Code; c != domain.SeckillOK {
-		t.Fatalf("before the restart: %s", c)
+	for u := int64(1); u <= 4; u++ {
+		if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: u}).Code; c != domain.SeckillOK {
+			t.Fatalf("before the restart, user %d: %s", u, c)
+		}
 	}
+	drained(t, w)
 	e.redis.Restart() // empty: the voucher is gone from Redis
+
+	// Grabs until the reload sells (it holds its sales for a moment).
 	deadline := time.Now().Add(10 * time.Second)
-	for u := int64(2); ; u++ {
-		c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: u}).Code
-		if c == domain.SeckillOK {
+	for {
+		c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 1}).Code
+		if c == domain.SeckillLimitReached {
 			break
 		}
-		if c == domain.SeckillNotFound || time.Now().After(deadline) {
-			t.Fatalf("after the restart: %s (the voucher is still on sale in the database)", c)
+		if c == domain.SeckillOK || c == domain.SeckillNotFound || time.Now().After(deadline) {
+			t.Fatalf("after the restart, user 1 who holds an order: %s", c)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	answers := map[domain.SeckillCode]int{}
+	for u := int64(1); u <= 20; u++ {
+		answers[r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: u}).Code]++
+	}
+	want := map[domain.SeckillCode]int{domain.SeckillLimitReached: 4, domain.SeckillOK: 6, domain.SeckillSoldOut: 10}
+	if !maps.Equal(answers, want) {
+		t.Fatalf("after the reload: %v, want %v", answers, want)
+	}
+	drained(t, w)
+	var perUser []int
+	err := e.db.NewSelect().Table("tb_voucher_order").ColumnExpr("count(*)").Where("voucher_id = ?", id).
+		Group("user_id").Scan(t.Context(), &perUser)
+	if err != nil || len(perUser) != 10 || slices.Max(perUser) != 1 {
+		t.Fatalf("orders per user in the database: %v (%v), want 10 users with one each", perUser, err)
 	}
 }
 
