@@ -1,9 +1,16 @@
-# `make test` is the one test command (README, CI). It installs and starts
-# what it needs on a fresh Debian machine with only Go.
-.PHONY: test run build generate
+# Shorthands where make exists; the commands themselves are the scripts
+# (a fresh Debian has no make: `./scripts/test.sh` is the test command).
+.PHONY: test fresh-check run build generate
 
+# The whole test suite (README, CI).
 test:
 	./scripts/test.sh
+
+# The test command on fresh minimal Debian machines, in every state of
+# PostgreSQL: absent, installed and started by apt, and after a reboot
+# (each twice in a row). Needs root.
+fresh-check:
+	./scripts/fresh-check.sh --states absent,reboot,apt --runs 2
 
 run:
 	go run .

@@ -169,7 +169,7 @@ boot_machine() {
     ln -s /proc/self/fd "$r/dev/fd"
     mount -t tmpfs -o mode=1777 shm "$r/dev/shm"
     mount -t tmpfs -o mode=755 run "$r/run"
-    exec sleep infinity' fresh "$root" &
+    exec sleep infinity' fresh "$root" 2>>"$work/machine.log" &
   local unshare_pid=$!
   for _ in $(seq 1 50); do
     machine_pid=$(pgrep -P "$unshare_pid" || true)

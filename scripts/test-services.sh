@@ -79,7 +79,9 @@ if [ -z "${TEST_DATABASE_URL:-}" ] && ! have_server && ! pg_port_open; then miss
 [ ${#missing[@]} -eq 0 ] || install "${missing[@]}"
 
 finish() {
-  if [ ${#did[@]} -gt 0 ]; then log "done: $(IFS=';'; echo "${did[*]}")"; else log "done: nothing installed or started"; fi
+  if [ ${#did[@]} -gt 0 ]; then
+    local line; line=$(printf '%s; ' "${did[@]}"); log "done: ${line%; }"
+  else log "done: nothing installed or started"; fi
   echo "export TEST_DATABASE_URL='$1'"
   exit 0
 }
