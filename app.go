@@ -32,6 +32,7 @@ var (
 	_ actors.Preheater  = (*catalog.Service)(nil)
 	_ graph.IPLimiter   = (*persistence.RateLimits)(nil)
 	_ graph.DeadLetters = (*persistence.DeadLetters)(nil)
+	_ graph.Reconciler  = (*persistence.Reconciler)(nil)
 )
 
 // app is the wired service. start builds it in a visible order (database,
@@ -136,7 +137,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		_ = stock.Watch(bg, a.router.Changed, a.router.Resync)
 	}()
 
-	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router, DeadLetters: persistence.NewDeadLetters(a.db)}, graph.HandlerOptions{
+	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router, DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: persistence.NewReconciler(a.db, a.rdb)}, graph.HandlerOptions{
 		Tokens:        a.tokens,
 		Log:           log,
 		IPLimit:       limits,

@@ -17,3 +17,12 @@ func (r *queryResolver) DeadLetteredOrders(ctx context.Context, voucherID *int64
 	}
 	return deadLetterConnection(list, more), nil
 }
+
+// Reconciliation is the resolver for the reconciliation field.
+func (r *queryResolver) Reconciliation(ctx context.Context, voucherID int64) (*model.Reconciliation, error) {
+	rec, err := r.Reconciler.Reconcile(ctx, voucherID)
+	if err != nil {
+		return nil, err
+	}
+	return reconciliationToModel(rec), nil
+}

@@ -23,6 +23,7 @@ var adminFields = map[string]bool{
 	"setVoucherStatus":   true,
 	"addStock":           true,
 	"deadLetteredOrders": true,
+	"reconciliation":     true,
 }
 
 // grabField is the hot-path mutation; an operation may hold one.

@@ -40,3 +40,11 @@ func deadLetterConnection(list []domain.DeadLetter, more bool) *model.DeadLetter
 	}
 	return conn
 }
+
+func reconciliationToModel(r domain.Reconciliation) *model.Reconciliation {
+	return &model.Reconciliation{
+		VoucherID: r.VoucherID, InitialStock: r.Initial, Remaining: r.Remaining, Loaded: r.Loaded,
+		LiveOrders: r.Live, InFlightOrders: r.InFlight, DeadLetteredOrders: r.DeadLettered,
+		UsersOff: r.UsersOff, Balanced: r.Balanced(),
+	}
+}

@@ -95,3 +95,38 @@ func TestAdminListsDeadLetteredOrders(t *testing.T) {
 	wantCode(t, s.do(t, s.admin(t), deadLetteredOrders, map[string]any{"after": "bm90LWEtY3Vyc29y"}, nil), "BAD_USER_INPUT")
 	wantCode(t, s.do(t, s.admin(t), deadLetteredOrders, map[string]any{"first": 1000}, nil), "BAD_USER_INPUT")
 }
+
+const reconciliation = `query($v: ID!) {
+  reconciliation(voucherId: $v) { voucherId initialStock remaining loaded liveOrders inFlightOrders deadLetteredOrders usersOff balanced }
+}`
+
+// An admin reads a voucher's stock identity after a sale: balanced, with
+// every term; users may not, and an unknown voucher is NOT_FOUND.
+func TestAdminReadsAVouchersReconciliation(t *testing.T) {
+	s := newServer(t)
+	v := s.createVoucher(t, seckillInput(1, 5))
+	for u := int64(100); u < 103; u++ {
+		var res struct{ SeckillVoucher struct{ Code string } }
+		s.mustDo(t, s.token(t, u, auth.RoleUser), `mutation($v: ID!) { seckillVoucher(voucherId: $v) { code } }`, map[string]any{"v": v.ID}, &res)
+		if res.SeckillVoucher.Code != "OK" {
+			t.Fatalf("grab: %+v", res)
+		}
+	}
+	s.drained(t)
+	var out struct {
+		Reconciliation struct {
+			VoucherID                                                               string
+			InitialStock, Remaining, LiveOrders, InFlightOrders, DeadLetteredOrders int
+			UsersOff                                                                int
+			Loaded, Balanced                                                        bool
+		}
+	}
+	s.mustDo(t, s.admin(t), reconciliation, map[string]any{"v": v.ID}, &out)
+	r := out.Reconciliation
+	if !r.Balanced || !r.Loaded || r.VoucherID != v.ID || r.InitialStock != 5 || r.Remaining != 2 || r.LiveOrders != 3 ||
+		r.InFlightOrders != 0 || r.DeadLetteredOrders != 0 || r.UsersOff != 0 {
+		t.Fatalf("reconciliation %+v", r)
+	}
+	wantCode(t, s.do(t, s.token(t, 100, auth.RoleUser), reconciliation, map[string]any{"v": v.ID}, nil), "FORBIDDEN")
+	wantCode(t, s.do(t, s.admin(t), reconciliation, map[string]any{"v": "999999"}, nil), "NOT_FOUND")
+}

@@ -86,10 +86,23 @@ type ComplexityRoot struct {
 		DeadLetteredOrders func(childComplexity int, voucherID *int64, first *int, after *string) int
 		MyOrders           func(childComplexity int, first *int, after *string) int
 		Order              func(childComplexity int, id int64) int
+		Reconciliation     func(childComplexity int, voucherID int64) int
 		RedPacket          func(childComplexity int, id int64) int
 		Stock              func(childComplexity int, voucherID int64) int
 		Voucher            func(childComplexity int, id int64) int
 		Vouchers           func(childComplexity int, shopID *int64, first *int, after *string) int
+	}
+
+	Reconciliation struct {
+		Balanced           func(childComplexity int) int
+		DeadLetteredOrders func(childComplexity int) int
+		InFlightOrders     func(childComplexity int) int
+		InitialStock       func(childComplexity int) int
+		LiveOrders         func(childComplexity int) int
+		Loaded             func(childComplexity int) int
+		Remaining          func(childComplexity int) int
+		UsersOff           func(childComplexity int) int
+		VoucherID          func(childComplexity int) int
 	}
 
 	RedPacket struct {
@@ -197,6 +210,7 @@ type QueryResolver interface {
 	MyOrders(ctx context.Context, first *int, after *string) (*model.VoucherOrderConnection, error)
 	RedPacket(ctx context.Context, id int64) (*model.RedPacket, error)
 	DeadLetteredOrders(ctx context.Context, voucherID *int64, first *int, after *string) (*model.DeadLetteredOrderConnection, error)
+	Reconciliation(ctx context.Context, voucherID int64) (*model.Reconciliation, error)
 }
 type SubscriptionResolver interface {
 	StockChanged(ctx context.Context, voucherID int64) (<-chan *model.StockUpdate, error)
@@ -451,6 +465,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Order(childComplexity, args["id"].(int64)), true
+	case "Query.reconciliation":
+		if e.ComplexityRoot.Query.Reconciliation == nil {
+			break
+		}
+
+		args, err := ec.field_Query_reconciliation_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Reconciliation(childComplexity, args["voucherId"].(int64)), true
 	case "Query.redPacket":
 		if e.ComplexityRoot.Query.RedPacket == nil {
 			break
@@ -495,6 +520,61 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Vouchers(childComplexity, args["shopId"].(*int64), args["first"].(*int), args["after"].(*string)), true
+
+	case "Reconciliation.balanced":
+		if e.ComplexityRoot.Reconciliation.Balanced == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reconciliation.Balanced(childComplexity), true
+	case "Reconciliation.deadLetteredOrders":
+		if e.ComplexityRoot.Reconciliation.DeadLetteredOrders == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reconciliation.DeadLetteredOrders(childComplexity), true
+	case "Reconciliation.inFlightOrders":
+		if e.ComplexityRoot.Reconciliation.InFlightOrders == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reconciliation.InFlightOrders(childComplexity), true
+	case "Reconciliation.initialStock":
+		if e.ComplexityRoot.Reconciliation.InitialStock == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reconciliation.InitialStock(childComplexity), true
+	case "Reconciliation.liveOrders":
+		if e.ComplexityRoot.Reconciliation.LiveOrders == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reconciliation.LiveOrders(childComplexity), true
+	case "Reconciliation.loaded":
+		if e.ComplexityRoot.Reconciliation.Loaded == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reconciliation.Loaded(childComplexity), true
+	case "Reconciliation.remaining":
+		if e.ComplexityRoot.Reconciliation.Remaining == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reconciliation.Remaining(childComplexity), true
+	case "Reconciliation.usersOff":
+		if e.ComplexityRoot.Reconciliation.UsersOff == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reconciliation.UsersOff(childComplexity), true
+	case "Reconciliation.voucherId":
+		if e.ComplexityRoot.Reconciliation.VoucherID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Reconciliation.VoucherID(childComplexity), true
 
 	case "RedPacket.count":
 		if e.ComplexityRoot.RedPacket.Count == nil {
@@ -997,6 +1077,30 @@ func (ec *executionContext) childFields_PageInfo(ctx context.Context, field grap
 	return nil, fmt.Errorf("no field named %q was found under type PageInfo", field.Name)
 }
 
+func (ec *executionContext) childFields_Reconciliation(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "voucherId":
+		return ec.fieldContext_Reconciliation_voucherId(ctx, field)
+	case "initialStock":
+		return ec.fieldContext_Reconciliation_initialStock(ctx, field)
+	case "remaining":
+		return ec.fieldContext_Reconciliation_remaining(ctx, field)
+	case "loaded":
+		return ec.fieldContext_Reconciliation_loaded(ctx, field)
+	case "liveOrders":
+		return ec.fieldContext_Reconciliation_liveOrders(ctx, field)
+	case "inFlightOrders":
+		return ec.fieldContext_Reconciliation_inFlightOrders(ctx, field)
+	case "deadLetteredOrders":
+		return ec.fieldContext_Reconciliation_deadLetteredOrders(ctx, field)
+	case "usersOff":
+		return ec.fieldContext_Reconciliation_usersOff(ctx, field)
+	case "balanced":
+		return ec.fieldContext_Reconciliation_balanced(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Reconciliation", field.Name)
+}
+
 func (ec *executionContext) childFields_RedPacket(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -1480,6 +1584,20 @@ func (ec *executionContext) field_Query_order_args(ctx context.Context, rawArgs 
 		return nil, err
 	}
 	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_reconciliation_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "voucherId",
+		func(ctx context.Context, v any) (int64, error) {
+			return ec.unmarshalNID2int64(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["voucherId"] = arg0
 	return args, nil
 }
 
@@ -2721,6 +2839,50 @@ func (ec *executionContext) fieldContext_Query_deadLetteredOrders(ctx context.Co
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_reconciliation(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_reconciliation(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Reconciliation(ctx, fc.Args["voucherId"].(int64))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Reconciliation) graphql.Marshaler {
+			return ec.marshalNReconciliation2ᚖflashsaleᚋgraphᚋmodelᚐReconciliation(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_reconciliation(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Reconciliation(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_reconciliation_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query___type(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -2795,6 +2957,213 @@ func (ec *executionContext) fieldContext_Query___schema(_ context.Context, field
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _Reconciliation_voucherId(ctx context.Context, field graphql.CollectedField, obj *model.Reconciliation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Reconciliation_voucherId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.VoucherID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNID2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Reconciliation_voucherId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Reconciliation", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _Reconciliation_initialStock(ctx context.Context, field graphql.CollectedField, obj *model.Reconciliation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Reconciliation_initialStock(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.InitialStock, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Reconciliation_initialStock(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Reconciliation", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _Reconciliation_remaining(ctx context.Context, field graphql.CollectedField, obj *model.Reconciliation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Reconciliation_remaining(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Remaining, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Reconciliation_remaining(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Reconciliation", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _Reconciliation_loaded(ctx context.Context, field graphql.CollectedField, obj *model.Reconciliation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Reconciliation_loaded(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Loaded, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Reconciliation_loaded(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Reconciliation", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _Reconciliation_liveOrders(ctx context.Context, field graphql.CollectedField, obj *model.Reconciliation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Reconciliation_liveOrders(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.LiveOrders, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Reconciliation_liveOrders(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Reconciliation", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _Reconciliation_inFlightOrders(ctx context.Context, field graphql.CollectedField, obj *model.Reconciliation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Reconciliation_inFlightOrders(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.InFlightOrders, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Reconciliation_inFlightOrders(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Reconciliation", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _Reconciliation_deadLetteredOrders(ctx context.Context, field graphql.CollectedField, obj *model.Reconciliation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Reconciliation_deadLetteredOrders(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.DeadLetteredOrders, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Reconciliation_deadLetteredOrders(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Reconciliation", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _Reconciliation_usersOff(ctx context.Context, field graphql.CollectedField, obj *model.Reconciliation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Reconciliation_usersOff(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UsersOff, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Reconciliation_usersOff(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Reconciliation", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _Reconciliation_balanced(ctx context.Context, field graphql.CollectedField, obj *model.Reconciliation) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Reconciliation_balanced(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Balanced, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Reconciliation_balanced(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Reconciliation", field, false, false, errors.New("field of type Boolean does not have child fields"))
 }
 
 func (ec *executionContext) _RedPacket_id(ctx context.Context, field graphql.CollectedField, obj *model.RedPacket) (ret graphql.Marshaler) {
@@ -5765,6 +6134,28 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 			}
 
 			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "reconciliation":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_reconciliation(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
 		case "__type":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Query___type(ctx, field)
@@ -5778,6 +6169,84 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 			})
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var reconciliationImplementors = []string{"Reconciliation"}
+
+func (ec *executionContext) _Reconciliation(ctx context.Context, sel ast.SelectionSet, obj *model.Reconciliation) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, reconciliationImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Reconciliation")
+		case "voucherId":
+			out.Values[i] = ec._Reconciliation_voucherId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "initialStock":
+			out.Values[i] = ec._Reconciliation_initialStock(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "remaining":
+			out.Values[i] = ec._Reconciliation_remaining(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "loaded":
+			out.Values[i] = ec._Reconciliation_loaded(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "liveOrders":
+			out.Values[i] = ec._Reconciliation_liveOrders(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "inFlightOrders":
+			out.Values[i] = ec._Reconciliation_inFlightOrders(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "deadLetteredOrders":
+			out.Values[i] = ec._Reconciliation_deadLetteredOrders(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "usersOff":
+			out.Values[i] = ec._Reconciliation_usersOff(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "balanced":
+			out.Values[i] = ec._Reconciliation_balanced(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -6921,6 +7390,16 @@ func (ec *executionContext) marshalNPageInfo2ᚖflashsaleᚋgraphᚋmodelᚐPage
 		return graphql.Null
 	}
 	return ec._PageInfo(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNReconciliation2ᚖflashsaleᚋgraphᚋmodelᚐReconciliation(ctx context.Context, sel ast.SelectionSet, v *model.Reconciliation) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._Reconciliation(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNRedPacket2ᚖflashsaleᚋgraphᚋmodelᚐRedPacket(ctx context.Context, sel ast.SelectionSet, v *model.RedPacket) graphql.Marshaler {

@@ -82,7 +82,7 @@ func startServer(tb testing.TB, options func(*redis.Client) actors.Options, grab
 	bg.Go(func() { _ = s.writer.Run(ctx) })
 	bg.Go(func() { _ = persistence.NewStock(s.rdb).Watch(ctx, s.router.Changed, s.router.Resync) })
 	tb.Cleanup(func() { s.router.Close(); cancel(); bg.Wait() })
-	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router, DeadLetters: persistence.NewDeadLetters(s.db)}, graph.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: true})
+	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router, DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciler(s.db, s.rdb)}, graph.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: true})
 	s.client = client.New(h)
 	s.handler = h
 	return s

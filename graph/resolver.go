@@ -27,9 +27,16 @@ type DeadLetters interface {
 	List(ctx context.Context, voucherID *int64, first int, after string) ([]domain.DeadLetter, bool, error)
 }
 
+// Reconciler reads a voucher's stock identity (implemented by
+// persistence.Reconciler).
+type Reconciler interface {
+	Reconcile(ctx context.Context, voucherID int64) (domain.Reconciliation, error)
+}
+
 // Resolver is the root of the resolvers; it holds the services they call.
 type Resolver struct {
 	Catalog     Catalog
 	Grabber     Grabber
 	DeadLetters DeadLetters
+	Reconciler  Reconciler
 }

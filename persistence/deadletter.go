@@ -94,6 +94,7 @@ type deadLetterRow struct {
 	UserID     *int64    `bun:"user_id"`
 	VoucherID  *int64    `bun:"voucher_id"`
 	RequestID  *string   `bun:"request_id"`
+	LoadStamp  *string   `bun:"load_stamp"`
 	Reason     string    `bun:"reason,notnull"`
 	Detail     string    `bun:"detail,notnull"`
 	Entry      string    `bun:"entry,notnull"`
@@ -113,6 +114,10 @@ func (w *OrderWriter) deadLetter(ctx context.Context, entries []logEntry) error 
 		raw, _ := json.Marshal(e.values)
 		row := deadLetterRow{
 			Key: e.stream + "/" + e.id, Reason: DeadRefused, Detail: e.bad.Error(), Entry: string(raw), CreateTime: now,
+		}
+		if e.life != "" {
+			stamp := e.life
+			row.LoadStamp = &stamp
 		}
 		var r *refusal
 		if errors.As(e.bad, &r) {
@@ -184,8 +189,8 @@ func (s *DeadLetters) List(ctx context.Context, voucherID *int64, first int, aft
 	return out, more, nil
 }
 
-// Count returns how many orders of a voucher were dead-lettered: a term of
-// the voucher's reconciliation.
+// Count returns how many orders of a voucher were dead-lettered, from any
+// load.
 func (s *DeadLetters) Count(ctx context.Context, voucherID int64) (int64, error) {
 	n, err := s.db.NewSelect().Model((*deadLetterRow)(nil)).Where("voucher_id = ?", voucherID).Count(ctx)
 	if err != nil {

@@ -76,6 +76,22 @@ type PageInfo struct {
 type Query struct {
 }
 
+type Reconciliation struct {
+	VoucherID int64 `json:"voucherId"`
+	// Stock at creation plus every restock.
+	InitialStock int `json:"initialStock"`
+	// Units Redis still sells (0 when Redis holds no load of the voucher: see loaded).
+	Remaining int `json:"remaining"`
+	// Whether Redis holds a load of the voucher.
+	Loaded             bool `json:"loaded"`
+	LiveOrders         int  `json:"liveOrders"`
+	InFlightOrders     int  `json:"inFlightOrders"`
+	DeadLetteredOrders int  `json:"deadLetteredOrders"`
+	// Users whose mark in Redis differs from their orders.
+	UsersOff int  `json:"usersOff"`
+	Balanced bool `json:"balanced"`
+}
+
 type RedPacket struct {
 	ID             int64     `json:"id"`
 	CreatorID      int64     `json:"creatorId"`

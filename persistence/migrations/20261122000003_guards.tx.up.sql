@@ -36,13 +36,16 @@ CREATE UNIQUE INDEX IF NOT EXISTS ux_voucher_order_request
 -- kept with the reason for an operator (admin query deadLetteredOrders),
 -- counted by reconciliation and by flashsale_orders_dead_total{reason}.
 -- Durable here rather than in Redis, which may lose them with its data.
--- key is "<order log>/<entry id>", so a replayed entry is recorded once.
+-- key is "<order log>/<entry id>", so a replayed entry is recorded once;
+-- load_stamp is the Redis load the order was sold from (reconciliation
+-- counts the dead letters of the load Redis holds).
 CREATE TABLE IF NOT EXISTS tb_order_dead_letter (
     key         TEXT PRIMARY KEY,
     order_id    BIGINT,
     user_id     BIGINT,
     voucher_id  BIGINT,
     request_id  TEXT,
+    load_stamp  TEXT,
     reason      TEXT NOT NULL,
     detail      TEXT NOT NULL,
     entry       TEXT NOT NULL,

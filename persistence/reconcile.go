@@ -1,0 +1,169 @@
+package persistence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/uptrace/bun"
+
+	"flashsale/domain"
+)
+
+// snapshotScript reads, in one atomic step, what Redis holds of a voucher:
+// its load stamp, its stock, its users' marks and the orders of its order
+// log. KEYS: meta, stock, users, log. Returns {stamp or false, stock or
+// false, {user, count, ...}, {order, user, ...}}.
+var snapshotScript = redis.NewScript(`
+local entries = {}
+for _, e in ipairs(redis.call('XRANGE', KEYS[4], '-', '+')) do
+  local f = e[2]
+  local o, u
+  for i = 1, #f, 2 do
+    if f[i] == 'o' then o = f[i + 1] elseif f[i] == 'u' then u = f[i + 1] end
+  end
+  if o and u then
+    entries[#entries + 1] = o
+    entries[#entries + 1] = u
+  end
+end
+return {redis.call('HGET', KEYS[1], 'life'), redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), entries}
+`)
+
+// Reconciler checks the stock identity of vouchers (invariant 5).
+type Reconciler struct {
+	db  *bun.DB
+	rdb redis.UniversalClient
+}
+
+// NewReconciler returns a reconciler over the database and the stock Redis.
+func NewReconciler(db *bun.DB, rdb redis.UniversalClient) *Reconciler {
+	return &Reconciler{db: db, rdb: rdb}
+}
+
+// Reconcile reads one voucher's identity at one moment: it holds the
+// voucher's row (no order writer commits meanwhile), reads Redis in one
+// atomic step, and counts as in flight only the log's orders the database
+// does not hold yet (a committed batch is acknowledged after its commit).
+// Dead letters count when they were sold from the load Redis holds: a
+// reload starts again from the database, and an order sold from a lost
+// load never took a unit of the current one.
+func (r *Reconciler) Reconcile(ctx context.Context, voucherID int64) (domain.Reconciliation, error) {
+	out := domain.Reconciliation{VoucherID: voucherID}
+	err := r.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := lockSeckillRows(ctx, tx, []int64{voucherID}); err != nil {
+			return err
+		}
+		err := tx.NewSelect().Table("tb_seckill_voucher").Column("initial_stock").
+			Where("voucher_id = ?", voucherID).Scan(ctx, &out.Initial)
+		if errors.Is(err, sql.ErrNoRows) {
+			return domain.NotFound("seckill voucher", voucherID)
+		}
+		if err != nil {
+			return fmt.Errorf("read seckill voucher %d: %w", voucherID, err)
+		}
+		live, err := liveOrderCounts(ctx, tx, voucherID)
+		if err != nil {
+			return err
+		}
+		raw, err := snapshotScript.Run(ctx, r.rdb, []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID), LogKey(voucherID)}).Slice()
+		if err != nil || len(raw) != 4 {
+			return fmt.Errorf("read voucher %d from redis: %v %w", voucherID, raw, err)
+		}
+		stamp, _ := raw[0].(string)
+		stock, hasStock := raw[1].(string)
+		out.Loaded = hasStock
+		out.Remaining, _ = strconv.Atoi(stock)
+		inflight, err := unpersisted(ctx, tx, pairs(raw[3]))
+		if err != nil {
+			return err
+		}
+		out.InFlight = len(inflight)
+		want := map[string]int{} // each user's mark as the database and the log explain it
+		if stamp != "" {
+			var dead []struct {
+				UserID int64 `bun:"user_id"`
+				N      int   `bun:"n"`
+			}
+			err := tx.NewSelect().Model((*deadLetterRow)(nil)).ColumnExpr("user_id, COUNT(*) AS n").
+				Where("voucher_id = ? AND load_stamp = ?", voucherID, stamp).Group("user_id").Scan(ctx, &dead)
+			if err != nil {
+				return fmt.Errorf("count dead letters of voucher %d: %w", voucherID, err)
+			}
+			for _, d := range dead {
+				out.DeadLettered += d.N
+				want[strconv.FormatInt(d.UserID, 10)] += d.N
+			}
+		}
+		for u, n := range live {
+			out.Live += n
+			want[strconv.FormatInt(u, 10)] += n
+		}
+		for _, u := range inflight {
+			want[u]++
+		}
+		marks := pairs(raw[2])
+		for u, n := range marks {
+			if c, _ := strconv.Atoi(n); c != want[u] && (c != 0 || want[u] != 0) {
+				out.UsersOff++
+			}
+		}
+		for u, n := range want {
+			if _, ok := marks[u]; !ok && n != 0 {
+				out.UsersOff++
+			}
+		}
+		return nil
+	})
+	if domain.ErrorCode(err) == domain.CodeNotFound {
+		return domain.Reconciliation{}, err
+	}
+	if err != nil {
+		return domain.Reconciliation{}, fmt.Errorf("reconcile voucher %d: %w", voucherID, err)
+	}
+	return out, nil
+}
+
+// pairs turns a flat {key, value, ...} reply into a map.
+func pairs(v any) map[string]string {
+	flat, _ := v.([]any)
+	out := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		k, _ := flat[i].(string)
+		val, _ := flat[i+1].(string)
+		out[k] = val
+	}
+	return out
+}
+
+// unpersisted returns, for the orders (id -> user) of an order log, the
+// users of those the database does not hold.
+func unpersisted(ctx context.Context, tx bun.Tx, orders map[string]string) ([]string, error) {
+	if len(orders) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, 0, len(orders))
+	for o := range orders {
+		if id, err := strconv.ParseInt(o, 10, 64); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	var stored []int64
+	if err := tx.NewSelect().Table("tb_voucher_order").Column("id").Where("id IN (?)", bun.In(ids)).Scan(ctx, &stored); err != nil {
+		return nil, fmt.Errorf("look up %d orders of the order log: %w", len(ids), err)
+	}
+	have := make(map[string]bool, len(stored))
+	for _, id := range stored {
+		have[strconv.FormatInt(id, 10)] = true
+	}
+	var users []string
+	for o, u := range orders {
+		if !have[o] {
+			users = append(users, u)
+		}
+	}
+	return users, nil
+}
