@@ -392,19 +392,19 @@ func (g *gate) open() { g.opened.Do(func() { close(g.release) }) }
 // in flight.
 type slowStore struct{ gate }
 
-func liveState() persistence.VoucherState {
-	return persistence.VoucherState{Found: true, Status: domain.StatusActive, Begin: time.Now().Add(-time.Hour), End: time.Now().Add(time.Hour), Limit: 1, Remaining: 10}
+func liveState() domain.VoucherState {
+	return domain.VoucherState{Found: true, Status: domain.StatusActive, Begin: time.Now().Add(-time.Hour), End: time.Now().Add(time.Hour), Limit: 1, Remaining: 10}
 }
 
-func (*slowStore) Claim(context.Context, int64) (int64, persistence.VoucherState, error) {
+func (*slowStore) Claim(context.Context, int64) (int64, domain.VoucherState, error) {
 	return 1, liveState(), nil
 }
-func (*slowStore) State(context.Context, int64) (persistence.VoucherState, error) {
+func (*slowStore) State(context.Context, int64) (domain.VoucherState, error) {
 	return liveState(), nil
 }
-func (s *slowStore) Grab(_ context.Context, _, _ int64, g []persistence.Grab) (persistence.BatchOutcome, error) {
+func (s *slowStore) Grab(_ context.Context, _, _ int64, g []domain.Grab) (domain.BatchOutcome, error) {
 	s.hold()
-	out := persistence.BatchOutcome{State: liveState()}
+	out := domain.BatchOutcome{State: liveState()}
 	for _, x := range g {
 		out.Results = append(out.Results, domain.GrabResult{Code: domain.SeckillOK, OrderID: x.OrderID})
 	}

@@ -12,7 +12,6 @@ import (
 	"flashsale/actors"
 	"flashsale/domain"
 	"flashsale/internal/testenv"
-	"flashsale/persistence"
 )
 
 // recordingStore stands in for Redis where a test needs a batch held in
@@ -30,26 +29,26 @@ type recordingStore struct {
 	sold []int64
 }
 
-func (s *recordingStore) Claim(context.Context, int64) (int64, persistence.VoucherState, error) {
+func (s *recordingStore) Claim(context.Context, int64) (int64, domain.VoucherState, error) {
 	return 1, liveState(), nil
 }
 
-func (s *recordingStore) State(context.Context, int64) (persistence.VoucherState, error) {
+func (s *recordingStore) State(context.Context, int64) (domain.VoucherState, error) {
 	if s.failState {
-		return persistence.VoucherState{}, errors.New("redis blip")
+		return domain.VoucherState{}, errors.New("redis blip")
 	}
 	return liveState(), nil
 }
 
-func (s *recordingStore) Grab(ctx context.Context, _, _ int64, g []persistence.Grab) (persistence.BatchOutcome, error) {
+func (s *recordingStore) Grab(ctx context.Context, _, _ int64, g []domain.Grab) (domain.BatchOutcome, error) {
 	if s.untilDeadline {
 		<-ctx.Done()
 	}
 	s.hold()
 	if s.stale.Load() {
-		return persistence.BatchOutcome{Stale: true}, nil
+		return domain.BatchOutcome{Stale: true}, nil
 	}
-	out := persistence.BatchOutcome{State: liveState()}
+	out := domain.BatchOutcome{State: liveState()}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, x := range g {

@@ -95,9 +95,9 @@ type onceStale struct {
 	refused atomic.Bool
 }
 
-func (s *onceStale) Grab(ctx context.Context, voucherID, fence int64, g []persistence.Grab) (persistence.BatchOutcome, error) {
+func (s *onceStale) Grab(ctx context.Context, voucherID, fence int64, g []domain.Grab) (domain.BatchOutcome, error) {
 	if s.refused.CompareAndSwap(false, true) {
-		return persistence.BatchOutcome{Stale: true}, nil
+		return domain.BatchOutcome{Stale: true}, nil
 	}
 	return s.recordingStore.Grab(ctx, voucherID, fence, g)
 }
@@ -110,7 +110,7 @@ type onePerUser struct {
 
 func (l *onePerUser) Enabled() bool { return true }
 
-func (l *onePerUser) Admit(_ context.Context, _ int64, checks []persistence.RateCheck) ([]time.Duration, error) {
+func (l *onePerUser) Admit(_ context.Context, _ int64, checks []domain.RateCheck) ([]time.Duration, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	waits := make([]time.Duration, len(checks))
