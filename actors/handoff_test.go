@@ -73,6 +73,7 @@ func grabAsync(r *actors.Router, ctx context.Context, voucher, user int64) <-cha
 // A caller told UNAVAILABLE because it stopped waiting must be able to
 // trust it: its grab never reaches Redis afterwards.
 func TestAGrabWhoseCallerGaveUpIsNeverSold(t *testing.T) {
+	t.Parallel()
 	st := &recordingStore{gate: gate{entered: make(chan struct{}, 1), release: make(chan struct{})}}
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{})
 	t.Cleanup(r.Close)
@@ -99,6 +100,7 @@ func TestAGrabWhoseCallerGaveUpIsNeverSold(t *testing.T) {
 // A caller whose grab is already in a script call when its own wait ends
 // gets the script's answer, not an UNAVAILABLE that may hide an order.
 func TestAGrabInFlightIsAnsweredWithItsOutcome(t *testing.T) {
+	t.Parallel()
 	// The store answers when the batch's deadline has passed. The batch
 	// started after the caller began to wait, with the same timeout, so
 	// the caller's own wait has ended by then, and the answer comes well
@@ -114,6 +116,7 @@ func TestAGrabInFlightIsAnsweredWithItsOutcome(t *testing.T) {
 // A reload that fails while a batch is in flight must not strand the
 // grabs that queued behind the batch.
 func TestAFailedReloadStillSendsTheWaitingGrabs(t *testing.T) {
+	t.Parallel()
 	st := &recordingStore{gate: gate{entered: make(chan struct{}, 1), release: make(chan struct{})}, failState: true}
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: 2 * time.Second})
 	t.Cleanup(r.Close)
@@ -134,6 +137,7 @@ func TestAFailedReloadStillSendsTheWaitingGrabs(t *testing.T) {
 // Close must not race with actors that retire (and leave the router's
 // map) while it waits for them; -race checks it.
 func TestCloseWhileActorsRetire(t *testing.T) {
+	t.Parallel()
 	const vouchers = 50
 	st := &recordingStore{gate: gate{entered: make(chan struct{}, vouchers), release: make(chan struct{})}}
 	st.stale.Store(true) // every activation finds itself superseded and retires
@@ -156,6 +160,7 @@ func TestCloseWhileActorsRetire(t *testing.T) {
 
 // Grabs of many distinct ids cannot make a node run actors without bound.
 func TestActorCapAnswersUnavailable(t *testing.T) {
+	t.Parallel()
 	r := actors.NewRouter(&recordingStore{}, &seqIDs{}, nil, quiet, actors.Options{MaxActors: 2})
 	t.Cleanup(r.Close)
 	for v := int64(1); v <= 2; v++ {

@@ -58,6 +58,7 @@ func (e *env) ordersOf(tb testing.TB, voucherID, userID int64) []int64 {
 // knows the voucher is sold out. It must still be decided by its request
 // id in Redis: its buyer gets the order, never SOLD_OUT.
 func TestAReroutedGrabThatSoldIsNotAnsweredSoldOut(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	id := e.live(t, 2, 1)
 	w := e.writer(t)
@@ -126,6 +127,7 @@ func (l *onePerUser) Admit(_ context.Context, _ int64, checks []domain.RateCheck
 // A grab re-routed after a stale batch was admitted already: limiting it
 // again could answer RATE_LIMITED for a grab whose earlier attempt sold.
 func TestAReroutedGrabIsNotRateLimitedAgain(t *testing.T) {
+	t.Parallel()
 	st := &onceStale{}
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{Limits: &onePerUser{seen: map[int64]bool{}}})
 	t.Cleanup(r.Close)

@@ -2,7 +2,6 @@ package catalog_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"strconv"
 	"testing"
@@ -20,9 +19,10 @@ import (
 // stock is sold from a load the order writer cannot recognise; the next
 // reload, once the database works, records its stamp.
 func TestAReloadWhoseStampIsNotRecordedIsTakenBack(t *testing.T) {
+	t.Parallel()
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	ctx := context.Background()
-	cat := catalog.New(persistence.NewVouchers(db), persistence.NewStock(rdb), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cat := catalog.New(persistence.NewVouchers(db), persistence.NewStock(rdb), slog.New(slog.DiscardHandler))
 	stock, limit := 10, 1
 	begin, end := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
 	v, err := cat.Create(ctx, domain.NewVoucher{ShopID: 1, Title: "v", PayValue: 1, ActualValue: 2, Type: domain.VoucherSeckill,
