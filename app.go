@@ -27,12 +27,17 @@ import (
 )
 
 var (
-	_ graph.Catalog     = (*catalog.Service)(nil)
-	_ graph.Grabber     = (*actors.Router)(nil)
-	_ actors.Preheater  = (*catalog.Service)(nil)
-	_ graph.IPLimiter   = (*persistence.RateLimits)(nil)
-	_ graph.DeadLetters = (*persistence.DeadLetters)(nil)
-	_ graph.Reconciler  = (*persistence.Reconciler)(nil)
+	_ graph.Catalog        = (*catalog.Service)(nil)
+	_ graph.Grabber        = (*actors.Router)(nil)
+	_ actors.Preheater     = (*catalog.Service)(nil)
+	_ actors.Store         = (*persistence.Grabs)(nil)
+	_ actors.OrderIDs      = (*persistence.OrderIDs)(nil)
+	_ actors.Limits        = (*persistence.RateLimits)(nil)
+	_ catalog.VoucherStore = (*persistence.Vouchers)(nil)
+	_ catalog.StockStore   = (*persistence.Stock)(nil)
+	_ graph.IPLimiter      = (*persistence.RateLimits)(nil)
+	_ graph.DeadLetters    = (*persistence.DeadLetters)(nil)
+	_ graph.Reconciler     = (*persistence.Reconciler)(nil)
 )
 
 // app is the wired service. start builds it in a visible order (database,

@@ -2,7 +2,6 @@ package actors_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"maps"
 	"net/url"
@@ -23,7 +22,7 @@ import (
 	"flashsale/persistence"
 )
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 type env struct {
 	db      *bun.DB
@@ -98,6 +97,7 @@ func (e *env) live(tb testing.TB, stock, limit int) int64 {
 }
 
 func TestSoldOutIsAnsweredWithoutRedis(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	id := e.live(t, 20, 1)
 	var cnt testenv.Counter
@@ -127,6 +127,7 @@ func TestSoldOutIsAnsweredWithoutRedis(t *testing.T) {
 }
 
 func TestCachedAnswersFollowStatusChanges(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	id := e.live(t, 100, 5)
 	r := e.router(t, nil, actors.Options{})
@@ -172,21 +173,37 @@ func TestCachedAnswersFollowStatusChanges(t *testing.T) {
 }
 
 func TestWindowIsAnsweredFromMemory(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	now := time.Now()
 	early := e.voucher(t, 10, 1, now.Add(time.Hour), now.Add(2*time.Hour))
 	late := e.voucher(t, 10, 1, now.Add(-2*time.Hour), now.Add(-time.Hour))
-	r := e.router(t, nil, actors.Options{})
+	var cnt testenv.Counter
+	r := e.router(t, &cnt, actors.Options{})
 	grab := func(id int64) domain.SeckillCode {
 		return r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 1}).Code
 	}
 	for _, tc := range []struct {
+		name string
 		id   int64
 		want domain.SeckillCode
-	}{{early, domain.SeckillNotStarted}, {late, domain.SeckillEnded}, {424242, domain.SeckillNotFound}} {
-		if c := grab(tc.id); c != tc.want {
-			t.Errorf("voucher %d: %s, want %s", tc.id, c, tc.want)
-		}
+	}{
+		{"a sale that has not started answers NOT_STARTED", early, domain.SeckillNotStarted},
+		{"a sale that has ended answers ENDED", late, domain.SeckillEnded},
+		{"an id that is no voucher answers NOT_FOUND", 424242, domain.SeckillNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if c := grab(tc.id); c != tc.want { // activates the voucher's actor
+				t.Errorf("voucher %d: %s, want %s", tc.id, c, tc.want)
+			}
+			before := cnt.Commands.Load()
+			if c := grab(tc.id); c != tc.want {
+				t.Errorf("voucher %d again: %s, want %s", tc.id, c, tc.want)
+			}
+			if calls := cnt.Commands.Load() - before; calls != 0 {
+				t.Errorf("voucher %d: the answer from the running actor made %d Redis calls, want 0", tc.id, calls)
+			}
+		})
 	}
 	// Created last, just before its first grab, and starting seconds later:
 	// a slow create cannot make the grab land after the start.
@@ -209,6 +226,7 @@ func TestWindowIsAnsweredFromMemory(t *testing.T) {
 }
 
 func TestTwoActivationsNeverOversell(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	const stock = 300
 	id := e.live(t, stock, 1)
@@ -270,6 +288,7 @@ func TestTwoActivationsNeverOversell(t *testing.T) {
 }
 
 func TestRedisDownAnswersUnavailableInBoundedTime(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	id := e.live(t, 100, 1)
 	proxy := testenv.MustProxy(t, e.redis.Addr())
@@ -305,6 +324,7 @@ func TestRedisDownAnswersUnavailableInBoundedTime(t *testing.T) {
 // exactly the six units left sell, the four buyers are told
 // LIMIT_REACHED, and the database ends with ten orders, one per user.
 func TestRedisLosingItsDataReactivatesTheVoucher(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	id := e.live(t, 10, 1)
 	r := e.router(t, nil, actors.Options{})
@@ -350,6 +370,7 @@ func TestRedisLosingItsDataReactivatesTheVoucher(t *testing.T) {
 }
 
 func TestUnknownVoucherIDsLeaveNothingBehind(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	r := e.router(t, nil, actors.Options{})
 	before, _ := e.rdb.DBSize(t.Context()).Result()
@@ -392,19 +413,19 @@ func (g *gate) open() { g.opened.Do(func() { close(g.release) }) }
 // in flight.
 type slowStore struct{ gate }
 
-func liveState() persistence.VoucherState {
-	return persistence.VoucherState{Found: true, Status: domain.StatusActive, Begin: time.Now().Add(-time.Hour), End: time.Now().Add(time.Hour), Limit: 1, Remaining: 10}
+func liveState() domain.VoucherState {
+	return domain.VoucherState{Found: true, Status: domain.StatusActive, Begin: time.Now().Add(-time.Hour), End: time.Now().Add(time.Hour), Limit: 1, Remaining: 10}
 }
 
-func (*slowStore) Claim(context.Context, int64) (int64, persistence.VoucherState, error) {
+func (*slowStore) Claim(context.Context, int64) (int64, domain.VoucherState, error) {
 	return 1, liveState(), nil
 }
-func (*slowStore) State(context.Context, int64) (persistence.VoucherState, error) {
+func (*slowStore) State(context.Context, int64) (domain.VoucherState, error) {
 	return liveState(), nil
 }
-func (s *slowStore) Grab(_ context.Context, _, _ int64, g []persistence.Grab) (persistence.BatchOutcome, error) {
+func (s *slowStore) Grab(_ context.Context, _, _ int64, g []domain.Grab) (domain.BatchOutcome, error) {
 	s.hold()
-	out := persistence.BatchOutcome{State: liveState()}
+	out := domain.BatchOutcome{State: liveState()}
 	for _, x := range g {
 		out.Results = append(out.Results, domain.GrabResult{Code: domain.SeckillOK, OrderID: x.OrderID})
 	}
@@ -422,6 +443,7 @@ func (s *seqIDs) Take(_ context.Context, n int) ([]int64, error) {
 }
 
 func TestCloseAnswersTheBatchInFlight(t *testing.T) {
+	t.Parallel()
 	// The store holds the batch for a second after it arrives: Close starts
 	// well within that, and waits (up to GrabTimeout) for the answer.
 	st := &slowStore{gate{entered: make(chan struct{}, 1), delay: time.Second}}
@@ -444,6 +466,7 @@ func TestCloseAnswersTheBatchInFlight(t *testing.T) {
 // and retry; in the end exactly the stock is sold, to distinct users, and
 // every OK'd order is in the database.
 func TestRedisKilledMidSaleLosesAndOversellsNothing(t *testing.T) {
+	t.Parallel()
 	e := &env{db: testenv.MustPostgres(t), redis: testenv.MustDurableRedis(t)}
 	e.rdb = e.redis.Client()
 	e.catalog = catalog.New(persistence.NewVouchers(e.db), persistence.NewStock(e.rdb), quiet)
@@ -514,6 +537,7 @@ func TestRedisKilledMidSaleLosesAndOversellsNothing(t *testing.T) {
 }
 
 func TestIdleActorsArePassivated(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	id := e.live(t, 10, 1)
 	// IdleTimeout is long against one grab, so the actor is still active
@@ -539,6 +563,7 @@ func TestIdleActorsArePassivated(t *testing.T) {
 // grabs keep being answered from Redis, orders wait in the order log, and
 // once the database is back every OK'd order lands exactly once.
 func TestPostgresOutageMidSale(t *testing.T) {
+	t.Parallel()
 	dbURL := testenv.MustPostgresURL(t)
 	direct := testenv.MustOpen(t, dbURL)
 	u, _ := url.Parse(dbURL)
@@ -603,6 +628,7 @@ func TestPostgresOutageMidSale(t *testing.T) {
 }
 
 func TestSoldOutLiftsWhenStockComesBack(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	id := e.live(t, 1, 1)
 	r := e.router(t, nil, actors.Options{})
@@ -636,6 +662,7 @@ func TestSoldOutLiftsWhenStockComesBack(t *testing.T) {
 }
 
 func TestAFullQueueAnswersUnavailableAtOnce(t *testing.T) {
+	t.Parallel()
 	const grabs, bound = 40, 5
 	// The store holds the first batch until the gate opens, so nothing is
 	// answered from the queue meanwhile: exactly bound grabs are queued

@@ -12,7 +12,6 @@ import (
 	"flashsale/actors"
 	"flashsale/domain"
 	"flashsale/internal/testenv"
-	"flashsale/persistence"
 )
 
 // recordingStore stands in for Redis where a test needs a batch held in
@@ -30,26 +29,26 @@ type recordingStore struct {
 	sold []int64
 }
 
-func (s *recordingStore) Claim(context.Context, int64) (int64, persistence.VoucherState, error) {
+func (s *recordingStore) Claim(context.Context, int64) (int64, domain.VoucherState, error) {
 	return 1, liveState(), nil
 }
 
-func (s *recordingStore) State(context.Context, int64) (persistence.VoucherState, error) {
+func (s *recordingStore) State(context.Context, int64) (domain.VoucherState, error) {
 	if s.failState {
-		return persistence.VoucherState{}, errors.New("redis blip")
+		return domain.VoucherState{}, errors.New("redis blip")
 	}
 	return liveState(), nil
 }
 
-func (s *recordingStore) Grab(ctx context.Context, _, _ int64, g []persistence.Grab) (persistence.BatchOutcome, error) {
+func (s *recordingStore) Grab(ctx context.Context, _, _ int64, g []domain.Grab) (domain.BatchOutcome, error) {
 	if s.untilDeadline {
 		<-ctx.Done()
 	}
 	s.hold()
 	if s.stale.Load() {
-		return persistence.BatchOutcome{Stale: true}, nil
+		return domain.BatchOutcome{Stale: true}, nil
 	}
-	out := persistence.BatchOutcome{State: liveState()}
+	out := domain.BatchOutcome{State: liveState()}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, x := range g {
@@ -74,6 +73,7 @@ func grabAsync(r *actors.Router, ctx context.Context, voucher, user int64) <-cha
 // A caller told UNAVAILABLE because it stopped waiting must be able to
 // trust it: its grab never reaches Redis afterwards.
 func TestAGrabWhoseCallerGaveUpIsNeverSold(t *testing.T) {
+	t.Parallel()
 	st := &recordingStore{gate: gate{entered: make(chan struct{}, 1), release: make(chan struct{})}}
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{})
 	t.Cleanup(r.Close)
@@ -100,6 +100,7 @@ func TestAGrabWhoseCallerGaveUpIsNeverSold(t *testing.T) {
 // A caller whose grab is already in a script call when its own wait ends
 // gets the script's answer, not an UNAVAILABLE that may hide an order.
 func TestAGrabInFlightIsAnsweredWithItsOutcome(t *testing.T) {
+	t.Parallel()
 	// The store answers when the batch's deadline has passed. The batch
 	// started after the caller began to wait, with the same timeout, so
 	// the caller's own wait has ended by then, and the answer comes well
@@ -115,6 +116,7 @@ func TestAGrabInFlightIsAnsweredWithItsOutcome(t *testing.T) {
 // A reload that fails while a batch is in flight must not strand the
 // grabs that queued behind the batch.
 func TestAFailedReloadStillSendsTheWaitingGrabs(t *testing.T) {
+	t.Parallel()
 	st := &recordingStore{gate: gate{entered: make(chan struct{}, 1), release: make(chan struct{})}, failState: true}
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: 2 * time.Second})
 	t.Cleanup(r.Close)
@@ -135,6 +137,7 @@ func TestAFailedReloadStillSendsTheWaitingGrabs(t *testing.T) {
 // Close must not race with actors that retire (and leave the router's
 // map) while it waits for them; -race checks it.
 func TestCloseWhileActorsRetire(t *testing.T) {
+	t.Parallel()
 	const vouchers = 50
 	st := &recordingStore{gate: gate{entered: make(chan struct{}, vouchers), release: make(chan struct{})}}
 	st.stale.Store(true) // every activation finds itself superseded and retires
@@ -157,6 +160,7 @@ func TestCloseWhileActorsRetire(t *testing.T) {
 
 // Grabs of many distinct ids cannot make a node run actors without bound.
 func TestActorCapAnswersUnavailable(t *testing.T) {
+	t.Parallel()
 	r := actors.NewRouter(&recordingStore{}, &seqIDs{}, nil, quiet, actors.Options{MaxActors: 2})
 	t.Cleanup(r.Close)
 	for v := int64(1); v <= 2; v++ {

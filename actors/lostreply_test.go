@@ -58,6 +58,7 @@ func (e *env) ordersOf(tb testing.TB, voucherID, userID int64) []int64 {
 // knows the voucher is sold out. It must still be decided by its request
 // id in Redis: its buyer gets the order, never SOLD_OUT.
 func TestAReroutedGrabThatSoldIsNotAnsweredSoldOut(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	id := e.live(t, 2, 1)
 	w := e.writer(t)
@@ -95,9 +96,9 @@ type onceStale struct {
 	refused atomic.Bool
 }
 
-func (s *onceStale) Grab(ctx context.Context, voucherID, fence int64, g []persistence.Grab) (persistence.BatchOutcome, error) {
+func (s *onceStale) Grab(ctx context.Context, voucherID, fence int64, g []domain.Grab) (domain.BatchOutcome, error) {
 	if s.refused.CompareAndSwap(false, true) {
-		return persistence.BatchOutcome{Stale: true}, nil
+		return domain.BatchOutcome{Stale: true}, nil
 	}
 	return s.recordingStore.Grab(ctx, voucherID, fence, g)
 }
@@ -110,7 +111,7 @@ type onePerUser struct {
 
 func (l *onePerUser) Enabled() bool { return true }
 
-func (l *onePerUser) Admit(_ context.Context, _ int64, checks []persistence.RateCheck) ([]time.Duration, error) {
+func (l *onePerUser) Admit(_ context.Context, _ int64, checks []domain.RateCheck) ([]time.Duration, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	waits := make([]time.Duration, len(checks))
@@ -126,6 +127,7 @@ func (l *onePerUser) Admit(_ context.Context, _ int64, checks []persistence.Rate
 // A grab re-routed after a stale batch was admitted already: limiting it
 // again could answer RATE_LIMITED for a grab whose earlier attempt sold.
 func TestAReroutedGrabIsNotRateLimitedAgain(t *testing.T) {
+	t.Parallel()
 	st := &onceStale{}
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{Limits: &onePerUser{seen: map[int64]bool{}}})
 	t.Cleanup(r.Close)

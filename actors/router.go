@@ -22,14 +22,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"flashsale/domain"
-	"flashsale/persistence"
 )
 
-// Store is the Redis side of grabbing (persistence.Grabs).
+// Store is the Redis side of grabbing: it claims an activation's fencing
+// token and runs a batch through the grab script (persistence.Grabs, wired
+// by main). Declared here in domain types, so that actors needs no storage
+// package and a test can stand in for Redis.
 type Store interface {
-	Claim(ctx context.Context, voucherID int64) (int64, persistence.VoucherState, error)
-	State(ctx context.Context, voucherID int64) (persistence.VoucherState, error)
-	Grab(ctx context.Context, voucherID, fence int64, grabs []persistence.Grab) (persistence.BatchOutcome, error)
+	Claim(ctx context.Context, voucherID int64) (int64, domain.VoucherState, error)
+	State(ctx context.Context, voucherID int64) (domain.VoucherState, error)
+	Grab(ctx context.Context, voucherID, fence int64, grabs []domain.Grab) (domain.BatchOutcome, error)
 }
 
 // OrderIDs hands out order ids in bulk (persistence.OrderIDs).
@@ -47,14 +49,8 @@ type Preheater interface {
 // (persistence.RateLimits), one pipelined round trip per batch.
 type Limits interface {
 	Enabled() bool
-	Admit(ctx context.Context, voucherID int64, checks []persistence.RateCheck) ([]time.Duration, error)
+	Admit(ctx context.Context, voucherID int64, checks []domain.RateCheck) ([]time.Duration, error)
 }
-
-var (
-	_ Store    = (*persistence.Grabs)(nil)
-	_ OrderIDs = (*persistence.OrderIDs)(nil)
-	_ Limits   = (*persistence.RateLimits)(nil)
-)
 
 // Options tunes the router; zero values take the defaults.
 type Options struct {

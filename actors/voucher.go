@@ -9,7 +9,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"flashsale/domain"
-	"flashsale/persistence"
 )
 
 // grabMsg is one grab waiting for its answer. It never leaves this node
@@ -68,7 +67,7 @@ const maxHops = 3
 // whether out.State is news.
 type batchDone struct {
 	batch    []*grabMsg
-	out      persistence.BatchOutcome
+	out      domain.BatchOutcome
 	scripted bool
 	err      error
 }
@@ -86,7 +85,7 @@ type voucherActor struct {
 	id  int64
 
 	fence      int64
-	state      persistence.VoucherState
+	state      domain.VoucherState
 	unusable   bool // stale fence or Redis unreachable at activation: stopping
 	pending    []*grabMsg
 	inflight   bool
@@ -316,7 +315,7 @@ func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
 			a.state = d.out.State
 			a.state.Limit = limit
 		default:
-			a.state = persistence.VoucherState{}
+			a.state = domain.VoucherState{}
 		}
 		for i, g := range d.batch {
 			a.answer(g, d.out.Results[i])
@@ -339,7 +338,7 @@ func (a *voucherActor) answer(g *grabMsg, res domain.GrabResult) {
 // trip), allocates order ids for the admitted grabs and runs the script on
 // them, retrying with the same request and order ids when a call fails.
 // The outcome has one result per grab of batch, in order.
-func (r *Router) runBatch(voucherID, fence int64, batch []*grabMsg) (persistence.BatchOutcome, bool, error) {
+func (r *Router) runBatch(voucherID, fence int64, batch []*grabMsg) (domain.BatchOutcome, bool, error) {
 	// One deadline for the whole batch (limits, ids, every attempt): the
 	// callers wait for it, so it must end.
 	batchCtx, cancelBatch := context.WithTimeout(context.Background(), r.opts.GrabTimeout)
@@ -352,7 +351,7 @@ func (r *Router) runBatch(voucherID, fence int64, batch []*grabMsg) (persistence
 	waits, err := r.admit(ctx, voucherID, batch)
 	cancel()
 	if err != nil {
-		return persistence.BatchOutcome{}, false, err
+		return domain.BatchOutcome{}, false, err
 	}
 	admitted := make([]int, 0, len(batch))
 	for i, wait := range waits {
@@ -363,17 +362,17 @@ func (r *Router) runBatch(voucherID, fence int64, batch []*grabMsg) (persistence
 		}
 	}
 	if len(admitted) == 0 {
-		return persistence.BatchOutcome{Results: results}, false, nil
+		return domain.BatchOutcome{Results: results}, false, nil
 	}
 	ctx, cancel = call()
 	ids, err := r.ids.Take(ctx, len(admitted))
 	cancel()
 	if err != nil {
-		return persistence.BatchOutcome{}, false, err
+		return domain.BatchOutcome{}, false, err
 	}
-	grabs := make([]persistence.Grab, len(admitted))
+	grabs := make([]domain.Grab, len(admitted))
 	for j, i := range admitted {
-		grabs[j] = persistence.Grab{RequestID: batch[i].req, UserID: batch[i].user, OrderID: ids[j]}
+		grabs[j] = domain.Grab{RequestID: batch[i].req, UserID: batch[i].user, OrderID: ids[j]}
 	}
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := call()
@@ -407,11 +406,11 @@ func (r *Router) admit(ctx context.Context, voucherID int64, batch []*grabMsg) (
 	if lim == nil || !lim.Enabled() {
 		return waits, nil
 	}
-	var checks []persistence.RateCheck
+	var checks []domain.RateCheck
 	var checked []int
 	for i, g := range batch {
 		if !g.admitted {
-			checks = append(checks, persistence.RateCheck{UserID: g.user, IP: g.ip})
+			checks = append(checks, domain.RateCheck{UserID: g.user, IP: g.ip})
 			checked = append(checked, i)
 		}
 	}

@@ -40,7 +40,7 @@ func (p *perRequest) Grab(ctx context.Context, g domain.GrabRequest) domain.Grab
 		return domain.GrabResult{Code: domain.SeckillUnavailable}
 	}
 	req := "ref:" + strconv.FormatInt(p.seq.Add(1), 10)
-	out, err := p.grabs.Grab(ctx, voucherID, p.fence, []persistence.Grab{{RequestID: req, UserID: userID, OrderID: id}})
+	out, err := p.grabs.Grab(ctx, voucherID, p.fence, []domain.Grab{{RequestID: req, UserID: userID, OrderID: id}})
 	if err != nil || out.Stale || len(out.Results) != 1 {
 		return domain.GrabResult{Code: domain.SeckillUnavailable}
 	}

@@ -136,32 +136,6 @@ out[2] = stock
 return out
 `)
 
-// VoucherState is what an actor may cache about a voucher.
-type VoucherState struct {
-	Found     bool
-	Status    domain.VoucherStatus
-	Begin     time.Time
-	End       time.Time
-	Limit     int
-	Remaining int
-}
-
-// Grab is one grab of a batch.
-type Grab struct {
-	RequestID string
-	UserID    int64
-	OrderID   int64
-}
-
-// BatchOutcome is the script's answer to a batch.
-type BatchOutcome struct {
-	// Stale means the fencing token was superseded: nothing was sold and
-	// the activation must stop.
-	Stale   bool
-	State   VoucherState
-	Results []domain.GrabResult
-}
-
 // Grabs runs the grab scripts on the stock Redis.
 type Grabs struct {
 	rdb redis.UniversalClient
@@ -187,41 +161,41 @@ return {f, m[1], m[2], m[3], m[4], redis.call('GET', KEYS[2])}
 // and reads the voucher's state, in one round trip. For a voucher Redis
 // does not know it returns fence 0 and a state that is not Found, and
 // writes nothing.
-func (g *Grabs) Claim(ctx context.Context, voucherID int64) (int64, VoucherState, error) {
+func (g *Grabs) Claim(ctx context.Context, voucherID int64) (int64, domain.VoucherState, error) {
 	raw, err := claimScript.Run(ctx, g.rdb, []string{metaKey(voucherID), stockKey(voucherID), fenceKey(voucherID)}).Slice()
 	if err != nil {
-		return 0, VoucherState{}, fmt.Errorf("claim voucher %d: %w", voucherID, err)
+		return 0, domain.VoucherState{}, fmt.Errorf("claim voucher %d: %w", voucherID, err)
 	}
 	fence, _ := raw[0].(int64)
 	if fence == 0 || len(raw) < 6 {
-		return 0, VoucherState{}, nil
+		return 0, domain.VoucherState{}, nil
 	}
 	stock, _ := raw[5].(string)
 	return fence, parseState(raw[1:5], stock), nil
 }
 
 // State reads the voucher's state without claiming.
-func (g *Grabs) State(ctx context.Context, voucherID int64) (VoucherState, error) {
+func (g *Grabs) State(ctx context.Context, voucherID int64) (domain.VoucherState, error) {
 	pipe := g.rdb.Pipeline()
 	meta := pipe.HMGet(ctx, metaKey(voucherID), "status", "begin", "end", "limit")
 	stock := pipe.Get(ctx, stockKey(voucherID))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return VoucherState{}, fmt.Errorf("read voucher %d state: %w", voucherID, err)
+		return domain.VoucherState{}, fmt.Errorf("read voucher %d state: %w", voucherID, err)
 	}
 	return parseState(meta.Val(), stock.Val()), nil
 }
 
-func parseState(meta []any, stock string) VoucherState {
+func parseState(meta []any, stock string) domain.VoucherState {
 	num := func(v any) int64 {
 		s, _ := v.(string)
 		n, _ := strconv.ParseInt(s, 10, 64)
 		return n
 	}
 	if len(meta) < 4 || meta[0] == nil {
-		return VoucherState{}
+		return domain.VoucherState{}
 	}
 	remaining, _ := strconv.Atoi(stock)
-	return VoucherState{
+	return domain.VoucherState{
 		Found:     true,
 		Status:    domain.VoucherStatus(num(meta[0])),
 		Begin:     time.UnixMilli(num(meta[1])),
@@ -233,7 +207,7 @@ func parseState(meta []any, stock string) VoucherState {
 
 // Grab runs one batch through the grab script (EVALSHA, falling back to
 // EVAL when Redis lost the script).
-func (g *Grabs) Grab(ctx context.Context, voucherID, fence int64, grabs []Grab) (BatchOutcome, error) {
+func (g *Grabs) Grab(ctx context.Context, voucherID, fence int64, grabs []domain.Grab) (domain.BatchOutcome, error) {
 	args := make([]any, 0, 2+3*len(grabs))
 	args = append(args, fence, voucherID)
 	for _, gr := range grabs {
@@ -242,10 +216,10 @@ func (g *Grabs) Grab(ctx context.Context, voucherID, fence int64, grabs []Grab) 
 	keys := []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID), fenceKey(voucherID), reqKey(voucherID), LogKey(voucherID)}
 	raw, err := grabScript.Run(ctx, g.rdb, keys, args...).Slice()
 	if err != nil {
-		return BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: %w", voucherID, err)
+		return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: %w", voucherID, err)
 	}
 	if len(raw) < 5 {
-		return BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: script returned %d values", voucherID, len(raw))
+		return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: script returned %d values", voucherID, len(raw))
 	}
 	head := make([]int64, 5)
 	for i := range head {
@@ -253,14 +227,14 @@ func (g *Grabs) Grab(ctx context.Context, voucherID, fence int64, grabs []Grab) 
 	}
 	switch {
 	case head[0] == -1:
-		return BatchOutcome{Stale: true}, nil
+		return domain.BatchOutcome{Stale: true}, nil
 	case head[0] == 1:
-		return BatchOutcome{Results: fill(len(grabs), domain.SeckillNotFound)}, nil
+		return domain.BatchOutcome{Results: fill(len(grabs), domain.SeckillNotFound)}, nil
 	case len(raw) != 5+2*len(grabs):
-		return BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: script returned %d values for %d grabs", voucherID, len(raw), len(grabs))
+		return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: script returned %d values for %d grabs", voucherID, len(raw), len(grabs))
 	}
-	out := BatchOutcome{
-		State: VoucherState{
+	out := domain.BatchOutcome{
+		State: domain.VoucherState{
 			Found: true, Status: domain.VoucherStatus(head[2]),
 			Begin: time.UnixMilli(head[3]), End: time.UnixMilli(head[4]), Remaining: int(head[1]),
 		},
@@ -269,13 +243,13 @@ func (g *Grabs) Grab(ctx context.Context, voucherID, fence int64, grabs []Grab) 
 	for i := range grabs {
 		code, _ := raw[5+2*i].(int64)
 		if code < 0 || int(code) >= len(scriptCodes) {
-			return BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: unknown code %d", voucherID, code)
+			return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: unknown code %d", voucherID, code)
 		}
 		out.Results[i].Code = scriptCodes[code]
 		if code == 0 {
 			s, _ := raw[6+2*i].(string)
 			if out.Results[i].OrderID, err = strconv.ParseInt(s, 10, 64); err != nil {
-				return BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: bad order id %q", voucherID, s)
+				return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: bad order id %q", voucherID, s)
 			}
 		}
 	}

@@ -43,20 +43,20 @@ func mustVoucher(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, spec vouc
 	return v
 }
 
-func grabs(tb testing.TB, ids *persistence.OrderIDs, users ...int64) []persistence.Grab {
+func grabs(tb testing.TB, ids *persistence.OrderIDs, users ...int64) []domain.Grab {
 	tb.Helper()
 	oids, err := ids.Take(context.Background(), len(users))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	out := make([]persistence.Grab, len(users))
+	out := make([]domain.Grab, len(users))
 	for i, u := range users {
-		out[i] = persistence.Grab{RequestID: fmt.Sprintf("req-%d-%d", u, oids[i]), UserID: u, OrderID: oids[i]}
+		out[i] = domain.Grab{RequestID: fmt.Sprintf("req-%d-%d", u, oids[i]), UserID: u, OrderID: oids[i]}
 	}
 	return out
 }
 
-func codes(out persistence.BatchOutcome) []domain.SeckillCode {
+func codes(out domain.BatchOutcome) []domain.SeckillCode {
 	cs := make([]domain.SeckillCode, len(out.Results))
 	for i, r := range out.Results {
 		cs[i] = r.Code
@@ -182,12 +182,12 @@ func TestPreheatNeverRevertsANewerStatus(t *testing.T) {
 	if _, err := cat.SetStatus(ctx, v.ID, domain.StatusPaused); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stock.Preheat(ctx, persistence.LoadSnapshot{Voucher: stale}, persistence.NewLife()); err != nil {
+	if _, err := stock.Preheat(ctx, domain.LoadSnapshot{Voucher: stale}, domain.NewLoadStamp()); err != nil {
 		t.Fatal(err)
 	}
 	g := persistence.NewGrabs(rdb)
 	fence, st, _ := g.Claim(ctx, v.ID)
-	out, err := g.Grab(ctx, v.ID, fence, []persistence.Grab{{RequestID: "r1", UserID: 1, OrderID: 42}})
+	out, err := g.Grab(ctx, v.ID, fence, []domain.Grab{{RequestID: "r1", UserID: 1, OrderID: 42}})
 	if err != nil || out.Results[0].Code != domain.SeckillPaused {
 		t.Fatalf("paused in the database, redis status %d, grab %+v %v", st.Status, out.Results, err)
 	}

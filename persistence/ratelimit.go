@@ -9,6 +9,8 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+
+	"flashsale/domain"
 )
 
 // RateLimits are the grab limits of the configuration (RATE_*_PER_SEC),
@@ -56,12 +58,6 @@ func (l *RateLimits) AllowIP(ctx context.Context, ip string) (time.Duration, err
 	return 0, nil
 }
 
-// RateCheck is one grab to admit.
-type RateCheck struct {
-	UserID int64
-	IP     string
-}
-
 // Admit checks a batch of grabs of one voucher against every limit in ONE
 // pipelined round trip and returns, per grab, 0 if admitted or how long to
 // wait before retrying. The voucher limit admits, in batch order, as many of
@@ -71,7 +67,7 @@ type RateCheck struct {
 // pipeline them we run the limiter twice: a recording pass collects the
 // script calls it would make, one pipeline executes them, and a replay pass
 // feeds each reply back so that redis_rate itself parses it.
-func (l *RateLimits) Admit(ctx context.Context, voucherID int64, checks []RateCheck) ([]time.Duration, error) {
+func (l *RateLimits) Admit(ctx context.Context, voucherID int64, checks []domain.RateCheck) ([]time.Duration, error) {
 	out := make([]time.Duration, len(checks))
 	if !l.Enabled() || len(checks) == 0 {
 		return out, nil

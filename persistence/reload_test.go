@@ -259,10 +259,10 @@ func TestAWriterWaitingOnAReloadSeesItsStamp(t *testing.T) {
 
 	loaded, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
-		life := persistence.NewLife()
+		life := domain.NewLoadStamp()
 		stock := persistence.NewStock(h.rdb)
 		stock.ReloadHold = 3 * time.Second
-		done <- persistence.NewVouchers(h.direct).Preload(ctx, h.v.ID, func(ctx context.Context, snap persistence.LoadSnapshot) (string, error) {
+		done <- persistence.NewVouchers(h.direct).Preload(ctx, h.v.ID, func(ctx context.Context, snap domain.LoadSnapshot) (string, error) {
 			if _, err := stock.Preheat(ctx, snap, life); err != nil {
 				return "", err
 			}

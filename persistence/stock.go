@@ -3,8 +3,6 @@ package persistence
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -117,13 +115,6 @@ return 1
 // reqExpiry is how long after a sale ends its request ids are kept.
 const reqExpiry = 24 * time.Hour
 
-// NewLife returns a fresh life stamp for a load of a voucher's stock.
-func NewLife() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // ReloadHoldDefault is how long a reload of a voucher that Redis lost
 // sells nothing. An order writer that could not reach the database may
 // hold orders sold from the lost load that no order log shows any more;
@@ -155,7 +146,7 @@ func NewStock(rdb redis.UniversalClient) *Stock { return &Stock{rdb: rdb} }
 // grab can append to the log meanwhile: with no stock in Redis there is no
 // load to sell from. A reload (snap.Reload) also holds its sales for
 // ReloadHold, for the orders no log shows (see adoptScript).
-func (s *Stock) Preheat(ctx context.Context, snap LoadSnapshot, life string) (bool, error) {
+func (s *Stock) Preheat(ctx context.Context, snap domain.LoadSnapshot, life string) (bool, error) {
 	v := snap.Voucher
 	if v.Seckill == nil {
 		return false, fmt.Errorf("preheat voucher %d: not a seckill voucher", v.ID)
@@ -204,7 +195,7 @@ func (s *Stock) Preheat(ctx context.Context, snap LoadSnapshot, life string) (bo
 	return n == 1, nil
 }
 
-func (s *Stock) preheatArgs(snap LoadSnapshot, stock int, life, mode string) []any {
+func (s *Stock) preheatArgs(snap domain.LoadSnapshot, stock int, life, mode string) []any {
 	v, sk := snap.Voucher, snap.Voucher.Seckill
 	var hold int64
 	if snap.Reload {
@@ -224,7 +215,7 @@ type inflightOrder struct {
 // inflight reads the voucher's order log and returns its orders that the
 // database does not hold (snap.Persisted answers under the row lock, so
 // no writer commits meanwhile).
-func (s *Stock) inflight(ctx context.Context, snap LoadSnapshot) ([]inflightOrder, error) {
+func (s *Stock) inflight(ctx context.Context, snap domain.LoadSnapshot) ([]inflightOrder, error) {
 	msgs, err := s.rdb.XRange(ctx, LogKey(snap.Voucher.ID), "-", "+").Result()
 	if err != nil {
 		return nil, fmt.Errorf("read order log: %w", err)

@@ -183,28 +183,6 @@ func (s *Vouchers) SeckillsEndingAfter(ctx context.Context, t time.Time) ([]doma
 	return out, nil
 }
 
-// LoadSnapshot is the database's view of a seckill voucher that a load
-// into Redis is built from, read under the voucher's row lock.
-type LoadSnapshot struct {
-	// Voucher carries the stock not taken by persisted live orders.
-	Voucher domain.Voucher
-	// Users holds the live orders per user.
-	Users map[int64]int
-	// Requests maps the request ids of the voucher's orders to their ids,
-	// so that a client's retry is answered with its order after a reload.
-	Requests map[string]int64
-	// Reload says Redis held a load of this voucher before and lost it.
-	Reload bool
-	// Persisted reports which of the order ids the database holds, inside
-	// the snapshot's transaction.
-	Persisted func(ctx context.Context, ids []int64) (map[int64]bool, error)
-}
-
-// Loader loads a seckill voucher into the stock Redis from a snapshot of
-// the database. life is the stamp of the load when the loader wrote the
-// stock (Redis had none), "" when Redis already had it.
-type Loader func(ctx context.Context, snap LoadSnapshot) (life string, err error)
-
 // Preload runs load on a consistent snapshot of a seckill voucher and, if
 // load wrote the stock, records its life stamp in tb_voucher_redis_load,
 // all while holding the voucher's tb_seckill_voucher row. The order writer
@@ -212,7 +190,7 @@ type Loader func(ctx context.Context, snap LoadSnapshot) (life string, err error
 // in the snapshot or persisted after the stamp is recorded, where the
 // writer sees that the order's life differs and returns it to Redis (see
 // OrderWriter). It answers NOT_FOUND for an id that is no seckill voucher.
-func (s *Vouchers) Preload(ctx context.Context, id int64, load Loader) error {
+func (s *Vouchers) Preload(ctx context.Context, id int64, load domain.Loader) error {
 	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		locked, err := lockSeckillRows(ctx, tx, []int64{id})
 		if err != nil {
@@ -225,7 +203,7 @@ func (s *Vouchers) Preload(ctx context.Context, id int64, load Loader) error {
 		if v.Seckill == nil {
 			return domain.NotFound("seckill voucher", id)
 		}
-		snap := LoadSnapshot{Voucher: v, Reload: locked[id].life != ""}
+		snap := domain.LoadSnapshot{Voucher: v, Reload: locked[id].life != ""}
 		if snap.Users, err = liveOrderCounts(ctx, tx, id); err != nil {
 			return err
 		}

@@ -11,19 +11,47 @@ import (
 	"time"
 
 	"flashsale/domain"
-	"flashsale/persistence"
 )
+
+// VoucherStore is the record of vouchers (persistence.Vouchers, wired by
+// main). The catalog declares only what it calls, so that it depends on no
+// storage package and a new use case adds its own store interface rather
+// than widening this one.
+type VoucherStore interface {
+	Create(ctx context.Context, in domain.NewVoucher, now time.Time) (domain.Voucher, error)
+	Get(ctx context.Context, id int64) (domain.Voucher, error)
+	List(ctx context.Context, shopID *int64, page domain.Page) ([]domain.Voucher, bool, error)
+	SetStatus(ctx context.Context, id int64, status domain.VoucherStatus, now time.Time) (domain.Voucher, error)
+	SeckillsEndingAfter(ctx context.Context, t time.Time) ([]domain.Voucher, error)
+	// Preload runs load on a snapshot of a seckill voucher taken under its
+	// row lock and records the load stamp load returns; NOT_FOUND for an id
+	// that is no seckill voucher.
+	Preload(ctx context.Context, id int64, load domain.Loader) error
+}
+
+// StockStore is the live stock in Redis (persistence.Stock, wired by main),
+// where the grab script reads status and stock: the catalog keeps it in
+// step with the record.
+type StockStore interface {
+	// Preheat writes a load from snap, stamped with stamp, unless Redis
+	// has the voucher's stock already; it reports whether it wrote.
+	Preheat(ctx context.Context, snap domain.LoadSnapshot, stamp string) (bool, error)
+	// Unload takes back the load with this stamp, if Redis still holds it.
+	Unload(ctx context.Context, voucherID int64, stamp string) error
+	SetStatus(ctx context.Context, id int64, status domain.VoucherStatus, version time.Time) error
+	Levels(ctx context.Context, ids []int64, now time.Time) (map[int64]domain.StockLevel, error)
+}
 
 // Service is the voucher catalog.
 type Service struct {
-	vouchers *persistence.Vouchers
-	stock    *persistence.Stock
+	vouchers VoucherStore
+	stock    StockStore
 	log      *slog.Logger
 	now      func() time.Time
 }
 
-// New returns a catalog over the voucher table and the Redis stock.
-func New(vouchers *persistence.Vouchers, stock *persistence.Stock, log *slog.Logger) *Service {
+// New returns a catalog over the voucher record and the live stock.
+func New(vouchers VoucherStore, stock StockStore, log *slog.Logger) *Service {
 	return &Service{vouchers: vouchers, stock: stock, log: log, now: time.Now}
 }
 
@@ -148,26 +176,26 @@ func (s *Service) PreheatAll(ctx context.Context) (int, error) {
 
 // preheat loads a seckill voucher into Redis, unless Redis has its stock
 // already, from a consistent snapshot of the database taken under the
-// voucher's row lock (persistence.Vouchers.Preload).
+// voucher's row lock (VoucherStore.Preload).
 //
 // If the transaction fails, the load may be in Redis with its stamp not
 // recorded (the call timed out after the script ran, or the commit
 // failed); it is taken back, if Redis still holds it, so that the next
 // preheat loads again and records its stamp.
 func (s *Service) preheat(ctx context.Context, id int64) error {
-	life := persistence.NewLife()
-	err := s.vouchers.Preload(ctx, id, func(ctx context.Context, snap persistence.LoadSnapshot) (string, error) {
-		written, err := s.stock.Preheat(ctx, snap, life)
+	stamp := domain.NewLoadStamp()
+	err := s.vouchers.Preload(ctx, id, func(ctx context.Context, snap domain.LoadSnapshot) (string, error) {
+		written, err := s.stock.Preheat(ctx, snap, stamp)
 		if err != nil || !written {
 			return "", err
 		}
 		s.log.InfoContext(ctx, "voucher stock preheated", "voucher", id, "stock", snap.Voucher.Seckill.Stock,
 			"users", len(snap.Users), "reload", snap.Reload)
-		return life, nil
+		return stamp, nil
 	})
 	if err != nil && domain.ErrorCode(err) != domain.CodeNotFound {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		if uerr := s.stock.Unload(uctx, id, life); uerr != nil {
+		if uerr := s.stock.Unload(uctx, id, stamp); uerr != nil {
 			s.log.ErrorContext(ctx, "a voucher load whose stamp was not recorded could not be taken back", "voucher", id, "err", uerr)
 		}
 		cancel()

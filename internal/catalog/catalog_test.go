@@ -2,7 +2,6 @@ package catalog_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"strconv"
 	"testing"
@@ -14,15 +13,16 @@ import (
 	"flashsale/persistence"
 )
 
-// A reload of a voucher that writes Redis but cannot record its life
+// A reload of a voucher that writes Redis but cannot record its load
 // stamp in the database (here: a constraint refuses every new stamp, so
 // the transaction fails after the script ran) is taken back out of Redis, so that no
 // stock is sold from a load the order writer cannot recognise; the next
 // reload, once the database works, records its stamp.
 func TestAReloadWhoseStampIsNotRecordedIsTakenBack(t *testing.T) {
+	t.Parallel()
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	ctx := context.Background()
-	cat := catalog.New(persistence.NewVouchers(db), persistence.NewStock(rdb), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cat := catalog.New(persistence.NewVouchers(db), persistence.NewStock(rdb), slog.New(slog.DiscardHandler))
 	stock, limit := 10, 1
 	begin, end := time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
 	v, err := cat.Create(ctx, domain.NewVoucher{ShopID: 1, Title: "v", PayValue: 1, ActualValue: 2, Type: domain.VoucherSeckill,
@@ -50,9 +50,9 @@ func TestAReloadWhoseStampIsNotRecordedIsTakenBack(t *testing.T) {
 	if _, err := cat.EnsurePreheated(ctx, v.ID); err != nil {
 		t.Fatal(err)
 	}
-	life, _ := rdb.HGet(ctx, meta, "life").Result()
+	stamp, _ := rdb.HGet(ctx, meta, "life").Result() // the load stamp's field and column keep their stored name
 	var recorded string
-	if err := db.NewSelect().Table("tb_voucher_redis_load").Column("life").Where("voucher_id = ?", v.ID).Scan(ctx, &recorded); err != nil || life == "" || life != recorded {
-		t.Fatalf("redis life %q, recorded %q (%v)", life, recorded, err)
+	if err := db.NewSelect().Table("tb_voucher_redis_load").Column("life").Where("voucher_id = ?", v.ID).Scan(ctx, &recorded); err != nil || stamp == "" || stamp != recorded {
+		t.Fatalf("load stamp in redis %q, recorded %q (%v)", stamp, recorded, err)
 	}
 }

@@ -1,0 +1,43 @@
+package domain
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+)
+
+// A load copies a seckill voucher from the database (the record) into the
+// live stock, at creation or after the live store lost it. The catalog
+// drives it between the two stores, so the words it passes from one to the
+// other live here rather than in either store.
+
+// LoadSnapshot is the database's view of a seckill voucher that a load
+// into Redis is built from, read under the voucher's row lock.
+type LoadSnapshot struct {
+	// Voucher carries the stock not taken by persisted live orders.
+	Voucher Voucher
+	// Users holds the live orders per user.
+	Users map[int64]int
+	// Requests maps the request ids of the voucher's orders to their ids,
+	// so that a client's retry is answered with its order after a reload.
+	Requests map[string]int64
+	// Reload says Redis held a load of this voucher before and lost it.
+	Reload bool
+	// Persisted reports which of the order ids the database holds, inside
+	// the snapshot's transaction.
+	Persisted func(ctx context.Context, ids []int64) (map[int64]bool, error)
+}
+
+// Loader loads a seckill voucher into the stock Redis from a snapshot of
+// the database. stamp is the load stamp when the loader wrote the stock
+// (Redis had none), "" when Redis already had it.
+type Loader func(ctx context.Context, snap LoadSnapshot) (stamp string, err error)
+
+// NewLoadStamp returns a fresh load stamp: it marks one load of a voucher's
+// stock, in Redis and in the database, so that an order sold from an
+// earlier load is recognised when it is persisted after a reload.
+func NewLoadStamp() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
