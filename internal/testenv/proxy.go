@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -11,7 +12,6 @@ import (
 // refuse new ones, to play a database or Redis outage without stopping a
 // server that other tests share.
 type Proxy struct {
-	tb     testing.TB
 	target string
 	ln     net.Listener
 
@@ -20,20 +20,34 @@ type Proxy struct {
 	conns map[net.Conn]struct{}
 }
 
-// MustProxy starts a proxy to target (host:port) on a free loopback port.
+// MustProxy starts a proxy to target (host:port) on a free loopback port,
+// closed when the test ends.
 func MustProxy(tb testing.TB, target string) *Proxy {
 	tb.Helper()
+	p, err := NewProxy(target)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(p.Close)
+	return p
+}
+
+// NewProxy starts a proxy to target (host:port) on a free loopback port;
+// the caller closes it.
+func NewProxy(target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		tb.Fatalf("proxy listen: %v", err)
+		return nil, fmt.Errorf("proxy listen: %w", err)
 	}
-	p := &Proxy{tb: tb, target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}}
 	go p.accept()
-	tb.Cleanup(func() {
-		_ = ln.Close()
-		p.Down()
-	})
-	return p
+	return p, nil
+}
+
+// Close stops accepting and cuts every connection.
+func (p *Proxy) Close() {
+	_ = p.ln.Close()
+	p.Down()
 }
 
 // Addr is the proxy's host:port.
