@@ -24,10 +24,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"flashsale/internal/chaos"
 )
 
 func main() {
+	// go-redis logs each failed dial to stderr by itself; the suite kills
+	// Redis on purpose, and its own client's errors reach it anyway.
+	redis.SetLogger(quietRedis{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -40,6 +45,10 @@ func main() {
 	}
 }
 
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -48,6 +57,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rounds := fs.Int("rounds", 200, "how many rounds")
 	kinds := fs.String("kinds", "", "comma-separated fault kinds to run (default all)")
 	short := fs.Bool("short", false, "smaller, quicker sales, as the test suite runs them")
+	workers := fs.Int("workers", 0, "grabs in flight at most (default 16)")
 	bin := fs.String("bin", "", "service binary to run (default: build this module's)")
 	verbose := fs.Bool("v", false, "print every round's plan, and the nodes' logs of a failed round")
 	if err := fs.Parse(args); err != nil {
@@ -64,7 +74,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		level = slog.LevelDebug
 	}
 	cfg := chaos.Config{
-		Seed: *seed, Start: *start, Rounds: *rounds, Short: *short, Bin: *bin, Verbose: *verbose,
+		Seed: *seed, Start: *start, Rounds: *rounds, Short: *short, Bin: *bin, Workers: *workers, Verbose: *verbose,
 		Out: stdout, Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	}
 	if *kinds != "" {

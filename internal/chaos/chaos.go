@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -96,6 +97,8 @@ type runner struct {
 	api        *api
 	workers    int
 	requestIDs bool
+	// dead follows the dead letters of the round that runs.
+	dead *deadLetters
 }
 
 // Run runs cfg.Rounds rounds and prints each and then the table to
@@ -180,6 +183,15 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 		return res
 	}
 	res.plan = p
+	if rn.dead, err = newDeadLetters(ctx, rn.env.rdb, p.voucher); err != nil {
+		res.Err = err
+		return res
+	}
+	fctx, stopFollowing := context.WithCancel(ctx)
+	var following sync.WaitGroup
+	following.Go(func() { rn.dead.follow(fctx) })
+	defer following.Wait()
+	defer stopFollowing()
 
 	saleStart := time.Now()
 	answers, faultErrs := rn.sell(ctx, p, id)

@@ -107,7 +107,7 @@ type state struct {
 	// Redis, read directly; nil when the key is missing
 	redisStock *int
 	redisUsers map[int64]int
-	dead       []deadLetter // of this voucher
+	dead       []deadLetter // of this voucher, also those Redis lost since
 }
 
 // collect reads the round's outcome from Postgres, Redis and the API.
@@ -169,22 +169,10 @@ func (rn *runner) collect(ctx context.Context, voucher int64, okIDs []int64) (st
 		}
 		st.redisUsers[uid] = c
 	}
-	dead, err := rn.env.rdb.XRange(ctx, deadLetterKey, "-", "+").Result()
-	if err != nil {
-		return st, fmt.Errorf("read dead letters: %w", err)
+	if err := rn.dead.poll(ctx); err != nil {
+		return st, err
 	}
-	for _, d := range dead {
-		if v, _ := d.Values["f_v"].(string); v != id {
-			continue
-		}
-		o, _ := d.Values["f_o"].(string)
-		u, _ := d.Values["f_u"].(string)
-		reason, _ := d.Values["reason"].(string)
-		dl := deadLetter{reason: reason}
-		dl.order, _ = strconv.ParseInt(o, 10, 64)
-		dl.user, _ = strconv.ParseInt(u, 10, 64)
-		st.dead = append(st.dead, dl)
-	}
+	st.dead = rn.dead.list()
 	return st, nil
 }
 
@@ -297,23 +285,24 @@ func judge(p plan, answers []answer, st state, requestIDs bool) outcome {
 	}
 	o.okAnswers = len(okOwner)
 
-	// OK'd orders against the table.
+	// OK'd orders against the table. An order that is not there is gone
+	// for the checks below; only Redis losing its data excuses that, and
+	// only for an order that vanished with it: one the database refused
+	// (dead-lettered) was sold beyond what the service could keep.
 	lost := map[int64]bool{}
-	okPerUser := map[int64]int{}
+	okPerUser := map[int64]int{} // OK'd orders per user, less those Redis lost
 	for _, id := range slices.Sorted(maps.Keys(okOwner)) {
 		a := okOwner[id]
 		row, ok := st.byID[id]
 		switch {
 		case !ok:
-			// Gone: not a kept order, whatever the reason, for the
-			// checks below. Redis losing its data may lose it; the
-			// database refusing it means the service sold what it
-			// could not keep, Redis wiped or not.
 			lost[id] = true
 			if reason, refused := deadReason(st.dead, id); refused {
 				o.add("refused", "order %d answered OK to user %d was dead-lettered: %s", id, a.user, reason)
+				okPerUser[a.user]++
 			} else if o.lost++; p.durable() {
 				o.add("lost", "order %d answered OK to user %d is not in tb_voucher_order", id, a.user)
+				okPerUser[a.user]++
 			}
 		case row.user != a.user || row.voucher != p.voucher:
 			o.add("wrong-owner", "order %d answered OK to user %d is stored for user %d, voucher %d", id, a.user, row.user, row.voucher)
@@ -321,12 +310,16 @@ func judge(p plan, answers []answer, st state, requestIDs bool) outcome {
 			okPerUser[a.user]++
 		}
 	}
-	if n := o.okAnswers - len(lost); n > p.stock {
-		o.add("oversell", "%d orders answered OK and kept, stock %d", n, p.stock)
+	excused := 0
+	if !p.durable() {
+		excused = o.lost
 	}
-	for u, n := range okPerUser {
-		if n > p.limit {
-			o.add("user-limit", "user %d answered OK for %d kept orders, perUserLimit %d", u, n, p.limit)
+	if n := o.okAnswers - excused; n > p.stock {
+		o.add("oversell", "%d orders answered OK (not counting %d Redis lost), stock %d", n, excused, p.stock)
+	}
+	for _, u := range slices.Sorted(maps.Keys(okPerUser)) {
+		if n := okPerUser[u]; n > p.limit {
+			o.add("user-limit", "user %d answered OK for %d orders (not counting those Redis lost), perUserLimit %d", u, n, p.limit)
 		}
 	}
 	// A request answered OK must be answered the same order every time

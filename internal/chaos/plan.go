@@ -218,10 +218,14 @@ func newPlan(seed int64, round int, ks []kind, short bool) plan {
 		p.window = between(r, 2*time.Second, 5*time.Second)
 	}
 	p.limit = 1 + r.IntN(3)
-	// More attempts than stock, several per user, so that the sale sells
-	// out, users reach their limit, and both are raced.
+	// More users than the stock serves at their limit, and more attempts
+	// than stock, several per user, so that the sale sells out, users
+	// reach their limit, and both are raced: a service that sold one unit
+	// too many or let a user past the limit would be asked to.
 	n := p.stock*3/2 + r.IntN(p.stock*3/2+1) + 5
-	p.users = max(2, n/(2+r.IntN(4)))
+	perLimit := p.stock / p.limit
+	p.users = max(2, n/(2+r.IntN(4)), perLimit+1+r.IntN(perLimit/2+1))
+	n = max(n, 2*p.users)
 	p.nodes, p.faults = k.faults(r, p.window, short)
 	slices.SortFunc(p.faults, func(a, b fault) int { return int(a.at - b.at) })
 
@@ -233,8 +237,19 @@ func newPlan(seed int64, round int, ks []kind, short bool) plan {
 	for _, f := range p.faults {
 		p.window = max(p.window, f.at+f.down+burst)
 	}
+	// Half the sales open with a rush, as flash sales do: a share of the
+	// attempts in the first 10 ms, so that batches are full when the
+	// stock runs out.
+	rush := 0
+	if r.IntN(2) == 0 {
+		rush = 3 + r.IntN(4) // tenths of the attempts
+	}
 	at := make([]time.Duration, n)
 	for i := range at {
+		if r.IntN(10) < rush {
+			at[i] = between(r, 0, 10*time.Millisecond)
+			continue
+		}
 		if len(p.faults) > 0 && r.IntN(10) < 3 {
 			f := p.faults[r.IntN(len(p.faults))]
 			at[i] = f.at + f.down + between(r, 0, burst)

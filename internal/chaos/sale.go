@@ -146,6 +146,9 @@ func (rn *runner) inject(ctx context.Context, f fault) error {
 		defer cancel()
 		return rn.env.startNode(sctx, f.node)
 	case faultRedisKill, faultRedisWipe:
+		if err := rn.dead.poll(ctx); err != nil {
+			rn.log.Warn("dead letters not read before redis is killed", "err", err)
+		}
 		rn.env.redis.Kill()
 		if f.what == faultRedisWipe {
 			if err := rn.env.redis.Wipe(); err != nil {
