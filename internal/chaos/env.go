@@ -32,17 +32,20 @@ const nodeCount = 2
 // Every process it starts is killed by close (and by the kernel if the
 // suite dies: Pdeathsig).
 type env struct {
-	log    *slog.Logger
-	dir    string
-	redis  *testenv.RedisServer
-	proxy  *testenv.Proxy
-	dbURL  string // direct, for the checks
-	dropDB func() error
-	db     *sql.DB
-	rdb    *redis.Client
-	nodes  []*testenv.Service
-	tokens *auth.Tokens
-	admin  string
+	log   *slog.Logger
+	dir   string
+	redis *testenv.RedisServer
+	// redisProxy is the nodes' way to Redis, cut to lose replies;
+	// proxy their way to Postgres, cut for outages.
+	redisProxy *testenv.Proxy
+	proxy      *testenv.Proxy
+	dbURL      string // direct, for the checks
+	dropDB     func() error
+	db         *sql.DB
+	rdb        *redis.Client
+	nodes      []*testenv.Service
+	tokens     *auth.Tokens
+	admin      string
 
 	mu         sync.Mutex
 	userTokens map[int64]string
@@ -86,6 +89,9 @@ func newEnv(ctx context.Context, log *slog.Logger, bin string) (_ *env, err erro
 	if e.redis, err = testenv.StartRedis(redisDir, true); err != nil {
 		return nil, err
 	}
+	if e.redisProxy, err = testenv.NewProxy(e.redis.Addr()); err != nil {
+		return nil, err
+	}
 	e.rdb = redis.NewClient(&redis.Options{Addr: e.redis.Addr(), DialTimeout: time.Second, ReadTimeout: 2 * time.Second, MaxRetries: -1})
 	if e.dbURL, e.dropDB, err = testenv.CreatePostgres(ctx, "flashsale_chaos_"); err != nil {
 		return nil, err
@@ -106,7 +112,7 @@ func newEnv(ctx context.Context, log *slog.Logger, bin string) (_ *env, err erro
 	if e.admin, err = e.tokens.Issue(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, 24*time.Hour); err != nil {
 		return nil, fmt.Errorf("admin token: %w", err)
 	}
-	settings := map[string]string{"REDIS_URL": e.redis.URL(), "DATABASE_URL": u.String(), "JWT_SECRET": secret}
+	settings := map[string]string{"REDIS_URL": "redis://" + e.redisProxy.Addr() + "/0", "DATABASE_URL": u.String(), "JWT_SECRET": secret}
 	for k, v := range nodeSettings {
 		settings[k] = v
 	}
@@ -128,6 +134,9 @@ func (e *env) close() {
 	}
 	if e.proxy != nil {
 		e.proxy.Close()
+	}
+	if e.redisProxy != nil {
+		e.redisProxy.Close()
 	}
 	if e.rdb != nil {
 		_ = e.rdb.Close()
@@ -183,10 +192,11 @@ func (e *env) startNode(ctx context.Context, i int) error {
 	}
 }
 
-// heal undoes whatever a round's faults left behind: the proxy lets
+// heal undoes whatever a round's faults left behind: the proxies let
 // connections through, Redis runs, every node runs.
 func (e *env) heal(ctx context.Context) error {
 	e.proxy.Up()
+	e.redisProxy.Up()
 	if err := e.startRedis(); err != nil {
 		return err
 	}

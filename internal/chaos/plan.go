@@ -23,10 +23,14 @@ const (
 	// faultPGOutage makes the proxy in front of Postgres cut every
 	// connection and refuse new ones.
 	faultPGOutage
+	// faultRedisCut makes the proxy in front of Redis cut every connection
+	// and refuse new ones, Redis itself untouched: a script already sent
+	// runs, and its reply is lost.
+	faultRedisCut
 )
 
 func (k faultKind) String() string {
-	return [...]string{"node-kill", "redis-kill", "redis-wipe", "pg-outage"}[k]
+	return [...]string{"node-kill", "redis-kill", "redis-wipe", "pg-outage", "redis-cut"}[k]
 }
 
 // fault is one fault of a round, at a moment of the sale.
@@ -43,8 +47,11 @@ func (f fault) lane() string {
 	if f.what == faultNodeKill {
 		return fmt.Sprintf("node%d", f.node)
 	}
-	if f.what == faultPGOutage {
+	switch f.what {
+	case faultPGOutage:
 		return "postgres"
+	case faultRedisCut:
+		return "redis-network"
 	}
 	return "redis"
 }
@@ -137,6 +144,17 @@ var kinds = []kind{
 	{"redis-empty", func(r *rand.Rand, w time.Duration, _ bool) ([]int, []fault) {
 		return someNodes(r), []fault{{what: faultRedisWipe, at: faultMoment(r, w), down: between(r, 100*time.Millisecond, time.Second)}}
 	}},
+	// Replies lost on the way back from Redis (issue 7's bug C needs one).
+	{"redis-cut", func(r *rand.Rand, w time.Duration, _ bool) ([]int, []fault) {
+		var fs []fault
+		at := faultMoment(r, w)
+		for range 1 + r.IntN(3) {
+			f := fault{what: faultRedisCut, at: at, down: between(r, 20*time.Millisecond, 300*time.Millisecond)}
+			fs = append(fs, f)
+			at = f.at + f.down + between(r, 50*time.Millisecond, 500*time.Millisecond)
+		}
+		return someNodes(r), fs
+	}},
 	{"pg-outage", func(r *rand.Rand, w time.Duration, short bool) ([]int, []fault) {
 		return someNodes(r), []fault{{what: faultPGOutage, at: faultMoment(r, w), down: outage(r, short)}}
 	}},
@@ -158,7 +176,7 @@ var kinds = []kind{
 		var fs []fault
 		killed := map[int]bool{}
 		for range 2 + r.IntN(3) {
-			f := fault{what: faultKind(r.IntN(4)), at: faultMoment(r, w)}
+			f := fault{what: faultKind(r.IntN(5)), at: faultMoment(r, w)}
 			switch f.what {
 			case faultNodeKill:
 				f.node, f.down = r.IntN(nodeCount), between(r, 0, 1500*time.Millisecond)

@@ -157,10 +157,14 @@ func (rn *runner) inject(ctx context.Context, f fault) error {
 		}
 		sleep(ctx, f.down)
 		return rn.env.redis.Start()
-	case faultPGOutage:
-		rn.env.proxy.Down()
+	case faultPGOutage, faultRedisCut:
+		proxy := rn.env.proxy
+		if f.what == faultRedisCut {
+			proxy = rn.env.redisProxy
+		}
+		proxy.Down()
 		sleep(ctx, f.down)
-		rn.env.proxy.Up()
+		proxy.Up()
 		return nil
 	}
 	return fmt.Errorf("unknown fault %d", f.what)
