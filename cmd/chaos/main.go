@@ -30,9 +30,7 @@ import (
 )
 
 func main() {
-	// go-redis logs each failed dial to stderr by itself; the suite kills
-	// Redis on purpose, and its own client's errors reach it anyway.
-	redis.SetLogger(quietRedis{})
+	redis.SetLogger(chaos.QuietRedis{}) // once, before any client exists
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -44,10 +42,6 @@ func main() {
 		os.Exit(1)
 	}
 }
-
-type quietRedis struct{}
-
-func (quietRedis) Printf(context.Context, string, ...any) {}
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)

@@ -26,6 +26,15 @@ import (
 	"time"
 )
 
+// QuietRedis is a go-redis logger that drops what go-redis prints by
+// itself (each failed dial): the suite kills Redis on purpose, and its own
+// client's errors reach it anyway. Set it with redis.SetLogger once,
+// before any client exists.
+type QuietRedis struct{}
+
+// Printf implements go-redis's internal.Logging.
+func (QuietRedis) Printf(context.Context, string, ...any) {}
+
 // Config is one run.
 type Config struct {
 	// Seed and the round number determine every round's plan.

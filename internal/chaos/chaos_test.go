@@ -6,7 +6,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(QuietRedis{}) // once, before any client exists
+	os.Exit(m.Run())
+}
 
 // TestChaosShort runs one short round of every fault kind against real
 // service processes, a private redis-server and a database of its own.
