@@ -39,6 +39,12 @@ type fault struct {
 	at   time.Duration // from the start of the sale
 	down time.Duration // how long the broken thing stays broken
 	node int           // faultNodeKill: which node
+	// atOKs, when positive, fires the fault as soon as the sale has
+	// answered that many OKs, if that comes before at: the last units'
+	// batches are then in flight, where a lost reply or a crash matters
+	// most (issue 7's C needs the reply of the batch that sold the last
+	// unit lost).
+	atOKs int
 }
 
 // lane is what a fault breaks; faults of one lane run one after another
@@ -58,6 +64,9 @@ func (f fault) lane() string {
 
 func (f fault) String() string {
 	s := fmt.Sprintf("%s@%.2fs/%.2fs", f.what, f.at.Seconds(), f.down.Seconds())
+	if f.atOKs > 0 {
+		s += fmt.Sprintf("(or at %d OKs)", f.atOKs)
+	}
 	if f.what == faultNodeKill {
 		s += fmt.Sprintf("(node %d)", f.node)
 	}
@@ -246,6 +255,11 @@ func newPlan(seed int64, round int, ks []kind, short bool) plan {
 	n = max(n, 2*p.users)
 	p.nodes, p.faults = k.faults(r, p.window, short)
 	slices.SortFunc(p.faults, func(a, b fault) int { return int(a.at - b.at) })
+	// In half the rounds the first crash or cut comes at the sell-out
+	// rather than at its moment, whichever is first.
+	if len(p.faults) > 0 && p.faults[0].what != faultPGOutage && r.IntN(2) == 0 {
+		p.faults[0].atOKs = max(1, p.stock-r.IntN(min(3, p.stock)))
+	}
 
 	// Most attempts spread over the sale; the rest come in a burst right
 	// after a fault is undone, as clients retry after an outage, so that

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -76,6 +77,7 @@ func (rn *runner) sell(ctx context.Context, p plan, voucherID string) ([]answer,
 		errs    []error
 		wg      sync.WaitGroup
 	)
+	var oks atomic.Int64 // OK answers so far, for faults fired at the sell-out
 	lanes := map[string][]fault{}
 	for _, f := range p.faults {
 		lanes[f.lane()] = append(lanes[f.lane()], f)
@@ -83,7 +85,7 @@ func (rn *runner) sell(ctx context.Context, p plan, voucherID string) ([]answer,
 	for _, fs := range lanes {
 		wg.Go(func() {
 			for _, f := range fs {
-				sleepUntil(ctx, start.Add(f.at))
+				waitFor(ctx, f, start, &oks)
 				if err := rn.inject(ctx, f); err != nil {
 					mu.Lock()
 					errs = append(errs, fmt.Errorf("%s: %w", f, err))
@@ -107,6 +109,9 @@ func (rn *runner) sell(ctx context.Context, p plan, voucherID string) ([]answer,
 		wg.Go(func() {
 			for a := range queue {
 				ans := rn.send(ctx, a, voucherID, "sale")
+				if ans.Code == codeOK {
+					oks.Add(1)
+				}
 				mu.Lock()
 				answers = append(answers, ans)
 				mu.Unlock()
@@ -244,6 +249,21 @@ func (rn *runner) settle(ctx context.Context, p plan, voucherID string, answers 
 	}
 	wg.Wait()
 	return out
+}
+
+// waitFor waits until f's moment, or until the sale has answered f.atOKs
+// OKs if that comes first (polled: a few ms late is still in the
+// sell-out's batches).
+func waitFor(ctx context.Context, f fault, start time.Time, oks *atomic.Int64) {
+	if f.atOKs <= 0 {
+		sleepUntil(ctx, start.Add(f.at))
+		return
+	}
+	for time.Since(start) < f.at && oks.Load() < int64(f.atOKs) {
+		if !sleep(ctx, time.Millisecond) {
+			return
+		}
+	}
 }
 
 // sleepUntil waits until t or ctx's end; false if ctx ended.
