@@ -20,3 +20,12 @@ build:
 
 generate:
 	go generate ./...
+
+# The seeded fault-injection suite (docs/RELIABILITY.md): make chaos
+# SEED=42 ROUNDS=200 [CHAOS_FLAGS="-kinds redis-empty -v"]. Without SEED the
+# seed comes from the clock (printed).
+SEED ?= 0
+ROUNDS ?= 200
+.PHONY: chaos
+chaos:
+	eval "$$(scripts/test-services.sh)" && go run ./cmd/chaos -seed $(SEED) -rounds $(ROUNDS) $(CHAOS_FLAGS)

@@ -5,14 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,59 +16,30 @@ import (
 )
 
 // process is the service running as a real OS process.
-type process struct {
-	cmd  *exec.Cmd
-	base string
-	out  *syncBuffer
-}
+type process struct{ *testenv.Service }
 
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "flashsale")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	bin, err := testenv.BuildService(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
 
 func startProcess(t *testing.T, bin string, env map[string]string) *process {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	s, err := testenv.StartService(t.Context(), bin, env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	p := &process{base: "http://" + addr, out: &syncBuffer{}}
-	p.cmd = exec.Command(bin)
-	p.cmd.Env = append(os.Environ(), "HTTP_ADDR="+addr)
-	for k, v := range env {
-		p.cmd.Env = append(p.cmd.Env, k+"="+v)
-	}
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get(p.base + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("service not ready; output:\n%s", p.out.String())
-	return nil
+	t.Cleanup(s.Kill)
+	return &process{s}
 }
 
 func (p *process) grab(client *http.Client, token, voucherID string) (code, orderID string, err error) {
 	body, _ := json.Marshal(map[string]any{"query": `mutation($id: ID!) { seckillVoucher(voucherId: $id) { code orderId } }`, "variables": map[string]any{"id": voucherID}})
-	req, _ := http.NewRequest(http.MethodPost, p.base+"/query", bytes.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, p.Base+"/query", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := client.Do(req)
@@ -112,7 +78,7 @@ func TestKillDashNineLosesNoOrder(t *testing.T) {
 	admin, _ := tokens.Issue(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, time.Hour)
 	first := startProcess(t, bin, env)
 	const stock = 3000
-	created := postQuery(t, first.base, admin, fmt.Sprintf(`mutation { createVoucher(input: {shopId: "1", title: "k", payValue: 1, actualValue: 2, type: SECKILL, stock: %d, beginAt: "2026-01-01T00:00:00Z", endAt: "2099-01-01T00:00:00Z"}) { id } }`, stock))
+	created := postQuery(t, first.Base, admin, fmt.Sprintf(`mutation { createVoucher(input: {shopId: "1", title: "k", payValue: 1, actualValue: 2, type: SECKILL, stock: %d, beginAt: "2026-01-01T00:00:00Z", endAt: "2099-01-01T00:00:00Z"}) { id } }`, stock))
 	voucherID := created["createVoucher"].(map[string]any)["id"].(string)
 
 	var (
@@ -149,10 +115,9 @@ func TestKillDashNineLosesNoOrder(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	_ = first.cmd.Process.Kill() // SIGKILL, mid-sale
+	first.Kill() // SIGKILL, mid-sale
 	close(killed)
 	wg.Wait()
-	_ = first.cmd.Wait()
 
 	startProcess(t, bin, env) // the restarted node reclaims the order log
 	db := testenv.MustOpen(t, dbURL)

@@ -86,7 +86,7 @@ func (o OrderWriterOptions) withDefaults() OrderWriterOptions {
 		o.ClaimEvery = o.ClaimIdle / 3
 	}
 	if o.MaxBackoff <= 0 {
-		o.MaxBackoff = 5 * time.Second
+		o.MaxBackoff = MaxBackoffDefault
 	}
 	if o.AttemptTimeout <= 0 {
 		o.AttemptTimeout = AttemptTimeoutDefault
@@ -100,8 +100,13 @@ func (o OrderWriterOptions) withDefaults() OrderWriterOptions {
 	return o
 }
 
-// AttemptTimeoutDefault bounds one database attempt of the order writer.
-const AttemptTimeoutDefault = 4 * time.Second
+// AttemptTimeoutDefault bounds one database attempt of the order writer,
+// and MaxBackoffDefault its pause between failed attempts. Their sum stays
+// below ReloadHoldDefault (see OrderWriterOptions.AttemptTimeout).
+const (
+	AttemptTimeoutDefault = 3 * time.Second
+	MaxBackoffDefault     = 2 * time.Second
+)
 
 var (
 	orderLogLag = prometheus.NewGauge(prometheus.GaugeOpts{

@@ -119,10 +119,10 @@ const reqExpiry = 24 * time.Hour
 // sells nothing. An order writer that could not reach the database may
 // hold orders sold from the lost load that no order log shows any more;
 // the reload cannot count them, so it waits for them: longer than a
-// writer's longest pause between attempts (OrderWriterOptions.MaxBackoff,
-// 5 s) plus one attempt (AttemptTimeoutDefault). Orders that come later
-// are dead-lettered, never sold twice (see adoptScript).
-const ReloadHoldDefault = 15 * time.Second
+// writer's longest pause between attempts (MaxBackoffDefault) plus one
+// attempt (AttemptTimeoutDefault). Orders that come later are
+// dead-lettered, never sold twice (see adoptScript).
+const ReloadHoldDefault = 8 * time.Second
 
 // Stock is the live stock of seckill vouchers in Redis.
 type Stock struct {

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -13,7 +14,6 @@ import (
 // requests still reach the target, as a network path that fails after the
 // server acted (the case of a lost reply).
 type Proxy struct {
-	tb     testing.TB
 	target string
 	ln     net.Listener
 
@@ -23,22 +23,36 @@ type Proxy struct {
 	flowing chan struct{} // closed while replies flow; open while stalled
 }
 
-// MustProxy starts a proxy to target (host:port) on a free loopback port.
+// MustProxy starts a proxy to target (host:port) on a free loopback port,
+// closed when the test ends.
 func MustProxy(tb testing.TB, target string) *Proxy {
 	tb.Helper()
+	p, err := NewProxy(target)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(p.Close)
+	return p
+}
+
+// NewProxy starts a proxy to target (host:port) on a free loopback port;
+// the caller closes it.
+func NewProxy(target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		tb.Fatalf("proxy listen: %v", err)
+		return nil, fmt.Errorf("proxy listen: %w", err)
 	}
-	p := &Proxy{tb: tb, target: target, ln: ln, conns: map[net.Conn]struct{}{}, flowing: make(chan struct{})}
+	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, flowing: make(chan struct{})}
 	close(p.flowing)
 	go p.accept()
-	tb.Cleanup(func() {
-		_ = ln.Close()
-		p.Down()
-		p.Resume() // lets held copies see their closed connections and end
-	})
-	return p
+	return p, nil
+}
+
+// Close stops accepting and cuts every connection.
+func (p *Proxy) Close() {
+	_ = p.ln.Close()
+	p.Down()
+	p.Resume() // lets held copies see their closed connections and end
 }
 
 // Addr is the proxy's host:port.

@@ -14,12 +14,14 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,24 +77,34 @@ func MustDurableRedis(tb testing.TB) *RedisServer {
 
 func mustRedis(tb testing.TB, durable bool) *RedisServer {
 	tb.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		tb.Fatalf("redis-server not on PATH (run `make test`, which installs it): %v", err)
+	s, err := StartRedis(tb.TempDir(), durable)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	s := &RedisServer{tb: tb, dir: tb.TempDir(), durable: durable}
+	s.tb = tb
+	tb.Cleanup(s.Kill)
+	return s
+}
+
+// StartRedis starts a private redis-server on a free loopback port that
+// keeps its files in dir, for programs that are not tests (the fault
+// suite); the caller kills it. A durable server writes every command to its
+// append-only file before answering.
+func StartRedis(dir string, durable bool) (*RedisServer, error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, fmt.Errorf("redis-server not on PATH (run `make test`, which installs it): %w", err)
+	}
+	s := &RedisServer{dir: dir, durable: durable}
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		if s.Port, err = freePort(); err != nil {
 			continue
 		}
 		if err = s.start(); err == nil {
-			break
+			return s, nil
 		}
 	}
-	if err != nil {
-		tb.Fatalf("start redis-server: %v", err)
-	}
-	tb.Cleanup(s.Kill)
-	return s
+	return nil, fmt.Errorf("start redis-server: %w", err)
 }
 
 func (s *RedisServer) start() error {
@@ -160,16 +172,45 @@ func (s *RedisServer) Kill() {
 func (s *RedisServer) Restart() {
 	s.tb.Helper()
 	s.Kill()
-	// The port is free now, but anything on the machine may take it
-	// before the new server binds; try again for a while.
+	if err := s.Start(); err != nil {
+		s.tb.Fatal(err)
+	}
+}
+
+// Start starts a killed server again on its port, with whatever its files
+// hold. The port is free after the kill, but anything on the machine may
+// take it before the new server binds, so it tries for a while.
+func (s *RedisServer) Start() error {
 	var err error
 	for attempt := 0; attempt < 20; attempt++ {
 		if err = s.start(); err == nil {
-			return
+			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	s.tb.Fatalf("restart redis-server: %v", err)
+	return fmt.Errorf("restart redis-server: %w", err)
+}
+
+// Wipe deletes a killed server's files, so that Start brings it back empty
+// even when it is durable: Redis losing its data (a failover to an empty
+// replica, a lost disk) rather than a crash.
+func (s *RedisServer) Wipe() error {
+	s.mu.Lock()
+	running := s.stop != nil
+	s.mu.Unlock()
+	if running {
+		return errors.New("wipe a running redis-server: kill it first")
+	}
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return fmt.Errorf("wipe redis files: %w", err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(s.dir, e.Name())); err != nil {
+			return fmt.Errorf("wipe redis files: %w", err)
+		}
+	}
+	return nil
 }
 
 func freePort() (int, error) {
@@ -193,33 +234,48 @@ func AdminURL() string {
 // its URL; the database is dropped when the test ends.
 func MustPostgresURL(tb testing.TB) string {
 	tb.Helper()
+	u, drop, err := CreatePostgres(context.Background(), "flashsale_test_")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = drop() })
+	return u
+}
+
+// CreatePostgres creates an empty database named prefix plus random hex
+// through AdminURL and returns its URL and a func that drops it (with
+// FORCE: nodes a caller killed may leave sessions behind).
+func CreatePostgres(ctx context.Context, prefix string) (dbURL string, drop func() error, err error) {
+	u, err := url.Parse(AdminURL())
+	if err != nil {
+		return "", nil, fmt.Errorf("parse TEST_DATABASE_URL: %w", err)
+	}
 	admin, err := sql.Open("pgx", AdminURL())
 	if err != nil {
-		tb.Fatalf("open postgres admin connection: %v", err)
+		return "", nil, fmt.Errorf("open postgres admin connection: %w", err)
 	}
 	defer admin.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	name := "flashsale_test_" + randomHex(6)
+	name := prefix + randomHex(6)
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		tb.Fatalf("create test database (is Postgres reachable at TEST_DATABASE_URL? `make test` starts one): %v", err)
+		return "", nil, fmt.Errorf("create test database (is Postgres reachable at TEST_DATABASE_URL? `make test` starts one): %w", err)
 	}
-	tb.Cleanup(func() {
+	drop = func() error {
 		admin, err := sql.Open("pgx", AdminURL())
 		if err != nil {
-			return
+			return fmt.Errorf("drop database %s: %w", name, err)
 		}
 		defer admin.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_, _ = admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-	})
-	u, err := url.Parse(AdminURL())
-	if err != nil {
-		tb.Fatalf("parse TEST_DATABASE_URL: %v", err)
+		if _, err := admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			return fmt.Errorf("drop database %s: %w", name, err)
+		}
+		return nil
 	}
 	u.Path = "/" + name
-	return u.String()
+	return u.String(), drop, nil
 }
 
 // MustPostgres creates a migrated database of the test's own and returns a

@@ -1,0 +1,113 @@
+package chaos
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+)
+
+// The replay promise: a round's plan is a function of (seed, round).
+func TestPlanDependsOnSeedAndRoundOnly(t *testing.T) {
+	for _, short := range []bool{false, true} {
+		a := newPlan(42, 7, kinds, short)
+		newPlan(42, 6, kinds, short) // another round drawn in between changes nothing
+		b := newPlan(42, 7, kinds, short)
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("short=%v: round 7 of seed 42 drew two plans:\n%s\n%s", short, a, b)
+		}
+		if c := newPlan(43, 7, kinds, short); reflect.DeepEqual(a, c) {
+			t.Fatalf("short=%v: seeds 42 and 43 drew the same round 7", short)
+		}
+		if a.kind != kinds[7%len(kinds)].name {
+			t.Fatalf("round 7 runs %s, want %s", a.kind, kinds[7%len(kinds)].name)
+		}
+		if a.users*a.limit <= a.stock || len(a.attempts) <= a.stock {
+			t.Fatalf("round cannot sell out: %s", a)
+		}
+	}
+}
+
+// judge is the suite's eyes: each check must fire on the outcome it
+// names and stay quiet on a clean sale.
+func TestJudgeSeesEachBrokenPromise(t *testing.T) {
+	const stock, limit = 2, 1
+	durable := plan{stock: stock, limit: limit, voucher: 9}
+	wiped := durable
+	bigger := durable
+	bigger.stock = 3
+	wiped.faults = []fault{{what: faultRedisWipe}}
+	ok := func(user int64, key, id string) answer {
+		return answer{attempt: attempt{user: user, key: key}, grabAnswer: grabAnswer{Code: codeOK, OrderID: id}, phase: "sale"}
+	}
+	code := func(user int64, key, c string) answer {
+		return answer{attempt: attempt{user: user, key: key}, grabAnswer: grabAnswer{Code: c}, phase: "sale"}
+	}
+	row := func(id, user int64) orderRow { return orderRow{id: id, user: user, voucher: 9, status: 1} }
+	// clean: two users bought the two units; the tables and Redis agree.
+	clean := func() state {
+		st := state{drained: true, initial: stock, dbStock: 0, dbLimit: limit, api: liveStock{Initial: stock}}
+		st.rows = []orderRow{row(1, 10), row(2, 11)}
+		st.byID = map[int64]orderRow{1: row(1, 10), 2: row(2, 11)}
+		zero := 0
+		st.redisStock = &zero
+		st.redisUsers = map[int64]int{10: 1, 11: 1}
+		return st
+	}
+	// onlyFirst: user 10's order alone is in the stores, consistently.
+	onlyFirst := func() state {
+		st := clean()
+		st.rows, st.byID = st.rows[:1], map[int64]orderRow{1: row(1, 10)}
+		st.dbStock, st.redisUsers = 1, map[int64]int{10: 1}
+		one := 1
+		st.redisStock = &one
+		return st
+	}
+	sold := []answer{ok(10, "a", "1"), ok(11, "b", "2"), code(12, "c", codeSoldOut)}
+	cases := []struct {
+		name    string
+		p       plan
+		answers []answer
+		state   func() state
+		want    []string // checks that must fire; none for a clean sale
+	}{
+		{"clean sale", durable, sold, clean, nil},
+		{"a third OK answer", durable, append(slices.Clone(sold), ok(12, "c2", "3")), func() state {
+			st := clean()
+			st.dead = []deadLetter{{order: 3, user: 12, reason: "stock check"}}
+			return st
+		}, []string{"oversell", "refused", "redis-identity"}},
+		{"a user over the limit", bigger, append(slices.Clone(sold[:2]), ok(10, "a2", "3")), func() state {
+			st := clean()
+			st.rows = append(st.rows, row(3, 10))
+			st.byID[3] = row(3, 10)
+			st.initial, st.api.Initial = 3, 3
+			st.redisUsers[10] = 2
+			return st
+		}, []string{"user-limit"}},
+		{"an OK'd order missing from a durable round", durable, sold, onlyFirst, []string{"lost"}},
+		{"the same order missing where Redis was wiped", wiped, sold, onlyFirst, nil},
+		{"a row nobody was told about", durable, []answer{ok(10, "a", "1"), code(11, "b", codeSoldOut)}, clean, []string{"phantom"}},
+		{"a row whose grab lost its reply", durable, []answer{ok(10, "a", "1"), code(11, "b", codeUnavailable)}, clean, nil},
+		{"one order id for two users", durable, []answer{ok(10, "a", "1"), ok(11, "b", "1")}, onlyFirst, []string{"dup-id"}},
+		{"a sold request answered SOLD_OUT on retry", durable, append(slices.Clone(sold), code(10, "a", codeSoldOut)), clean, []string{"retry"}},
+		{"an undocumented error", durable, append(slices.Clone(sold), answer{attempt: attempt{user: 12}, grabAnswer: grabAnswer{Err: &gqlErrors{list: []gqlError{{Message: "x", Extensions: map[string]any{"code": "WEIRD"}}}}}}), clean, []string{"error"}},
+		{"an undrained log", durable, sold, func() state { st := clean(); st.drained, st.logLeft = false, 3; return st }, []string{"not-drained"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := judge(tc.p, tc.answers, tc.state(), true)
+			var got []string
+			for _, v := range o.violations {
+				if !slices.Contains(got, v.check) {
+					got = append(got, v.check)
+				}
+			}
+			slices.Sort(got)
+			want := slices.Clone(tc.want)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Fatalf("checks fired %v, want %v; violations:\n%v", got, want, o.violations)
+			}
+		})
+	}
+}

@@ -1,0 +1,352 @@
+package chaos
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+)
+
+// faultKind is one thing the suite breaks.
+type faultKind int
+
+const (
+	// faultNodeKill kills a service node with SIGKILL and starts it again.
+	faultNodeKill faultKind = iota
+	// faultRedisKill kills redis-server with SIGKILL; it comes back with
+	// everything it acknowledged (appendfsync always): nothing may be lost.
+	faultRedisKill
+	// faultRedisWipe kills redis-server and brings it back empty: orders
+	// accepted and not yet persisted may be lost, nothing else may happen.
+	faultRedisWipe
+	// faultPGOutage makes the proxy in front of Postgres cut every
+	// connection and refuse new ones.
+	faultPGOutage
+	// faultRedisCut makes the proxy in front of Redis cut every connection
+	// and refuse new ones, Redis itself untouched: a script already sent
+	// runs, and its reply is lost.
+	faultRedisCut
+)
+
+func (k faultKind) String() string {
+	return [...]string{"node-kill", "redis-kill", "redis-wipe", "pg-outage", "redis-cut"}[k]
+}
+
+// fault is one fault of a round, at a moment of the sale.
+type fault struct {
+	what faultKind
+	at   time.Duration // from the start of the sale
+	down time.Duration // how long the broken thing stays broken
+	node int           // faultNodeKill: which node
+	// atOKs, when positive, fires the fault as soon as the sale has
+	// answered that many OKs, if that comes before at: the last units'
+	// batches are then in flight, where a lost reply or a crash matters
+	// most (issue 7's C needs the reply of the batch that sold the last
+	// unit lost).
+	atOKs int
+}
+
+// lane is what a fault breaks; faults of one lane run one after another
+// (a Redis that is down cannot be killed again), lanes run side by side.
+func (f fault) lane() string {
+	if f.what == faultNodeKill {
+		return fmt.Sprintf("node%d", f.node)
+	}
+	switch f.what {
+	case faultPGOutage:
+		return "postgres"
+	case faultRedisCut:
+		return "redis-network"
+	}
+	return "redis"
+}
+
+func (f fault) String() string {
+	s := fmt.Sprintf("%s@%.2fs/%.2fs", f.what, f.at.Seconds(), f.down.Seconds())
+	if f.atOKs > 0 {
+		s += fmt.Sprintf("(or at %d OKs)", f.atOKs)
+	}
+	if f.what == faultNodeKill {
+		s += fmt.Sprintf("(node %d)", f.node)
+	}
+	return s
+}
+
+// attempt is one grab a user sends.
+type attempt struct {
+	at    time.Duration // from the start of the sale
+	user  int64
+	key   string // request id; sent only if the schema has requestId
+	retry bool   // key was used by an earlier attempt of the same user
+	node  int
+}
+
+// plan is everything random about a round, drawn from (seed, round) alone,
+// so that one round can be replayed without the others.
+type plan struct {
+	round    int
+	kind     string
+	stock    int
+	limit    int
+	users    int
+	window   time.Duration // the sale's attempts are spread over it
+	nodes    []int         // the nodes the traffic goes to
+	attempts []attempt
+	faults   []fault
+	// voucher is the voucher the round sells, once created.
+	voucher int64
+}
+
+// durable reports whether Redis keeps everything in this round: no fault
+// wipes it, so no accepted order may be lost.
+func (p plan) durable() bool {
+	return !slices.ContainsFunc(p.faults, func(f fault) bool { return f.what == faultRedisWipe })
+}
+
+// pgOutage reports whether Postgres refuses connections in this round.
+func (p plan) pgOutage() bool {
+	return slices.ContainsFunc(p.faults, func(f fault) bool { return f.what == faultPGOutage })
+}
+
+func (p plan) String() string {
+	fs := make([]string, len(p.faults))
+	for i, f := range p.faults {
+		fs[i] = f.String()
+	}
+	return fmt.Sprintf("stock %d, perUserLimit %d, %d users, %d attempts over %.1fs on nodes %v, faults [%s]",
+		p.stock, p.limit, p.users, len(p.attempts), p.window.Seconds(), p.nodes, strings.Join(fs, " "))
+}
+
+// kind is a fault scenario: which nodes sell and what breaks when.
+type kind struct {
+	name string
+	// faults draws the round's nodes and faults; window is the sale's
+	// length.
+	faults func(r *rand.Rand, window time.Duration, short bool) (nodes []int, faults []fault)
+}
+
+// kinds are the scenarios, in the order rounds cycle through them (round
+// k runs kinds[k mod len]), so that every kind gets its share of a run.
+var kinds = []kind{
+	{"none", func(r *rand.Rand, _ time.Duration, _ bool) ([]int, []fault) {
+		return []int{r.IntN(nodeCount)}, nil
+	}},
+	{"two-nodes", func(*rand.Rand, time.Duration, bool) ([]int, []fault) {
+		return allNodes(), nil
+	}},
+	{"node-kill", func(r *rand.Rand, w time.Duration, _ bool) ([]int, []fault) {
+		nodes := someNodes(r)
+		var fs []fault
+		for _, n := range nodes[:1+r.IntN(len(nodes))] {
+			fs = append(fs, fault{what: faultNodeKill, node: n, at: faultMoment(r, w), down: between(r, 0, 1500*time.Millisecond)})
+		}
+		return nodes, fs
+	}},
+	{"redis-kill", func(r *rand.Rand, w time.Duration, _ bool) ([]int, []fault) {
+		var fs []fault
+		for range 1 + r.IntN(2) {
+			fs = append(fs, fault{what: faultRedisKill, at: faultMoment(r, w), down: between(r, 100*time.Millisecond, 1500*time.Millisecond)})
+		}
+		return someNodes(r), fs
+	}},
+	{"redis-empty", func(r *rand.Rand, w time.Duration, _ bool) ([]int, []fault) {
+		return someNodes(r), []fault{{what: faultRedisWipe, at: faultMoment(r, w), down: between(r, 100*time.Millisecond, time.Second)}}
+	}},
+	// Replies lost on the way back from Redis (issue 7's bug C needs one).
+	{"redis-cut", func(r *rand.Rand, w time.Duration, _ bool) ([]int, []fault) {
+		var fs []fault
+		at := faultMoment(r, w)
+		for range 1 + r.IntN(3) {
+			f := fault{what: faultRedisCut, at: at, down: between(r, 20*time.Millisecond, 300*time.Millisecond)}
+			fs = append(fs, f)
+			at = f.at + f.down + between(r, 50*time.Millisecond, 500*time.Millisecond)
+		}
+		return someNodes(r), fs
+	}},
+	{"pg-outage", func(r *rand.Rand, w time.Duration, short bool) ([]int, []fault) {
+		return someNodes(r), []fault{{what: faultPGOutage, at: faultMoment(r, w), down: outage(r, short)}}
+	}},
+	// Issue 7's bug A: Redis loses its data while the order writer holds
+	// orders that Postgres refuses to take.
+	{"pg-outage+redis-empty", func(r *rand.Rand, w time.Duration, short bool) ([]int, []fault) {
+		pg := fault{what: faultPGOutage, at: between(r, w/20, w*2/5), down: outage(r, short) + time.Second}
+		wipe := fault{what: faultRedisWipe, at: pg.at + between(r, 300*time.Millisecond, pg.down-500*time.Millisecond), down: between(r, 100*time.Millisecond, 500*time.Millisecond)}
+		return someNodes(r), []fault{pg, wipe}
+	}},
+	// Issue 7's bug B: two losses of Redis's data within one second,
+	// while both nodes allocate order ids.
+	{"redis-empty-twice", func(r *rand.Rand, w time.Duration, _ bool) ([]int, []fault) {
+		first := fault{what: faultRedisWipe, at: faultMoment(r, w), down: between(r, 50*time.Millisecond, 200*time.Millisecond)}
+		second := fault{what: faultRedisWipe, at: first.at + first.down + between(r, 150*time.Millisecond, 600*time.Millisecond), down: between(r, 50*time.Millisecond, 200*time.Millisecond)}
+		return allNodes(), []fault{first, second}
+	}},
+	{"mixed", func(r *rand.Rand, w time.Duration, short bool) ([]int, []fault) {
+		var fs []fault
+		killed := map[int]bool{}
+		for range 2 + r.IntN(3) {
+			f := fault{what: faultKind(r.IntN(5)), at: faultMoment(r, w)}
+			switch f.what {
+			case faultNodeKill:
+				f.node, f.down = r.IntN(nodeCount), between(r, 0, 1500*time.Millisecond)
+				if killed[f.node] {
+					continue
+				}
+				killed[f.node] = true
+			case faultPGOutage:
+				f.down = outage(r, short)
+			default:
+				f.down = between(r, 50*time.Millisecond, time.Second)
+			}
+			fs = append(fs, f)
+		}
+		return allNodes(), fs
+	}},
+}
+
+// kindNames lists the kinds' names.
+func kindNames() []string {
+	out := make([]string, len(kinds))
+	for i, k := range kinds {
+		out[i] = k.name
+	}
+	return out
+}
+
+// selectKinds returns the kinds named (all for none), in kinds order.
+func selectKinds(names []string) ([]kind, error) {
+	if len(names) == 0 {
+		return kinds, nil
+	}
+	var out []kind
+	for _, k := range kinds {
+		if slices.Contains(names, k.name) {
+			out = append(out, k)
+		}
+	}
+	for _, n := range names {
+		if !slices.Contains(kindNames(), n) {
+			return nil, fmt.Errorf("unknown fault kind %q (have %s)", n, strings.Join(kindNames(), ", "))
+		}
+	}
+	return out, nil
+}
+
+// newPlan draws round's plan from (seed, round) alone.
+func newPlan(seed int64, round int, ks []kind, short bool) plan {
+	r := rand.New(rand.NewPCG(uint64(seed), uint64(round)))
+	k := ks[round%len(ks)]
+	p := plan{round: round, kind: k.name}
+	if short {
+		p.stock = 5 + r.IntN(36)
+		p.window = between(r, 1500*time.Millisecond, 2500*time.Millisecond)
+	} else {
+		p.stock = 5 + r.IntN(196)
+		p.window = between(r, 2*time.Second, 5*time.Second)
+	}
+	p.limit = 1 + r.IntN(3)
+	// More users than the stock serves at their limit, and more attempts
+	// than stock, several per user, so that the sale sells out, users
+	// reach their limit, and both are raced: a service that sold one unit
+	// too many or let a user past the limit would be asked to.
+	n := p.stock*3/2 + r.IntN(p.stock*3/2+1) + 5
+	perLimit := p.stock / p.limit
+	p.users = max(2, n/(2+r.IntN(4)), perLimit+1+r.IntN(perLimit/2+1))
+	n = max(n, 2*p.users)
+	p.nodes, p.faults = k.faults(r, p.window, short)
+	slices.SortFunc(p.faults, func(a, b fault) int { return int(a.at - b.at) })
+	// In half the rounds the first crash or cut comes at the sell-out
+	// rather than at its moment, whichever is first.
+	if len(p.faults) > 0 && p.faults[0].what != faultPGOutage && r.IntN(2) == 0 {
+		p.faults[0].atOKs = max(1, p.stock-r.IntN(min(3, p.stock)))
+	}
+
+	// Most attempts spread over the sale; the rest come in a burst right
+	// after a fault is undone, as clients retry after an outage, so that
+	// what a fault left behind (a voucher rebuilt, a writer holding
+	// orders) meets grabs while it matters. The sale lasts until the
+	// bursts are over.
+	for _, f := range p.faults {
+		p.window = max(p.window, f.at+f.down+burst)
+	}
+	// Half the sales open with a rush, as flash sales do: a share of the
+	// attempts in the first 10 ms, so that batches are full when the
+	// stock runs out.
+	rush := 0
+	if r.IntN(2) == 0 {
+		rush = 3 + r.IntN(4) // tenths of the attempts
+	}
+	at := make([]time.Duration, n)
+	for i := range at {
+		if r.IntN(10) < rush {
+			at[i] = between(r, 0, 10*time.Millisecond)
+			continue
+		}
+		if len(p.faults) > 0 && r.IntN(10) < 3 {
+			f := p.faults[r.IntN(len(p.faults))]
+			at[i] = f.at + f.down + between(r, 0, burst)
+		} else {
+			at[i] = between(r, 0, p.window)
+		}
+	}
+	slices.Sort(at)
+	userBase := 1_000_000 + int64(round)*10_000
+	keys := make(map[int64][]string, p.users) // each user's request ids so far
+	for _, t := range at {
+		u := userBase + int64(r.IntN(p.users))
+		a := attempt{at: t, user: u, node: p.nodes[r.IntN(len(p.nodes))]}
+		// A quarter of the attempts retry one of the user's earlier
+		// requests with its id, as a client does that timed out or was
+		// told UNAVAILABLE; the original may still be in flight.
+		if prev := keys[u]; len(prev) > 0 && r.IntN(4) == 0 {
+			a.key, a.retry = prev[r.IntN(len(prev))], true
+		} else {
+			a.key = fmt.Sprintf("chaos-%d-%d-%d", round, u-userBase, len(prev))
+			keys[u] = append(prev, a.key)
+		}
+		p.attempts = append(p.attempts, a)
+	}
+	return p
+}
+
+// burst is how long the grabs after a fault keep coming.
+const burst = 600 * time.Millisecond
+
+func allNodes() []int {
+	out := make([]int, nodeCount)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// someNodes is one node or all of them, at random.
+func someNodes(r *rand.Rand) []int {
+	if r.IntN(2) == 0 {
+		return []int{r.IntN(nodeCount)}
+	}
+	return allNodes()
+}
+
+// faultMoment is a moment early enough in the sale that grabs are still
+// selling, or racing the sell-out, around it.
+func faultMoment(r *rand.Rand, window time.Duration) time.Duration {
+	return between(r, window/20, window*7/10)
+}
+
+// outage is how long Postgres refuses: longer than the order writer's
+// first backoffs, so that it holds orders it cannot commit.
+func outage(r *rand.Rand, short bool) time.Duration {
+	if short {
+		return between(r, time.Second, 3*time.Second)
+	}
+	return between(r, time.Second, 4*time.Second)
+}
+
+// between is uniform in [lo, hi).
+func between(r *rand.Rand, lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(r.Int64N(int64(hi-lo)))
+}

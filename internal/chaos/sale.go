@@ -1,0 +1,284 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// answer is one grab as the client saw it.
+type answer struct {
+	attempt
+	grabAnswer
+	// keySent is set when the request carried its request id.
+	keySent bool
+	// phase: "sale" for the round's own attempts, "resolve" for retries
+	// that settle an outcome the sale left unknown, "verify" for retries
+	// of sold grabs after the sale.
+	phase string
+	took  time.Duration
+}
+
+// Grab outcomes a client can rely on: the request was decided.
+const (
+	codeOK           = "OK"
+	codeSoldOut      = "SOLD_OUT"
+	codeLimitReached = "LIMIT_REACHED"
+	codeUnavailable  = "UNAVAILABLE"
+)
+
+// decided reports whether the answer settles the grab: sold, or surely
+// not sold. UNAVAILABLE and lost replies leave it open (a batch may have
+// sold it when its reply was lost); a refused connection settles it (the
+// request never arrived).
+func (a answer) decided() bool {
+	switch a.Code {
+	case codeOK, codeSoldOut, codeLimitReached:
+		return true
+	}
+	return errors.Is(a.Err, errNotSent)
+}
+
+// label names the answer's kind for a summary: its code, or what kind of
+// failure replaced it.
+func (a answer) label() string {
+	var ge *gqlErrors
+	var br *badResponse
+	switch {
+	case a.Code != "":
+		return a.Code
+	case errors.Is(a.Err, errNotSent):
+		return "refused"
+	case errors.As(a.Err, &ge):
+		return "error:" + strings.Join(ge.codes(), ",")
+	case errors.As(a.Err, &br):
+		return fmt.Sprintf("http-%d", br.status)
+	case errors.Is(a.Err, context.DeadlineExceeded) || strings.Contains(fmt.Sprint(a.Err), "Client.Timeout"):
+		return "timeout"
+	default:
+		return "no-reply"
+	}
+}
+
+// sell runs the round's sale: the attempts at their moments through a
+// bounded pool of clients, and the faults at theirs. It returns every
+// answer and what went wrong injecting faults.
+func (rn *runner) sell(ctx context.Context, p plan, voucherID string) ([]answer, []error) {
+	start := time.Now()
+	var (
+		mu      sync.Mutex
+		answers = make([]answer, 0, len(p.attempts))
+		errs    []error
+		wg      sync.WaitGroup
+	)
+	var oks atomic.Int64 // OK answers so far, for faults fired at the sell-out
+	lanes := map[string][]fault{}
+	for _, f := range p.faults {
+		lanes[f.lane()] = append(lanes[f.lane()], f)
+	}
+	for _, fs := range lanes {
+		wg.Go(func() {
+			for _, f := range fs {
+				waitFor(ctx, f, start, &oks)
+				if err := rn.inject(ctx, f); err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("%s: %w", f, err))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+
+	queue := make(chan attempt, len(p.attempts))
+	wg.Go(func() {
+		defer close(queue)
+		for _, a := range p.attempts {
+			if !sleepUntil(ctx, start.Add(a.at)) {
+				return
+			}
+			queue <- a
+		}
+	})
+	for range rn.workers {
+		wg.Go(func() {
+			for a := range queue {
+				ans := rn.send(ctx, a, voucherID, "sale")
+				if ans.Code == codeOK {
+					oks.Add(1)
+				}
+				mu.Lock()
+				answers = append(answers, ans)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return answers, errs
+}
+
+// send makes one grab of attempt a.
+func (rn *runner) send(ctx context.Context, a attempt, voucherID, phase string) answer {
+	ans := answer{attempt: a, phase: phase, keySent: rn.requestIDs}
+	token, err := rn.env.userToken(a.user)
+	if err != nil {
+		ans.Err = err
+		return ans
+	}
+	key := ""
+	if rn.requestIDs {
+		key = a.key
+	}
+	t := time.Now()
+	ans.grabAnswer = rn.api.grab(ctx, rn.env.nodes[a.node].Base, token, voucherID, key)
+	ans.took = time.Since(t)
+	return ans
+}
+
+// inject carries out one fault and undoes it after its time.
+func (rn *runner) inject(ctx context.Context, f fault) error {
+	rn.log.Debug("fault", "fault", f.String())
+	switch f.what {
+	case faultNodeKill:
+		rn.env.nodes[f.node].Kill()
+		sleep(ctx, f.down)
+		sctx, cancel := context.WithTimeout(ctx, 45*time.Second)
+		defer cancel()
+		return rn.env.startNode(sctx, f.node)
+	case faultRedisKill, faultRedisWipe:
+		rn.env.redis.Kill()
+		if f.what == faultRedisWipe {
+			if err := rn.env.redis.Wipe(); err != nil {
+				return err
+			}
+		}
+		sleep(ctx, f.down)
+		return rn.env.redis.Start()
+	case faultPGOutage, faultRedisCut:
+		proxy := rn.env.proxy
+		if f.what == faultRedisCut {
+			proxy = rn.env.redisProxy
+		}
+		proxy.Down()
+		sleep(ctx, f.down)
+		proxy.Up()
+		return nil
+	}
+	return fmt.Errorf("unknown fault %d", f.what)
+}
+
+// settle asks again, with the same request id, for every grab whose
+// outcome the sale left open, until the service decides it; and asks
+// again for some sold grabs, which must come back with the same order.
+// Without request ids in the schema there is nothing to ask: open
+// outcomes stay open.
+func (rn *runner) settle(ctx context.Context, p plan, voucherID string, answers []answer) []answer {
+	if !rn.requestIDs {
+		return nil
+	}
+	type key struct {
+		user int64
+		key  string
+	}
+	open := map[key]attempt{}
+	decided := map[key]bool{}
+	var sold []attempt
+	for _, a := range answers {
+		k := key{a.user, a.key}
+		if a.decided() {
+			decided[k] = true
+			if a.Code == codeOK {
+				sold = append(sold, a.attempt)
+			}
+		} else {
+			open[k] = a.attempt
+		}
+	}
+	var todo []attempt
+	for k, a := range open {
+		if !decided[k] {
+			todo = append(todo, a)
+		}
+	}
+	sort.Slice(todo, func(i, j int) bool { return todo[i].key < todo[j].key })
+	// Up to 20 sold grabs, drawn from the round's seed so that a replay
+	// asks about the same ones when it sells the same.
+	sort.Slice(sold, func(i, j int) bool { return sold[i].key < sold[j].key })
+	r := rand.New(rand.NewPCG(uint64(rn.seed), uint64(p.round)<<1|1))
+	r.Shuffle(len(sold), func(i, j int) { sold[i], sold[j] = sold[j], sold[i] })
+	sold = sold[:min(len(sold), 20)]
+
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var (
+		mu  sync.Mutex
+		out []answer
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, rn.workers)
+	)
+	ask := func(a attempt, phase string) {
+		defer func() { <-sem }()
+		backoff := 100 * time.Millisecond
+		for try := 0; try < 8 && ctx.Err() == nil; try++ {
+			ans := rn.send(ctx, a, voucherID, phase)
+			mu.Lock()
+			out = append(out, ans)
+			mu.Unlock()
+			if ans.decided() && !errors.Is(ans.Err, errNotSent) {
+				return
+			}
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	}
+	for _, a := range todo {
+		sem <- struct{}{}
+		wg.Go(func() { ask(a, "resolve") })
+	}
+	for _, a := range sold {
+		sem <- struct{}{}
+		wg.Go(func() { ask(a, "verify") })
+	}
+	wg.Wait()
+	return out
+}
+
+// waitFor waits until f's moment, or until the sale has answered f.atOKs
+// OKs if that comes first (polled: a few ms late is still in the
+// sell-out's batches).
+func waitFor(ctx context.Context, f fault, start time.Time, oks *atomic.Int64) {
+	if f.atOKs <= 0 {
+		sleepUntil(ctx, start.Add(f.at))
+		return
+	}
+	for time.Since(start) < f.at && oks.Load() < int64(f.atOKs) {
+		if !sleep(ctx, time.Millisecond) {
+			return
+		}
+	}
+}
+
+// sleepUntil waits until t or ctx's end; false if ctx ended.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	return sleep(ctx, time.Until(t))
+}
+
+// sleep waits d or until ctx ends; false if ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,177 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// BuildService builds the service binary of this module into dir and
+// returns its path. It runs the go command, so the working directory must
+// be inside the module (a test's is).
+func BuildService(dir string) (string, error) {
+	bin := filepath.Join(dir, "flashsale")
+	out, err := exec.Command("go", "build", "-o", bin, "flashsale").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// ServiceReadyTimeout bounds how long StartService and Service.Start wait
+// for /readyz.
+const ServiceReadyTimeout = 30 * time.Second
+
+// Service is the service binary running as a real OS process on a loopback
+// port of its own, which it keeps across restarts, so that clients can
+// keep its address while it is killed and started again.
+type Service struct {
+	// Base is the service's URL, http://127.0.0.1:port.
+	Base string
+	bin  string
+	env  []string
+	out  *tailBuffer
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
+}
+
+// StartService starts bin on a free loopback port with env added to this
+// process's environment (later values win) and waits until it is ready.
+// The caller kills it; it is also killed if this process dies
+// (Pdeathsig), so that no node outlives its test or fault suite.
+func StartService(ctx context.Context, bin string, env map[string]string) (*Service, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, fmt.Errorf("service port: %w", err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	s := &Service{Base: "http://" + addr, bin: bin, out: &tailBuffer{max: 1 << 20}}
+	s.env = append(os.Environ(), "HTTP_ADDR="+addr)
+	for k, v := range env {
+		s.env = append(s.env, k+"="+v)
+	}
+	if err := s.Start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Start starts a killed service again on its address and waits until it is
+// ready. It fails at once if the process exits (for example because its
+// database refuses connections at start-up), with the end of its output.
+func (s *Service) Start(ctx context.Context) error {
+	s.mu.Lock()
+	if s.cmd != nil {
+		s.mu.Unlock()
+		return errors.New("start service: already running")
+	}
+	cmd := exec.Command(s.bin)
+	cmd.Env = s.env
+	cmd.Stdout, cmd.Stderr = s.out, s.out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("start service: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	s.cmd, s.exited = cmd, exited
+	s.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(ctx, ServiceReadyTimeout)
+	defer cancel()
+	client := &http.Client{Timeout: time.Second}
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.Base+"/readyz", nil)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-exited:
+			s.Kill()
+			return fmt.Errorf("service exited at start; output ends:\n%s", s.out.tail(2000))
+		case <-ctx.Done():
+			s.Kill()
+			return fmt.Errorf("service not ready: %w; output ends:\n%s", ctx.Err(), s.out.tail(2000))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Kill stops the service at once (SIGKILL) and waits for the process to
+// exit; a no-op when it is not running.
+func (s *Service) Kill() {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.cmd, s.exited = nil, nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+}
+
+// Running reports whether the process was started and has not exited.
+func (s *Service) Running() bool {
+	s.mu.Lock()
+	exited := s.exited
+	s.mu.Unlock()
+	if exited == nil {
+		return false
+	}
+	select {
+	case <-exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Output is the end of what the service printed (its logs), across
+// restarts.
+func (s *Service) Output() string { return s.out.tail(s.out.max) }
+
+// tailBuffer keeps the last max bytes written to it: a node of a long
+// fault run logs every retry, and only the end is read.
+type tailBuffer struct {
+	mu  sync.Mutex
+	b   []byte
+	max int
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > 2*t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) tail(n int) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.b
+	if len(b) > n {
+		b = b[len(b)-n:]
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	return string(b)
+}
