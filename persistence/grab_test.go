@@ -182,7 +182,7 @@ func TestPreheatNeverRevertsANewerStatus(t *testing.T) {
 	if _, err := cat.SetStatus(ctx, v.ID, domain.StatusPaused); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stock.Preheat(ctx, persistence.LoadSnapshot{Voucher: stale}, persistence.NewLife()); err != nil {
+	if _, err := stock.Preheat(ctx, persistence.LoadSnapshot{Voucher: stale}, persistence.NewLoadStamp()); err != nil {
 		t.Fatal(err)
 	}
 	g := persistence.NewGrabs(rdb)

@@ -259,7 +259,7 @@ func TestAWriterWaitingOnAReloadSeesItsStamp(t *testing.T) {
 
 	loaded, release, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
 	go func() {
-		life := persistence.NewLife()
+		life := persistence.NewLoadStamp()
 		stock := persistence.NewStock(h.rdb)
 		stock.ReloadHold = 3 * time.Second
 		done <- persistence.NewVouchers(h.direct).Preload(ctx, h.v.ID, func(ctx context.Context, snap persistence.LoadSnapshot) (string, error) {

@@ -44,14 +44,14 @@ func usersKey(id int64) string { return voucherTag(id) + ":users" }
 // Every value is passed as a string from Go and written as is: Lua numbers
 // written back to Redis risk float formatting.
 //
-// A load that writes the stock stamps the metadata with its life (a
-// random string from the caller), which every order sold from this load
+// A load that writes the stock stamps the metadata with its load stamp
+// (a random string from the caller), which every order sold from this load
 // carries into the order log (see Vouchers.Preload and the OrderWriter),
 // and, for a reload, with the Redis time until which it holds its sales
 // (see Stock.ReloadHold).
 //
 // KEYS: meta, stock, users, log, req, adopted. ARGV: status, begin, end,
-// limit, initial, version, expire, stock, life, hold ms (0 = none),
+// limit, initial, version, expire, stock, load stamp, hold ms (0 = none),
 // "meta" to refresh metadata only, then the number of users and
 // user/count pairs, the number of requests and request/order pairs, and
 // the rest: ids of orders counted already. Returns 1 when it wrote the
@@ -91,7 +91,7 @@ for _, k in ipairs({KEYS[5], KEYS[6]}) do
   end
 end
 redis.call('SET', KEYS[2], ARGV[8])
-redis.call('HSET', KEYS[1], 'life', ARGV[9])
+redis.call('HSET', KEYS[1], '` + metaLoadStamp + `', ARGV[9])
 if tonumber(ARGV[10]) > 0 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -117,8 +117,10 @@ return 1
 // reqExpiry is how long after a sale ends its request ids are kept.
 const reqExpiry = 24 * time.Hour
 
-// NewLife returns a fresh life stamp for a load of a voucher's stock.
-func NewLife() string {
+// NewLoadStamp returns a fresh stamp for a load of a voucher's stock: the
+// order writer tells orders sold from a load the database did not record
+// by it (see adopt).
+func NewLoadStamp() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
@@ -146,7 +148,7 @@ func NewStock(rdb redis.UniversalClient) *Stock { return &Stock{rdb: rdb} }
 // Preheat loads a seckill voucher into Redis from snap, the database's
 // view taken under the voucher's row lock (use it through
 // Vouchers.Preload), unless Redis has its stock already; it reports
-// whether it wrote the load, stamped with life.
+// whether it wrote the load, stamped with stamp.
 //
 // Orders still in the voucher's order log and not in the database (sold
 // from an earlier load, not yet persisted) are counted into the load too:
@@ -155,7 +157,7 @@ func NewStock(rdb redis.UniversalClient) *Stock { return &Stock{rdb: rdb} }
 // grab can append to the log meanwhile: with no stock in Redis there is no
 // load to sell from. A reload (snap.Reload) also holds its sales for
 // ReloadHold, for the orders no log shows (see adoptScript).
-func (s *Stock) Preheat(ctx context.Context, snap LoadSnapshot, life string) (bool, error) {
+func (s *Stock) Preheat(ctx context.Context, snap LoadSnapshot, stamp string) (bool, error) {
 	v := snap.Voucher
 	if v.Seckill == nil {
 		return false, fmt.Errorf("preheat voucher %d: not a seckill voucher", v.ID)
@@ -163,12 +165,12 @@ func (s *Stock) Preheat(ctx context.Context, snap LoadSnapshot, life string) (bo
 	keys := []string{metaKey(v.ID), stockKey(v.ID), usersKey(v.ID), LogKey(v.ID), reqKey(v.ID), adoptedKey(v.ID)}
 	// Most preheats find the stock there (start-up, another node's load):
 	// refresh the metadata without reading the log and the users.
-	n, err := preheatScript.Run(ctx, s.rdb, keys, s.preheatArgs(snap, 0, life, "meta")...).Int()
+	n, err := preheatScript.Run(ctx, s.rdb, keys, s.preheatArgs(snap, 0, stamp, "meta")...).Int()
 	if err == nil && n == 2 {
 		var inflight []inflightOrder
 		if inflight, err = s.inflight(ctx, snap); err == nil {
 			stock := snap.Voucher.Seckill.Stock - len(inflight)
-			args := s.preheatArgs(snap, max(stock, 0), life, "")
+			args := s.preheatArgs(snap, max(stock, 0), stamp, "")
 			users := maps.Clone(snap.Users)
 			reqs := maps.Clone(snap.Requests)
 			for _, o := range inflight {
@@ -204,14 +206,14 @@ func (s *Stock) Preheat(ctx context.Context, snap LoadSnapshot, life string) (bo
 	return n == 1, nil
 }
 
-func (s *Stock) preheatArgs(snap LoadSnapshot, stock int, life, mode string) []any {
+func (s *Stock) preheatArgs(snap LoadSnapshot, stock int, stamp, mode string) []any {
 	v, sk := snap.Voucher, snap.Voucher.Seckill
 	var hold int64
 	if snap.Reload {
 		hold = cmp.Or(s.ReloadHold, ReloadHoldDefault).Milliseconds()
 	}
 	return []any{int(v.Status), sk.BeginAt.UnixMilli(), sk.EndAt.UnixMilli(), sk.PerUserLimit, sk.InitialStock,
-		v.UpdatedAt.UnixMicro(), sk.EndAt.Add(reqExpiry).UnixMilli(), stock, life, hold, mode}
+		v.UpdatedAt.UnixMicro(), sk.EndAt.Add(reqExpiry).UnixMilli(), stock, stamp, hold, mode}
 }
 
 // inflightOrder is an order of the order log that the database lacks.
@@ -232,7 +234,8 @@ func (s *Stock) inflight(ctx context.Context, snap LoadSnapshot) ([]inflightOrde
 	var all []inflightOrder
 	seen := map[int64]bool{}
 	for _, m := range msgs {
-		o, err := parseOrder(m.Values, time.Time{})
+		e, err := decodeOrderEntry(m.Values, time.Time{})
+		o := e.order
 		if err != nil || seen[o.ID] {
 			continue // the writer dead-letters what it cannot read
 		}
@@ -260,23 +263,23 @@ func (s *Stock) inflight(ctx context.Context, snap LoadSnapshot) ([]inflightOrde
 }
 
 // unloadScript removes a voucher's load from Redis if Redis still holds
-// that load (by its life stamp), and announces it so that actors
+// that load (by its load stamp), and announces it so that actors
 // re-activate and load the voucher again. KEYS: meta, stock, users.
-// ARGV: life. Returns 1 if it removed the load.
+// ARGV: load stamp. Returns 1 if it removed the load.
 var unloadScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'life') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], '` + metaLoadStamp + `') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 redis.call('PUBLISH', '` + eventsChannel + `', KEYS[1])
 return 1
 `)
 
-// Unload takes back a load of a voucher whose life stamp the database did
+// Unload takes back a load of a voucher whose load stamp the database did
 // not record (the transaction around it failed after Redis was written):
 // without the stamp the order writer could not tell the orders it did not
 // count from those it did. The next preheat loads the voucher again. It
 // does nothing if Redis holds another load.
-func (s *Stock) Unload(ctx context.Context, voucherID int64, life string) error {
-	if err := unloadScript.Run(ctx, s.rdb, []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID)}, life).Err(); err != nil {
+func (s *Stock) Unload(ctx context.Context, voucherID int64, stamp string) error {
+	if err := unloadScript.Run(ctx, s.rdb, []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID)}, stamp).Err(); err != nil {
 		return fmt.Errorf("unload voucher %d: %w", voucherID, err)
 	}
 	return nil

@@ -201,16 +201,16 @@ type LoadSnapshot struct {
 }
 
 // Loader loads a seckill voucher into the stock Redis from a snapshot of
-// the database. life is the stamp of the load when the loader wrote the
-// stock (Redis had none), "" when Redis already had it.
-type Loader func(ctx context.Context, snap LoadSnapshot) (life string, err error)
+// the database. stamp is the load stamp when the loader wrote the stock
+// (Redis had none), "" when Redis already had it.
+type Loader func(ctx context.Context, snap LoadSnapshot) (stamp string, err error)
 
 // Preload runs load on a consistent snapshot of a seckill voucher and, if
-// load wrote the stock, records its life stamp in tb_voucher_redis_load,
+// load wrote the stock, records its load stamp in tb_voucher_redis_load,
 // all while holding the voucher's tb_seckill_voucher row. The order writer
 // takes the same row before it persists orders, so every order is either
 // in the snapshot or persisted after the stamp is recorded, where the
-// writer sees that the order's life differs and returns it to Redis (see
+// writer sees that the order's stamp differs and returns it to Redis (see
 // OrderWriter). It answers NOT_FOUND for an id that is no seckill voucher.
 func (s *Vouchers) Preload(ctx context.Context, id int64, load Loader) error {
 	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
@@ -225,7 +225,7 @@ func (s *Vouchers) Preload(ctx context.Context, id int64, load Loader) error {
 		if v.Seckill == nil {
 			return domain.NotFound("seckill voucher", id)
 		}
-		snap := LoadSnapshot{Voucher: v, Reload: locked[id].life != ""}
+		snap := LoadSnapshot{Voucher: v, Reload: locked[id].stamp != ""}
 		if snap.Users, err = liveOrderCounts(ctx, tx, id); err != nil {
 			return err
 		}
@@ -243,11 +243,11 @@ func (s *Vouchers) Preload(ctx context.Context, id int64, load Loader) error {
 			}
 			return out, nil
 		}
-		life, err := load(ctx, snap)
-		if err != nil || life == "" {
+		stamp, err := load(ctx, snap)
+		if err != nil || stamp == "" {
 			return err
 		}
-		_, err = tx.NewInsert().Model(&redisLoadRow{VoucherID: id, Life: life, LoadTime: time.Now().UTC()}).
+		_, err = tx.NewInsert().Model(&redisLoadRow{VoucherID: id, Stamp: stamp, LoadTime: time.Now().UTC()}).
 			On("CONFLICT (voucher_id) DO UPDATE").Set("life = EXCLUDED.life, load_time = EXCLUDED.load_time").Exec(ctx)
 		if err != nil {
 			return fmt.Errorf("record redis load of voucher %d: %w", id, err)
@@ -275,16 +275,16 @@ func requestIDs(ctx context.Context, db bun.IDB, voucherID int64) (map[string]in
 }
 
 // lockedVoucher is what the order writer needs of a voucher whose row it
-// holds: the life stamp of its current Redis load ("" if none is
+// holds: the load stamp of its current Redis load ("" if none is
 // recorded) and its per-user limit.
 type lockedVoucher struct {
-	life  string
+	stamp string
 	limit int
 }
 
 // lockSeckillRows takes the tb_seckill_voucher rows of the vouchers, in id
 // order (so that two transactions never wait for each other in a cycle),
-// and then reads the life stamp of each voucher's current Redis load. The
+// and then reads the load stamp of each voucher's current Redis load. The
 // stamp is read by a statement of its own, after the lock is held: under
 // READ COMMITTED a statement sees what was committed when it began, and
 // one that waited for a reload's lock would return the stamp from before
@@ -313,7 +313,7 @@ func lockSeckillRows(ctx context.Context, tx bun.Tx, ids []int64) (map[int64]loc
 	}
 	for _, r := range rows {
 		lv := out[r.VoucherID]
-		lv.life = r.Life
+		lv.stamp = r.Stamp
 		out[r.VoucherID] = lv
 	}
 	return out, nil

@@ -155,7 +155,7 @@ func (s *Service) PreheatAll(ctx context.Context) (int, error) {
 // failed); it is taken back, if Redis still holds it, so that the next
 // preheat loads again and records its stamp.
 func (s *Service) preheat(ctx context.Context, id int64) error {
-	life := persistence.NewLife()
+	life := persistence.NewLoadStamp()
 	err := s.vouchers.Preload(ctx, id, func(ctx context.Context, snap persistence.LoadSnapshot) (string, error) {
 		written, err := s.stock.Preheat(ctx, snap, life)
 		if err != nil || !written {
