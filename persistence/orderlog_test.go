@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
-	"net/url"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -292,31 +291,6 @@ func TestOrderWriterDoesNotRecreateLostLogs(t *testing.T) {
 			t.Fatalf("round %d: keys after Redis lost its data: %v", round, keys)
 		}
 	}
-}
-
-func TestOrderWriterWaitsOutAPostgresOutage(t *testing.T) {
-	dbURL := testenv.MustPostgresURL(t)
-	rdb := testenv.MustRedis(t).Client()
-	direct := testenv.MustOpen(t, dbURL)
-	u, _ := url.Parse(dbURL)
-	proxy := testenv.MustProxy(t, u.Host)
-	u.Host = proxy.Addr()
-	viaProxy := testenv.MustOpen(t, u.String())
-
-	v := mustVoucher(t, direct, rdb, liveSpec(1000, 1))
-	w := runWriter(t, viaProxy, rdb, persistence.OrderWriterOptions{Batch: 50, MaxBackoff: 200 * time.Millisecond})
-	before := sell(t, direct, rdb, v.ID, users(1, 100))
-	drained(t, w, 20*time.Second)
-
-	proxy.Down()
-	during := sell(t, direct, rdb, v.ID, users(1000, 300)) // grabs go on
-	time.Sleep(2 * time.Second)
-	if n, _ := persistence.InFlight(t.Context(), rdb, v.ID); n != int64(len(during)) {
-		t.Fatalf("%d orders in flight during the outage, want %d", n, len(during))
-	}
-	proxy.Up()
-	drained(t, w, 30*time.Second)
-	assertPersisted(t, direct, v, append(before, during...))
 }
 
 func TestOrderWriterDeadLettersImpossibleOrders(t *testing.T) {
