@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/uptrace/bun"
 
 	"flashsale/domain"
@@ -41,26 +40,27 @@ var refusalText = map[string]string{
 	DeadRefused:          "a database constraint refused it",
 }
 
-// refusalReason names the guard behind a constraint violation, from the
-// constraint's name (Postgres) or the error text (SQLite names columns).
+// refusalReason names the guard behind a constraint violation: a foreign
+// key by its error code, the others by the constraint's name (see
+// violation).
 func refusalReason(err error) string {
-	text := err.Error()
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) {
-		text = pg.ConstraintName + " " + text
+	v, ok := violation(err)
+	if !ok {
+		return DeadRefused
 	}
-	text = strings.ToLower(text)
-	switch {
-	case strings.Contains(text, "request"):
-		return DeadDuplicateRequest
-	case strings.Contains(text, "voucher_user"), strings.Contains(text, "per_user_limit"),
-		strings.Contains(text, "live"), strings.Contains(text, "slot"):
-		return DeadOverUserLimit
-	case strings.Contains(text, "stock"):
-		return DeadOverStock
-	case strings.Contains(text, "foreign key"), strings.Contains(text, "fkey"):
+	if v.foreignKey {
 		return DeadUnknownVoucher
-	case strings.Contains(text, "pkey"), strings.Contains(text, "tb_voucher_order.id"):
+	}
+	name := strings.ToLower(v.constraint)
+	switch {
+	case strings.Contains(name, "request"):
+		return DeadDuplicateRequest
+	case strings.Contains(name, "voucher_user"), strings.Contains(name, "per_user_limit"),
+		strings.Contains(name, "live"), strings.Contains(name, "slot"):
+		return DeadOverUserLimit
+	case strings.Contains(name, "stock"):
+		return DeadOverStock
+	case name == "tb_voucher_order_pkey", name == "tb_voucher_order.id":
 		return DeadIDCollision
 	}
 	return DeadRefused

@@ -24,13 +24,13 @@ func reqKey(id int64) string   { return voucherTag(id) + ":req" }
 // reloaded stock (see OrderWriter.adopt).
 func adoptedKey(id int64) string { return voucherTag(id) + ":adopted" }
 
-// LogKey is the order-log stream of a voucher.
+// LogKey is the key of a voucher's order log (a Redis stream).
 func LogKey(id int64) string { return voucherTag(id) + ":log" }
 
 const (
-	// OrderLogGroup is the consumer group of every order-log stream.
+	// OrderLogGroup is the consumer group of every order log.
 	OrderLogGroup = "persist"
-	// orderLogsKey is the set of order-log streams the writers read.
+	// orderLogsKey is the registry: the set of order logs the writers read.
 	orderLogsKey = "flashsale:order-logs"
 	// eventsChannel carries the id of a voucher whose status or stock
 	// changed outside the grab script (pause, resume, preheat, restock,

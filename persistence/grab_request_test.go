@@ -28,8 +28,8 @@ func TestOrderLogEntriesCarryTheRequestID(t *testing.T) {
 		t.Fatalf("order log %v, %v; want %d entries", entries, err, len(batch))
 	}
 	for i, e := range entries {
-		if e.Values["r"] != batch[i].RequestID {
-			t.Fatalf("entry %d: r = %v, want %q", i, e.Values["r"], batch[i].RequestID)
+		if e.Values[persistence.EntryRequestID] != batch[i].RequestID {
+			t.Fatalf("entry %d: request id %v, want %q", i, e.Values[persistence.EntryRequestID], batch[i].RequestID)
 		}
 	}
 }

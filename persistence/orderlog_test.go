@@ -186,13 +186,23 @@ func storedOrders(tb testing.TB, db *bun.DB, ids []int64) []storedOrder {
 	return out
 }
 
+// entryValues are an order-log entry's fields as the grab script writes
+// them, named by the constants the script is built from; extra adds more
+// (a load stamp).
+func entryValues(orderID, userID, voucherID any, at time.Time, slot int, extra ...any) []any {
+	return append([]any{
+		persistence.EntryOrderID, orderID, persistence.EntryUserID, userID, persistence.EntryVoucherID, voucherID,
+		persistence.EntryTime, at.UnixMilli(), persistence.EntrySlot, slot,
+	}, extra...)
+}
+
 // appendEntry appends an order to a voucher's log as the grab script
 // writes it (perUserLimit 1).
 func appendEntry(tb testing.TB, rdb redis.UniversalClient, voucherID, orderID, userID int64, at time.Time) {
 	tb.Helper()
-	err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: persistence.LogKey(voucherID), Values: []any{
-		"o", orderID, "u", userID, "v", voucherID, "t", at.UnixMilli(), "s", 1,
-	}}).Err()
+	err := rdb.XAdd(context.Background(), &redis.XAddArgs{
+		Stream: persistence.LogKey(voucherID), Values: entryValues(orderID, userID, voucherID, at, 1),
+	}).Err()
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -303,14 +313,14 @@ func TestOrderWriterDeadLettersImpossibleOrders(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	now := time.Now().UnixMilli()
+	now := time.Now()
 	// As Redis could only produce after losing its data: a second live
 	// order for user 1 (limit 1), an id already used by another order, and
 	// two more orders than the stock left; plus a malformed entry.
-	entry("o", 9_000_001, "u", 1, "v", v.ID, "t", now, "s", 1)
-	entry("o", sold[0], "u", 777, "v", v.ID, "t", now, "s", 1)
-	entry("o", 9_000_002, "u", 50, "v", v.ID, "t", now, "s", 1)
-	entry("o", 9_000_003, "u", 51, "v", v.ID, "t", now, "s", 1)
+	entry(entryValues(9_000_001, 1, v.ID, now, 1)...)
+	entry(entryValues(sold[0], 777, v.ID, now, 1)...)
+	entry(entryValues(9_000_002, 50, v.ID, now, 1)...)
+	entry(entryValues(9_000_003, 51, v.ID, now, 1)...)
 	entry("garbage", "yes")
 	w := runWriter(t, db, rdb, persistence.OrderWriterOptions{})
 	drained(t, w, 20*time.Second)
@@ -348,7 +358,7 @@ func TestOrderWriterDeadLettersImpossibleOrders(t *testing.T) {
 	}
 
 	t.Run("an id collision with an order already stored", func(t *testing.T) {
-		entry("o", sold[1], "u", 888, "v", v.ID, "t", now, "s", 1)
+		entry(entryValues(sold[1], 888, v.ID, now, 1)...)
 		drained(t, w, 20*time.Second)
 		if n := deadLetters(t, db, v.ID); n != 5 {
 			t.Fatalf("%d dead letters, want 5", n)
@@ -370,9 +380,9 @@ func TestDatabaseRefusesOrdersPastAUsersLimit(t *testing.T) {
 	v := mustVoucher(t, db, rdb, liveSpec(20, 3))
 	sold := sell(t, db, rdb, v.ID, users(7, 1)) // user 7 holds one order
 	for i := range 4 {                          // four more for user 7, limit 3
-		err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: persistence.LogKey(v.ID), Values: []any{
-			"o", 9_100_000 + i, "u", 7, "v", v.ID, "t", time.Now().UnixMilli(), "s", 0,
-		}}).Err()
+		err := rdb.XAdd(ctx, &redis.XAddArgs{
+			Stream: persistence.LogKey(v.ID), Values: entryValues(9_100_000+i, 7, v.ID, time.Now(), 0),
+		}).Err()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -405,9 +415,9 @@ func TestOrderWriterForgetsFinishedLogs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = rdb.XAdd(ctx, &redis.XAddArgs{Stream: persistence.LogKey(endedWithOrders.ID), Values: []any{
-		"o", oid[0], "u", 7, "v", endedWithOrders.ID, "t", time.Now().Add(-3 * time.Minute).UnixMilli(), "s", 1,
-	}}).Err()
+	err = rdb.XAdd(ctx, &redis.XAddArgs{
+		Stream: persistence.LogKey(endedWithOrders.ID), Values: entryValues(oid[0], 7, endedWithOrders.ID, time.Now().Add(-3*time.Minute), 1),
+	}).Err()
 	if err != nil {
 		t.Fatal(err)
 	}

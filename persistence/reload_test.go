@@ -170,9 +170,9 @@ func TestOrdersHeldAcrossARedisReloadAreNotSoldAgain(t *testing.T) {
 			// A replay of orders already committed (a writer that crashed
 			// before its acknowledgement) returns nothing to Redis twice.
 			for _, o := range storedOrders(t, h.direct, h.first) {
-				err := h.rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: persistence.LogKey(h.v.ID), Values: []any{
-					"o", o.ID, "u", o.UserID, "v", h.v.ID, "t", o.CreateTime.UnixMilli(), "s", 1, "l", "an-earlier-load",
-				}}).Err()
+				err := h.rdb.XAdd(context.Background(), &redis.XAddArgs{
+					Stream: persistence.LogKey(h.v.ID), Values: entryValues(o.ID, o.UserID, h.v.ID, o.CreateTime, 1, persistence.EntryLoadStamp, "an-earlier-load"),
+				}).Err()
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -38,7 +38,7 @@ func usersKey(id int64) string { return voucherTag(id) + ":users" }
 // voucher cannot resume it in Redis.
 //
 // It also creates the order log's consumer group (from the start of the
-// stream, so no order is ever appended before a group can see it) and
+// order log, so no order is ever appended before a group can see it) and
 // announces the voucher on the events channel so actors reload it.
 //
 // Every value is passed as a string from Go and written as is: Lua numbers
