@@ -3,7 +3,6 @@ package persistence_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -111,7 +110,7 @@ func TestLogConsumerGuaranteesHoldForAnyHandler(t *testing.T) {
 		}
 	}
 	h := newTally(rdb, 3)
-	c := persistence.NewLogConsumer(rdb, slog.New(slog.DiscardHandler), persistence.LogFamily{
+	c := persistence.NewLogConsumer(rdb, quiet, persistence.LogFamily{
 		Name: "tally", Registry: "tally:logs", Group: "tally", LeasePrefix: "tally:consumer:",
 		Handler: h, DeadLetters: h,
 	}, persistence.LogConsumerOptions{Batch: 50, MaxBackoff: 400 * time.Millisecond})

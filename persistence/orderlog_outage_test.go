@@ -28,7 +28,7 @@ func TestOrderWriterWaitsOutAPostgresOutage(t *testing.T) {
 	direct, proxied, proxy := viaProxy(t)
 	rdb := testenv.MustRedis(t).Client()
 
-	v := mustVoucher(t, direct, rdb, liveSpec(1000, 1))
+	v := testenv.MustVoucher(t, direct, rdb, testenv.VoucherSpec{Stock: 1000, Limit: 1})
 	w := runWriter(t, proxied, rdb, persistence.OrderWriterOptions{Batch: 50, MaxBackoff: 200 * time.Millisecond})
 	before := sell(t, direct, rdb, v.ID, users(1, 100))
 	drained(t, w, 20*time.Second)
@@ -54,7 +54,7 @@ func TestOrderWriterSurvivesAPostgresThatStopsAnswering(t *testing.T) {
 	t.Parallel()
 	direct, proxied, proxy := viaProxy(t)
 	rdb := testenv.MustRedis(t).Client()
-	v := mustVoucher(t, direct, rdb, liveSpec(1000, 1))
+	v := testenv.MustVoucher(t, direct, rdb, testenv.VoucherSpec{Stock: 1000, Limit: 1})
 	w := runWriter(t, proxied, rdb, persistence.OrderWriterOptions{
 		Batch: 50, MaxBackoff: 200 * time.Millisecond, AttemptTimeout: 500 * time.Millisecond,
 	})
