@@ -135,11 +135,15 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	a.background.Add(2)
 	go func() {
 		defer a.background.Done()
-		_ = a.writer.Run(bg)
+		if err := a.writer.Run(bg); err != nil {
+			log.Error("order writer stopped", "err", err)
+		}
 	}()
 	go func() {
 		defer a.background.Done()
-		_ = stock.Watch(bg, a.router.Changed, a.router.Resync)
+		if err := stock.Watch(bg, a.router.Changed, a.router.Resync); err != nil {
+			log.Error("voucher-event watcher stopped", "err", err)
+		}
 	}()
 
 	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router, DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: persistence.NewReconciler(a.db, a.rdb)}, graph.HandlerOptions{

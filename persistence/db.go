@@ -11,16 +11,19 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect"
 	"github.com/uptrace/bun/dialect/pgdialect"
 	"github.com/uptrace/bun/dialect/sqlitedialect"
 	"github.com/uptrace/bun/migrate"
-	_ "modernc.org/sqlite" // registers the pure-Go "sqlite" database/sql driver
+	"modernc.org/sqlite" // also registers the pure-Go "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 //go:embed migrations/*.sql
@@ -125,37 +128,73 @@ func Migrate(ctx context.Context, db *bun.DB) error {
 	return nil
 }
 
-// sqlState returns the Postgres SQLSTATE of err, or "" (SQLite errors have
-// none; callers match their text instead).
-func sqlState(err error) string {
-	var coded interface{ SQLState() string }
-	if errors.As(err, &coded) {
-		return coded.SQLState()
+// Postgres SQLSTATE codes of the violations told apart.
+const (
+	pgUniqueViolation     = "23505"
+	pgForeignKeyViolation = "23503"
+)
+
+// constraintViolation is an integrity-constraint error of either
+// dialect, as its driver reports it.
+type constraintViolation struct {
+	unique     bool // a unique index or primary key
+	foreignKey bool
+	// constraint names what refused: the constraint's name in Postgres
+	// (pgconn.PgError.ConstraintName, or table.column without one); in
+	// SQLite, which reports no name apart from its message, what the
+	// message names after "constraint failed: " (the columns, or the
+	// CHECK's expression).
+	constraint string
+}
+
+// violation recognises an integrity-constraint error by its code: SQLSTATE
+// class 23 in Postgres, the SQLITE_CONSTRAINT result code (extended codes
+// are on in modernc.org/sqlite) in SQLite. Retrying the same rows can
+// never succeed.
+func violation(err error) (constraintViolation, bool) {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		if !strings.HasPrefix(pg.Code, "23") {
+			return constraintViolation{}, false
+		}
+		name := pg.ConstraintName
+		if name == "" && pg.ColumnName != "" {
+			name = pg.TableName + "." + pg.ColumnName
+		}
+		return constraintViolation{
+			unique:     pg.Code == pgUniqueViolation,
+			foreignKey: pg.Code == pgForeignKeyViolation,
+			constraint: name,
+		}, true
 	}
-	return ""
+	var lite *sqlite.Error
+	if errors.As(err, &lite) {
+		code := lite.Code()
+		if code&0xff != sqlite3.SQLITE_CONSTRAINT {
+			return constraintViolation{}, false
+		}
+		msg := lite.Error() // "constraint failed: CHECK constraint failed: stock >= 0 (275)"
+		name := msg[strings.LastIndex(msg, "constraint failed: ")+len("constraint failed: "):]
+		name = strings.TrimSuffix(name, " ("+strconv.Itoa(code)+")")
+		return constraintViolation{
+			unique:     code == sqlite3.SQLITE_CONSTRAINT_UNIQUE || code == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY,
+			foreignKey: code == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY,
+			constraint: name,
+		}, true
+	}
+	return constraintViolation{}, false
 }
 
 // isUniqueViolation reports a primary-key or unique-index conflict in either
 // dialect.
 func isUniqueViolation(err error) bool {
-	if err == nil {
-		return false
-	}
-	if state := sqlState(err); state != "" {
-		return state == "23505"
-	}
-	return strings.Contains(err.Error(), "UNIQUE constraint failed")
+	v, ok := violation(err)
+	return ok && v.unique
 }
 
-// isConstraintViolation reports an integrity-constraint error (SQLSTATE
-// class 23 in Postgres, "constraint failed" in SQLite): retrying the same
-// rows can never succeed.
+// isConstraintViolation reports an integrity-constraint error in either
+// dialect.
 func isConstraintViolation(err error) bool {
-	if err == nil {
-		return false
-	}
-	if state := sqlState(err); state != "" {
-		return strings.HasPrefix(state, "23")
-	}
-	return strings.Contains(err.Error(), "constraint failed")
+	_, ok := violation(err)
+	return ok
 }

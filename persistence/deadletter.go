@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/uptrace/bun"
 
 	"flashsale/domain"
@@ -42,48 +40,31 @@ var refusalText = map[string]string{
 	DeadRefused:          "a database constraint refused it",
 }
 
-// refusal marks an entry that can never be persisted, with its reason.
-type refusal struct {
-	reason string
-	err    error
-}
-
-func (r *refusal) Error() string { return r.reason + ": " + r.err.Error() }
-func (r *refusal) Unwrap() error { return r.err }
-
-func refuse(reason string, err error) *refusal { return &refusal{reason: reason, err: err} }
-
-// refusalReason names the guard behind a constraint violation, from the
-// constraint's name (Postgres) or the error text (SQLite names columns).
+// refusalReason names the guard behind a constraint violation: a foreign
+// key by its error code, the others by the constraint's name (see
+// violation).
 func refusalReason(err error) string {
-	text := err.Error()
-	var pg *pgconn.PgError
-	if errors.As(err, &pg) {
-		text = pg.ConstraintName + " " + text
+	v, ok := violation(err)
+	if !ok {
+		return DeadRefused
 	}
-	text = strings.ToLower(text)
-	switch {
-	case strings.Contains(text, "request"):
-		return DeadDuplicateRequest
-	case strings.Contains(text, "voucher_user"), strings.Contains(text, "per_user_limit"),
-		strings.Contains(text, "live"), strings.Contains(text, "slot"):
-		return DeadOverUserLimit
-	case strings.Contains(text, "stock"):
-		return DeadOverStock
-	case strings.Contains(text, "foreign key"), strings.Contains(text, "fkey"):
+	if v.foreignKey {
 		return DeadUnknownVoucher
-	case strings.Contains(text, "pkey"), strings.Contains(text, "tb_voucher_order.id"):
+	}
+	name := strings.ToLower(v.constraint)
+	switch {
+	case strings.Contains(name, "request"):
+		return DeadDuplicateRequest
+	case strings.Contains(name, "voucher_user"), strings.Contains(name, "per_user_limit"),
+		strings.Contains(name, "live"), strings.Contains(name, "slot"):
+		return DeadOverUserLimit
+	case strings.Contains(name, "stock"):
+		return DeadOverStock
+	case name == "tb_voucher_order_pkey", name == "tb_voucher_order.id":
 		return DeadIDCollision
 	}
 	return DeadRefused
 }
-
-var ordersDead = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: "flashsale", Name: "orders_dead_total",
-	Help: "Order-log entries the database refused for good, kept in tb_order_dead_letter, by reason.",
-}, []string{"reason"})
-
-func init() { prometheus.MustRegister(ordersDead) }
 
 // deadLetterRow is a tb_order_dead_letter row.
 type deadLetterRow struct {
@@ -101,45 +82,37 @@ type deadLetterRow struct {
 	CreateTime time.Time `bun:"create_time,notnull"`
 }
 
-// deadLetter records the refused entries of a batch, with their reasons,
-// in the database (before they are acknowledged; a replayed entry is
-// recorded once, by its key).
-func (w *OrderWriter) deadLetter(ctx context.Context, entries []logEntry) error {
-	var rows []deadLetterRow
+// DeadLetter records refused order-log entries, with their reasons, in
+// tb_order_dead_letter (the LogConsumer calls it before it acknowledges
+// them, under one attempt's deadline; a replayed entry is recorded once,
+// by its key).
+func (w *OrderWriter) DeadLetter(ctx context.Context, dead []DeadEntry) error {
+	rows := make([]deadLetterRow, 0, len(dead))
 	now := w.now().UTC()
-	for _, e := range entries {
-		if e.bad == nil {
-			continue
-		}
-		raw, _ := json.Marshal(e.values)
+	for _, d := range dead {
+		e := d.Entry
+		raw, _ := json.Marshal(e.Values)
 		row := deadLetterRow{
-			Key: e.stream + "/" + e.id, Reason: DeadRefused, Detail: e.bad.Error(), Entry: string(raw), CreateTime: now,
+			Key: e.Log + "/" + e.ID, Reason: d.Why.Reason, Detail: d.Why.Err.Error(), Entry: string(raw), CreateTime: now,
 		}
-		if e.life != "" {
-			stamp := e.life
+		if stamp, _ := e.Values[EntryLoadStamp].(string); stamp != "" {
 			row.LoadStamp = &stamp
 		}
-		var r *refusal
-		if errors.As(e.bad, &r) {
-			row.Reason, row.Detail = r.reason, r.err.Error()
-		}
-		if row.Reason != DeadMalformed {
-			o := e.order
+		if oe, err := decodeOrderEntry(e.Values, now); err == nil && row.Reason != DeadMalformed {
+			o := oe.order
 			row.OrderID, row.UserID, row.VoucherID, row.RequestID = &o.ID, &o.UserID, &o.VoucherID, o.RequestID
-		} else if id, ok := voucherIDFromKey(e.stream); ok {
+		} else if id, ok := voucherIDFromKey(e.Log); ok {
 			row.VoucherID = &id // the log it came from still says whose it was
 		}
 		rows = append(rows, row)
 		w.log.ErrorContext(ctx, "order refused by the database, dead-lettered",
-			"log", e.stream, "entry", e.id, "reason", row.Reason, "detail", row.Detail)
+			"log", e.Log, "entry", e.ID, "reason", row.Reason, "detail", row.Detail)
 	}
 	if len(rows) == 0 {
 		return nil
 	}
-	actx, cancel := context.WithTimeout(ctx, w.opts.AttemptTimeout)
-	defer cancel()
 	var added []string
-	err := w.db.NewInsert().Model(&rows).On("CONFLICT (key) DO NOTHING").Returning("key").Scan(actx, &added)
+	err := w.db.NewInsert().Model(&rows).On("CONFLICT (key) DO NOTHING").Returning("key").Scan(ctx, &added)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("dead-letter %d orders: %w", len(rows), err)
 	}

@@ -24,13 +24,13 @@ func reqKey(id int64) string   { return voucherTag(id) + ":req" }
 // reloaded stock (see OrderWriter.adopt).
 func adoptedKey(id int64) string { return voucherTag(id) + ":adopted" }
 
-// LogKey is the order-log stream of a voucher.
+// LogKey is the key of a voucher's order log (a Redis stream).
 func LogKey(id int64) string { return voucherTag(id) + ":log" }
 
 const (
-	// OrderLogGroup is the consumer group of every order-log stream.
+	// OrderLogGroup is the consumer group of every order log.
 	OrderLogGroup = "persist"
-	// orderLogsKey is the set of order-log streams the writers read.
+	// orderLogsKey is the registry: the set of order logs the writers read.
 	orderLogsKey = "flashsale:order-logs"
 	// eventsChannel carries the id of a voucher whose status or stock
 	// changed outside the grab script (pause, resume, preheat, restock,
@@ -51,8 +51,8 @@ var scriptCodes = []domain.SeckillCode{
 // user at their limit hears so even after the sell-out), and a
 // sale deducts stock, counts the user's order, remembers the request,
 // and appends the order to the voucher's order log, in one atomic step.
-// Each log entry carries the request id ('r') and the life stamp of the
-// load it was sold from.
+// Each order-log entry carries the request id and the load stamp of the
+// load it was sold from (orderlog_entry.go names its fields).
 // The whole batch is refused if the caller's fencing token is not the
 // newest: a stale actor activation can never sell.
 //
@@ -67,7 +67,7 @@ var grabScript = redis.NewScript(`
 if redis.call('GET', KEYS[4]) ~= ARGV[1] then
   return {-1, 0, 0, 0, 0}
 end
-local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit', 'expire', 'life', 'hold')
+local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit', 'expire', '` + metaLoadStamp + `', 'hold')
 local status = tonumber(m[1])
 if not status then
   return {1, 0, 0, 0, 0}
@@ -89,11 +89,11 @@ local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
 local slot = '0'
 if limit == 1 then slot = '1' end
 -- One order-log entry, reused for every sale of the batch; it carries the
--- request id and the life stamp of the load the order is sold from, when
+-- request id and the load stamp of the load the order is sold from, when
 -- there is one.
-local entry = {'o', '', 'u', '', 'r', '', 'v', ARGV[2], 't', now_s, 's', slot}
+local entry = ` + luaEntryTemplate("ARGV[2]", "now_s", "slot") + `
 if m[6] then
-  entry[#entry + 1] = 'l'
+  entry[#entry + 1] = '` + EntryLoadStamp + `'
   entry[#entry + 1] = m[6]
 end
 local out = {0, 0, status, begin_ms, end_ms}

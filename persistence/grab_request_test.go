@@ -11,8 +11,9 @@ import (
 // that the order can be traced back to the grab (and a client's key) that
 // bought it.
 func TestOrderLogEntriesCarryTheRequestID(t *testing.T) {
+	t.Parallel()
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
-	v := mustVoucher(t, db, rdb, liveSpec(10, 1))
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10, Limit: 1})
 	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
 	fence, _, err := g.Claim(t.Context(), v.ID)
 	if err != nil {
@@ -28,8 +29,8 @@ func TestOrderLogEntriesCarryTheRequestID(t *testing.T) {
 		t.Fatalf("order log %v, %v; want %d entries", entries, err, len(batch))
 	}
 	for i, e := range entries {
-		if e.Values["r"] != batch[i].RequestID {
-			t.Fatalf("entry %d: r = %v, want %q", i, e.Values["r"], batch[i].RequestID)
+		if e.Values[persistence.EntryRequestID] != batch[i].RequestID {
+			t.Fatalf("entry %d: request id %v, want %q", i, e.Values[persistence.EntryRequestID], batch[i].RequestID)
 		}
 	}
 }

@@ -6,42 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-	"github.com/uptrace/bun"
-
 	"flashsale/domain"
 	"flashsale/internal/catalog"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
-
-type voucherSpec struct {
-	stock, limit int
-	begin, end   time.Time
-}
-
-func liveSpec(stock, limit int) voucherSpec {
-	return voucherSpec{stock: stock, limit: limit, begin: time.Now().Add(-time.Hour), end: time.Now().Add(time.Hour)}
-}
-
-// mustVoucher stores a seckill voucher in Postgres and preheats it.
-func mustVoucher(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, spec voucherSpec) domain.Voucher {
-	tb.Helper()
-	ctx := context.Background()
-	v, err := persistence.NewVouchers(db).Create(ctx, domain.NewVoucher{
-		ShopID: 1, Title: "v", PayValue: 1, ActualValue: 2, Type: domain.VoucherSeckill,
-		Stock: &spec.stock, BeginAt: &spec.begin, EndAt: &spec.end, PerUserLimit: &spec.limit,
-	}, time.Now())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	// As the service does: from a snapshot of the database, recording the
-	// load's life stamp.
-	if found, err := catalog.New(persistence.NewVouchers(db), persistence.NewStock(rdb), quiet).EnsurePreheated(ctx, v.ID); err != nil || !found {
-		tb.Fatalf("preheat voucher %d: found %v, %v", v.ID, found, err)
-	}
-	return v
-}
 
 func grabs(tb testing.TB, ids *persistence.OrderIDs, users ...int64) []domain.Grab {
 	tb.Helper()
@@ -65,8 +34,9 @@ func codes(out domain.BatchOutcome) []domain.SeckillCode {
 }
 
 func TestGrabScriptSellsInOrderWithinStockAndLimit(t *testing.T) {
+	t.Parallel()
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
-	v := mustVoucher(t, db, rdb, liveSpec(3, 1))
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 3, Limit: 1})
 	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
 	fence, st, err := g.Claim(t.Context(), v.ID)
 	if err != nil || !st.Found || st.Remaining != 3 || st.Limit != 1 {
@@ -88,8 +58,9 @@ func TestGrabScriptSellsInOrderWithinStockAndLimit(t *testing.T) {
 }
 
 func TestGrabScriptIsIdempotentPerRequest(t *testing.T) {
+	t.Parallel()
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
-	v := mustVoucher(t, db, rdb, liveSpec(10, 5))
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10, Limit: 5})
 	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
 	fence, _, _ := g.Claim(t.Context(), v.ID)
 	batch := grabs(t, ids, 7, 7, 8)
@@ -117,8 +88,9 @@ func TestGrabScriptIsIdempotentPerRequest(t *testing.T) {
 }
 
 func TestGrabScriptRefusesAStaleFence(t *testing.T) {
+	t.Parallel()
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
-	v := mustVoucher(t, db, rdb, liveSpec(10, 1))
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10, Limit: 1})
 	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
 	old, _, _ := g.Claim(t.Context(), v.ID)
 	newer, _, _ := g.Claim(t.Context(), v.ID)
@@ -135,12 +107,13 @@ func TestGrabScriptRefusesAStaleFence(t *testing.T) {
 }
 
 func TestGrabScriptChecksWindowAndStatus(t *testing.T) {
+	t.Parallel()
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
 	now := time.Now()
-	early := mustVoucher(t, db, rdb, voucherSpec{stock: 5, limit: 1, begin: now.Add(time.Hour), end: now.Add(2 * time.Hour)})
-	late := mustVoucher(t, db, rdb, voucherSpec{stock: 5, limit: 1, begin: now.Add(-2 * time.Hour), end: now.Add(-time.Hour)})
-	paused := mustVoucher(t, db, rdb, liveSpec(5, 1))
+	early := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 5, Limit: 1, Begin: now.Add(time.Hour), End: now.Add(2 * time.Hour)})
+	late := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 5, Limit: 1, Begin: now.Add(-2 * time.Hour), End: now.Add(-time.Hour)})
+	paused := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 5, Limit: 1})
 	if err := persistence.NewStock(rdb).SetStatus(t.Context(), paused.ID, domain.StatusPaused, time.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -172,9 +145,10 @@ func TestGrabScriptChecksWindowAndStatus(t *testing.T) {
 // A node starting up reads the vouchers, an admin pauses one, then the
 // start-up preheat writes what it read: the older version must not win.
 func TestPreheatNeverRevertsANewerStatus(t *testing.T) {
+	t.Parallel()
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	ctx := context.Background()
-	v := mustVoucher(t, db, rdb, liveSpec(10, 1))
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10, Limit: 1})
 	vouchers, stock := persistence.NewVouchers(db), persistence.NewStock(rdb)
 	cat := catalog.New(vouchers, stock, quiet)
 
@@ -194,8 +168,9 @@ func TestPreheatNeverRevertsANewerStatus(t *testing.T) {
 }
 
 func TestGrabScriptSurvivesRedisLosingItsScripts(t *testing.T) {
+	t.Parallel()
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
-	v := mustVoucher(t, db, rdb, liveSpec(5, 1))
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 5, Limit: 1})
 	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
 	fence, _, _ := g.Claim(t.Context(), v.ID)
 	if err := rdb.ScriptFlush(t.Context()).Err(); err != nil {

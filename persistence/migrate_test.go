@@ -56,6 +56,7 @@ func assertSchema(tb testing.TB, db *bun.DB) {
 }
 
 func TestMigrateIsIdempotent(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		url  func(testing.TB) string
@@ -64,6 +65,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		{"sqlite", func(tb testing.TB) string { return filepath.Join(tb.TempDir(), "flashsale.db") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			db := testenv.MustOpen(t, tc.url(t)) // first run
 			if err := persistence.Migrate(t.Context(), db); err != nil {
 				t.Fatalf("second run: %v", err)
@@ -74,6 +76,7 @@ func TestMigrateIsIdempotent(t *testing.T) {
 }
 
 func TestMigrateConcurrentlyFromSeveralProcesses(t *testing.T) {
+	t.Parallel()
 	url := testenv.MustPostgresURL(t)
 	const procs = 4
 	cmds := make([]*exec.Cmd, procs)

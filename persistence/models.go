@@ -39,13 +39,13 @@ type seckillRow struct {
 	EndTime      time.Time `bun:"end_time,notnull"`
 }
 
-// redisLoadRow is a tb_voucher_redis_load row: the life stamp of the load
-// of a voucher's stock the stock Redis holds.
+// redisLoadRow is a tb_voucher_redis_load row: the load stamp of the load
+// of a voucher's stock the stock Redis holds (column "life", its wire name).
 type redisLoadRow struct {
 	bun.BaseModel `bun:"table:tb_voucher_redis_load"`
 
 	VoucherID int64     `bun:"voucher_id,pk"`
-	Life      string    `bun:"life,notnull"`
+	Stamp     string    `bun:"life,notnull"`
 	LoadTime  time.Time `bun:"load_time,notnull"`
 }
 
@@ -58,6 +58,33 @@ type ledgerRow struct {
 	Reason     string    `bun:"reason,notnull"`
 	RefID      *int64    `bun:"ref_id"`
 	CreateTime time.Time `bun:"create_time,notnull"`
+}
+
+// orderRow is a tb_voucher_order row.
+type orderRow struct {
+	bun.BaseModel `bun:"table:tb_voucher_order"`
+
+	ID         int64              `bun:"id,pk"`
+	UserID     int64              `bun:"user_id,notnull"`
+	VoucherID  int64              `bun:"voucher_id,notnull"`
+	Status     domain.OrderStatus `bun:"status,notnull"`
+	Slot       *int               `bun:"slot"`
+	CreateTime time.Time          `bun:"create_time,notnull"`
+	PayTime    *time.Time         `bun:"pay_time"`
+	RequestID  *string            `bun:"request_id"`
+	CancelTime *time.Time         `bun:"cancel_time"`
+	UpdateTime time.Time          `bun:"update_time,notnull"`
+}
+
+// voucherUserRow is a tb_voucher_user row: a user's live orders of a
+// voucher, never above the voucher's limit (a CHECK).
+type voucherUserRow struct {
+	bun.BaseModel `bun:"table:tb_voucher_user"`
+
+	VoucherID    int64 `bun:"voucher_id,pk"`
+	UserID       int64 `bun:"user_id,pk"`
+	Live         int   `bun:"live,notnull"`
+	PerUserLimit int   `bun:"per_user_limit,notnull"`
 }
 
 // Ledger reasons (db contract).

@@ -100,8 +100,10 @@ var dialects = []struct {
 // Redis loses its data twice within a second meanwhile (ids owe it
 // nothing).
 func TestOrderIDsNeverRepeatAcrossRestartsAndNodes(t *testing.T) {
+	t.Parallel()
 	for _, tc := range dialects {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			db, srv := tc.open(t), testenv.MustRedis(t)
 			leaveFreeSlots(t, db, 3)
 			var seen idSet
@@ -166,10 +168,11 @@ func TestOrderIDsNeverRepeatAcrossRestartsAndNodes(t *testing.T) {
 // loss: no order id answered OK twice. Nothing is persisted meanwhile,
 // as when the order writer is behind or Postgres is down.
 func TestOrderIDsOfSalesNeverRepeatAcrossRedisLosses(t *testing.T) {
+	t.Parallel()
 	db, srv := testenv.MustPostgres(t), testenv.MustRedis(t)
 	rdb := srv.Client()
 	leaveFreeSlots(t, db, 2)
-	v := mustVoucher(t, db, rdb, liveSpec(10_000, 100))
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10_000, Limit: 100})
 	stock := persistence.NewStock(rdb)
 	stock.ReloadHold = time.Nanosecond // no hold: this test is about ids
 	cat := catalog.New(persistence.NewVouchers(db), stock, quiet)
@@ -213,8 +216,10 @@ func TestOrderIDsOfSalesNeverRepeatAcrossRedisLosses(t *testing.T) {
 // with the clock turned back, or while the previous owner, whose lease
 // lapsed, still hands out ids from its reservation.
 func TestOrderIDsStartAfterThePreviousOwnerOfTheSlot(t *testing.T) {
+	t.Parallel()
 	for _, tc := range dialects {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			db := tc.open(t)
 			leaveFreeSlots(t, db, 1)
 			var now atomic.Int64
@@ -276,6 +281,7 @@ func TestOrderIDsStartAfterThePreviousOwnerOfTheSlot(t *testing.T) {
 // reservation; once that runs out it refuses (grabs answer UNAVAILABLE)
 // rather than guess, and it resumes when the database is back.
 func TestOrderIDsRefuseOnceTheReservationRunsOut(t *testing.T) {
+	t.Parallel()
 	dbURL := testenv.MustPostgresURL(t)
 	u, _ := url.Parse(dbURL)
 	proxy := testenv.MustProxy(t, u.Host)

@@ -82,14 +82,15 @@ func unreapedPID(tb testing.TB) int {
 // A lease left by a process of this host that is gone is taken at once,
 // not after it expires: that process was this node's killed predecessor.
 func TestOrderWriterTakesTheLeaseOfADeadProcessAtOnce(t *testing.T) {
+	t.Parallel()
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	host, _ := os.Hostname()
 	cases := []struct {
 		name string
 		pid  func(testing.TB) int
 	}{
-		{"it exited", deadPID},
-		{"it was killed and not yet reaped", unreapedPID},
+		{"taken at once when its holder exited", deadPID},
+		{"taken at once when its holder was killed and not yet reaped", unreapedPID},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -115,9 +116,10 @@ func TestOrderWriterTakesTheLeaseOfADeadProcessAtOnce(t *testing.T) {
 // expired: the predecessor ran on this host and is gone. ClaimIdle is an
 // hour, so no takeover can pass for this.
 func TestOrderWriterRestartedUnderItsNameResumesAtOnce(t *testing.T) {
+	t.Parallel()
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	ctx := t.Context()
-	v := mustVoucher(t, db, rdb, liveSpec(100, 1))
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 100, Limit: 1})
 	sold := sell(t, db, rdb, v.ID, users(1, 40))
 	res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group: persistence.OrderLogGroup, Consumer: "node-a", Streams: []string{persistence.LogKey(v.ID), ">"}, Count: 1000,
@@ -144,9 +146,10 @@ func TestOrderWriterRestartedUnderItsNameResumesAtOnce(t *testing.T) {
 // from the group; one that holds entries is kept until a live writer has
 // claimed them (after ClaimIdle), and is deleted then.
 func TestOrderWriterRemovesDeadConsumers(t *testing.T) {
+	t.Parallel()
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	ctx := t.Context()
-	v := mustVoucher(t, db, rdb, liveSpec(100, 1))
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 100, Limit: 1})
 	log := persistence.LogKey(v.ID)
 	sold := sell(t, db, rdb, v.ID, users(1, 10))
 	if err := rdb.XGroupCreateConsumer(ctx, log, persistence.OrderLogGroup, "gone-empty").Err(); err != nil {
@@ -175,7 +178,7 @@ func TestOrderWriterRemovesDeadConsumers(t *testing.T) {
 	}
 	stop()
 
-	t.Run("once its entries are claimed", func(t *testing.T) {
+	t.Run("a consumer holding entries is deleted once they are claimed", func(t *testing.T) {
 		opts.Consumer, opts.ClaimIdle = "second", 200*time.Millisecond
 		w, _ := startWriter(t, db, rdb, opts)
 		drained(t, w, 10*time.Second)
@@ -199,6 +202,7 @@ func TestOrderWriterRemovesDeadConsumers(t *testing.T) {
 // time to expire; a name released by a writer that stopped, or whose lease
 // expired, is taken.
 func TestOrderWriterRefusesANameInUse(t *testing.T) {
+	t.Parallel()
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	opts := persistence.OrderWriterOptions{Consumer: "twin", ConsumerLease: time.Second}
 	_, stop := startWriter(t, db, rdb, opts)

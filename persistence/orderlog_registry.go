@@ -93,16 +93,16 @@ return 1
 // in the first two cases. So a log that can receive orders is missing from
 // the registry at most between a preheat's script and that preheat's own
 // registration, as a new voucher's log is (docs/DECISIONS.md).
-func (w *OrderWriter) prune(ctx context.Context, streams []string) int {
-	if len(streams) == 0 {
+func (w *OrderWriter) prune(ctx context.Context, logs []string) int {
+	if len(logs) == 0 {
 		return 0
 	}
-	gens, err := w.rdb.HMGet(ctx, orderLogGensKey, streams...).Result()
+	gens, err := w.rdb.HMGet(ctx, orderLogGensKey, logs...).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0
 	}
 	n := 0
-	for i, s := range streams {
+	for i, s := range logs {
 		id, ok := voucherIDFromKey(s)
 		if !ok || i >= len(gens) {
 			continue

@@ -74,10 +74,11 @@ func (p *pauseAfterFinished) ProcessPipelineHook(next redis.ProcessPipelineHook)
 // unregistered, nothing would read them until a restart, and WaitDrained
 // would report drained at once.
 func TestPruneKeepsALogThatCameBackToLife(t *testing.T) {
+	t.Parallel()
 	db, srv := testenv.MustPostgres(t), testenv.MustRedis(t)
 	rdb := srv.Client()
 	ctx := t.Context()
-	v := mustVoucher(t, db, rdb, liveSpec(100, 1))
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 100, Limit: 1})
 	// Unloaded, as a load whose stamp the database did not record is: the
 	// voucher is gone from Redis and its log is empty, so the log counts
 	// as finished.

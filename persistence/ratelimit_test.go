@@ -11,6 +11,7 @@ import (
 )
 
 func TestRateLimitsAdmitABatchInOneRoundTrip(t *testing.T) {
+	t.Parallel()
 	srv := testenv.MustRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), PoolSize: 1}) // one connection: no handshakes mid-test
 	t.Cleanup(func() { _ = rdb.Close() })

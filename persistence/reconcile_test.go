@@ -31,7 +31,7 @@ func TestReconciliationBalancesAndCatchesDisagreement(t *testing.T) {
 	t.Parallel()
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	ctx := context.Background()
-	v := mustVoucher(t, db, rdb, liveSpec(10, 2))
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10, Limit: 2})
 	tag := "{v" + strconv.FormatInt(v.ID, 10) + "}"
 
 	check := func(stage string, want domain.Reconciliation) {

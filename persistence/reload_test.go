@@ -45,7 +45,7 @@ func holdOrdersAcrossRedisLoss(t *testing.T, limit int) *heldOrders {
 	u.Host = h.proxy.Addr()
 	viaProxy := testenv.MustOpen(t, u.String())
 
-	h.v = mustVoucher(t, h.direct, h.rdb, liveSpec(heldStock, limit))
+	h.v = testenv.MustVoucher(t, h.direct, h.rdb, testenv.VoucherSpec{Stock: heldStock, Limit: limit})
 	for range limit {
 		h.first = append(h.first, sell(t, h.direct, h.rdb, h.v.ID, users(1, 5))...)
 	}
@@ -156,8 +156,9 @@ func deadLetters(tb testing.TB, db *bun.DB, voucherID int64) int64 {
 // over the limit (issue: 15 OK answers for a stock of 10, a user holding 3
 // orders at limit 2).
 func TestOrdersHeldAcrossARedisReloadAreNotSoldAgain(t *testing.T) {
+	t.Parallel()
 	for _, limit := range []int{1, 2} {
-		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
+		t.Run(fmt.Sprintf("orders held at limit %d are not sold again", limit), func(t *testing.T) {
 			t.Parallel()
 			h := holdOrdersAcrossRedisLoss(t, limit)
 			h.reload(t, 3*time.Second)
@@ -170,9 +171,9 @@ func TestOrdersHeldAcrossARedisReloadAreNotSoldAgain(t *testing.T) {
 			// A replay of orders already committed (a writer that crashed
 			// before its acknowledgement) returns nothing to Redis twice.
 			for _, o := range storedOrders(t, h.direct, h.first) {
-				err := h.rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: persistence.LogKey(h.v.ID), Values: []any{
-					"o", o.ID, "u", o.UserID, "v", h.v.ID, "t", o.CreateTime.UnixMilli(), "s", 1, "l", "an-earlier-load",
-				}}).Err()
+				err := h.rdb.XAdd(context.Background(), &redis.XAddArgs{
+					Stream: persistence.LogKey(h.v.ID), Values: entryValues(o.ID, o.UserID, h.v.ID, o.CreateTime, 1, persistence.EntryLoadStamp, "an-earlier-load"),
+				}).Err()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -189,6 +190,7 @@ func TestOrdersHeldAcrossARedisReloadAreNotSoldAgain(t *testing.T) {
 // dead-lettered as sold from a lost load, and the database holds exactly
 // the reload's sales: no oversell, no user over the limit.
 func TestOrdersHeldPastTheReloadHoldAreDeadLetteredNotSoldTwice(t *testing.T) {
+	t.Parallel()
 	h := holdOrdersAcrossRedisLoss(t, 1)
 	h.reload(t, 200*time.Millisecond)
 	waitFor(t, "the hold to end", func() bool { return !held(t, h.rdb, h.v.ID) })
@@ -217,9 +219,10 @@ func TestOrdersHeldPastTheReloadHoldAreDeadLetteredNotSoldTwice(t *testing.T) {
 // the reload counts the orders still in the log, their units, their users
 // and their request ids, and the writer does not count them a second time.
 func TestAReloadCountsTheOrdersStillInTheLog(t *testing.T) {
+	t.Parallel()
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	ctx := context.Background()
-	v := mustVoucher(t, db, rdb, liveSpec(heldStock, 1))
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: heldStock, Limit: 1})
 	first := sell(t, db, rdb, v.ID, users(1, 5)) // no writer yet: all in the log
 	if err := rdb.Del(ctx, "{v"+strconv.FormatInt(v.ID, 10)+"}:meta", "{v"+strconv.FormatInt(v.ID, 10)+"}:stock",
 		"{v"+strconv.FormatInt(v.ID, 10)+"}:users", "{v"+strconv.FormatInt(v.ID, 10)+"}:req").Err(); err != nil {
@@ -254,6 +257,7 @@ func TestAReloadCountsTheOrdersStillInTheLog(t *testing.T) {
 // The writer must see the new stamp once it gets the lock, not what was
 // committed when it started waiting.
 func TestAWriterWaitingOnAReloadSeesItsStamp(t *testing.T) {
+	t.Parallel()
 	h := holdOrdersAcrossRedisLoss(t, 1)
 	ctx := context.Background()
 

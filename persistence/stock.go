@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,20 +35,20 @@ func usersKey(id int64) string { return voucherTag(id) + ":users" }
 // voucher cannot resume it in Redis.
 //
 // It also creates the order log's consumer group (from the start of the
-// stream, so no order is ever appended before a group can see it) and
+// order log, so no order is ever appended before a group can see it) and
 // announces the voucher on the events channel so actors reload it.
 //
 // Every value is passed as a string from Go and written as is: Lua numbers
 // written back to Redis risk float formatting.
 //
-// A load that writes the stock stamps the metadata with its life (a
-// random string from the caller), which every order sold from this load
+// A load that writes the stock stamps the metadata with its load stamp
+// (a random string from the caller), which every order sold from this load
 // carries into the order log (see Vouchers.Preload and the OrderWriter),
 // and, for a reload, with the Redis time until which it holds its sales
 // (see Stock.ReloadHold).
 //
 // KEYS: meta, stock, users, log, req, adopted. ARGV: status, begin, end,
-// limit, initial, version, expire, stock, life, hold ms (0 = none),
+// limit, initial, version, expire, stock, load stamp, hold ms (0 = none),
 // "meta" to refresh metadata only, then the number of users and
 // user/count pairs, the number of requests and request/order pairs, and
 // the rest: ids of orders counted already. Returns 1 when it wrote the
@@ -89,7 +88,7 @@ for _, k in ipairs({KEYS[5], KEYS[6]}) do
   end
 end
 redis.call('SET', KEYS[2], ARGV[8])
-redis.call('HSET', KEYS[1], 'life', ARGV[9])
+redis.call('HSET', KEYS[1], '` + metaLoadStamp + `', ARGV[9])
 if tonumber(ARGV[10]) > 0 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -137,7 +136,7 @@ func NewStock(rdb redis.UniversalClient) *Stock { return &Stock{rdb: rdb} }
 // Preheat loads a seckill voucher into Redis from snap, the database's
 // view taken under the voucher's row lock (use it through
 // Vouchers.Preload), unless Redis has its stock already; it reports
-// whether it wrote the load, stamped with life.
+// whether it wrote the load, stamped with stamp.
 //
 // Orders still in the voucher's order log and not in the database (sold
 // from an earlier load, not yet persisted) are counted into the load too:
@@ -146,7 +145,7 @@ func NewStock(rdb redis.UniversalClient) *Stock { return &Stock{rdb: rdb} }
 // grab can append to the log meanwhile: with no stock in Redis there is no
 // load to sell from. A reload (snap.Reload) also holds its sales for
 // ReloadHold, for the orders no log shows (see adoptScript).
-func (s *Stock) Preheat(ctx context.Context, snap domain.LoadSnapshot, life string) (bool, error) {
+func (s *Stock) Preheat(ctx context.Context, snap domain.LoadSnapshot, stamp string) (bool, error) {
 	v := snap.Voucher
 	if v.Seckill == nil {
 		return false, fmt.Errorf("preheat voucher %d: not a seckill voucher", v.ID)
@@ -154,12 +153,12 @@ func (s *Stock) Preheat(ctx context.Context, snap domain.LoadSnapshot, life stri
 	keys := []string{metaKey(v.ID), stockKey(v.ID), usersKey(v.ID), LogKey(v.ID), reqKey(v.ID), adoptedKey(v.ID)}
 	// Most preheats find the stock there (start-up, another node's load):
 	// refresh the metadata without reading the log and the users.
-	n, err := preheatScript.Run(ctx, s.rdb, keys, s.preheatArgs(snap, 0, life, "meta")...).Int()
+	n, err := preheatScript.Run(ctx, s.rdb, keys, s.preheatArgs(snap, 0, stamp, "meta")...).Int()
 	if err == nil && n == 2 {
 		var inflight []inflightOrder
 		if inflight, err = s.inflight(ctx, snap); err == nil {
 			stock := snap.Voucher.Seckill.Stock - len(inflight)
-			args := s.preheatArgs(snap, max(stock, 0), life, "")
+			args := s.preheatArgs(snap, max(stock, 0), stamp, "")
 			users := maps.Clone(snap.Users)
 			reqs := maps.Clone(snap.Requests)
 			for _, o := range inflight {
@@ -195,14 +194,14 @@ func (s *Stock) Preheat(ctx context.Context, snap domain.LoadSnapshot, life stri
 	return n == 1, nil
 }
 
-func (s *Stock) preheatArgs(snap domain.LoadSnapshot, stock int, life, mode string) []any {
+func (s *Stock) preheatArgs(snap domain.LoadSnapshot, stock int, stamp, mode string) []any {
 	v, sk := snap.Voucher, snap.Voucher.Seckill
 	var hold int64
 	if snap.Reload {
 		hold = cmp.Or(s.ReloadHold, ReloadHoldDefault).Milliseconds()
 	}
 	return []any{int(v.Status), sk.BeginAt.UnixMilli(), sk.EndAt.UnixMilli(), sk.PerUserLimit, sk.InitialStock,
-		v.UpdatedAt.UnixMicro(), sk.EndAt.Add(reqExpiry).UnixMilli(), stock, life, hold, mode}
+		v.UpdatedAt.UnixMicro(), sk.EndAt.Add(reqExpiry).UnixMilli(), stock, stamp, hold, mode}
 }
 
 // inflightOrder is an order of the order log that the database lacks.
@@ -223,7 +222,8 @@ func (s *Stock) inflight(ctx context.Context, snap domain.LoadSnapshot) ([]infli
 	var all []inflightOrder
 	seen := map[int64]bool{}
 	for _, m := range msgs {
-		o, err := parseOrder(m.Values, time.Time{})
+		e, err := decodeOrderEntry(m.Values, time.Time{})
+		o := e.order
 		if err != nil || seen[o.ID] {
 			continue // the writer dead-letters what it cannot read
 		}
@@ -251,23 +251,23 @@ func (s *Stock) inflight(ctx context.Context, snap domain.LoadSnapshot) ([]infli
 }
 
 // unloadScript removes a voucher's load from Redis if Redis still holds
-// that load (by its life stamp), and announces it so that actors
+// that load (by its load stamp), and announces it so that actors
 // re-activate and load the voucher again. KEYS: meta, stock, users.
-// ARGV: life. Returns 1 if it removed the load.
+// ARGV: load stamp. Returns 1 if it removed the load.
 var unloadScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'life') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], '` + metaLoadStamp + `') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 redis.call('PUBLISH', '` + eventsChannel + `', KEYS[1])
 return 1
 `)
 
-// Unload takes back a load of a voucher whose life stamp the database did
+// Unload takes back a load of a voucher whose load stamp the database did
 // not record (the transaction around it failed after Redis was written):
 // without the stamp the order writer could not tell the orders it did not
 // count from those it did. The next preheat loads the voucher again. It
 // does nothing if Redis holds another load.
-func (s *Stock) Unload(ctx context.Context, voucherID int64, life string) error {
-	if err := unloadScript.Run(ctx, s.rdb, []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID)}, life).Err(); err != nil {
+func (s *Stock) Unload(ctx context.Context, voucherID int64, stamp string) error {
+	if err := unloadScript.Run(ctx, s.rdb, []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID)}, stamp).Err(); err != nil {
 		return fmt.Errorf("unload voucher %d: %w", voucherID, err)
 	}
 	return nil
@@ -308,57 +308,4 @@ func (s *Stock) Levels(ctx context.Context, ids []int64, now time.Time) (map[int
 		out[id] = domain.StockLevel{VoucherID: id, Initial: initial, Remaining: remaining, At: now.UTC()}
 	}
 	return out, nil
-}
-
-// Announce tells every node's actors that a voucher changed outside the
-// grab script (for code that changes stock or status without one of the
-// scripts here, which announce by themselves).
-func (s *Stock) Announce(ctx context.Context, voucherID int64) error {
-	if err := s.rdb.Publish(ctx, eventsChannel, metaKey(voucherID)).Err(); err != nil {
-		return fmt.Errorf("announce voucher %d: %w", voucherID, err)
-	}
-	return nil
-}
-
-// Watch calls changed with the id of every voucher announced on the events
-// channel, and resync whenever the subscription is (re)established, since
-// announcements made while it was down are lost. It returns when ctx ends.
-func (s *Stock) Watch(ctx context.Context, changed func(voucherID int64), resync func()) error {
-	ps := s.rdb.Subscribe(ctx, eventsChannel)
-	defer ps.Close()
-	ch := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case msg, ok := <-ch:
-			if !ok {
-				return nil
-			}
-			switch m := msg.(type) {
-			case *redis.Subscription:
-				if m.Kind == "subscribe" {
-					resync()
-				}
-			case *redis.Message:
-				if id, ok := voucherIDFromKey(m.Payload); ok {
-					changed(id)
-				}
-			}
-		}
-	}
-}
-
-// voucherIDFromKey reads the id out of a key "{v<ID>}:...".
-func voucherIDFromKey(key string) (int64, bool) {
-	rest, ok := strings.CutPrefix(key, "{v")
-	if !ok {
-		return 0, false
-	}
-	digits, _, ok := strings.Cut(rest, "}")
-	if !ok {
-		return 0, false
-	}
-	id, err := strconv.ParseInt(digits, 10, 64)
-	return id, err == nil
 }

@@ -184,11 +184,11 @@ func (s *Vouchers) SeckillsEndingAfter(ctx context.Context, t time.Time) ([]doma
 }
 
 // Preload runs load on a consistent snapshot of a seckill voucher and, if
-// load wrote the stock, records its life stamp in tb_voucher_redis_load,
+// load wrote the stock, records its load stamp in tb_voucher_redis_load,
 // all while holding the voucher's tb_seckill_voucher row. The order writer
 // takes the same row before it persists orders, so every order is either
 // in the snapshot or persisted after the stamp is recorded, where the
-// writer sees that the order's life differs and returns it to Redis (see
+// writer sees that the order's stamp differs and returns it to Redis (see
 // OrderWriter). It answers NOT_FOUND for an id that is no seckill voucher.
 func (s *Vouchers) Preload(ctx context.Context, id int64, load domain.Loader) error {
 	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
@@ -203,7 +203,7 @@ func (s *Vouchers) Preload(ctx context.Context, id int64, load domain.Loader) er
 		if v.Seckill == nil {
 			return domain.NotFound("seckill voucher", id)
 		}
-		snap := domain.LoadSnapshot{Voucher: v, Reload: locked[id].life != ""}
+		snap := domain.LoadSnapshot{Voucher: v, Reload: locked[id].stamp != ""}
 		if snap.Users, err = liveOrderCounts(ctx, tx, id); err != nil {
 			return err
 		}
@@ -221,11 +221,11 @@ func (s *Vouchers) Preload(ctx context.Context, id int64, load domain.Loader) er
 			}
 			return out, nil
 		}
-		life, err := load(ctx, snap)
-		if err != nil || life == "" {
+		stamp, err := load(ctx, snap)
+		if err != nil || stamp == "" {
 			return err
 		}
-		_, err = tx.NewInsert().Model(&redisLoadRow{VoucherID: id, Life: life, LoadTime: time.Now().UTC()}).
+		_, err = tx.NewInsert().Model(&redisLoadRow{VoucherID: id, Stamp: stamp, LoadTime: time.Now().UTC()}).
 			On("CONFLICT (voucher_id) DO UPDATE").Set("life = EXCLUDED.life, load_time = EXCLUDED.load_time").Exec(ctx)
 		if err != nil {
 			return fmt.Errorf("record redis load of voucher %d: %w", id, err)
@@ -253,16 +253,16 @@ func requestIDs(ctx context.Context, db bun.IDB, voucherID int64) (map[string]in
 }
 
 // lockedVoucher is what the order writer needs of a voucher whose row it
-// holds: the life stamp of its current Redis load ("" if none is
+// holds: the load stamp of its current Redis load ("" if none is
 // recorded) and its per-user limit.
 type lockedVoucher struct {
-	life  string
+	stamp string
 	limit int
 }
 
 // lockSeckillRows takes the tb_seckill_voucher rows of the vouchers, in id
 // order (so that two transactions never wait for each other in a cycle),
-// and then reads the life stamp of each voucher's current Redis load. The
+// and then reads the load stamp of each voucher's current Redis load. The
 // stamp is read by a statement of its own, after the lock is held: under
 // READ COMMITTED a statement sees what was committed when it began, and
 // one that waited for a reload's lock would return the stamp from before
@@ -291,7 +291,7 @@ func lockSeckillRows(ctx context.Context, tx bun.Tx, ids []int64) (map[int64]loc
 	}
 	for _, r := range rows {
 		lv := out[r.VoucherID]
-		lv.life = r.Life
+		lv.stamp = r.Stamp
 		out[r.VoucherID] = lv
 	}
 	return out, nil

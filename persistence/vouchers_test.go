@@ -18,27 +18,19 @@ import (
 // version Redis orders metadata by is the row's update time, which every
 // change must move forward.
 func TestStatusChangesReachRedisWhateverTheClocks(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		db   func(testing.TB) *bun.DB
 	}{
 		{"postgres", testenv.MustPostgres},
-		{"sqlite", func(tb testing.TB) *bun.DB {
-			db, err := persistence.Open(context.Background(), filepath.Join(tb.TempDir(), "t.db"))
-			if err == nil {
-				err = persistence.Migrate(context.Background(), db)
-			}
-			if err != nil {
-				tb.Fatal(err)
-			}
-			tb.Cleanup(func() { _ = db.Close() })
-			return db
-		}},
+		{"sqlite", func(tb testing.TB) *bun.DB { return testenv.MustOpen(tb, filepath.Join(tb.TempDir(), "t.db")) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			db, rdb := tc.db(t), testenv.MustRedis(t).Client()
 			ctx := context.Background()
-			v := mustVoucher(t, db, rdb, liveSpec(10, 1))
+			v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10, Limit: 1})
 			vouchers, stock := persistence.NewVouchers(db), persistence.NewStock(rdb)
 			now := time.Now()
 			for i, step := range []struct {

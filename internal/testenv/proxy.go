@@ -2,9 +2,9 @@ package testenv
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -12,16 +12,23 @@ import (
 // refuse new ones, to play a database or Redis outage without stopping a
 // server that other tests share. It can also stall: hold every reply while
 // requests still reach the target, as a network path that fails after the
-// server acted (the case of a lost reply).
+// server acted (the case of a lost reply). And it can black-hole: stop
+// forwarding in both directions without closing anything, as a network
+// path that silently drops a connection.
 type Proxy struct {
 	target string
 	ln     net.Listener
 
 	mu      sync.Mutex
 	down    bool
+	hole    bool // new connections are black-holed
 	conns   map[net.Conn]struct{}
+	links   map[*link]struct{}
 	flowing chan struct{} // closed while replies flow; open while stalled
 }
+
+// link is one forwarded connection; dead once black-holed, for good.
+type link struct{ dead atomic.Bool }
 
 // MustProxy starts a proxy to target (host:port) on a free loopback port,
 // closed when the test ends.
@@ -42,7 +49,7 @@ func NewProxy(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy listen: %w", err)
 	}
-	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, flowing: make(chan struct{})}
+	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, links: map[*link]struct{}{}, flowing: make(chan struct{})}
 	close(p.flowing)
 	go p.accept()
 	return p, nil
@@ -89,10 +96,27 @@ func (p *Proxy) Stall() {
 	}
 }
 
-// Resume lets replies flow again.
+// Blackhole stops forwarding, in both directions, on every open
+// connection and on those opened until Resume, without closing any: their
+// bytes are dropped and they stay open, dead for good, until the test
+// ends (as when a NAT or firewall forgets a flow: neither end hears of
+// it, and a client without its own deadline waits forever). Connections
+// opened after Resume work.
+func (p *Proxy) Blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hole = true
+	for l := range p.links {
+		l.dead.Store(true)
+	}
+}
+
+// Resume lets replies flow again and ends a Blackhole for new connections
+// (black-holed ones stay dead).
 func (p *Proxy) Resume() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.hole = false
 	select {
 	case <-p.flowing:
 	default:
@@ -100,9 +124,27 @@ func (p *Proxy) Resume() {
 	}
 }
 
+// requests copies the client's bytes to the target, dropping them once
+// the link is black-holed.
+func (p *Proxy) requests(l *link, client, server net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := client.Read(buf)
+		if n > 0 && !l.dead.Load() {
+			if _, werr := server.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
 // replies copies the target's bytes to the client, holding each chunk
-// while the proxy is stalled.
-func (p *Proxy) replies(client, server net.Conn) {
+// while the proxy is stalled and dropping them once the link is
+// black-holed.
+func (p *Proxy) replies(l *link, client, server net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := server.Read(buf)
@@ -111,6 +153,9 @@ func (p *Proxy) replies(client, server net.Conn) {
 			flowing := p.flowing
 			p.mu.Unlock()
 			<-flowing
+			if l.dead.Load() {
+				continue
+			}
 			if _, werr := client.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -138,6 +183,19 @@ func (p *Proxy) serve(client net.Conn) {
 		_ = client.Close()
 		return
 	}
+	if p.hole { // accepted, and never answered
+		p.conns[client] = struct{}{}
+		p.mu.Unlock()
+		for {
+			if _, err := client.Read(make([]byte, 32<<10)); err != nil {
+				break
+			}
+		}
+		p.mu.Lock()
+		delete(p.conns, client)
+		p.mu.Unlock()
+		return
+	}
 	p.mu.Unlock()
 	server, err := net.Dial("tcp", p.target)
 	if err != nil {
@@ -151,8 +209,11 @@ func (p *Proxy) serve(client net.Conn) {
 		_ = server.Close()
 		return
 	}
+	l := &link{}
+	l.dead.Store(p.hole)
 	p.conns[client] = struct{}{}
 	p.conns[server] = struct{}{}
+	p.links[l] = struct{}{}
 	p.mu.Unlock()
 	done := make(chan struct{}, 2)
 	pipe := func(copyAll func()) {
@@ -161,12 +222,13 @@ func (p *Proxy) serve(client net.Conn) {
 		_ = server.Close()
 		done <- struct{}{}
 	}
-	go pipe(func() { _, _ = io.Copy(server, client) })
-	go pipe(func() { p.replies(client, server) })
+	go pipe(func() { p.requests(l, client, server) })
+	go pipe(func() { p.replies(l, client, server) })
 	<-done
 	<-done
 	p.mu.Lock()
 	delete(p.conns, client)
 	delete(p.conns, server)
+	delete(p.links, l)
 	p.mu.Unlock()
 }

@@ -17,10 +17,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// A writer's consumer name is its node's identity in every order log's
-// consumer group (NODE_ID): stable across restarts, so that a restarted
-// node re-reads its own pending entries at once instead of waiting
-// ClaimIdle for another node to take them over. Two running processes must
+// A consumer's name is its node's identity in every log's consumer group
+// (NODE_ID): stable across restarts, so that a restarted node re-reads its
+// own pending entries at once instead of waiting ClaimIdle for another
+// node to take them over. Two running processes must
 // not share it. Sharing loses nothing (both would read the same pending
 // list and insert the same orders, which the database's conflict clause
 // makes no-ops), but it doubles their work and hides which node holds
@@ -31,11 +31,13 @@ import (
 // consumer name: two nodes were given the same NODE_ID.
 var ErrConsumerInUse = errors.New("in use by another running process")
 
-func consumerLeaseKey(name string) string { return "flashsale:consumer:" + name }
+// leaseKey is the key of the lease on this consumer's name.
+func (c *LogConsumer) leaseKey() string { return c.fam.LeasePrefix + c.opts.Consumer }
 
-// heldConsumers are the consumer names this process holds leases on: a
-// lease left by an earlier process with this process's id (a restarted
-// container is pid 1 again) is told apart from one of our own writers.
+// heldConsumers are the lease keys of the consumer names this process
+// holds: a lease left by an earlier process with this process's id (a
+// restarted container is pid 1 again) is told apart from one of our own
+// consumers.
 var heldConsumers sync.Map
 
 // leaseValue names the holder: its host, its process id and a random
@@ -74,35 +76,35 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 `)
 
-// Acquire takes the lease on the writer's consumer name, so that no other
-// running process reads the order logs under the same name; Run keeps it
+// Acquire takes the lease on the consumer's name, so that no other
+// running process reads the family's logs under the same name; Run keeps it
 // and releases it when it returns. A lease left by a process that died
 // (killed without releasing it) is taken at once when that process ran on
 // this host and is gone, and otherwise once it expires (ConsumerLease);
 // a lease that stays held that long belongs to a live process, and
 // Acquire returns an error wrapping ErrConsumerInUse.
-func (w *OrderWriter) Acquire(ctx context.Context) error {
-	name := w.opts.Consumer
+func (c *LogConsumer) Acquire(ctx context.Context) error {
+	name := c.opts.Consumer
 	value := leaseValue()
-	ttl := strconv.FormatInt(w.opts.ConsumerLease.Milliseconds(), 10)
-	key := consumerLeaseKey(name)
-	deadline := time.Now().Add(w.opts.ConsumerLease + time.Second)
+	ttl := strconv.FormatInt(c.opts.ConsumerLease.Milliseconds(), 10)
+	key := c.leaseKey()
+	deadline := time.Now().Add(c.opts.ConsumerLease + time.Second)
 	for {
-		seen, err := w.rdb.Get(ctx, key).Result()
+		seen, err := c.rdb.Get(ctx, key).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return fmt.Errorf("read lease of consumer %q: %w", name, err)
 		}
 		expect := seen
-		if seen != "" && !deadHolder(seen, name) {
+		if seen != "" && !deadHolder(seen, key) {
 			expect = "\x00" // never the value: a live holder's lease is free only once it expires
 		}
-		took, err := takeLeaseScript.Run(ctx, w.rdb, []string{key}, value, ttl, expect).Int()
+		took, err := takeLeaseScript.Run(ctx, c.rdb, []string{key}, value, ttl, expect).Int()
 		if err != nil {
 			return fmt.Errorf("take lease of consumer %q: %w", name, err)
 		}
 		if took == 1 {
-			w.lease = value
-			heldConsumers.Store(name, value)
+			c.lease = value
+			heldConsumers.Store(key, value)
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -123,8 +125,8 @@ func (w *OrderWriter) Acquire(ctx context.Context) error {
 // deadHolder tells whether a lease value names a process of this host that
 // is gone: no such process, or our own process id while this process holds
 // no lease on the name (a restarted container has the same pid as the one
-// that died).
-func deadHolder(value, name string) bool {
+// that died). key is the lease's key.
+func deadHolder(value, key string) bool {
 	parts := strings.Fields(value)
 	if len(parts) != 3 {
 		return false
@@ -135,7 +137,7 @@ func deadHolder(value, name string) bool {
 		return false
 	}
 	if pid == os.Getpid() {
-		_, ours := heldConsumers.Load(name)
+		_, ours := heldConsumers.Load(key)
 		return !ours
 	}
 	if zombie(pid) {
@@ -167,17 +169,17 @@ func zombie(pid int) bool {
 // returned stop is called, which then releases it. A refresh that finds
 // the name held by another process is logged as an error: two nodes share
 // a NODE_ID. The writer goes on (nothing is lost, see above).
-func (w *OrderWriter) keepLease(ctx context.Context) (stop func()) {
-	if w.lease == "" {
+func (c *LogConsumer) keepLease(ctx context.Context) (stop func()) {
+	if c.lease == "" {
 		return func() {}
 	}
-	key := consumerLeaseKey(w.opts.Consumer)
-	ttl := strconv.FormatInt(w.opts.ConsumerLease.Milliseconds(), 10)
+	key := c.leaseKey()
+	ttl := strconv.FormatInt(c.opts.ConsumerLease.Milliseconds(), 10)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(w.opts.ConsumerLease / 5)
+		t := time.NewTicker(c.opts.ConsumerLease / 5)
 		defer t.Stop()
 		clash := false
 		for {
@@ -186,14 +188,14 @@ func (w *OrderWriter) keepLease(ctx context.Context) (stop func()) {
 				return
 			case <-t.C:
 			}
-			ok, err := refreshLeaseScript.Run(ctx, w.rdb, []string{key}, w.lease, ttl).Int()
+			ok, err := refreshLeaseScript.Run(ctx, c.rdb, []string{key}, c.lease, ttl).Int()
 			if err != nil {
 				continue // Redis unavailable: the next tick tries again
 			}
 			if ok == 0 && !clash {
-				holder, _ := w.rdb.Get(ctx, key).Result()
-				w.log.ErrorContext(ctx, "another running process uses this node's consumer name; give each node its own NODE_ID",
-					"consumer", w.opts.Consumer, "holder", holder)
+				holder, _ := c.rdb.Get(ctx, key).Result()
+				c.log.ErrorContext(ctx, "another running process uses this node's consumer name; give each node its own NODE_ID",
+					"consumer", c.opts.Consumer, "holder", holder)
 			}
 			clash = ok == 0
 		}
@@ -203,9 +205,9 @@ func (w *OrderWriter) keepLease(ctx context.Context) (stop func()) {
 		<-done
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer rcancel()
-		_ = releaseLeaseScript.Run(rctx, w.rdb, []string{key}, w.lease).Err()
-		heldConsumers.Delete(w.opts.Consumer)
-		w.lease = ""
+		_ = releaseLeaseScript.Run(rctx, c.rdb, []string{key}, c.lease).Err()
+		heldConsumers.Delete(key)
+		c.lease = ""
 	}
 }
 
@@ -216,16 +218,16 @@ func (w *OrderWriter) keepLease(ctx context.Context) (stop func()) {
 // pending list by DELCONSUMER, and nobody could claim them any more.
 // Entries a dead consumer left pending are first claimed by a live one
 // after ClaimIdle; the consumer is deleted in a later pass.
-// KEYS: log. ARGV: caller, bound ms. Returns how many it deleted.
+// KEYS: log. ARGV: caller, bound ms, group. Returns how many it deleted.
 var removeDeadConsumerScript = redis.NewScript(`
-local cs = redis.pcall('XINFO', 'CONSUMERS', KEYS[1], '` + OrderLogGroup + `')
+local cs = redis.pcall('XINFO', 'CONSUMERS', KEYS[1], ARGV[3])
 if type(cs) ~= 'table' or cs.err then return 0 end
 local n = 0
 for _, c in ipairs(cs) do
   local f = {}
   for i = 1, #c, 2 do f[c[i]] = c[i + 1] end
   if f['name'] ~= ARGV[1] and tonumber(f['pending']) == 0 and tonumber(f['idle']) > tonumber(ARGV[2]) then
-    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], '` + OrderLogGroup + `', f['name'])
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[3], f['name'])
     n = n + 1
   end
 end
@@ -237,18 +239,18 @@ return n
 // are gone (or were renamed), which would otherwise pile up in the groups
 // forever. Deleting a live consumer by mistake costs nothing: it holds no
 // entry, and its next read creates it again. Errors only postpone it.
-func (w *OrderWriter) removeDeadConsumers(ctx context.Context, streams []string) int {
-	bound := strconv.FormatInt(w.opts.DeadConsumerIdle.Milliseconds(), 10)
+func (c *LogConsumer) removeDeadConsumers(ctx context.Context, logs []string) int {
+	bound := strconv.FormatInt(c.opts.DeadConsumerIdle.Milliseconds(), 10)
 	n := 0
-	for _, s := range streams {
-		removed, err := removeDeadConsumerScript.Run(ctx, w.rdb, []string{s}, w.opts.Consumer, bound).Int()
+	for _, s := range logs {
+		removed, err := removeDeadConsumerScript.Run(ctx, c.rdb, []string{s}, c.opts.Consumer, bound, c.fam.Group).Int()
 		if err != nil {
 			continue
 		}
 		n += removed
 	}
 	if n > 0 {
-		w.log.InfoContext(ctx, "removed idle consumers holding no orders from the order logs", "consumers", n)
+		c.log.InfoContext(ctx, c.fam.Name+" removed idle consumers holding no entries from its logs", "consumers", n)
 	}
 	return n
 }

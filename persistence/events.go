@@ -1,0 +1,67 @@
+package persistence
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Voucher events: the scripts that change a voucher outside a grab
+// announce it on eventsChannel, and every node's watcher tells its actors
+// to reload.
+
+// Announce tells every node's actors that a voucher changed outside the
+// grab script (for code that changes stock or status without one of the
+// scripts here, which announce by themselves).
+func (s *Stock) Announce(ctx context.Context, voucherID int64) error {
+	if err := s.rdb.Publish(ctx, eventsChannel, metaKey(voucherID)).Err(); err != nil {
+		return fmt.Errorf("announce voucher %d: %w", voucherID, err)
+	}
+	return nil
+}
+
+// Watch calls changed with the id of every voucher announced on the events
+// channel, and resync whenever the subscription is (re)established, since
+// announcements made while it was down are lost. It returns when ctx ends.
+func (s *Stock) Watch(ctx context.Context, changed func(voucherID int64), resync func()) error {
+	ps := s.rdb.Subscribe(ctx, eventsChannel)
+	defer ps.Close()
+	ch := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case msg, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			switch m := msg.(type) {
+			case *redis.Subscription:
+				if m.Kind == "subscribe" {
+					resync()
+				}
+			case *redis.Message:
+				if id, ok := voucherIDFromKey(m.Payload); ok {
+					changed(id)
+				}
+			}
+		}
+	}
+}
+
+// voucherIDFromKey reads the id out of a key "{v<ID>}:...".
+func voucherIDFromKey(key string) (int64, bool) {
+	rest, ok := strings.CutPrefix(key, "{v")
+	if !ok {
+		return 0, false
+	}
+	digits, _, ok := strings.Cut(rest, "}")
+	if !ok {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(digits, 10, 64)
+	return id, err == nil
+}

@@ -1,0 +1,109 @@
+package persistence
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"flashsale/domain"
+)
+
+// The fields of an order-log entry, as the grab script writes them (see
+// grabScript, whose Lua is built from these constants) and the order
+// writer and a reload read them. Their one-letter names are the wire
+// format of entries already in Redis and never change. They are exported
+// for tests and tools that write entries as the script does.
+const (
+	EntryOrderID   = "o" // order id (decimal; above 2^53, so never a Lua number)
+	EntryUserID    = "u" // user id
+	EntryRequestID = "r" // the grab's request id: traces the order to its grab and a client's key
+	EntryVoucherID = "v" // voucher id
+	EntryTime      = "t" // when the script accepted the grab, unix ms by Redis's clock
+	EntrySlot      = "s" // 1 for a perUserLimit = 1 voucher (the live-slot index), else 0
+	EntryLoadStamp = "l" // the load stamp of the Redis load the order was sold from; absent before stamps existed
+)
+
+// metaLoadStamp is the field of a voucher's metadata hash that holds the
+// stamp of the load Redis has (wire name "life", kept for data already in
+// Redis).
+const metaLoadStamp = "life"
+
+// luaEntryTemplate is the Lua table of one order-log entry for the grab
+// script, with the per-sale values empty: the script fills slots 2
+// (order), 4 (user) and 6 (request) for each sale. voucher, now and slot
+// are Lua expressions.
+func luaEntryTemplate(voucher, now, slot string) string {
+	return fmt.Sprintf("{'%s', '', '%s', '', '%s', '', '%s', %s, '%s', %s, '%s', %s}",
+		EntryOrderID, EntryUserID, EntryRequestID, EntryVoucherID, voucher, EntryTime, now, EntrySlot, slot)
+}
+
+// orderEntry is one order read from an order log, decoded.
+type orderEntry struct {
+	order orderRow
+	// stamp is the load stamp of the Redis load the order was sold from
+	// ("" for entries written before stamps existed).
+	stamp string
+}
+
+// decodeOrderEntry reads an order-log entry's fields; now is the row's
+// update time. An error means the entry is no order at all (malformed).
+func decodeOrderEntry(v map[string]any, now time.Time) (orderEntry, error) {
+	field := func(k string) (int64, error) {
+		s, _ := v[k].(string)
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("field %s=%q", k, s)
+		}
+		return n, nil
+	}
+	var e orderEntry
+	o := &e.order
+	var err error
+	var ms, slot int64
+	if o.ID, err = field(EntryOrderID); err != nil {
+		return e, err
+	}
+	if o.UserID, err = field(EntryUserID); err != nil {
+		return e, err
+	}
+	if o.VoucherID, err = field(EntryVoucherID); err != nil {
+		return e, err
+	}
+	if ms, err = field(EntryTime); err != nil {
+		return e, err
+	}
+	if slot, err = field(EntrySlot); err != nil {
+		return e, err
+	}
+	if slot > 0 {
+		s := int(slot)
+		o.Slot = &s
+	}
+	if r, _ := v[EntryRequestID].(string); r != "" {
+		o.RequestID = &r
+	}
+	o.Status = domain.OrderUnpaid
+	o.CreateTime = time.UnixMilli(ms).UTC()
+	o.UpdateTime = now
+	e.stamp, _ = v[EntryLoadStamp].(string)
+	return e, nil
+}
+
+// sameOrder tells whether two rows are the same order: what a log entry
+// fixes for good (user, voucher, the time the grab was accepted). Status,
+// slot and update time change over an order's life, so a replay after a
+// payment or cancellation still matches.
+func sameOrder(a, b orderRow) bool {
+	return a.UserID == b.UserID && a.VoucherID == b.VoucherID && a.CreateTime.Equal(b.CreateTime)
+}
+
+func describeOrder(o orderRow) string {
+	return fmt.Sprintf("user %d, voucher %d, created %s", o.UserID, o.VoucherID, o.CreateTime.UTC().Format(time.RFC3339Nano))
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
