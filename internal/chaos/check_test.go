@@ -73,7 +73,8 @@ func TestJudgeSeesEachBrokenPromise(t *testing.T) {
 		{"clean sale", durable, sold, clean, nil},
 		{"a third OK answer", durable, append(slices.Clone(sold), ok(12, "c2", "3")), func() state {
 			st := clean()
-			st.dead = []deadLetter{{order: 3, user: 12, reason: "stock check"}}
+			st.redisStamp = "load-1"
+			st.dead = []deadLetter{{order: 3, user: 12, reason: "over_stock", stamp: "load-1"}}
 			return st
 		}, []string{"oversell", "refused", "redis-identity"}},
 		{"a user over the limit", bigger, append(slices.Clone(sold[:2]), ok(10, "a2", "3")), func() state {
@@ -85,6 +86,16 @@ func TestJudgeSeesEachBrokenPromise(t *testing.T) {
 			return st
 		}, []string{"user-limit"}},
 		{"an OK'd order missing from a durable round", durable, sold, onlyFirst, []string{"lost"}},
+		{"an OK'd order dead-lettered as sold from a lost load where Redis was wiped", wiped, sold, func() state {
+			st := onlyFirst()
+			st.dead = []deadLetter{{order: 2, user: 11, reason: lostLoad, stamp: "load-0"}}
+			return st
+		}, nil},
+		{"the same dead letter in a durable round", durable, sold, func() state {
+			st := onlyFirst()
+			st.dead = []deadLetter{{order: 2, user: 11, reason: lostLoad, stamp: "load-0"}}
+			return st
+		}, []string{"refused"}},
 		{"the same order missing where Redis was wiped", wiped, sold, onlyFirst, nil},
 		{"a row nobody was told about", durable, []answer{ok(10, "a", "1"), code(11, "b", codeSoldOut)}, clean, []string{"phantom"}},
 		{"a row whose grab lost its reply", durable, []answer{ok(10, "a", "1"), code(11, "b", codeUnavailable)}, clean, nil},
