@@ -80,7 +80,7 @@ func (o OrderWriterOptions) withDefaults() OrderWriterOptions {
 		o.Block = 200 * time.Millisecond
 	}
 	if o.ClaimIdle <= 0 {
-		o.ClaimIdle = 30 * time.Second
+		o.ClaimIdle = ClaimIdleDefault
 	}
 	if o.ClaimEvery <= 0 {
 		o.ClaimEvery = o.ClaimIdle / 3
@@ -102,6 +102,10 @@ func (o OrderWriterOptions) withDefaults() OrderWriterOptions {
 
 // AttemptTimeoutDefault bounds one database attempt of the order writer.
 const AttemptTimeoutDefault = 4 * time.Second
+
+// ClaimIdleDefault is OrderWriterOptions.ClaimIdle's default (and
+// ORDER_LOG_CLAIM_IDLE's).
+const ClaimIdleDefault = 30 * time.Second
 
 var (
 	orderLogLag = prometheus.NewGauge(prometheus.GaugeOpts{
