@@ -27,14 +27,40 @@ type process struct {
 	out  *syncBuffer
 }
 
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "flashsale")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+// binDir holds the binary built once for all the tests that run the
+// service as a process; TestMain removes it.
+var binDir string
+
+// builtBinary builds the service once per test binary: the tests that run
+// it run side by side, and one build is what they all need.
+var builtBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "flashsale-test-")
+	if err != nil {
+		return "", err
+	}
+	binDir = dir
+	bin := filepath.Join(dir, "flashsale")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func buildBinary(tb testing.TB) string {
+	tb.Helper()
+	bin, err := builtBinary()
+	if err != nil {
+		tb.Fatal(err)
 	}
 	return bin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
 }
 
 func startProcess(t *testing.T, bin string, env map[string]string) *process {
@@ -97,6 +123,7 @@ func (p *process) grab(client *http.Client, token, voucherID string) (code, orde
 // every order it answered OK reaches the database exactly once and that
 // stock reconciles.
 func TestKillDashNineLosesNoOrder(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs the service as a process")
 	}
