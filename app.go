@@ -120,9 +120,10 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 
 	limits := persistence.NewRateLimits(a.rdb, cfg.RateUserPerSec, cfg.RateVoucherPerSec, cfg.RateIPPerSec)
 	a.router = actors.NewRouter(persistence.NewGrabs(a.rdb), a.ids, a.catalog, log, actors.Options{
-		Limits:     limits,
-		BatchSize:  cfg.GrabBatchSize,
-		QueueBound: cfg.GrabQueueBound,
+		Limits:      limits,
+		BatchSize:   cfg.GrabBatchSize,
+		QueueBound:  cfg.GrabQueueBound,
+		GrabTimeout: cfg.GrabTimeout,
 	})
 	a.writer = persistence.NewOrderWriter(a.db, a.rdb, log, persistence.OrderWriterOptions{Consumer: cfg.NodeID, ClaimIdle: cfg.OrderLogClaimIdle})
 	if err = a.writer.Acquire(ctx); errors.Is(err, persistence.ErrConsumerInUse) {
@@ -187,7 +188,8 @@ func (a *app) ready(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte("ready\n"))
 }
 
-// serve runs the HTTP server until ctx is cancelled, then shuts down.
+// serve runs the HTTP server until ctx is cancelled, then shuts down,
+// giving open requests HTTP_SHUTDOWN_TIMEOUT.
 func (a *app) serve(ctx context.Context) error {
 	a.log.Info("listening", "addr", a.listener.Addr().String(), "playground", "http://"+displayAddr(a.listener.Addr())+"/")
 	errc := make(chan error, 1)
@@ -196,7 +198,7 @@ func (a *app) serve(ctx context.Context) error {
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
-		shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		shutCtx, cancel := context.WithTimeout(context.Background(), a.cfg.HTTPShutdownTimeout)
 		err = a.http.Shutdown(shutCtx)
 		cancel()
 	}
@@ -207,9 +209,10 @@ func (a *app) serve(ctx context.Context) error {
 	return err
 }
 
-// stop releases what start acquired, in reverse order. Accepted orders
-// still in the order log are given a few seconds to reach the database
-// (in the embedded mode the log lives in this process and would be lost).
+// stop releases what start acquired, in reverse order. Grabs already
+// queued are answered (GRAB_TIMEOUT at most), and accepted orders still in
+// the order log are given ORDER_LOG_DRAIN_TIMEOUT to reach the database (in
+// the embedded mode the log lives in this process and would be lost).
 func (a *app) stop() {
 	if a.listener != nil { // Shutdown closed it already if serve ran; a second Close is harmless
 		_ = a.listener.Close()
@@ -221,7 +224,7 @@ func (a *app) stop() {
 		a.ids.Close() // after the router: no grab takes ids any more
 	}
 	if a.cancelBackground != nil {
-		drainCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		drainCtx, cancel := context.WithTimeout(context.Background(), a.cfg.OrderLogDrainTimeout)
 		if err := a.writer.WaitDrained(drainCtx); err != nil {
 			a.log.Warn("orders still in the order log at shutdown; another node or the next start persists them", "err", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -18,13 +19,36 @@ import (
 // process is the service running as a real OS process.
 type process struct{ *testenv.Service }
 
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	bin, err := testenv.BuildService(t.TempDir())
+// binDir holds the binary built once for all the tests that run the
+// service as a process; TestMain removes it.
+var binDir string
+
+// builtBinary builds the service once per test binary: the tests that run
+// it run side by side, and one build is what they all need.
+var builtBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "flashsale-test-")
 	if err != nil {
-		t.Fatal(err)
+		return "", err
+	}
+	binDir = dir
+	return testenv.BuildService(dir)
+})
+
+func buildBinary(tb testing.TB) string {
+	tb.Helper()
+	bin, err := builtBinary()
+	if err != nil {
+		tb.Fatal(err)
 	}
 	return bin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
 }
 
 func startProcess(t *testing.T, bin string, env map[string]string) *process {
@@ -63,6 +87,7 @@ func (p *process) grab(client *http.Client, token, voucherID string) (code, orde
 // every order it answered OK reaches the database exactly once and that
 // stock reconciles.
 func TestKillDashNineLosesNoOrder(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs the service as a process")
 	}

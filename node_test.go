@@ -17,6 +17,7 @@ import (
 // NODE_ID, the node persists it at once, long before ORDER_LOG_CLAIM_IDLE
 // (an hour here) would let any node take it over.
 func TestARestartedNodeResumesItsOwnPendingOrders(t *testing.T) {
+	t.Parallel()
 	redisSrv := testenv.MustRedis(t)
 	dbURL := testenv.MustPostgresURL(t)
 	db := testenv.MustOpen(t, dbURL)

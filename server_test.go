@@ -119,6 +119,7 @@ func getStatus(t *testing.T, url string) (int, string) {
 const createAndRead = `mutation { createVoucher(input: {shopId: "5", title: "Ten off", payValue: 100, actualValue: 1000, type: SECKILL, stock: 30, beginAt: "2026-01-01T00:00:00Z", endAt: "2099-01-01T00:00:00Z"}) { id seckill { remaining } } }`
 
 func TestEmbeddedModeNeedsNoConfiguration(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	dbPath := filepath.Join(dir, "flashsale.db")
 	base, admin, banner := startServiceOut(t, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SQLITE_PATH": dbPath})
@@ -159,6 +160,7 @@ func TestEmbeddedModeNeedsNoConfiguration(t *testing.T) {
 }
 
 func TestRealModeUsesRedisAndPostgres(t *testing.T) {
+	t.Parallel()
 	redisSrv := testenv.MustRedis(t)
 	dbURL := testenv.MustPostgresURL(t)
 	base, admin := startService(t, map[string]string{
@@ -221,6 +223,7 @@ func runBinary(tb testing.TB, bin string, env map[string]string, args ...string)
 // breaks it is printed outside run's error: go-redis's own logger writes
 // to the process's stderr, and pgx lists each failed host on a line.
 func TestInvalidConfigurationFailsWithOneLine(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	secrets := map[string]string{"JWT_SECRET": "topsecret-value", "DATABASE_URL": "postgres://postgres:pgsecret@127.0.0.1:" + closedPort(t) + "/x"}
 	cases := []struct {
@@ -237,7 +240,8 @@ func TestInvalidConfigurationFailsWithOneLine(t *testing.T) {
 		{"unknown flag", "flashsale: flag provided but not defined: -bogus-flag", secrets, []string{"--bogus-flag"}},
 	}
 	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(tc.name+" fails with one line", func(t *testing.T) {
+			t.Parallel() // a process and a temporary directory of its own
 			// The "starting" record is info; above it nothing else may print.
 			env := map[string]string{"LOG_LEVEL": "warn"}
 			for k, v := range tc.env {
@@ -263,10 +267,12 @@ func TestInvalidConfigurationFailsWithOneLine(t *testing.T) {
 }
 
 func TestHelpExitsZeroWithoutSecrets(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	env := map[string]string{"JWT_SECRET": "topsecret-value", "DATABASE_URL": "postgres://postgres:pgsecret@127.0.0.1:5432/x", "REDIS_URL": "redis://:redissecret@127.0.0.1:6379/0"}
 	for _, arg := range []string{"-h", "--help"} {
-		t.Run(arg, func(t *testing.T) {
+		t.Run(arg+" prints the usage without secrets and exits 0", func(t *testing.T) {
+			t.Parallel()
 			stderr, code := runBinary(t, bin, env, arg)
 			if code != 0 || !strings.Contains(stderr, "-jwt-secret") {
 				t.Fatalf("exit %d, stderr:\n%s\nwant exit 0 and the usage", code, stderr)
@@ -281,6 +287,7 @@ func TestHelpExitsZeroWithoutSecrets(t *testing.T) {
 }
 
 func TestTokenCommand(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	env := map[string]string{"JWT_SECRET": "cmd-secret"}
 	if err := run(t.Context(), []string{"token", "--user", "42", "--role", "admin"}, func(k string) string { return env[k] }, &out, io.Discard); err != nil {

@@ -78,15 +78,22 @@ type Options struct {
 	Limits Limits
 }
 
+// Defaults of Options, exported for the configuration's defaults.
+const (
+	BatchSizeDefault   = 256
+	QueueBoundDefault  = 8192
+	GrabTimeoutDefault = 5 * time.Second
+)
+
 func (o Options) withDefaults() Options {
 	if o.BatchSize <= 0 {
-		o.BatchSize = 256
+		o.BatchSize = BatchSizeDefault
 	}
 	if o.QueueBound <= 0 {
-		o.QueueBound = 8192
+		o.QueueBound = QueueBoundDefault
 	}
 	if o.GrabTimeout <= 0 {
-		o.GrabTimeout = 5 * time.Second
+		o.GrabTimeout = GrabTimeoutDefault
 	}
 	if o.CallTimeout <= 0 {
 		o.CallTimeout = time.Second

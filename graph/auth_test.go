@@ -19,6 +19,7 @@ func signed(tb testing.TB, method jwt.SigningMethod, key any, claims jwt.MapClai
 }
 
 func TestAuthMatrix(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	future := time.Now().Add(time.Hour).Unix()
 	past := time.Now().Add(-time.Hour).Unix()

@@ -9,6 +9,7 @@ import (
 )
 
 func TestAuthorizationIsPerOperation(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	v := s.createVoucher(t, seckillInput(1, 10))
 	user, admin := s.token(t, 7, auth.RoleUser), s.admin(t)
@@ -59,6 +60,7 @@ func TestAuthorizationIsPerOperation(t *testing.T) {
 }
 
 func TestOneGrabPerOperation(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	v := s.createVoucher(t, seckillInput(1, 10))
 	user := s.token(t, 7, auth.RoleUser)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -53,7 +52,7 @@ func (p *perRequest) Grab(ctx context.Context, g domain.GrabRequest) domain.Grab
 // while stock lasts and after sell-out. It reports Redis commands per grab.
 func BenchmarkGrab(b *testing.B) {
 	s := newServer(b)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	const users = 4096
 	tokens := make([]string, users)
 	for i := range tokens {

@@ -40,6 +40,7 @@ type deadLetterPage struct {
 // data) is listed for an admin with its reason, page by page; nobody else
 // may see the list, and a forged cursor is bad input.
 func TestAdminListsDeadLetteredOrders(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	v := s.createVoucher(t, seckillInput(1, 5))
 	vid, _ := strconv.ParseInt(v.ID, 10, 64)

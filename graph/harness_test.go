@@ -3,7 +3,6 @@ package graph_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -69,7 +68,7 @@ func startServer(tb testing.TB, options func(*redis.Client) actors.Options, grab
 	tb.Helper()
 	s := &testServer{db: testenv.MustPostgres(tb), redis: testenv.MustRedis(tb), tokens: auth.NewTokens(testSecret)}
 	s.rdb = s.redis.Client()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	s.catalog = catalog.New(persistence.NewVouchers(s.db), persistence.NewStock(s.rdb), log)
 	var grabs redis.UniversalClient = s.rdb
 	if grabClient != nil {

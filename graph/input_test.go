@@ -6,6 +6,7 @@ import (
 )
 
 func TestCreateVoucherRejectsUnstorableInput(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	with := func(k string, v any) map[string]any {
 		in := seckillInput(1, 10)

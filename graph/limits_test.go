@@ -8,6 +8,7 @@ import (
 )
 
 func TestExpensiveRequestsAreRejected(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	user := s.token(t, 2, auth.RoleUser)
 	deep := "{ __schema { types { fields { type" + strings.Repeat(" { ofType", 20) + " { name }" + strings.Repeat(" }", 20) + " } } } }"
@@ -52,24 +53,26 @@ func TestExpensiveRequestsAreRejected(t *testing.T) {
 }
 
 func TestLaterFieldsSayNotImplemented(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	user := s.token(t, 2, auth.RoleUser)
-	for _, op := range []string{
-		`mutation { payOrder(orderId: "1") { id } }`,
-		`mutation { cancelOrder(orderId: "1") { id } }`,
-		`mutation { createRedPacket(input: {totalCents: 100, count: 2}) { id } }`,
-		`mutation { grabRedPacket(id: "1") { code } }`,
-		`{ order(id: "1") { id } }`,
-		`{ myOrders { edges { cursor } } }`,
-		`{ redPacket(id: "1") { id } }`,
+	for _, tc := range []struct{ field, op string }{
+		{"payOrder", `mutation { payOrder(orderId: "1") { id } }`},
+		{"cancelOrder", `mutation { cancelOrder(orderId: "1") { id } }`},
+		{"createRedPacket", `mutation { createRedPacket(input: {totalCents: 100, count: 2}) { id } }`},
+		{"grabRedPacket", `mutation { grabRedPacket(id: "1") { code } }`},
+		{"order", `{ order(id: "1") { id } }`},
+		{"myOrders", `{ myOrders { edges { cursor } } }`},
+		{"redPacket", `{ redPacket(id: "1") { id } }`},
 	} {
-		t.Run(op, func(t *testing.T) {
-			wantCode(t, s.do(t, user, op, nil, nil), "NOT_IMPLEMENTED")
+		t.Run(tc.field+" is not implemented", func(t *testing.T) {
+			wantCode(t, s.do(t, user, tc.op, nil, nil), "NOT_IMPLEMENTED")
 		})
 	}
 }
 
 func TestInternalErrorsHideTheirCause(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	user := s.token(t, 2, auth.RoleUser)
 	_ = s.db.Close() // every query now fails inside database/sql

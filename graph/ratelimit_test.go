@@ -3,7 +3,6 @@ package graph_test
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +20,7 @@ import (
 )
 
 func TestGrabsOverTheUserRateAreRateLimited(t *testing.T) {
+	t.Parallel()
 	s := newServerWith(t, func(rdb *redis.Client) actors.Options {
 		return actors.Options{Limits: persistence.NewRateLimits(rdb, 2, 0, 0)}
 	})
@@ -74,10 +74,11 @@ func TestGrabsOverTheUserRateAreRateLimited(t *testing.T) {
 // to their voucher actor (here configured without limits), which checks
 // the same budget once per batch.
 func TestRequestsOverTheIPRateAreRateLimited(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	v := s.createVoucher(t, seckillInput(1, 100))
 	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router}, graph.HandlerOptions{
-		Tokens: s.tokens, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), IPLimit: persistence.NewRateLimits(s.rdb, 0, 0, 2),
+		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), IPLimit: persistence.NewRateLimits(s.rdb, 0, 0, 2),
 	})
 	send := func(ip, token, query string) (codes []string) {
 		body, _ := json.Marshal(map[string]any{"query": query})

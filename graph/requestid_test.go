@@ -60,6 +60,7 @@ func orderOf(tb testing.TB, a grabAnswer) string {
 // The same user and key get the first sale again, also once the voucher
 // is sold out and its actor knows it, and never a second order.
 func TestARepeatedRequestIDGetsTheFirstOrder(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	v := s.createVoucher(t, seckillInput(1, 1))
 	first := orderOf(t, s.keyedGrab(t, 7, v.ID, "buy-1"))
@@ -78,6 +79,7 @@ func TestARepeatedRequestIDGetsTheFirstOrder(t *testing.T) {
 
 // Keys are per user: the same key of two users is two purchases.
 func TestTwoUsersWithTheSameRequestIDGetTwoOrders(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	v := s.createVoucher(t, seckillInput(1, 5))
 	a := orderOf(t, s.keyedGrab(t, 1, v.ID, "same-key"))
@@ -93,6 +95,7 @@ func TestTwoUsersWithTheSameRequestIDGetTwoOrders(t *testing.T) {
 // Only sales are remembered: a key whose first grab did not sell (the sale
 // was paused) buys when it is sent again and the sale allows it.
 func TestARequestIDThatDidNotSellIsANewAttempt(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	v := s.createVoucher(t, seckillInput(1, 5))
 	const setStatus = `mutation($id: ID!, $st: VoucherStatus!) { setVoucherStatus(id: $id, status: $st) { status } }`
@@ -108,6 +111,7 @@ func TestARequestIDThatDidNotSellIsANewAttempt(t *testing.T) {
 }
 
 func TestBadRequestIDsAreRefusedAndSellNothing(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	v := s.createVoucher(t, seckillInput(1, 5))
 	user := s.token(t, 9, auth.RoleUser)
@@ -143,6 +147,7 @@ func TestBadRequestIDsAreRefusedAndSellNothing(t *testing.T) {
 // A grab whose reply was lost after Redis sold it is answered UNAVAILABLE;
 // the client's retry with the same key gets that very order.
 func TestARetryAfterALostReplyGetsTheOriginalOrder(t *testing.T) {
+	t.Parallel()
 	s, grabs := newStallingServer(t, actors.Options{CallTimeout: 200 * time.Millisecond, Attempts: 2, GrabTimeout: 2 * time.Second})
 	v := s.createVoucher(t, seckillInput(1, 5))
 	orderOf(t, s.keyedGrab(t, 2, v.ID, "")) // the voucher's actor is up

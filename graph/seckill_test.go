@@ -138,6 +138,9 @@ func (s *testServer) checkSale(tb testing.TB, voucherID string, stock, limit int
 	return ok
 }
 
+// Not parallel, nor are its cases: it keeps every core busy (128 clients,
+// tens of thousands of grabs), and beside another such test both only run
+// slower. Go runs it before the parallel tests, alone.
 func TestConcurrentGrabsThroughGraphQL(t *testing.T) {
 	cases := []struct {
 		name                    string
@@ -181,6 +184,8 @@ func TestConcurrentGrabsThroughGraphQL(t *testing.T) {
 	}
 }
 
+// Not parallel, like TestConcurrentGrabsThroughGraphQL: it keeps every
+// core busy.
 func TestManyVouchersSellAtOnce(t *testing.T) {
 	s := newServer(t)
 	const vouchers, users = 50, 120
@@ -203,6 +208,7 @@ func TestManyVouchersSellAtOnce(t *testing.T) {
 }
 
 func TestGrabOutcomesThroughGraphQL(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	user := s.token(t, 77, auth.RoleUser)
 	grab := func(id string) (string, *string) {
@@ -233,8 +239,8 @@ func TestGrabOutcomesThroughGraphQL(t *testing.T) {
 		{"ended", s.createVoucher(t, past).ID, "ENDED"},
 		{"unknown", "987654", "NOT_FOUND"},
 		{"normal voucher", normal.CreateVoucher.ID, "NOT_FOUND"},
-		{"ok", live.ID, "OK"},
-		{"second grab", live.ID, "LIMIT_REACHED"},
+		{"live voucher sells", live.ID, "OK"},
+		{"second grab of the same user reaches the limit", live.ID, "LIMIT_REACHED"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, orderID := grab(tc.id)

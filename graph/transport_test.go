@@ -48,6 +48,7 @@ func (r rawResponse) wantCode(tb testing.TB, status int, code string) gqlError {
 }
 
 func TestUnsupportedRequestsGetACode(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	user := s.token(t, 4, auth.RoleUser)
 	const body = `{"query":"{ __typename }"}`
@@ -93,6 +94,7 @@ func TestUnsupportedRequestsGetACode(t *testing.T) {
 }
 
 func TestRequestErrorsDoNotEchoTheRequest(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	user := s.token(t, 4, auth.RoleUser)
 	long := "f" + strings.Repeat("x", 60_000)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestCreateVoucherRejectsBadInput(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	now := time.Now().UTC()
 	with := func(k string, v any) map[string]any {
@@ -75,6 +76,7 @@ func TestCreateVoucherRejectsBadInput(t *testing.T) {
 }
 
 func TestVouchersPaginate(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	var ids []string
 	for i := 0; i < 7; i++ {
@@ -164,6 +166,7 @@ func TestVouchersPaginate(t *testing.T) {
 }
 
 func TestSeckillVoucherIsPreheated(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	in := seckillInput(3, 250)
 	in["perUserLimit"] = 2
@@ -224,6 +227,7 @@ func TestSeckillVoucherIsPreheated(t *testing.T) {
 }
 
 func TestRestartRepreheatsStock(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	a := s.createVoucher(t, seckillInput(1, 40))
 	b := s.createVoucher(t, seckillInput(1, 60))
@@ -270,11 +274,12 @@ func TestRestartRepreheatsStock(t *testing.T) {
 }
 
 func TestSetVoucherStatus(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	v := s.createVoucher(t, seckillInput(1, 10))
 	const m = `mutation($id: ID!, $st: VoucherStatus!) { setVoucherStatus(id: $id, status: $st) { id status } }`
 	for _, tc := range []struct{ status, redis string }{{"PAUSED", "2"}, {"ACTIVE", "1"}, {"ENDED", "3"}} {
-		t.Run(tc.status, func(t *testing.T) {
+		t.Run(tc.status+" is stored and reaches redis as "+tc.redis, func(t *testing.T) {
 			var out struct{ SetVoucherStatus struct{ ID, Status string } }
 			s.mustDo(t, s.admin(t), m, map[string]any{"id": v.ID, "st": tc.status}, &out)
 			if out.SetVoucherStatus.Status != tc.status {
@@ -285,10 +290,10 @@ func TestSetVoucherStatus(t *testing.T) {
 			}
 		})
 	}
-	t.Run("unknown voucher", func(t *testing.T) {
+	t.Run("unknown voucher is not found", func(t *testing.T) {
 		wantCode(t, s.do(t, s.admin(t), m, map[string]any{"id": "4242", "st": "PAUSED"}, nil), "NOT_FOUND")
 	})
-	t.Run("unknown status", func(t *testing.T) {
+	t.Run("unknown status is bad input", func(t *testing.T) {
 		wantCode(t, s.do(t, s.admin(t), m, map[string]any{"id": v.ID, "st": "GONE"}, nil), "BAD_USER_INPUT")
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http/httptest"
 	"strings"
@@ -77,12 +76,13 @@ func readUntil(tb testing.TB, c *websocket.Conn, types ...string) wsMessage {
 }
 
 func TestMalformedConnectionInitIsClosed(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	h := httptest.NewServer(s.handler)
 	t.Cleanup(h.Close)
 	for _, proto := range []string{"graphql-transport-ws", "graphql-ws"} {
 		for _, payload := range []string{`"Bearer junk"`, `[1]`, `42`} {
-			t.Run(proto+" "+payload, func(t *testing.T) {
+			t.Run(proto+" closes on payload "+payload, func(t *testing.T) {
 				c := dialWS(t, h, proto)
 				sendWS(t, c, `{"type":"connection_init","payload":`+payload+`}`)
 				for {
@@ -107,6 +107,7 @@ func TestMalformedConnectionInitIsClosed(t *testing.T) {
 }
 
 func TestWebsocketOperationsRecheckTokenExpiry(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	h := httptest.NewServer(s.handler)
 	t.Cleanup(h.Close)
@@ -148,9 +149,10 @@ func TestWebsocketOperationsRecheckTokenExpiry(t *testing.T) {
 }
 
 func TestLegacyGraphQLWSGetsKeepalives(t *testing.T) {
+	t.Parallel()
 	s := newServer(t)
 	h := httptest.NewServer(graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router}, graph.HandlerOptions{
-		Tokens: s.tokens, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), PingInterval: 100 * time.Millisecond,
+		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), PingInterval: 100 * time.Millisecond,
 	}))
 	t.Cleanup(h.Close)
 	c := dialWS(t, h, "graphql-ws")

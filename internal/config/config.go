@@ -15,7 +15,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -23,52 +22,59 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Config is the whole configuration. Field comments name the variable; the
-// flag is the same name in kebab case (REDIS_URL -> --redis-url).
+// Config is the whole configuration. Each field is one setting of the
+// table in settings.go, which names its variable, flag, default and help;
+// the flag is the variable in kebab case (REDIS_URL -> --redis-url).
 type Config struct {
-	HTTPAddr      string        // HTTP_ADDR
-	RedisURL      string        // REDIS_URL; empty = embedded in-process Redis
-	LockRedisURLs []string      // LOCK_REDIS_URLS; default = REDIS_URL
-	DatabaseURL   string        // DATABASE_URL; empty = embedded SQLite at SQLitePath
-	SQLitePath    string        // SQLITE_PATH (ours): the embedded database file
-	JWTSecret     string        // JWT_SECRET
-	PayTimeout    time.Duration // PAY_TIMEOUT
+	HTTPAddr string
+	// NodeID is this node's identity, stable across its restarts: its
+	// consumer name in the order logs' group, so that a restarted node
+	// resumes the orders it left pending at once (see DefaultNodeID).
+	NodeID        string
+	RedisURL      string   // empty = embedded in-process Redis
+	LockRedisURLs []string // default = RedisURL
+	DatabaseURL   string   // empty = embedded SQLite at SQLitePath
+	SQLitePath    string
+	JWTSecret     string
+	PayTimeout    time.Duration
 
-	ClusterProvider        string   // CLUSTER_PROVIDER: test, automanaged, etcd
-	ClusterName            string   // CLUSTER_NAME
-	ClusterHost            string   // CLUSTER_HOST
-	ClusterPort            int      // CLUSTER_PORT
-	ClusterSeeds           []string // CLUSTER_SEEDS
-	ClusterAutomanagedPort int      // CLUSTER_AUTOMANAGED_PORT
-	EtcdEndpoints          []string // ETCD_ENDPOINTS
+	ClusterProvider        string // test, automanaged, etcd
+	ClusterName            string
+	ClusterHost            string
+	ClusterPort            int
+	ClusterSeeds           []string
+	ClusterAutomanagedPort int
+	EtcdEndpoints          []string
 
-	RateUserPerSec    int // RATE_USER_PER_SEC
-	RateVoucherPerSec int // RATE_VOUCHER_PER_SEC
-	RateIPPerSec      int // RATE_IP_PER_SEC
+	RateUserPerSec    int
+	RateVoucherPerSec int
+	RateIPPerSec      int
 
-	LogLevel  string // LOG_LEVEL
-	LogFormat string // LOG_FORMAT
+	LogLevel  string
+	LogFormat string
 
-	// NodeID (NODE_ID, ours) is this node's identity, stable across its
-	// restarts: its consumer name in the order logs' group, so that a
-	// restarted node resumes the orders it left pending at once. Default:
-	// the host name and HTTP_ADDR's port (and host, if one is given), so
-	// two nodes of one host differ by their listen address.
-	NodeID string
-
-	// OrderLogClaimIdle (ORDER_LOG_CLAIM_IDLE, ours): how long an order-log
-	// entry may sit unacknowledged with a writer before another node takes
-	// it over (the first writer is presumed dead).
+	// OrderLogClaimIdle: how long an order-log entry may sit
+	// unacknowledged with a writer before another node takes it over (the
+	// first writer is presumed dead).
 	OrderLogClaimIdle time.Duration
 
-	// GrabBatchSize (GRAB_BATCH_SIZE, ours) caps the grabs of one script
-	// call; GrabQueueBound (GRAB_QUEUE_BOUND, ours) the grabs waiting for one
-	// voucher on this node before new ones are answered UNAVAILABLE.
+	// GrabBatchSize caps the grabs of one script call; GrabQueueBound the
+	// grabs waiting for one voucher on this node before new ones are
+	// answered UNAVAILABLE.
 	GrabBatchSize  int
 	GrabQueueBound int
 
-	Introspection bool // INTROSPECTION (ours): schema introspection on /query
-	Demo          bool // DEMO (ours): create a demo voucher and print tokens; default on in embedded mode
+	// GrabTimeout bounds how long a grab waits for its answer, and so how
+	// long the router waits at shutdown for the grabs already queued.
+	GrabTimeout time.Duration
+	// OrderLogDrainTimeout bounds how long shutdown waits for accepted
+	// orders to leave the order log for the database.
+	OrderLogDrainTimeout time.Duration
+	// HTTPShutdownTimeout bounds how long shutdown waits for open requests.
+	HTTPShutdownTimeout time.Duration
+
+	Introspection bool // schema introspection on /query
+	Demo          bool // create a demo voucher and print tokens; default on in embedded mode
 }
 
 // Embedded reports the zero-configuration mode: neither Redis nor the
@@ -98,35 +104,9 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	// Defaults are static and the environment is applied after parsing:
 	// a default taken from the environment would be printed by the usage
 	// ("(default "...")"), and with it JWT_SECRET and database passwords.
-	str := func(name, def, usage string) *string {
-		return fs.String(flagName(name), def, usage+" ("+name+")")
-	}
-	raw := map[string]*string{
-		"HTTP_ADDR":                str("HTTP_ADDR", ":8080", "listen address"),
-		"NODE_ID":                  str("NODE_ID", "", "this node's stable identity; default host name and HTTP_ADDR"),
-		"REDIS_URL":                str("REDIS_URL", "", "stock Redis URL; empty runs an in-process Redis"),
-		"LOCK_REDIS_URLS":          str("LOCK_REDIS_URLS", "", "comma-separated Redlock nodes; default REDIS_URL"),
-		"DATABASE_URL":             str("DATABASE_URL", "", "Postgres URL; empty uses the embedded SQLite file"),
-		"SQLITE_PATH":              str("SQLITE_PATH", "flashsale.db", "embedded SQLite database file"),
-		"JWT_SECRET":               str("JWT_SECRET", "", "HS256 secret; required unless embedded"),
-		"PAY_TIMEOUT":              str("PAY_TIMEOUT", "30m", "unpaid orders are cancelled after this"),
-		"CLUSTER_PROVIDER":         str("CLUSTER_PROVIDER", "test", "test, automanaged or etcd"),
-		"CLUSTER_NAME":             str("CLUSTER_NAME", "flashsale", "cluster name"),
-		"CLUSTER_HOST":             str("CLUSTER_HOST", "127.0.0.1", "actor remoting host"),
-		"CLUSTER_PORT":             str("CLUSTER_PORT", "0", "actor remoting port (0 = any)"),
-		"CLUSTER_SEEDS":            str("CLUSTER_SEEDS", "", "automanaged: host:port of every member"),
-		"CLUSTER_AUTOMANAGED_PORT": str("CLUSTER_AUTOMANAGED_PORT", "", "automanaged: this member's port"),
-		"ETCD_ENDPOINTS":           str("ETCD_ENDPOINTS", "", "etcd: comma-separated endpoints"),
-		"RATE_USER_PER_SEC":        str("RATE_USER_PER_SEC", "10", "grabs per second per user (0 = off)"),
-		"RATE_VOUCHER_PER_SEC":     str("RATE_VOUCHER_PER_SEC", "0", "grabs per second per voucher (0 = off)"),
-		"RATE_IP_PER_SEC":          str("RATE_IP_PER_SEC", "0", "requests per second per client IP (0 = off)"),
-		"LOG_LEVEL":                str("LOG_LEVEL", "info", "debug, info, warn or error"),
-		"LOG_FORMAT":               str("LOG_FORMAT", "", "text or json; default text embedded, json otherwise"),
-		"ORDER_LOG_CLAIM_IDLE":     str("ORDER_LOG_CLAIM_IDLE", "30s", "take over order-log entries pending this long with a dead node"),
-		"GRAB_BATCH_SIZE":          str("GRAB_BATCH_SIZE", "256", "grabs per script call, at most"),
-		"GRAB_QUEUE_BOUND":         str("GRAB_QUEUE_BOUND", "8192", "grabs waiting per voucher before shedding"),
-		"INTROSPECTION":            str("INTROSPECTION", "true", "allow schema introspection"),
-		"DEMO":                     str("DEMO", "", "create a demo voucher and print tokens; default on when embedded"),
+	raw := make([]*string, len(settings))
+	for i, s := range settings {
+		raw[i] = fs.String(s.flag(), s.def, s.help+" ("+s.env+")")
 	}
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		fs.SetOutput(out)
@@ -139,150 +119,42 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for name, p := range raw {
-		if v := strings.TrimSpace(getenv(name)); v != "" && !set[flagName(name)] {
-			*p = v
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var c Config
+	var unset []setting
+	for i, s := range settings {
+		text := *raw[i]
+		if v := strings.TrimSpace(getenv(s.env)); v != "" && !given[s.flag()] {
+			text = v
+		}
+		if !s.keepSpace {
+			text = strings.TrimSpace(text)
+		}
+		if err := s.parse(&c, text); err != nil {
+			return Config{}, &Error{Var: s.env, Msg: err.Error()}
+		}
+		if text == "" && s.derive != nil {
+			unset = append(unset, s)
 		}
 	}
-	v := func(name string) string { return strings.TrimSpace(*raw[name]) }
-	c := Config{
-		HTTPAddr:        v("HTTP_ADDR"),
-		NodeID:          v("NODE_ID"),
-		RedisURL:        v("REDIS_URL"),
-		LockRedisURLs:   list(v("LOCK_REDIS_URLS")),
-		DatabaseURL:     v("DATABASE_URL"),
-		SQLitePath:      v("SQLITE_PATH"),
-		JWTSecret:       *raw["JWT_SECRET"],
-		ClusterProvider: v("CLUSTER_PROVIDER"),
-		ClusterName:     v("CLUSTER_NAME"),
-		ClusterHost:     v("CLUSTER_HOST"),
-		ClusterSeeds:    list(v("CLUSTER_SEEDS")),
-		EtcdEndpoints:   list(v("ETCD_ENDPOINTS")),
-		LogLevel:        strings.ToLower(v("LOG_LEVEL")),
-		LogFormat:       strings.ToLower(v("LOG_FORMAT")),
-	}
-	var err error
-	parse := func(name string, f func(string) error) {
-		if err == nil {
-			if e := f(v(name)); e != nil {
-				err = &Error{Var: name, Msg: e.Error()}
-			}
-		}
-	}
-	parse("PAY_TIMEOUT", func(s string) error { return duration(s, &c.PayTimeout) })
-	parse("ORDER_LOG_CLAIM_IDLE", func(s string) error { return duration(s, &c.OrderLogClaimIdle) })
-	parse("CLUSTER_PORT", func(s string) error { return port(s, &c.ClusterPort, true) })
-	parse("CLUSTER_AUTOMANAGED_PORT", func(s string) error {
-		if s == "" {
-			return nil
-		}
-		return port(s, &c.ClusterAutomanagedPort, false)
-	})
-	parse("RATE_USER_PER_SEC", func(s string) error { return rate(s, &c.RateUserPerSec) })
-	parse("RATE_VOUCHER_PER_SEC", func(s string) error { return rate(s, &c.RateVoucherPerSec) })
-	parse("RATE_IP_PER_SEC", func(s string) error { return rate(s, &c.RateIPPerSec) })
-	parse("GRAB_BATCH_SIZE", func(s string) error { return positive(s, &c.GrabBatchSize) })
-	parse("GRAB_QUEUE_BOUND", func(s string) error { return positive(s, &c.GrabQueueBound) })
-	parse("INTROSPECTION", func(s string) error { return boolean(s, &c.Introspection) })
-	parse("DEMO", func(s string) error {
-		c.Demo = c.Embedded()
-		if s == "" {
-			return nil
-		}
-		return boolean(s, &c.Demo)
-	})
-	if err != nil {
-		return Config{}, err
-	}
-	if c.NodeID == "" {
-		host, err := hostname()
-		if err != nil || host == "" {
-			host = "node"
-		}
-		c.NodeID = DefaultNodeID(host, c.HTTPAddr)
-	}
-	if len(c.LockRedisURLs) == 0 && c.RedisURL != "" {
-		c.LockRedisURLs = []string{c.RedisURL}
-	}
-	if c.LogFormat == "" {
-		c.LogFormat = "json"
-		if c.Embedded() {
-			c.LogFormat = "text"
-		}
+	// Defaults that depend on other settings, once all are read.
+	for _, s := range unset {
+		s.derive(&c)
 	}
 	return c, c.Validate()
 }
 
-// Validate checks every value and returns the first problem.
+// Validate checks every setting, in the table's order, and returns the
+// first problem.
 func (c Config) Validate() error {
-	bad := func(name, format string, args ...any) error {
-		return &Error{Var: name, Msg: fmt.Sprintf(format, args...)}
-	}
-	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
-		return bad("HTTP_ADDR", "want host:port, e.g. :8080")
-	}
-	if msg := nodeIDProblem(c.NodeID); msg != "" {
-		return bad("NODE_ID", "%s", msg)
-	}
-	if c.RedisURL != "" {
-		if msg := redisURLProblem(c.RedisURL); msg != "" {
-			return bad("REDIS_URL", "%s", msg)
+	for _, s := range settings {
+		if s.check == nil {
+			continue
 		}
-	}
-	for _, u := range c.LockRedisURLs {
-		if msg := redisURLProblem(u); msg != "" {
-			return bad("LOCK_REDIS_URLS", "%q: %s", redactURL(u), msg)
+		if msg := s.check(c); msg != "" {
+			return &Error{Var: s.env, Msg: msg}
 		}
-	}
-	if n := len(c.LockRedisURLs); n > 0 && n%2 == 0 {
-		return bad("LOCK_REDIS_URLS", "Redlock needs an odd number of independent nodes (1, 3 or 5), got %d", n)
-	}
-	if c.DatabaseURL != "" {
-		u, err := url.Parse(c.DatabaseURL)
-		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
-			return bad("DATABASE_URL", "want postgres://user@host:port/db")
-		}
-	}
-	if !c.Embedded() && c.JWTSecret == "" {
-		return bad("JWT_SECRET", "required when REDIS_URL or DATABASE_URL is set")
-	}
-	if c.PayTimeout <= 0 {
-		return bad("PAY_TIMEOUT", "must be positive")
-	}
-	if c.OrderLogClaimIdle <= 0 {
-		return bad("ORDER_LOG_CLAIM_IDLE", "must be positive")
-	}
-	switch c.ClusterProvider {
-	case "test":
-	case "automanaged":
-		if len(c.ClusterSeeds) == 0 {
-			return bad("CLUSTER_SEEDS", "required with CLUSTER_PROVIDER=automanaged")
-		}
-		for _, s := range c.ClusterSeeds {
-			if _, _, err := net.SplitHostPort(s); err != nil {
-				return bad("CLUSTER_SEEDS", "%q is not host:port", s)
-			}
-		}
-		if c.ClusterAutomanagedPort == 0 {
-			return bad("CLUSTER_AUTOMANAGED_PORT", "required with CLUSTER_PROVIDER=automanaged")
-		}
-	case "etcd":
-		if len(c.EtcdEndpoints) == 0 {
-			return bad("ETCD_ENDPOINTS", "required with CLUSTER_PROVIDER=etcd")
-		}
-	default:
-		return bad("CLUSTER_PROVIDER", "want test, automanaged or etcd")
-	}
-	if c.ClusterName == "" {
-		return bad("CLUSTER_NAME", "must not be empty")
-	}
-	if _, err := c.Level(); err != nil {
-		return bad("LOG_LEVEL", "want debug, info, warn or error")
-	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		return bad("LOG_FORMAT", "want text or json")
 	}
 	return nil
 }
@@ -294,36 +166,15 @@ func (c Config) Level() (slog.Level, error) {
 	return l, err
 }
 
-// LogValue logs the configuration with secrets masked: the JWT secret and
-// any password inside a URL, as its user's or as a query parameter.
+// LogValue logs every setting of the table, under its variable's name in
+// lower case, with secrets masked: the JWT secret whole, and any password
+// inside a URL, as its user's or as a query parameter.
 func (c Config) LogValue() slog.Value {
-	secret := "(unset)"
-	if c.JWTSecret != "" {
-		secret = "***"
+	attrs := make([]slog.Attr, len(settings))
+	for i, s := range settings {
+		attrs[i] = slog.Attr{Key: s.logKey(), Value: s.show(c)}
 	}
-	urls := func(us []string) string {
-		out := make([]string, len(us))
-		for i, u := range us {
-			out[i] = redactURL(u)
-		}
-		return strings.Join(out, ",")
-	}
-	return slog.GroupValue(
-		slog.String("http_addr", c.HTTPAddr),
-		slog.String("node_id", c.NodeID),
-		slog.String("redis_url", orEmbedded(redactURL(c.RedisURL))),
-		slog.String("lock_redis_urls", urls(c.LockRedisURLs)),
-		slog.String("database_url", orEmbedded(redactURL(c.DatabaseURL))),
-		slog.String("jwt_secret", secret),
-		slog.Duration("pay_timeout", c.PayTimeout),
-		slog.String("cluster_provider", c.ClusterProvider),
-		slog.String("cluster_name", c.ClusterName),
-		slog.Int("rate_user_per_sec", c.RateUserPerSec),
-		slog.Int("rate_voucher_per_sec", c.RateVoucherPerSec),
-		slog.Int("rate_ip_per_sec", c.RateIPPerSec),
-		slog.String("log_level", c.LogLevel),
-		slog.String("log_format", c.LogFormat),
-	)
+	return slog.GroupValue(attrs...)
 }
 
 func orEmbedded(s string) string {
@@ -432,51 +283,6 @@ func list(s string) []string {
 		}
 	}
 	return out
-}
-
-func duration(s string, dst *time.Duration) error {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return errors.New("want a duration such as 30m or 90s")
-	}
-	*dst = d
-	return nil
-}
-
-func port(s string, dst *int, zeroOK bool) error {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 || n > 65535 || (n == 0 && !zeroOK) {
-		return errors.New("want a port number")
-	}
-	*dst = n
-	return nil
-}
-
-func rate(s string, dst *int) error {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		return errors.New("want a whole number >= 0 (0 = off)")
-	}
-	*dst = n
-	return nil
-}
-
-func positive(s string, dst *int) error {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 {
-		return errors.New("want a whole number >= 1")
-	}
-	*dst = n
-	return nil
-}
-
-func boolean(s string, dst *bool) error {
-	b, err := strconv.ParseBool(s)
-	if err != nil {
-		return errors.New("want true or false")
-	}
-	*dst = b
-	return nil
 }
 
 // errMsg says what a URL parse error found wrong without echoing the URL,

@@ -1,10 +1,15 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +26,11 @@ func TestDefaultsAreTheEmbeddedMode(t *testing.T) {
 	}
 	if !c.Embedded() || !c.Demo || c.HTTPAddr != ":8080" || c.PayTimeout != 30*time.Minute || c.ClusterProvider != "test" ||
 		c.ClusterName != "flashsale" || c.RateUserPerSec != 10 || c.LogFormat != "text" || c.LogLevel != "info" {
+		t.Fatalf("defaults %+v", c)
+	}
+	// The stores' own defaults, and today's shutdown waits.
+	if c.GrabBatchSize != 256 || c.GrabQueueBound != 8192 || c.OrderLogClaimIdle != 30*time.Second ||
+		c.GrabTimeout != 5*time.Second || c.OrderLogDrainTimeout != 5*time.Second || c.HTTPShutdownTimeout != 10*time.Second {
 		t.Fatalf("defaults %+v", c)
 	}
 }
@@ -83,6 +93,10 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"bad claim idle", "ORDER_LOG_CLAIM_IDLE", with("ORDER_LOG_CLAIM_IDLE", "never")},
 		{"node id with a space", "NODE_ID", with("NODE_ID", "node a")},
 		{"node id too long", "NODE_ID", with("NODE_ID", strings.Repeat("n", 129))},
+		{"zero grab timeout", "GRAB_TIMEOUT", with("GRAB_TIMEOUT", "0s")},
+		{"bad order log drain timeout", "ORDER_LOG_DRAIN_TIMEOUT", with("ORDER_LOG_DRAIN_TIMEOUT", "soon")},
+		{"negative http shutdown timeout", "HTTP_SHUTDOWN_TIMEOUT", with("HTTP_SHUTDOWN_TIMEOUT", "-1s")},
+		{"bad introspection", "INTROSPECTION", with("INTROSPECTION", "maybe")},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -241,6 +255,149 @@ func TestNodeIDDefaultsToHostAndListenAddress(t *testing.T) {
 		b, err2 := load(env)
 		if err1 != nil || err2 != nil || a.NodeID == b.NodeID || !strings.HasPrefix(a.NodeID, "web1:0-") {
 			t.Fatalf("node ids %q and %q (%v, %v)", a.NodeID, b.NodeID, err1, err2)
+		}
+	})
+}
+
+// contractVariables reads the variable names of the configuration contract
+// (../shared/contract/config.md from the repository root): the first cell
+// of each row of its table, where "A / B" names two.
+func contractVariables(tb testing.TB) []string {
+	tb.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			tb.Fatal("no go.mod above the test's directory")
+		}
+		dir = parent
+	}
+	path := filepath.Join(dir, "..", "shared", "contract", "config.md")
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		tb.Skipf("the configuration contract is not at ../shared/contract/config.md from the repository root; its names are not checked")
+	} else if err != nil {
+		tb.Fatal(err)
+	}
+	name := regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+	var vars []string
+	for _, line := range strings.Split(string(b), "\n") {
+		cells := strings.Split(line, "|")
+		if !strings.HasPrefix(strings.TrimSpace(line), "|") || len(cells) < 3 {
+			continue
+		}
+		for _, v := range strings.Split(cells[1], "/") {
+			if v = strings.TrimSpace(v); name.MatchString(v) {
+				vars = append(vars, v)
+			}
+		}
+	}
+	if len(vars) == 0 {
+		tb.Fatalf("no variables found in %s", path)
+	}
+	return vars
+}
+
+// The table is the one declaration of every setting: each has a flag and a
+// variable (the contract's names among them), and the start-up log line
+// lists every one, with secrets masked.
+func TestEverySettingHasAFlagAVariableAndALogEntry(t *testing.T) {
+	var usage strings.Builder
+	if _, err := Load([]string{"-h"}, func(string) string { return "" }, &usage); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+	byEnv := map[string]setting{}
+	for _, s := range settings {
+		if _, dup := byEnv[s.env]; dup {
+			t.Errorf("%s is declared twice", s.env)
+		}
+		byEnv[s.env] = s
+	}
+
+	t.Run("each setting has a kebab-case flag and a variable in the usage", func(t *testing.T) {
+		name := regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+		for _, s := range settings {
+			if !name.MatchString(s.env) {
+				t.Errorf("%q is not an upper-case variable name", s.env)
+			}
+			if want := strings.ReplaceAll(strings.ToLower(s.env), "_", "-"); s.flag() != want {
+				t.Errorf("%s has flag %q, want %q", s.env, s.flag(), want)
+			}
+			if !strings.Contains(usage.String(), "-"+s.flag()+" ") || !strings.Contains(usage.String(), "("+s.env+")") {
+				t.Errorf("the usage lacks -%s or (%s):\n%s", s.flag(), s.env, usage.String())
+			}
+			if s.parse == nil || s.show == nil || s.help == "" {
+				t.Errorf("%s lacks its parse, show or help", s.env)
+			}
+		}
+	})
+
+	t.Run("every Config field has its setting", func(t *testing.T) {
+		if n := reflect.TypeFor[Config]().NumField(); n != len(settings) {
+			t.Fatalf("Config has %d fields and the table %d settings", n, len(settings))
+		}
+	})
+
+	t.Run("secrets have no default for the usage to print", func(t *testing.T) {
+		for _, s := range settings {
+			if s.secret && s.def != "" {
+				t.Errorf("secret %s has a default", s.env)
+			}
+		}
+	})
+
+	t.Run("the contract's variables are settings", func(t *testing.T) {
+		for _, v := range contractVariables(t) {
+			if _, ok := byEnv[v]; !ok {
+				t.Errorf("contract variable %s is not in the settings table", v)
+			}
+		}
+	})
+
+	t.Run("the start-up log lists every setting and masks secrets", func(t *testing.T) {
+		const jwt, pass = "jwt-sentinel-value", "url-sentinel-pass"
+		env := map[string]string{
+			"REDIS_URL":       "redis://:" + pass + "@127.0.0.1:6379/0",
+			"LOCK_REDIS_URLS": "redis://:" + pass + "@127.0.0.1:6379/0",
+			"DATABASE_URL":    "postgres://u:" + pass + "@h:5432/db?password=" + pass,
+			"ETCD_ENDPOINTS":  "http://u:" + pass + "@127.0.0.1:2379",
+			"JWT_SECRET":      jwt,
+		}
+		c, err := load(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var line strings.Builder
+		slog.New(slog.NewJSONHandler(&line, nil)).Info("starting", "config", c)
+		var rec struct{ Config map[string]any }
+		if err := json.Unmarshal([]byte(line.String()), &rec); err != nil {
+			t.Fatalf("%v: %s", err, line.String())
+		}
+		for _, s := range settings {
+			if _, ok := rec.Config[s.logKey()]; !ok {
+				t.Errorf("the log line lacks %s (%s): %s", s.logKey(), s.env, line.String())
+			}
+		}
+		if len(rec.Config) != len(settings) {
+			t.Errorf("the log line has %d settings, the table %d", len(rec.Config), len(settings))
+		}
+		for _, secret := range []string{jwt, pass} {
+			if strings.Contains(line.String(), secret) {
+				t.Errorf("the log line shows %q: %s", secret, line.String())
+			}
+		}
+		if rec.Config["jwt_secret"] != "***" {
+			t.Errorf("jwt_secret logged as %v, want ***", rec.Config["jwt_secret"])
+		}
+		// Durations as text, not nanoseconds.
+		if rec.Config["pay_timeout"] != "30m" || rec.Config["order_log_claim_idle"] != "30s" {
+			t.Errorf("durations logged as %v and %v, want 30m and 30s", rec.Config["pay_timeout"], rec.Config["order_log_claim_idle"])
 		}
 	})
 }

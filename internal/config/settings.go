@@ -1,0 +1,356 @@
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"flashsale/actors"
+	"flashsale/persistence"
+)
+
+// setting is one configuration variable, declared once: its variable (the
+// flag is the same name in kebab case), default, help, how its text is
+// parsed into Config, what is checked once all are read, and how it is
+// shown in the start-up log. Load, Validate, LogValue and the usage (-h)
+// all walk the table below, so a setting cannot be read but not logged.
+type setting struct {
+	env  string // REDIS_URL
+	def  string // as the text a flag or variable would give; "" = unset
+	help string
+	// secret values are shown masked whole and never have a default: the
+	// usage prints defaults.
+	secret bool
+	// keepSpace keeps a flag's surrounding spaces (a secret is taken as
+	// given); variables are always trimmed.
+	keepSpace bool
+
+	// parse sets the field from the text (the default when neither the
+	// flag nor the variable is given); its error is the message after
+	// "invalid VAR: ".
+	parse func(c *Config, s string) error
+	// derive, if set, gives the default of a setting left empty, from
+	// other settings; it runs after every setting is parsed.
+	derive func(c *Config)
+	// check, if set, says what is wrong with the loaded value, or "".
+	check func(c Config) string
+	// show is the value for the start-up log; it masks what may hold a
+	// secret.
+	show func(c Config) slog.Value
+}
+
+func (s setting) flag() string   { return flagName(s.env) }
+func (s setting) logKey() string { return strings.ToLower(s.env) }
+
+func (s setting) derived(f func(c *Config)) setting       { s.derive = f; return s }
+func (s setting) checked(f func(c Config) string) setting { s.check = f; return s }
+func (s setting) shown(f func(c Config) slog.Value) setting {
+	s.show = f
+	return s
+}
+
+// settings is the whole configuration, in the order of the start-up log.
+// Defaults owned by a store come from its exported constants.
+var settings = []setting{
+	stringVar("HTTP_ADDR", ":8080", "listen address", func(c *Config) *string { return &c.HTTPAddr }).
+		checked(func(c Config) string {
+			if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+				return "want host:port, e.g. :8080"
+			}
+			return ""
+		}),
+	stringVar("NODE_ID", "", "this node's stable identity; default host name and HTTP_ADDR", func(c *Config) *string { return &c.NodeID }).
+		derived(func(c *Config) {
+			host, err := hostname()
+			if err != nil || host == "" {
+				host = "node"
+			}
+			c.NodeID = DefaultNodeID(host, c.HTTPAddr)
+		}).
+		checked(func(c Config) string { return nodeIDProblem(c.NodeID) }),
+	stringVar("REDIS_URL", "", "stock Redis URL; empty runs an in-process Redis", func(c *Config) *string { return &c.RedisURL }).
+		checked(func(c Config) string {
+			if c.RedisURL == "" {
+				return ""
+			}
+			return redisURLProblem(c.RedisURL)
+		}).
+		shown(func(c Config) slog.Value { return slog.StringValue(orEmbedded(redactURL(c.RedisURL))) }),
+	listVar("LOCK_REDIS_URLS", "comma-separated Redlock nodes; default REDIS_URL", func(c *Config) *[]string { return &c.LockRedisURLs }).
+		derived(func(c *Config) {
+			if c.RedisURL != "" {
+				c.LockRedisURLs = []string{c.RedisURL}
+			}
+		}).
+		checked(func(c Config) string {
+			for _, u := range c.LockRedisURLs {
+				if msg := redisURLProblem(u); msg != "" {
+					return fmt.Sprintf("%q: %s", redactURL(u), msg)
+				}
+			}
+			if n := len(c.LockRedisURLs); n > 0 && n%2 == 0 {
+				return fmt.Sprintf("Redlock needs an odd number of independent nodes (1, 3 or 5), got %d", n)
+			}
+			return ""
+		}),
+	stringVar("DATABASE_URL", "", "Postgres URL; empty uses the embedded SQLite file", func(c *Config) *string { return &c.DatabaseURL }).
+		checked(func(c Config) string {
+			if c.DatabaseURL == "" {
+				return ""
+			}
+			u, err := url.Parse(c.DatabaseURL)
+			if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") || u.Host == "" {
+				return "want postgres://user@host:port/db"
+			}
+			return ""
+		}).
+		shown(func(c Config) slog.Value { return slog.StringValue(orEmbedded(redactURL(c.DatabaseURL))) }),
+	stringVar("SQLITE_PATH", "flashsale.db", "embedded SQLite database file", func(c *Config) *string { return &c.SQLitePath }),
+	secretVar("JWT_SECRET", "HS256 secret; required unless embedded", func(c *Config) *string { return &c.JWTSecret }).
+		checked(func(c Config) string {
+			if !c.Embedded() && c.JWTSecret == "" {
+				return "required when REDIS_URL or DATABASE_URL is set"
+			}
+			return ""
+		}),
+	durationVar("PAY_TIMEOUT", 30*time.Minute, "unpaid orders are cancelled after this", func(c *Config) *time.Duration { return &c.PayTimeout }),
+
+	stringVar("CLUSTER_PROVIDER", "test", "test, automanaged or etcd", func(c *Config) *string { return &c.ClusterProvider }).
+		checked(func(c Config) string {
+			switch c.ClusterProvider {
+			case "test", "automanaged", "etcd":
+				return ""
+			}
+			return "want test, automanaged or etcd"
+		}),
+	stringVar("CLUSTER_NAME", "flashsale", "cluster name", func(c *Config) *string { return &c.ClusterName }).
+		checked(func(c Config) string {
+			if c.ClusterName == "" {
+				return "must not be empty"
+			}
+			return ""
+		}),
+	stringVar("CLUSTER_HOST", "127.0.0.1", "actor remoting host", func(c *Config) *string { return &c.ClusterHost }),
+	intVar("CLUSTER_PORT", "0", "actor remoting port (0 = any)", func(c *Config) *int { return &c.ClusterPort }, portNumber(true)),
+	listVar("CLUSTER_SEEDS", "automanaged: host:port of every member", func(c *Config) *[]string { return &c.ClusterSeeds }).
+		checked(func(c Config) string {
+			if c.ClusterProvider != "automanaged" {
+				return ""
+			}
+			if len(c.ClusterSeeds) == 0 {
+				return "required with CLUSTER_PROVIDER=automanaged"
+			}
+			for _, s := range c.ClusterSeeds {
+				if _, _, err := net.SplitHostPort(s); err != nil {
+					return fmt.Sprintf("%q is not host:port", s)
+				}
+			}
+			return ""
+		}),
+	intVar("CLUSTER_AUTOMANAGED_PORT", "", "automanaged: this member's port", func(c *Config) *int { return &c.ClusterAutomanagedPort }, optional(portNumber(false))).
+		checked(func(c Config) string {
+			if c.ClusterProvider == "automanaged" && c.ClusterAutomanagedPort == 0 {
+				return "required with CLUSTER_PROVIDER=automanaged"
+			}
+			return ""
+		}),
+	listVar("ETCD_ENDPOINTS", "etcd: comma-separated endpoints", func(c *Config) *[]string { return &c.EtcdEndpoints }).
+		checked(func(c Config) string {
+			if c.ClusterProvider == "etcd" && len(c.EtcdEndpoints) == 0 {
+				return "required with CLUSTER_PROVIDER=etcd"
+			}
+			return ""
+		}),
+
+	intVar("RATE_USER_PER_SEC", "10", "grabs per second per user (0 = off)", func(c *Config) *int { return &c.RateUserPerSec }, rate),
+	intVar("RATE_VOUCHER_PER_SEC", "0", "grabs per second per voucher (0 = off)", func(c *Config) *int { return &c.RateVoucherPerSec }, rate),
+	intVar("RATE_IP_PER_SEC", "0", "requests per second per client IP (0 = off)", func(c *Config) *int { return &c.RateIPPerSec }, rate),
+
+	lowerVar("LOG_LEVEL", "info", "debug, info, warn or error", func(c *Config) *string { return &c.LogLevel }).
+		checked(func(c Config) string {
+			if _, err := c.Level(); err != nil {
+				return "want debug, info, warn or error"
+			}
+			return ""
+		}),
+	lowerVar("LOG_FORMAT", "", "text or json; default text embedded, json otherwise", func(c *Config) *string { return &c.LogFormat }).
+		derived(func(c *Config) {
+			c.LogFormat = "json"
+			if c.Embedded() {
+				c.LogFormat = "text"
+			}
+		}).
+		checked(func(c Config) string {
+			if c.LogFormat != "text" && c.LogFormat != "json" {
+				return "want text or json"
+			}
+			return ""
+		}),
+
+	durationVar("ORDER_LOG_CLAIM_IDLE", persistence.ClaimIdleDefault, "take over order-log entries pending this long with a dead node", func(c *Config) *time.Duration { return &c.OrderLogClaimIdle }),
+	intVar("GRAB_BATCH_SIZE", strconv.Itoa(actors.BatchSizeDefault), "grabs per script call, at most", func(c *Config) *int { return &c.GrabBatchSize }, positive),
+	intVar("GRAB_QUEUE_BOUND", strconv.Itoa(actors.QueueBoundDefault), "grabs waiting per voucher before shedding", func(c *Config) *int { return &c.GrabQueueBound }, positive),
+	durationVar("GRAB_TIMEOUT", actors.GrabTimeoutDefault, "a grab's wait for its answer; shutdown waits as long for queued grabs", func(c *Config) *time.Duration { return &c.GrabTimeout }),
+	durationVar("ORDER_LOG_DRAIN_TIMEOUT", 5*time.Second, "shutdown waits this long for accepted orders to reach the database", func(c *Config) *time.Duration { return &c.OrderLogDrainTimeout }),
+	durationVar("HTTP_SHUTDOWN_TIMEOUT", 10*time.Second, "shutdown waits this long for open HTTP requests", func(c *Config) *time.Duration { return &c.HTTPShutdownTimeout }),
+
+	boolVar("INTROSPECTION", "true", "allow schema introspection", func(c *Config) *bool { return &c.Introspection }),
+	boolVar("DEMO", "", "create a demo voucher and print tokens; default on when embedded", func(c *Config) *bool { return &c.Demo }).
+		derived(func(c *Config) { c.Demo = c.Embedded() }),
+}
+
+// stringVar is a setting kept as text.
+func stringVar(env, def, help string, field func(*Config) *string) setting {
+	return setting{env: env, def: def, help: help,
+		parse: func(c *Config, s string) error { *field(c) = s; return nil },
+		show:  func(c Config) slog.Value { return slog.StringValue(*field(&c)) },
+	}
+}
+
+// lowerVar is text compared without case (LOG_LEVEL=INFO).
+func lowerVar(env, def, help string, field func(*Config) *string) setting {
+	s := stringVar(env, def, help, field)
+	s.parse = func(c *Config, s string) error { *field(c) = strings.ToLower(s); return nil }
+	return s
+}
+
+// secretVar is text never shown: the log says only whether it is set.
+func secretVar(env, help string, field func(*Config) *string) setting {
+	s := stringVar(env, "", help, field)
+	s.secret, s.keepSpace = true, true
+	s.show = func(c Config) slog.Value {
+		if *field(&c) == "" {
+			return slog.StringValue("(unset)")
+		}
+		return slog.StringValue("***")
+	}
+	return s
+}
+
+// listVar is a comma-separated list, empty by default. Items that are
+// URLs are logged without their passwords.
+func listVar(env, help string, field func(*Config) *[]string) setting {
+	return setting{env: env, help: help,
+		parse: func(c *Config, s string) error { *field(c) = list(s); return nil },
+		show: func(c Config) slog.Value {
+			items := *field(&c)
+			out := make([]string, len(items))
+			for i, it := range items {
+				out[i] = it
+				if strings.Contains(it, "://") {
+					out[i] = redactURL(it)
+				}
+			}
+			return slog.StringValue(strings.Join(out, ","))
+		},
+	}
+}
+
+// durationVar is a positive duration, logged as text (30m, not 30m0s or
+// nanoseconds in JSON).
+func durationVar(env string, def time.Duration, help string, field func(*Config) *time.Duration) setting {
+	return setting{env: env, def: formatDuration(def), help: help,
+		parse: func(c *Config, s string) error {
+			d, err := time.ParseDuration(s)
+			if err != nil {
+				return fmt.Errorf("want a duration such as 30m or 90s")
+			}
+			*field(c) = d
+			return nil
+		},
+		check: func(c Config) string {
+			if *field(&c) <= 0 {
+				return "must be positive"
+			}
+			return ""
+		},
+		show: func(c Config) slog.Value { return slog.StringValue(formatDuration(*field(&c))) },
+	}
+}
+
+// intVar is a whole number read by conv, which says what it accepts.
+func intVar(env, def, help string, field func(*Config) *int, conv func(string) (int, error)) setting {
+	return setting{env: env, def: def, help: help,
+		parse: func(c *Config, s string) error {
+			n, err := conv(s)
+			if err != nil {
+				return err
+			}
+			*field(c) = n
+			return nil
+		},
+		show: func(c Config) slog.Value { return slog.IntValue(*field(&c)) },
+	}
+}
+
+// boolVar is true or false (strconv.ParseBool). Empty is accepted only
+// where the default is empty, for derive to decide.
+func boolVar(env, def, help string, field func(*Config) *bool) setting {
+	return setting{env: env, def: def, help: help,
+		parse: func(c *Config, s string) error {
+			if s == "" && def == "" {
+				return nil
+			}
+			b, err := strconv.ParseBool(s)
+			if err != nil {
+				return fmt.Errorf("want true or false")
+			}
+			*field(c) = b
+			return nil
+		},
+		show: func(c Config) slog.Value { return slog.BoolValue(*field(&c)) },
+	}
+}
+
+// formatDuration drops the zero units time.Duration.String keeps: 30m, 1h,
+// 1h30m, 90s as 1m30s.
+func formatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+func portNumber(zeroOK bool) func(string) (int, error) {
+	return func(s string) (int, error) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n > 65535 || (n == 0 && !zeroOK) {
+			return 0, fmt.Errorf("want a port number")
+		}
+		return n, nil
+	}
+}
+
+// optional lets an empty text mean 0 (unset).
+func optional(conv func(string) (int, error)) func(string) (int, error) {
+	return func(s string) (int, error) {
+		if s == "" {
+			return 0, nil
+		}
+		return conv(s)
+	}
+}
+
+func rate(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("want a whole number >= 0 (0 = off)")
+	}
+	return n, nil
+}
+
+func positive(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("want a whole number >= 1")
+	}
+	return n, nil
+}
