@@ -39,7 +39,10 @@ func TestARestartedNodeResumesItsOwnPendingOrders(t *testing.T) {
 	if err := rdb.XGroupCreateMkStream(ctx, log, persistence.OrderLogGroup, "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	err = rdb.XAdd(ctx, &redis.XAddArgs{Stream: log, Values: []any{"o", orderID, "u", 7, "v", v.ID, "t", time.Now().UnixMilli(), "s", 1}}).Err()
+	err = rdb.XAdd(ctx, &redis.XAddArgs{Stream: log, Values: []any{
+		persistence.EntryOrderID, orderID, persistence.EntryUserID, 7, persistence.EntryVoucherID, v.ID,
+		persistence.EntryTime, time.Now().UnixMilli(), persistence.EntrySlot, 1,
+	}}).Err()
 	if err != nil {
 		t.Fatal(err)
 	}

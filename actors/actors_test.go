@@ -80,16 +80,10 @@ func drained(tb testing.TB, w *persistence.OrderWriter) {
 	}
 }
 
+// voucher creates and preheats a seckill voucher (the tests' one fixture).
 func (e *env) voucher(tb testing.TB, stock, limit int, begin, end time.Time) int64 {
 	tb.Helper()
-	v, err := e.catalog.Create(context.Background(), domain.NewVoucher{
-		ShopID: 1, Title: "v", PayValue: 1, ActualValue: 2, Type: domain.VoucherSeckill,
-		Stock: &stock, BeginAt: &begin, EndAt: &end, PerUserLimit: &limit,
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return v.ID
+	return testenv.MustVoucher(tb, e.db, e.rdb, testenv.VoucherSpec{Stock: stock, Limit: limit, Begin: begin, End: end}).ID
 }
 
 func (e *env) live(tb testing.TB, stock, limit int) int64 {

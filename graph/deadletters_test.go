@@ -55,7 +55,8 @@ func TestAdminListsDeadLetteredOrders(t *testing.T) {
 	s.drained(t)
 	for i := range 3 { // impossible orders: user 42 holds one already
 		err := s.rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: persistence.LogKey(vid), Values: []any{
-			"o", 9_000_000 + i, "u", 42, "v", vid, "t", time.Now().UnixMilli(), "s", 1,
+			persistence.EntryOrderID, 9_000_000 + i, persistence.EntryUserID, 42, persistence.EntryVoucherID, vid,
+			persistence.EntryTime, time.Now().UnixMilli(), persistence.EntrySlot, 1,
 		}}).Err()
 		if err != nil {
 			t.Fatal(err)
