@@ -85,10 +85,12 @@ func (rn *runner) drain(ctx context.Context, p plan, saleStart time.Time, vouche
 	}
 }
 
-// orderRow is a tb_voucher_order row as the checks see it.
+// orderRow is a tb_voucher_order row as the checks see it; created is
+// when Redis sold it (the grab script's clock, this machine's).
 type orderRow struct {
 	id, user, voucher int64
 	status            int
+	created           time.Time
 }
 
 func (o orderRow) live() bool { return o.status != statusCancelled && o.status != statusRefunded }
@@ -123,14 +125,14 @@ func (rn *runner) collect(ctx context.Context, voucher int64, okIDs []int64) (st
 	var st state
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	rows, err := rn.env.db.QueryContext(ctx, `SELECT id, user_id, voucher_id, status FROM tb_voucher_order WHERE voucher_id = $1 OR id = ANY($2)`, voucher, okIDs)
+	rows, err := rn.env.db.QueryContext(ctx, `SELECT id, user_id, voucher_id, status, create_time FROM tb_voucher_order WHERE voucher_id = $1 OR id = ANY($2)`, voucher, okIDs)
 	if err != nil {
 		return st, fmt.Errorf("read orders: %w", err)
 	}
 	st.byID = map[int64]orderRow{}
 	for rows.Next() {
 		var o orderRow
-		if err := rows.Scan(&o.id, &o.user, &o.voucher, &o.status); err != nil {
+		if err := rows.Scan(&o.id, &o.user, &o.voucher, &o.status, &o.created); err != nil {
 			rows.Close()
 			return st, fmt.Errorf("read orders: %w", err)
 		}
@@ -338,15 +340,22 @@ func judge(p plan, answers []answer, st state, requestIDs bool) outcome {
 		}
 	}
 	// A request answered OK must be answered the same order every time
-	// it is asked again, and never anything else that decides it — unless
-	// its order was lost with Redis's data.
+	// it is asked again once it sold, and never anything else that decides
+	// it — unless its order was lost with Redis's data. Only sales are
+	// remembered: an answer such as SOLD_OUT to a request sent before the
+	// sale (by its order's create time, plus a few milliseconds for the two
+	// clocks' readings) was a former attempt, not a wrong retry.
 	for k, oks := range okByKey {
 		want := oks[0].OrderID
 		id, _ := strconv.ParseInt(want, 10, 64)
 		if lost[id] {
 			continue
 		}
+		soldAt := st.byID[id].created
 		for _, a := range decidedByKey[k] {
+			if a.Code != codeOK && !soldAt.IsZero() && a.sent.Before(soldAt.Add(5*time.Millisecond)) {
+				continue
+			}
 			if a.Code != codeOK || a.OrderID != want {
 				got := a.Code
 				if a.Code == codeOK {

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 )
 
 // The replay promise: a round's plan is a function of (seed, round).
@@ -53,6 +54,16 @@ func TestJudgeSeesEachBrokenPromise(t *testing.T) {
 		st.redisUsers = map[int64]int{10: 1, 11: 1}
 		return st
 	}
+	// soldClean: clean, with the time Redis sold order 1.
+	soldAt := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	soldClean := func() state {
+		st := clean()
+		first := st.byID[1]
+		first.created = soldAt
+		st.byID[1], st.rows[0] = first, first
+		return st
+	}
+	sentAt := func(a answer, at time.Time) answer { a.sent = at; return a }
 	// onlyFirst: user 10's order alone is in the stores, consistently.
 	onlyFirst := func() state {
 		st := clean()
@@ -101,6 +112,8 @@ func TestJudgeSeesEachBrokenPromise(t *testing.T) {
 		{"a row whose grab lost its reply", durable, []answer{ok(10, "a", "1"), code(11, "b", codeUnavailable)}, clean, nil},
 		{"one order id for two users", durable, []answer{ok(10, "a", "1"), ok(11, "b", "1")}, onlyFirst, []string{"dup-id"}},
 		{"a sold request answered SOLD_OUT on retry", durable, append(slices.Clone(sold), code(10, "a", codeSoldOut)), clean, []string{"retry"}},
+		{"a SOLD_OUT sent after the sale to the key that sold", durable, append(slices.Clone(sold), sentAt(code(10, "a", codeSoldOut), soldAt.Add(time.Second))), soldClean, []string{"retry"}},
+		{"a SOLD_OUT to the same key sent before it sold (a former attempt)", durable, append(slices.Clone(sold), sentAt(code(10, "a", codeSoldOut), soldAt.Add(-time.Second))), soldClean, nil},
 		{"an undocumented error", durable, append(slices.Clone(sold), answer{attempt: attempt{user: 12}, grabAnswer: grabAnswer{Err: &gqlErrors{list: []gqlError{{Message: "x", Extensions: map[string]any{"code": "WEIRD"}}}}}}), clean, []string{"error"}},
 		{"an undrained log", durable, sold, func() state { st := clean(); st.drained, st.logLeft = false, 3; return st }, []string{"not-drained"}},
 	}

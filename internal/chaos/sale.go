@@ -22,7 +22,9 @@ type answer struct {
 	// that settle an outcome the sale left unknown, "verify" for retries
 	// of sold grabs after the sale.
 	phase string
-	took  time.Duration
+	// sent is when the request left; took how long its answer took.
+	sent time.Time
+	took time.Duration
 }
 
 // Grab outcomes a client can rely on: the request was decided.
@@ -134,9 +136,9 @@ func (rn *runner) send(ctx context.Context, a attempt, voucherID, phase string) 
 	if rn.requestIDs {
 		key = a.key
 	}
-	t := time.Now()
+	ans.sent = time.Now()
 	ans.grabAnswer = rn.api.grab(ctx, rn.env.nodes[a.node].Base, token, voucherID, key)
-	ans.took = time.Since(t)
+	ans.took = time.Since(ans.sent)
 	return ans
 }
 
