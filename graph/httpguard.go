@@ -5,6 +5,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -19,7 +20,9 @@ import (
 // unsupported methods and content types ("transport not supported"), and
 // GET requests with a mutation or undecodable variables. It also bounds
 // the URL query string by the body limit, since a GET query is parsed and
-// cached like a POST body.
+// cached like a POST body. Only a websocket handshake reaches the
+// websocket transport: gqlgen's transports route any Upgrade header there
+// (curl --http2 sends "Upgrade: h2c" with a plain POST).
 //
 // POST application/json, the hot path, costs a header comparison here;
 // only GET requests are parsed twice, and GET is not the hot path.
@@ -35,8 +38,14 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.reject(w, r, http.StatusRequestURITooLong, "the URL query string is over %d bytes; send large queries in a POST body", g.maxURLQuery)
 		return
 	}
+	if r.Header.Get("Upgrade") != "" && !isWebsocketHandshake(r) {
+		// Served as the plain request it is: without the header, gqlgen's
+		// POST and GET transports take it.
+		r = r.Clone(r.Context())
+		r.Header.Del("Upgrade")
+	}
 	switch {
-	case r.Header.Get("Upgrade") != "": // the websocket transport's
+	case r.Header.Get("Upgrade") != "": // a websocket handshake
 	case r.Method == http.MethodPost:
 		if !isJSON(r.Header.Get("Content-Type")) {
 			g.reject(w, r, http.StatusUnsupportedMediaType, "a POST request must have Content-Type application/json")
@@ -57,6 +66,27 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.next.ServeHTTP(w, r)
+}
+
+// isWebsocketHandshake reports a websocket opening handshake (RFC 6455
+// 4.1): a GET with "Upgrade: websocket" and "Connection: upgrade", both
+// without case and among other tokens.
+func isWebsocketHandshake(r *http.Request) bool {
+	return r.Method == http.MethodGet &&
+		headerHasToken(r.Header, "Upgrade", "websocket") &&
+		headerHasToken(r.Header, "Connection", "upgrade")
+}
+
+// headerHasToken reports whether a comma-separated header lists token.
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func isJSON(contentType string) bool {
