@@ -1,0 +1,87 @@
+package graph_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+func TestRequestsGetTheirContractCodes(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	admin := s.admin(t)
+	v := s.createVoucher(t, seckillInput(1, 10))
+	post := func(body string) *http.Request {
+		req := httptest.NewRequest(http.MethodPost, "/query", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+admin)
+		return req
+	}
+	get := func(params url.Values) *http.Request {
+		req := httptest.NewRequest(http.MethodGet, "/query?"+params.Encode(), nil)
+		req.Header.Set("Authorization", "Bearer "+admin)
+		return req
+	}
+
+	t.Run("a body over the limit is 413", func(t *testing.T) {
+		big := `{"query":"{ __typename }","variables":{"pad":"` + strings.Repeat("x", 70<<10) + `"}}`
+		s.serve(t, post(big)).wantCode(t, http.StatusRequestEntityTooLarge, "BAD_USER_INPUT")
+		chunked := post(big)
+		chunked.ContentLength = -1 // no length given: found while reading
+		s.serve(t, chunked).wantCode(t, http.StatusRequestEntityTooLarge, "BAD_USER_INPUT")
+	})
+
+	t.Run("trailing data after the JSON body", func(t *testing.T) {
+		for _, body := range []string{
+			`{"query":"{ __typename }"} {"query":"{ __typename }"}`,
+			`{"query":"{ __typename }"}garbage`,
+			`{"query":"{ __typename }"}]`,
+		} {
+			s.serve(t, post(body)).wantCode(t, http.StatusBadRequest, "BAD_USER_INPUT")
+		}
+		if r := s.serve(t, post("\n  {\"query\":\"{ __typename }\"}\r\n\t ")); r.status != http.StatusOK || len(r.Errors) > 0 {
+			t.Fatalf("whitespace around the body: %d %s", r.status, r.body)
+		}
+	})
+
+	t.Run("a mutation over GET is a coded 405, also as a persisted query", func(t *testing.T) {
+		mutation := `mutation { setVoucherStatus(id: "` + v.ID + `", status: PAUSED) { id } }`
+		sum := sha256.Sum256([]byte(mutation))
+		ext := `{"persistedQuery":{"version":1,"sha256Hash":"` + hex.EncodeToString(sum[:]) + `"}}`
+		// A POST registers (and runs) it; the status is then put back.
+		b, _ := json.Marshal(map[string]any{"query": mutation, "extensions": json.RawMessage(ext)})
+		s.serve(t, post(string(b)))
+		s.mustDo(t, admin, `mutation($id: ID!) { setVoucherStatus(id: $id, status: ACTIVE) { id } }`, map[string]any{"id": v.ID}, nil)
+		for name, params := range map[string]url.Values{
+			"hash only":      {"extensions": {ext}},
+			"hash and query": {"extensions": {ext}, "query": {mutation}},
+		} {
+			r := s.serve(t, get(params))
+			if r.status != http.StatusMethodNotAllowed {
+				t.Fatalf("%s: status %d, want 405: %s", name, r.status, r.body)
+			}
+			wantCode(t, r.Errors, "BAD_USER_INPUT")
+		}
+		var out struct{ Voucher voucherData }
+		s.mustDo(t, admin, `query($id: ID!) { voucher(id: $id) { id status } }`, map[string]any{"id": v.ID}, &out)
+		if out.Voucher.Status != "ACTIVE" {
+			t.Fatalf("status %s: the GET mutation ran", out.Voucher.Status)
+		}
+
+		query := `{ __typename }`
+		qsum := sha256.Sum256([]byte(query))
+		qext := `{"persistedQuery":{"version":1,"sha256Hash":"` + hex.EncodeToString(qsum[:]) + `"}}`
+		if r := s.serve(t, get(url.Values{"query": {query}, "extensions": {qext}})); r.status != http.StatusOK || len(r.Errors) > 0 {
+			t.Fatalf("register a persisted query: %d %s", r.status, r.body)
+		}
+		if r := s.serve(t, get(url.Values{"extensions": {qext}})); r.status != http.StatusOK || len(r.Errors) > 0 {
+			t.Fatalf("a persisted query over GET: %d %s", r.status, r.body)
+		}
+	})
+
+}
