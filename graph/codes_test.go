@@ -22,11 +22,45 @@ func TestRequestsGetTheirContractCodes(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer "+admin)
 		return req
 	}
+	postJSON := func(query string, vars map[string]any) *http.Request {
+		b, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
+		return post(string(b))
+	}
 	get := func(params url.Values) *http.Request {
 		req := httptest.NewRequest(http.MethodGet, "/query?"+params.Encode(), nil)
 		req.Header.Set("Authorization", "Bearer "+admin)
 		return req
 	}
+
+	const setStatus = `mutation($id: ID!, $s: VoucherStatus!) { setVoucherStatus(id: $id, status: $s) { id status } }`
+
+	t.Run("enum values in the wrong case", func(t *testing.T) {
+		for _, status := range []string{"paused", "Paused", "eNDED"} {
+			e := s.serve(t, postJSON(setStatus, map[string]any{"id": v.ID, "s": status})).wantCode(t, http.StatusUnprocessableEntity, "BAD_USER_INPUT")
+			if !strings.Contains(e.Message, "VoucherStatus") || strings.Contains(e.Message, "internal") {
+				t.Errorf("message %q does not name the enum", e.Message)
+			}
+		}
+		for _, typ := range []string{"seckill", "Normal"} {
+			in := seckillInput(1, 10)
+			in["type"] = typ
+			s.serve(t, postJSON(createSeckill, map[string]any{"in": in})).wantCode(t, http.StatusUnprocessableEntity, "BAD_USER_INPUT")
+		}
+		// The same answer as for a value that is no enum value at all.
+		s.serve(t, postJSON(setStatus, map[string]any{"id": v.ID, "s": "SLEEPING"})).wantCode(t, http.StatusUnprocessableEntity, "BAD_USER_INPUT")
+		var out struct{ Voucher voucherData }
+		s.mustDo(t, admin, `query($id: ID!) { voucher(id: $id) { id status } }`, map[string]any{"id": v.ID}, &out)
+		if out.Voucher.Status != "ACTIVE" {
+			t.Fatalf("status %s: a refused mutation changed it", out.Voucher.Status)
+		}
+		var n int
+		if err := s.db.NewSelect().Table("tb_voucher").ColumnExpr("count(*)").Scan(t.Context(), &n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Fatalf("tb_voucher has %d rows, want 1", n)
+		}
+	})
 
 	t.Run("a body over the limit is 413", func(t *testing.T) {
 		big := `{"query":"{ __typename }","variables":{"pad":"` + strings.Repeat("x", 70<<10) + `"}}`

@@ -94,6 +94,7 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	}
 	persisted := lru.New[string](256)
 	srv.Use(extension.AutomaticPersistedQuery{Cache: persisted})
+	srv.Use(&strictEnums{})
 	srv.Use(operationPolicy{ipLimit: opts.IPLimit, log: opts.Log})
 	srv.Use(extension.FixedComplexityLimit(lim.MaxComplexity))
 	srv.Use(depthLimit{max: lim.MaxDepth, introspectionMax: lim.MaxIntrospectionDepth})
