@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -118,4 +119,18 @@ func TestRequestsGetTheirContractCodes(t *testing.T) {
 		}
 	})
 
+	t.Run("ids that are not canonical decimals", func(t *testing.T) {
+		const byLiteral = `{ voucher(id: "%s") { id } }`
+		for _, id := range []string{"+1", "01", "001", "-0", "0", " 1", "1 ", "1.0", "1e0", "0x1", "١"} {
+			r := s.serve(t, post(fmt.Sprintf(`{"query":%q}`, fmt.Sprintf(byLiteral, id))))
+			e := r.wantCode(t, http.StatusOK, "BAD_USER_INPUT")
+			if strings.Contains(e.Message, "strconv") {
+				t.Errorf("id %q: message %q shows internals", id, e.Message)
+			}
+			s.serve(t, postJSON(`query($id: ID!) { voucher(id: $id) { id } }`, map[string]any{"id": id})).wantCode(t, http.StatusOK, "BAD_USER_INPUT")
+		}
+		var out struct{ Voucher voucherData }
+		s.mustDo(t, admin, `query($id: ID!) { voucher(id: $id) { id } }`, map[string]any{"id": v.ID}, &out)
+		s.mustDo(t, admin, fmt.Sprintf(`{ voucher(id: %s) { id } }`, v.ID), nil, &out) // an Int literal
+	})
 }
