@@ -101,7 +101,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	if secret == "" { // embedded mode only; config requires it otherwise
 		secret = randomSecret()
 	}
-	a.tokens = auth.NewTokens(secret)
+	a.tokens = auth.NewTokens(secret, auth.WithMaxTTL(cfg.JWTMaxTTL))
 
 	stock := persistence.NewStock(a.rdb)
 	a.catalog = catalog.New(persistence.NewVouchers(a.db), stock, log)

@@ -35,11 +35,13 @@ func (a *app) printDemo(ctx context.Context, w io.Writer) error {
 		}
 		id = v.ID
 	}
-	admin, err := a.tokens.Issue(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, 7*24*time.Hour)
+	// As long as tokens may live (JWT_MAX_TTL): a restart prints new ones.
+	ttl := a.tokens.MaxTTL()
+	admin, err := a.tokens.Issue(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, ttl)
 	if err != nil {
 		return err
 	}
-	user, err := a.tokens.Issue(auth.Identity{UserID: 1001, Role: auth.RoleUser}, 7*24*time.Hour)
+	user, err := a.tokens.Issue(auth.Identity{UserID: 1001, Role: auth.RoleUser}, ttl)
 	if err != nil {
 		return err
 	}

@@ -11,13 +11,17 @@ import (
 	"flashsale/internal/auth"
 )
 
-// runToken prints a bearer token signed with JWT_SECRET (or --jwt-secret).
+// runToken prints a bearer token signed with JWT_SECRET (or --jwt-secret),
+// valid for --ttl, at most JWT_MAX_TTL (or --jwt-max-ttl): the service
+// refuses longer-lived tokens, so minting one would only hand out a token
+// that does not work.
 func runToken(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("flashsale token", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	user := fs.Int64("user", 0, "user id (the sub claim)")
 	role := fs.String("role", "user", "user or admin")
-	ttl := fs.Duration("ttl", 24*time.Hour, "validity")
+	ttl := fs.Duration("ttl", 0, "validity (default: the maximum, JWT_MAX_TTL)")
+	maxTTL := fs.String("jwt-max-ttl", "", "longest validity the service accepts (default: JWT_MAX_TTL, else "+auth.MaxTTLDefault.String()+")")
 	// No default from the environment: the usage would print the secret.
 	secret := fs.String("jwt-secret", "", "HS256 secret (default: JWT_SECRET)")
 	if err := fs.Parse(args); err != nil {
@@ -25,6 +29,20 @@ func runToken(args []string, getenv func(string) string, stdout, stderr io.Write
 	}
 	if *secret == "" {
 		*secret = getenv("JWT_SECRET")
+	}
+	if *maxTTL == "" {
+		*maxTTL = strings.TrimSpace(getenv("JWT_MAX_TTL"))
+	}
+	limit := auth.MaxTTLDefault
+	if *maxTTL != "" {
+		d, err := time.ParseDuration(*maxTTL)
+		if err != nil || d <= 0 {
+			return errors.New("invalid JWT_MAX_TTL: want a positive duration such as 24h")
+		}
+		limit = d
+	}
+	if *ttl == 0 {
+		*ttl = limit
 	}
 	switch {
 	case *secret == "":
@@ -35,8 +53,10 @@ func runToken(args []string, getenv func(string) string, stdout, stderr io.Write
 		return errors.New("--role: want user or admin")
 	case *ttl <= 0:
 		return errors.New("--ttl: must be positive")
+	case *ttl > limit:
+		return fmt.Errorf("--ttl: at most JWT_MAX_TTL (%s); the service refuses longer-lived tokens", limit)
 	}
-	tok, err := auth.NewTokens(*secret).Issue(auth.Identity{UserID: *user, Role: auth.Role(strings.ToLower(*role))}, *ttl)
+	tok, err := auth.NewTokens(*secret, auth.WithMaxTTL(limit)).Issue(auth.Identity{UserID: *user, Role: auth.Role(strings.ToLower(*role))}, *ttl)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,17 @@ import (
 
 func signed(tb testing.TB, method jwt.SigningMethod, key any, claims jwt.MapClaims) string {
 	tb.Helper()
-	tok, err := jwt.NewWithClaims(method, claims).SignedString(key)
+	return signedWithHeader(tb, method, key, nil, claims)
+}
+
+// signedWithHeader is signed with extra JOSE header fields.
+func signedWithHeader(tb testing.TB, method jwt.SigningMethod, key any, header map[string]any, claims jwt.MapClaims) string {
+	tb.Helper()
+	t := jwt.NewWithClaims(method, claims)
+	for k, v := range header {
+		t.Header[k] = v
+	}
+	tok, err := t.SignedString(key)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -42,6 +52,10 @@ func TestAuthMatrix(t *testing.T) {
 		{"HS512 with the right secret", signed(t, jwt.SigningMethodHS512, []byte(testSecret), jwt.MapClaims{"sub": "1", "role": "admin", "exp": future}), query, "UNAUTHENTICATED"},
 		{"non-numeric sub", signed(t, jwt.SigningMethodHS256, []byte(testSecret), jwt.MapClaims{"sub": "alice", "role": "user", "exp": future}), query, "UNAUTHENTICATED"},
 		{"unknown role", signed(t, jwt.SigningMethodHS256, []byte(testSecret), jwt.MapClaims{"sub": "7", "role": "root", "exp": future}), query, "UNAUTHENTICATED"},
+		{"admin without exp", signed(t, jwt.SigningMethodHS256, []byte(testSecret), jwt.MapClaims{"sub": "1", "role": "admin"}), adminMutation, "UNAUTHENTICATED"},
+		{"admin with exp null", signed(t, jwt.SigningMethodHS256, []byte(testSecret), jwt.MapClaims{"sub": "1", "role": "admin", "exp": nil}), adminMutation, "UNAUTHENTICATED"},
+		{"admin for a year", signed(t, jwt.SigningMethodHS256, []byte(testSecret), jwt.MapClaims{"sub": "1", "role": "admin", "iat": time.Now().Unix(), "exp": time.Now().AddDate(1, 0, 0).Unix()}), adminMutation, "UNAUTHENTICATED"},
+		{"admin with a crit header", signedWithHeader(t, jwt.SigningMethodHS256, []byte(testSecret), map[string]any{"crit": []string{"b64"}, "b64": false}, jwt.MapClaims{"sub": "1", "role": "admin", "exp": future}), adminMutation, "UNAUTHENTICATED"},
 		{"user reads", userTok, query, ""},
 		{"user on admin mutation", userTok, adminMutation, "FORBIDDEN"},
 		{"admin on admin mutation", adminTok, adminMutation, ""},

@@ -92,7 +92,9 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	if opts.Introspection {
 		srv.Use(extension.Introspection{})
 	}
-	srv.Use(extension.AutomaticPersistedQuery{Cache: lru.New[string](256)})
+	persisted := lru.New[string](256)
+	srv.Use(extension.AutomaticPersistedQuery{Cache: persisted})
+	srv.Use(&strictEnums{})
 	srv.Use(operationPolicy{ipLimit: opts.IPLimit, log: opts.Log})
 	srv.Use(extension.FixedComplexityLimit(lim.MaxComplexity))
 	srv.Use(depthLimit{max: lim.MaxDepth, introspectionMax: lim.MaxIntrospectionDepth})
@@ -100,6 +102,8 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 		next:        http.MaxBytesHandler(withClientIP(opts.Tokens.Middleware(srv)), lim.MaxBodyBytes),
 		present:     present,
 		maxURLQuery: int(lim.MaxBodyBytes),
+		maxBody:     lim.MaxBodyBytes,
 		maxTokens:   lim.MaxTokens,
+		persisted:   persisted,
 	}
 }

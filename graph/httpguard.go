@@ -1,10 +1,16 @@
 package graph
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -15,19 +21,29 @@ import (
 )
 
 // requestGuard answers, in front of gqlgen, the requests that gqlgen would
-// answer itself without the error presenter (so without extensions.code):
-// unsupported methods and content types ("transport not supported"), and
-// GET requests with a mutation or undecodable variables. It also bounds
-// the URL query string by the body limit, since a GET query is parsed and
-// cached like a POST body.
+// answer itself without the error presenter (so without extensions.code)
+// or not at all: unsupported methods and content types ("transport not
+// supported"), POST bodies over the limit (413) or with data after the
+// JSON value (gqlgen reads the first value and ignores the rest), and GET
+// requests with a mutation (also one named by a persisted-query hash) or
+// undecodable variables. It also bounds the URL query string by the body
+// limit, since a GET query is parsed and cached like a POST body. Only a
+// websocket handshake reaches the websocket transport: gqlgen's
+// transports route any Upgrade header there (curl --http2 sends
+// "Upgrade: h2c" with a plain POST).
 //
-// POST application/json, the hot path, costs a header comparison here;
-// only GET requests are parsed twice, and GET is not the hot path.
+// POST application/json, the hot path, costs a header comparison, a copy
+// of its (small) body and a validity scan here; only GET requests are
+// parsed twice, and GET is not the hot path.
 type requestGuard struct {
 	next        http.Handler
 	present     graphql.ErrorPresenterFunc
 	maxURLQuery int
+	maxBody     int64
 	maxTokens   int
+	// persisted is the automatic-persisted-query cache, to find the
+	// operation a GET names by its hash alone.
+	persisted graphql.Cache[string]
 }
 
 func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -35,15 +51,27 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.reject(w, r, http.StatusRequestURITooLong, "the URL query string is over %d bytes; send large queries in a POST body", g.maxURLQuery)
 		return
 	}
+	if r.Header.Get("Upgrade") != "" && !isWebsocketHandshake(r) {
+		// Served as the plain request it is: without the header, gqlgen's
+		// POST and GET transports take it.
+		r = r.Clone(r.Context())
+		r.Header.Del("Upgrade")
+	}
 	switch {
-	case r.Header.Get("Upgrade") != "": // the websocket transport's
+	case r.Header.Get("Upgrade") != "": // a websocket handshake
 	case r.Method == http.MethodPost:
 		if !isJSON(r.Header.Get("Content-Type")) {
 			g.reject(w, r, http.StatusUnsupportedMediaType, "a POST request must have Content-Type application/json")
 			return
 		}
+		body, status, msg := g.readBody(w, r)
+		if status != 0 {
+			g.reject(w, r, status, "%s", msg)
+			return
+		}
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	case r.Method == http.MethodGet:
-		if status, msg := checkGET(r.URL.RawQuery, g.maxTokens); status != 0 {
+		if status, msg := checkGET(r.Context(), r.URL.RawQuery, g.maxTokens, g.persisted); status != 0 {
 			if status == http.StatusMethodNotAllowed {
 				w.Header().Set("Allow", "POST")
 			}
@@ -59,6 +87,49 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.next.ServeHTTP(w, r)
 }
 
+// readBody reads a POST body whole, at most maxBody bytes, and checks it
+// is exactly one JSON value: gqlgen decodes the first value and would run
+// it whatever follows. A malformed body gets gqlgen's (tidied) answer, so
+// the client hears the same either way.
+func (g requestGuard) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, string) {
+	tooLarge := fmt.Sprintf("the request body is over %d bytes", g.maxBody)
+	if r.ContentLength > g.maxBody {
+		return nil, http.StatusRequestEntityTooLarge, tooLarge
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return nil, http.StatusRequestEntityTooLarge, tooLarge
+	case err != nil:
+		return nil, http.StatusBadRequest, "the request body could not be read"
+	case !json.Valid(body):
+		return nil, http.StatusBadRequest, badBodyMessage
+	}
+	return body, 0, ""
+}
+
+// isWebsocketHandshake reports a websocket opening handshake (RFC 6455
+// 4.1): a GET with "Upgrade: websocket" and "Connection: upgrade", both
+// without case and among other tokens.
+func isWebsocketHandshake(r *http.Request) bool {
+	return r.Method == http.MethodGet &&
+		headerHasToken(r.Header, "Upgrade", "websocket") &&
+		headerHasToken(r.Header, "Connection", "upgrade")
+}
+
+// headerHasToken reports whether a comma-separated header lists token.
+func headerHasToken(h http.Header, name, token string) bool {
+	for _, v := range h.Values(name) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func isJSON(contentType string) bool {
 	if contentType == "application/json" {
 		return true
@@ -69,12 +140,18 @@ func isJSON(contentType string) bool {
 
 // checkGET finds what gqlgen's GET transport would refuse without a code:
 // a malformed query string, variables or extensions that are not JSON
-// objects, and an operation other than a query. Anything the parser
-// rejects is left to gqlgen, which reports it through the presenter.
-func checkGET(rawQuery string, maxTokens int) (int, string) {
+// objects, and an operation other than a query, given as text or by the
+// hash of a persisted query. Anything the parser rejects is left to
+// gqlgen, which reports it through the presenter.
+func checkGET(ctx context.Context, rawQuery string, maxTokens int, persisted graphql.Cache[string]) (int, string) {
 	q, err := url.ParseQuery(rawQuery)
 	if err != nil {
 		return http.StatusBadRequest, "the URL query string is malformed"
+	}
+	var ext struct {
+		PersistedQuery struct {
+			Hash string `json:"sha256Hash"`
+		} `json:"persistedQuery"`
 	}
 	for _, name := range []string{"variables", "extensions"} {
 		if v := q.Get(name); v != "" {
@@ -82,9 +159,16 @@ func checkGET(rawQuery string, maxTokens int) (int, string) {
 			if json.Unmarshal([]byte(v), &m) != nil {
 				return http.StatusBadRequest, name + " must be a JSON object"
 			}
+			if name == "extensions" {
+				_ = json.Unmarshal([]byte(v), &ext) // a wrong shape is gqlgen's to report
+			}
 		}
 	}
-	doc, err := parser.ParseQueryWithTokenLimit(&ast.Source{Input: q.Get("query")}, maxTokens)
+	query := q.Get("query")
+	if query == "" && ext.PersistedQuery.Hash != "" && persisted != nil {
+		query, _ = persisted.Get(ctx, ext.PersistedQuery.Hash)
+	}
+	doc, err := parser.ParseQueryWithTokenLimit(&ast.Source{Input: query}, maxTokens)
 	if err != nil {
 		return 0, ""
 	}

@@ -18,7 +18,9 @@ func MarshalID(id int64) graphql.Marshaler {
 	})
 }
 
-// UnmarshalID accepts a positive decimal id given as a string or an integer.
+// UnmarshalID accepts a positive decimal id given as a string or an integer,
+// in its one canonical spelling: "+1", "01" or " 1" would name the same
+// voucher as "1" and so defeat any check, cache or log keyed by the text.
 // Anything else is bad input; the message names no internals.
 func UnmarshalID(v any) (int64, error) {
 	var s string
@@ -35,7 +37,7 @@ func UnmarshalID(v any) (int64, error) {
 		return 0, domain.Errorf(domain.CodeBadInput, "invalid id: must be a positive decimal integer")
 	}
 	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || id <= 0 {
+	if err != nil || id <= 0 || strconv.FormatInt(id, 10) != s {
 		return 0, domain.Errorf(domain.CodeBadInput, "invalid id %q: must be a positive decimal integer", truncate(s, 32))
 	}
 	return id, nil

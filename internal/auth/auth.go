@@ -30,10 +30,11 @@ const (
 type Identity struct {
 	UserID int64
 	Role   Role
-	// Expires is the token's exp (zero: none). It travels with the
-	// identity because a websocket authenticates once, at connection_init,
-	// and then runs operations for as long as it stays open: FromContext
-	// re-checks it so an expired token cannot keep grabbing.
+	// Expires is the token's exp (every accepted token has one). It
+	// travels with the identity because a websocket authenticates once, at
+	// connection_init, and then runs operations for as long as it stays
+	// open: FromContext re-checks it so an expired token cannot keep
+	// grabbing. A zero Expires counts as expired.
 	Expires time.Time
 }
 
@@ -41,9 +42,10 @@ type Identity struct {
 func (id Identity) IsAdmin() bool { return id.Role == RoleAdmin }
 
 // expiredAt reports whether the token had expired at now, with the same
-// leeway as verification.
+// leeway as verification. An identity without an expiry never came from a
+// verified token, so it is not trusted either.
 func (id Identity) expiredAt(now time.Time) bool {
-	return !id.Expires.IsZero() && !now.Before(id.Expires.Add(tokenLeeway))
+	return id.Expires.IsZero() || !now.Before(id.Expires.Add(tokenLeeway))
 }
 
 type claims struct {
@@ -51,9 +53,12 @@ type claims struct {
 	jwt.RegisteredClaims
 }
 
-// Tokens verifies and issues HS256 tokens with one shared secret.
+// Tokens verifies and issues HS256 tokens with one shared secret. Every
+// token must expire, within MaxTTL of its issue: a leaked token, admin
+// ones included, is then good for a bounded time only.
 type Tokens struct {
 	secret []byte
+	maxTTL time.Duration
 	parser *jwt.Parser
 	// verified remembers tokens that passed verification: in a flash sale
 	// the same users press "grab" again and again, and parsing and checking
@@ -66,18 +71,46 @@ type Tokens struct {
 // verifiedCacheSize bounds the cache (about 300 bytes a token).
 const verifiedCacheSize = 100_000
 
+// MaxTTLDefault is the longest lifetime a token may have unless
+// configured otherwise (JWT_MAX_TTL): a working day and then some, so a
+// shopper logs in once a day, while a stolen token expires within a day.
+const MaxTTLDefault = 24 * time.Hour
+
+// Option configures Tokens.
+type Option func(*Tokens)
+
+// WithMaxTTL sets the longest lifetime of a token (exp - iat, or exp - now
+// when the token has no iat); zero or less keeps MaxTTLDefault.
+func WithMaxTTL(d time.Duration) Option {
+	return func(t *Tokens) {
+		if d > 0 {
+			t.maxTTL = d
+		}
+	}
+}
+
 // NewTokens returns a verifier/issuer for secret.
-func NewTokens(secret string) *Tokens {
+func NewTokens(secret string, opts ...Option) *Tokens {
 	cache, _ := lru.New[string, Identity](verifiedCacheSize) // errors only for size <= 0
-	t := &Tokens{secret: []byte(secret), verified: cache, now: time.Now}
+	t := &Tokens{secret: []byte(secret), maxTTL: MaxTTLDefault, verified: cache, now: time.Now}
+	for _, o := range opts {
+		o(t)
+	}
 	t.parser = jwt.NewParser(
 		// Only HS256: this closes the "alg: none" and RS/HS confusion holes.
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		// A token without exp (or with "exp": null) would be good for ever.
+		jwt.WithExpirationRequired(),
+		// An iat in the future would let exp - iat hide a long lifetime.
+		jwt.WithIssuedAt(),
 		jwt.WithLeeway(tokenLeeway),
 		jwt.WithTimeFunc(func() time.Time { return t.now() }),
 	)
 	return t
 }
+
+// MaxTTL is the longest lifetime Verify accepts and Issue signs.
+func (t *Tokens) MaxTTL() time.Duration { return t.maxTTL }
 
 const tokenLeeway = 5 * time.Second
 
@@ -102,14 +135,38 @@ func (t *Tokens) Verify(token string) (Identity, error) {
 // errExpired is shared by verification and the per-operation re-check.
 var errExpired = domain.Errorf(domain.CodeUnauthenticated, "token expired")
 
+// errCritical refuses a token whose header has "crit": it names
+// extensions the verifier must understand (RFC 7515 4.1.11), and this one
+// understands none.
+var errCritical = errors.New("crit header")
+
 func (t *Tokens) parse(token string) (Identity, error) {
 	var c claims
-	_, err := t.parser.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return t.secret, nil })
+	_, err := t.parser.ParseWithClaims(token, &c, func(tok *jwt.Token) (any, error) {
+		if _, ok := tok.Header["crit"]; ok {
+			return nil, errCritical
+		}
+		return t.secret, nil
+	})
 	if err != nil {
-		if errors.Is(err, jwt.ErrTokenExpired) {
+		switch {
+		case errors.Is(err, jwt.ErrTokenExpired):
 			return Identity{}, errExpired
+		case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+			return Identity{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token: exp is required")
+		case errors.Is(err, errCritical):
+			return Identity{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token: unsupported crit header")
 		}
 		return Identity{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token")
+	}
+	// The parser has checked exp is present and iat, if present, not in
+	// the future.
+	exp, from := c.ExpiresAt.Time, t.now()
+	if c.IssuedAt != nil {
+		from = c.IssuedAt.Time
+	}
+	if exp.Sub(from) > t.maxTTL {
+		return Identity{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token: lifetime over %s", t.maxTTL)
 	}
 	uid, err := strconv.ParseInt(c.Subject, 10, 64)
 	if err != nil || uid <= 0 {
@@ -118,22 +175,24 @@ func (t *Tokens) parse(token string) (Identity, error) {
 	if c.Role != RoleUser && c.Role != RoleAdmin {
 		return Identity{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token: role must be user or admin")
 	}
-	id := Identity{UserID: uid, Role: c.Role}
-	if c.ExpiresAt != nil {
-		id.Expires = c.ExpiresAt.Time
-	}
-	return id, nil
+	return Identity{UserID: uid, Role: c.Role, Expires: exp}, nil
 }
 
-// Issue signs a token for id that expires after ttl.
+// Issue signs a token for id that expires after ttl, which must be within
+// MaxTTL: a longer token would be refused by every verifier.
 func (t *Tokens) Issue(id Identity, ttl time.Duration) (string, error) {
-	now := t.now()
+	if ttl > t.maxTTL {
+		return "", fmt.Errorf("sign token: lifetime %s is over the maximum %s (JWT_MAX_TTL)", ttl, t.maxTTL)
+	}
+	// Claims hold whole seconds: truncating both ends keeps exp - iat
+	// within ttl.
+	now := t.now().Truncate(time.Second)
 	c := claims{
 		Role: id.Role,
 		RegisteredClaims: jwt.RegisteredClaims{
 			Subject:   strconv.FormatInt(id.UserID, 10),
 			IssuedAt:  jwt.NewNumericDate(now),
-			ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
+			ExpiresAt: jwt.NewNumericDate(now.Add(ttl).Truncate(time.Second)),
 		},
 	}
 	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(t.secret)

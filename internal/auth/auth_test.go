@@ -1,8 +1,13 @@
 package auth
 
 import (
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"flashsale/domain"
 )
 
 func TestVerifiedTokensStillExpire(t *testing.T) {
@@ -33,7 +38,7 @@ func TestIdentityInContextExpires(t *testing.T) {
 		expires time.Time
 		ok      bool
 	}{
-		{"no exp claim", time.Time{}, true},
+		{"no expiry: not from a verified token", time.Time{}, false},
 		{"valid", time.Now().Add(time.Minute), true},
 		{"within the leeway", time.Now().Add(-tokenLeeway / 2), true},
 		{"expired since it was verified", time.Now().Add(-tokenLeeway - time.Second), false},
@@ -46,5 +51,97 @@ func TestIdentityInContextExpires(t *testing.T) {
 				t.Fatalf("err %v, want ok=%v", err, tc.ok)
 			}
 		})
+	}
+}
+
+// sign makes a token with exactly the given header fields and claims, as
+// an attacker or a careless issuer could.
+func sign(t *testing.T, secret string, header map[string]any, claims jwt.MapClaims) string {
+	t.Helper()
+	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, claims)
+	for k, v := range header {
+		tok.Header[k] = v
+	}
+	s, err := tok.SignedString([]byte(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestTokenRules(t *testing.T) {
+	const secret = "s3cret"
+	now := time.Now()
+	at := func(d time.Duration) int64 { return now.Add(d).Unix() }
+	claims := func(extra jwt.MapClaims) jwt.MapClaims {
+		c := jwt.MapClaims{"sub": "7", "role": "admin"}
+		for k, v := range extra {
+			c[k] = v
+		}
+		return c
+	}
+	cases := []struct {
+		name   string
+		header map[string]any
+		claims jwt.MapClaims
+		ok     bool
+	}{
+		{"exp and iat within the maximum", nil, claims(jwt.MapClaims{"iat": at(0), "exp": at(time.Hour)}), true},
+		{"lifetime exactly the maximum", nil, claims(jwt.MapClaims{"iat": at(-time.Hour), "exp": at(MaxTTLDefault - time.Hour)}), true},
+		{"exp without iat, within the maximum from now", nil, claims(jwt.MapClaims{"exp": at(time.Hour)}), true},
+		{"no exp", nil, claims(nil), false},
+		{"no exp, with iat", nil, claims(jwt.MapClaims{"iat": at(0)}), false},
+		{"exp null", nil, claims(jwt.MapClaims{"exp": nil}), false},
+		{"exp a string", nil, claims(jwt.MapClaims{"exp": "tomorrow"}), false},
+		{"lifetime over the maximum", nil, claims(jwt.MapClaims{"iat": at(0), "exp": at(MaxTTLDefault + time.Minute)}), false},
+		{"issued long ago, lifetime over the maximum, not yet expired", nil, claims(jwt.MapClaims{"iat": at(-30 * 24 * time.Hour), "exp": at(time.Hour)}), false},
+		{"no iat, exp beyond the maximum from now", nil, claims(jwt.MapClaims{"exp": at(10 * 365 * 24 * time.Hour)}), false},
+		{"iat in the future hides a long lifetime", nil, claims(jwt.MapClaims{"iat": at(300 * 24 * time.Hour), "exp": at(300*24*time.Hour + time.Hour)}), false},
+		{"crit names an unknown extension", map[string]any{"crit": []string{"exp"}}, claims(jwt.MapClaims{"iat": at(0), "exp": at(time.Hour), "exp2": 1}), false},
+		{"crit empty", map[string]any{"crit": []string{}}, claims(jwt.MapClaims{"iat": at(0), "exp": at(time.Hour)}), false},
+		{"crit not a list", map[string]any{"crit": "b64"}, claims(jwt.MapClaims{"iat": at(0), "exp": at(time.Hour)}), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tokens := NewTokens(secret)
+			tok := sign(t, secret, tc.header, tc.claims)
+			for i := range 2 { // the second time through the cache
+				id, err := tokens.Verify(tok)
+				if !tc.ok {
+					if err == nil {
+						t.Fatalf("verify %d: accepted as %+v", i, id)
+					}
+					var de *domain.Error
+					if !errors.As(err, &de) || de.Code != domain.CodeUnauthenticated {
+						t.Fatalf("verify %d: %v, want UNAUTHENTICATED", i, err)
+					}
+					continue
+				}
+				if err != nil || id.UserID != 7 || id.Expires.IsZero() {
+					t.Fatalf("verify %d: %+v %v", i, id, err)
+				}
+			}
+		})
+	}
+}
+
+func TestMaxTTLIsConfigurable(t *testing.T) {
+	tokens := NewTokens("s3cret", WithMaxTTL(time.Hour))
+	if _, err := tokens.Issue(Identity{UserID: 1, Role: RoleUser}, 2*time.Hour); err == nil {
+		t.Fatal("issued a token over the maximum lifetime")
+	}
+	tok, err := tokens.Issue(Identity{UserID: 1, Role: RoleUser}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tokens.Verify(tok); err != nil {
+		t.Fatalf("a token of exactly the maximum lifetime: %v", err)
+	}
+	long, err := NewTokens("s3cret").Issue(Identity{UserID: 1, Role: RoleUser}, 2*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tokens.Verify(long); err == nil {
+		t.Fatal("a 2h token passed a 1h maximum")
 	}
 }

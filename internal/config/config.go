@@ -36,7 +36,10 @@ type Config struct {
 	DatabaseURL   string   // empty = embedded SQLite at SQLitePath
 	SQLitePath    string
 	JWTSecret     string
-	PayTimeout    time.Duration
+	// JWTMaxTTL bounds a token's lifetime: tokens without exp, or living
+	// longer, are refused, so a leaked token stops working within it.
+	JWTMaxTTL  time.Duration
+	PayTimeout time.Duration
 
 	ClusterProvider        string // test, automanaged, etcd
 	ClusterName            string

@@ -30,7 +30,8 @@ func TestDefaultsAreTheEmbeddedMode(t *testing.T) {
 	}
 	// The stores' own defaults, and today's shutdown waits.
 	if c.GrabBatchSize != 256 || c.GrabQueueBound != 8192 || c.OrderLogClaimIdle != 30*time.Second ||
-		c.GrabTimeout != 5*time.Second || c.OrderLogDrainTimeout != 5*time.Second || c.HTTPShutdownTimeout != 10*time.Second {
+		c.GrabTimeout != 5*time.Second || c.OrderLogDrainTimeout != 5*time.Second || c.HTTPShutdownTimeout != 10*time.Second ||
+		c.JWTMaxTTL != 24*time.Hour {
 		t.Fatalf("defaults %+v", c)
 	}
 }
@@ -81,6 +82,8 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"bad lock url", "LOCK_REDIS_URLS", with("LOCK_REDIS_URLS", "ftp://a")},
 		{"bad pay timeout", "PAY_TIMEOUT", with("PAY_TIMEOUT", "soon")},
 		{"negative pay timeout", "PAY_TIMEOUT", with("PAY_TIMEOUT", "-1m")},
+		{"bad jwt max ttl", "JWT_MAX_TTL", with("JWT_MAX_TTL", "forever")},
+		{"zero jwt max ttl", "JWT_MAX_TTL", with("JWT_MAX_TTL", "0s")},
 		{"bad provider", "CLUSTER_PROVIDER", with("CLUSTER_PROVIDER", "zookeeper")},
 		{"automanaged without seeds", "CLUSTER_SEEDS", with("CLUSTER_PROVIDER", "automanaged")},
 		{"etcd without endpoints", "ETCD_ENDPOINTS", with("CLUSTER_PROVIDER", "etcd")},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"flashsale/actors"
+	"flashsale/internal/auth"
 	"flashsale/persistence"
 )
 
@@ -117,6 +118,7 @@ var settings = []setting{
 			}
 			return ""
 		}),
+	durationVar("JWT_MAX_TTL", auth.MaxTTLDefault, "longest token lifetime accepted (exp - iat) and minted by the token command", func(c *Config) *time.Duration { return &c.JWTMaxTTL }),
 	durationVar("PAY_TIMEOUT", 30*time.Minute, "unpaid orders are cancelled after this", func(c *Config) *time.Duration { return &c.PayTimeout }),
 
 	stringVar("CLUSTER_PROVIDER", "test", "test, automanaged or etcd", func(c *Config) *string { return &c.ClusterProvider }).

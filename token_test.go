@@ -1,0 +1,57 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"flashsale/internal/auth"
+)
+
+func TestTokenCommandMintsWithinTheMaximumLifetime(t *testing.T) {
+	t.Parallel()
+	mint := func(t *testing.T, env map[string]string, args ...string) (string, error) {
+		t.Helper()
+		var out bytes.Buffer
+		err := run(t.Context(), append([]string{"token", "--user", "42"}, args...), func(k string) string { return env[k] }, &out, io.Discard)
+		return strings.TrimSpace(out.String()), err
+	}
+	secret := map[string]string{"JWT_SECRET": "cmd-secret"}
+
+	t.Run("the default lifetime is accepted by the default verifier", func(t *testing.T) {
+		tok, err := mint(t, secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := auth.NewTokens("cmd-secret").Verify(tok)
+		if err != nil || id.UserID != 42 {
+			t.Fatalf("%+v %v", id, err)
+		}
+		if left := time.Until(id.Expires); left > auth.MaxTTLDefault || left < auth.MaxTTLDefault-time.Minute {
+			t.Fatalf("expires in %s, want about %s", left, auth.MaxTTLDefault)
+		}
+	})
+	t.Run("a longer --ttl is refused", func(t *testing.T) {
+		if tok, err := mint(t, secret, "--ttl", "168h"); err == nil || !strings.Contains(err.Error(), "JWT_MAX_TTL") {
+			t.Fatalf("minted %q, err %v", tok, err)
+		}
+	})
+	t.Run("JWT_MAX_TTL bounds the default and --ttl", func(t *testing.T) {
+		env := map[string]string{"JWT_SECRET": "cmd-secret", "JWT_MAX_TTL": "1h"}
+		tok, err := mint(t, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := auth.NewTokens("cmd-secret", auth.WithMaxTTL(time.Hour)).Verify(tok); err != nil {
+			t.Fatalf("the minted token fails its own maximum: %v", err)
+		}
+		if _, err := mint(t, env, "--ttl", "2h"); err == nil {
+			t.Fatal("minted over JWT_MAX_TTL")
+		}
+		if _, err := mint(t, map[string]string{"JWT_SECRET": "cmd-secret", "JWT_MAX_TTL": "soon"}); err == nil || !strings.Contains(err.Error(), "JWT_MAX_TTL") {
+			t.Fatalf("a bad JWT_MAX_TTL: %v", err)
+		}
+	})
+}
