@@ -152,6 +152,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		Log:           log,
 		IPLimit:       limits,
 		Introspection: cfg.Introspection,
+		Limits:        graph.Limits{MaxAnswerBytes: int64(cfg.MaxResponseBytes)},
 	})
 	mux := http.NewServeMux()
 	mux.Handle("/query", gql)

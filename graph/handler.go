@@ -20,13 +20,25 @@ type Limits struct {
 	MaxBodyBytes int64
 	// MaxTokens caps the lexer's token count before parsing.
 	MaxTokens int
-	// MaxComplexity is gqlgen's fixed complexity limit (1 per field).
+	// MaxComplexity bounds an operation's cost, checked before it runs:
+	// 1 per field, lists (connections) times their page size (see
+	// complexity), so that the cost follows the answer's size.
 	MaxComplexity int
+	// MaxAnswerBytes caps one answer (MAX_RESPONSE_BYTES): an answer
+	// that would be larger is replaced by one BAD_USER_INPUT error and
+	// stops fetching once past the cap, so no request makes the node
+	// buffer more than about this much.
+	MaxAnswerBytes int64
 	// MaxDepth caps field nesting; MaxIntrospectionDepth that of __schema
 	// and __type.
 	MaxDepth              int
 	MaxIntrospectionDepth int
 }
+
+// MaxAnswerBytesDefault is the default answer-size cap: a page of 100
+// vouchers with texts of the longest allowed is about 0.8 MB, so five such
+// pages fit.
+const MaxAnswerBytesDefault = 4 << 20
 
 func (l Limits) withDefaults() Limits {
 	if l.MaxBodyBytes <= 0 {
@@ -36,7 +48,10 @@ func (l Limits) withDefaults() Limits {
 		l.MaxTokens = 2000
 	}
 	if l.MaxComplexity <= 0 {
-		l.MaxComplexity = 500
+		l.MaxComplexity = 5000
+	}
+	if l.MaxAnswerBytes <= 0 {
+		l.MaxAnswerBytes = MaxAnswerBytesDefault
 	}
 	if l.MaxDepth <= 0 {
 		l.MaxDepth = 10
@@ -73,7 +88,7 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 		opts.PingInterval = 10 * time.Second
 	}
 	present := presentErrors(opts.Log)
-	srv := handler.New(NewExecutableSchema(Config{Resolvers: r}))
+	srv := handler.New(NewExecutableSchema(Config{Resolvers: r, Complexity: complexity()}))
 	srv.AddTransport(websocketTransport{transport.Websocket{
 		PingPongInterval: opts.PingInterval,
 		// The legacy graphql-ws subprotocol has no ping/pong; its "ka"
@@ -96,6 +111,7 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	srv.Use(operationPolicy{ipLimit: opts.IPLimit, log: opts.Log})
 	srv.Use(extension.FixedComplexityLimit(lim.MaxComplexity))
 	srv.Use(depthLimit{max: lim.MaxDepth, introspectionMax: lim.MaxIntrospectionDepth})
+	srv.Use(answerCap{max: lim.MaxAnswerBytes})
 	return requestGuard{
 		next:        http.MaxBytesHandler(withClientIP(opts.Tokens.Middleware(srv)), lim.MaxBodyBytes),
 		present:     present,
