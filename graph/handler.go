@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"cmp"
 	"log/slog"
 	"net/http"
 	"time"
@@ -72,6 +73,12 @@ type HandlerOptions struct {
 	// misses two pongs is disconnected. Legacy graphql-ws clients, which
 	// have no ping, get a keepalive message as often.
 	PingInterval time.Duration
+	// WebsocketMaxOperations bounds the operations running at once on one
+	// websocket (WS_MAX_OPERATIONS); one more gets a RATE_LIMITED error for
+	// that operation alone. WebsocketWriteTimeout bounds each write to a
+	// websocket; a client that does not read in time is disconnected.
+	WebsocketMaxOperations int
+	WebsocketWriteTimeout  time.Duration
 	// IPLimit, if set, limits the requests of each client IP (grabs are
 	// limited in their voucher actor instead).
 	IPLimit IPLimiter
@@ -89,14 +96,18 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	}
 	present := presentErrors(opts.Log)
 	srv := handler.New(NewExecutableSchema(Config{Resolvers: r, Complexity: complexity()}))
-	srv.AddTransport(websocketTransport{transport.Websocket{
-		PingPongInterval: opts.PingInterval,
-		// The legacy graphql-ws subprotocol has no ping/pong; its "ka"
-		// messages at least keep proxies from closing an idle socket.
-		KeepAlivePingInterval: opts.PingInterval,
-		InitTimeout:           10 * time.Second,
-		InitFunc:              wsAuthenticate(opts.Tokens),
-	}})
+	srv.AddTransport(websocketTransport{
+		Websocket: transport.Websocket{
+			PingPongInterval: opts.PingInterval,
+			// The legacy graphql-ws subprotocol has no ping/pong; its "ka"
+			// messages at least keep proxies from closing an idle socket.
+			KeepAlivePingInterval: opts.PingInterval,
+			InitTimeout:           10 * time.Second,
+			InitFunc:              wsAuthenticate(opts.Tokens),
+		},
+		maxOps:       cmp.Or(max(opts.WebsocketMaxOperations, 0), WebsocketMaxOperationsDefault),
+		writeTimeout: cmp.Or(max(opts.WebsocketWriteTimeout, 0), WebsocketWriteTimeoutDefault),
+	})
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})

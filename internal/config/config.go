@@ -77,6 +77,9 @@ type Config struct {
 	// an error, so that no request makes the node buffer an answer of
 	// hundreds of MB.
 	MaxResponseBytes int
+	// WSMaxOperations bounds the operations running at once on one
+	// websocket connection; one more gets a RATE_LIMITED error for itself.
+	WSMaxOperations int
 
 	Introspection bool // schema introspection on /query
 	Demo          bool // create a demo voucher and print tokens; default on in embedded mode

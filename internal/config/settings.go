@@ -200,6 +200,7 @@ var settings = []setting{
 	durationVar("HTTP_SHUTDOWN_TIMEOUT", 10*time.Second, "shutdown waits this long for open HTTP requests", func(c *Config) *time.Duration { return &c.HTTPShutdownTimeout }),
 
 	intVar("MAX_RESPONSE_BYTES", strconv.Itoa(graph.MaxAnswerBytesDefault), "largest GraphQL answer in bytes; a larger one is refused with an error", func(c *Config) *int { return &c.MaxResponseBytes }, positive),
+	intVar("WS_MAX_OPERATIONS", strconv.Itoa(graph.WebsocketMaxOperationsDefault), "operations running at once on one websocket; one more gets an error", func(c *Config) *int { return &c.WSMaxOperations }, positive),
 	boolVar("INTROSPECTION", "true", "allow schema introspection", func(c *Config) *bool { return &c.Introspection }),
 	boolVar("DEMO", "", "create a demo voucher and print tokens; default on when embedded", func(c *Config) *bool { return &c.Demo }).
 		derived(func(c *Config) { c.Demo = c.Embedded() }),
