@@ -313,6 +313,14 @@ func TestWebsocketFollowsGraphQLTransportWS(t *testing.T) {
 		})
 	}
 
+	t.Run("a ping before connection_init gets a pong", func(t *testing.T) {
+		c := dialWS(t, h, "graphql-transport-ws")
+		sendWS(t, c, `{"type":"ping"}`)
+		readUntil(t, c, "pong")
+		sendWS(t, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+user+`"}}`)
+		readUntil(t, c, "connection_ack")
+	})
+
 	t.Run("an id is free again once its operation completes", func(t *testing.T) {
 		c := initWS(t, h, user)
 		sendWS(t, c, `{"type":"ping"}`)
@@ -382,4 +390,37 @@ func TestWebsocketClientThatStopsReadingIsDropped(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+func TestLegacyGraphQLWSOperationsAreBounded(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	h := httptest.NewServer(s.handler)
+	t.Cleanup(h.Close)
+	holdVoucherReads(t, s)
+	c := dialWS(t, h, "graphql-ws")
+	sendWS(t, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+s.token(t, 2, auth.RoleUser)+`"}}`)
+	readUntil(t, c, "connection_ack")
+	const bound = graph.WebsocketMaxOperationsDefault
+	for i := range bound + 8 {
+		sendWS(t, c, fmt.Sprintf(`{"id":"%d","type":"start","payload":%s}`, i, heldQuery))
+	}
+	for range 8 {
+		m := readUntil(t, c, "data", "error")
+		var errs []gqlError
+		_ = json.Unmarshal(m.Payload, &errs)
+		if m.Type != "error" {
+			t.Fatalf("operation %s answered while the table is locked: %s", m.ID, m.Payload)
+		}
+		wantCode(t, errs, "RATE_LIMITED")
+	}
+	// A running id is refused for itself; the connection stays.
+	sendWS(t, c, `{"id":"0","type":"start","payload":`+heldQuery+`}`)
+	m := readUntil(t, c, "data", "error")
+	var errs []gqlError
+	_ = json.Unmarshal(m.Payload, &errs)
+	if m.ID != "0" || m.Type != "error" {
+		t.Fatalf("%s %s %s", m.ID, m.Type, m.Payload)
+	}
+	wantCode(t, errs, "BAD_USER_INPUT")
 }
