@@ -191,6 +191,16 @@ func holdVoucherReads(tb testing.TB, s *testServer) {
 	}
 }
 
+// newHeldServer is a server over HTTP whose voucher reads stay in flight.
+func newHeldServer(tb testing.TB) (*testServer, *httptest.Server) {
+	tb.Helper()
+	s := newServer(tb)
+	h := httptest.NewServer(s.handler)
+	tb.Cleanup(h.Close)
+	holdVoucherReads(tb, s)
+	return s, h
+}
+
 // initWS opens a graphql-transport-ws connection and waits for its ack.
 func initWS(tb testing.TB, h *httptest.Server, token string) *websocket.Conn {
 	tb.Helper()
@@ -217,10 +227,7 @@ func waitGoroutines(want int, within time.Duration) int {
 
 // Not parallel: it counts the process's goroutines.
 func TestWebsocketOperationsAreBoundedAndFreed(t *testing.T) {
-	s := newServer(t)
-	h := httptest.NewServer(s.handler)
-	t.Cleanup(h.Close)
-	holdVoucherReads(t, s)
+	s, h := newHeldServer(t)
 	user := s.token(t, 2, auth.RoleUser)
 	baseline := runtime.NumGoroutine()
 
@@ -264,17 +271,14 @@ func TestWebsocketOperationsAreBoundedAndFreed(t *testing.T) {
 
 func TestWebsocketFollowsGraphQLTransportWS(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
-	h := httptest.NewServer(s.handler)
-	t.Cleanup(h.Close)
-	holdVoucherReads(t, s)
+	s, h := newHeldServer(t)
 	user := s.token(t, 2, auth.RoleUser)
 
 	for _, tc := range []struct {
-		name     string
+		name      string
 		initFirst bool
-		send     []string
-		code     websocket.StatusCode
+		send      []string
+		code      websocket.StatusCode
 	}{
 		{"text that is no JSON closes 4400", true, []string{`nope`}, 4400},
 		{"a JSON array closes 4400", true, []string{`[1]`}, 4400},
@@ -394,10 +398,7 @@ func TestWebsocketClientThatStopsReadingIsDropped(t *testing.T) {
 
 func TestLegacyGraphQLWSOperationsAreBounded(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
-	h := httptest.NewServer(s.handler)
-	t.Cleanup(h.Close)
-	holdVoucherReads(t, s)
+	s, h := newHeldServer(t)
 	c := dialWS(t, h, "graphql-ws")
 	sendWS(t, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+s.token(t, 2, auth.RoleUser)+`"}}`)
 	readUntil(t, c, "connection_ack")
