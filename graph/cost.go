@@ -94,11 +94,17 @@ func (a answerCap) InterceptField(ctx context.Context, next graphql.Resolver) (a
 	if b == nil {
 		return next(ctx)
 	}
-	if b.over.Load() {
-		// Nothing more is fetched; fields of values already in memory
-		// still resolve (they cost no I/O) and the answer is dropped.
-		if fc := graphql.GetFieldContext(ctx); fc != nil && fc.IsResolver {
+	if fc := graphql.GetFieldContext(ctx); fc != nil && b.over.Load() {
+		// The answer will be dropped: nothing more is fetched, and
+		// nullable fields (the long texts among them) stay null, so that
+		// what is marshalled stays near the cap. Non-null fields of values
+		// already in memory still resolve: they are short, and a null
+		// there would add an error per field.
+		if fc.IsResolver {
 			return nil, a.tooLarge()
+		}
+		if def := fc.Field.Definition; def != nil && !def.Type.NonNull {
+			return nil, nil
 		}
 	}
 	res, err := next(ctx)
