@@ -88,7 +88,9 @@ func TestListsCostTheirPageSize(t *testing.T) {
 	}{
 		{"the finding is refused", finding, nil, true},
 		{"a full page of every field is served", "{ vouchers(first: 100) { " + allFields + " } }", nil, false},
-		{"the default page costs 20 items", aliases(12, "vouchers { edges { node { id title subTitle rules } } }"), nil, false},
+		{"twelve default pages are served", aliases(12, "vouchers { edges { node { id title subTitle rules } } }"), nil, false},
+		{"a default page costs 20 items", aliases(42, "vouchers { edges { node { id title subTitle rules } } }"), nil, true},
+		{"orders pages cost theirs too", aliases(5, "myOrders(first: 100) { edges { node { id userId voucherId status createdAt paidAt cancelledAt payDeadline } } }"), nil, true},
 		{"a page size from a variable counts", "query($n: Int) {" + strings.TrimPrefix(aliases(20, "vouchers(first: $n) { edges { node { id title } } }"), "{"), map[string]any{"n": 100}, true},
 		{"the same with small pages is served", "query($n: Int) {" + strings.TrimPrefix(aliases(20, "vouchers(first: $n) { edges { node { id title } } }"), "{"), map[string]any{"n": 5}, false},
 	} {
