@@ -148,10 +148,12 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	}()
 
 	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router, DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: persistence.NewReconciler(a.db, a.rdb)}, graph.HandlerOptions{
-		Tokens:        a.tokens,
-		Log:           log,
-		IPLimit:       limits,
-		Introspection: cfg.Introspection,
+		Tokens:                 a.tokens,
+		Log:                    log,
+		IPLimit:                limits,
+		Introspection:          cfg.Introspection,
+		Limits:                 graph.Limits{MaxAnswerBytes: int64(cfg.MaxResponseBytes)},
+		WebsocketMaxOperations: cfg.WSMaxOperations,
 	})
 	mux := http.NewServeMux()
 	mux.Handle("/query", gql)

@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"cmp"
 	"log/slog"
 	"net/http"
 	"time"
@@ -20,13 +21,25 @@ type Limits struct {
 	MaxBodyBytes int64
 	// MaxTokens caps the lexer's token count before parsing.
 	MaxTokens int
-	// MaxComplexity is gqlgen's fixed complexity limit (1 per field).
+	// MaxComplexity bounds an operation's cost, checked before it runs:
+	// 1 per field, lists (connections) times their page size (see
+	// complexity), so that the cost follows the answer's size.
 	MaxComplexity int
+	// MaxAnswerBytes caps one answer (MAX_RESPONSE_BYTES): an answer
+	// that would be larger is replaced by one BAD_USER_INPUT error and
+	// stops fetching once past the cap, so no request makes the node
+	// buffer more than about this much.
+	MaxAnswerBytes int64
 	// MaxDepth caps field nesting; MaxIntrospectionDepth that of __schema
 	// and __type.
 	MaxDepth              int
 	MaxIntrospectionDepth int
 }
+
+// MaxAnswerBytesDefault is the default answer-size cap: a page of 100
+// vouchers with texts of the longest allowed is about 0.8 MB, so five such
+// pages fit.
+const MaxAnswerBytesDefault = 4 << 20
 
 func (l Limits) withDefaults() Limits {
 	if l.MaxBodyBytes <= 0 {
@@ -36,7 +49,10 @@ func (l Limits) withDefaults() Limits {
 		l.MaxTokens = 2000
 	}
 	if l.MaxComplexity <= 0 {
-		l.MaxComplexity = 500
+		l.MaxComplexity = 5000
+	}
+	if l.MaxAnswerBytes <= 0 {
+		l.MaxAnswerBytes = MaxAnswerBytesDefault
 	}
 	if l.MaxDepth <= 0 {
 		l.MaxDepth = 10
@@ -57,6 +73,12 @@ type HandlerOptions struct {
 	// misses two pongs is disconnected. Legacy graphql-ws clients, which
 	// have no ping, get a keepalive message as often.
 	PingInterval time.Duration
+	// WebsocketMaxOperations bounds the operations running at once on one
+	// websocket (WS_MAX_OPERATIONS); one more gets a RATE_LIMITED error for
+	// that operation alone. WebsocketWriteTimeout bounds each write to a
+	// websocket; a client that does not read in time is disconnected.
+	WebsocketMaxOperations int
+	WebsocketWriteTimeout  time.Duration
 	// IPLimit, if set, limits the requests of each client IP (grabs are
 	// limited in their voucher actor instead).
 	IPLimit IPLimiter
@@ -73,15 +95,19 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 		opts.PingInterval = 10 * time.Second
 	}
 	present := presentErrors(opts.Log)
-	srv := handler.New(NewExecutableSchema(Config{Resolvers: r}))
-	srv.AddTransport(websocketTransport{transport.Websocket{
-		PingPongInterval: opts.PingInterval,
-		// The legacy graphql-ws subprotocol has no ping/pong; its "ka"
-		// messages at least keep proxies from closing an idle socket.
-		KeepAlivePingInterval: opts.PingInterval,
-		InitTimeout:           10 * time.Second,
-		InitFunc:              wsAuthenticate(opts.Tokens),
-	}})
+	srv := handler.New(NewExecutableSchema(Config{Resolvers: r, Complexity: complexity()}))
+	srv.AddTransport(websocketTransport{
+		Websocket: transport.Websocket{
+			PingPongInterval: opts.PingInterval,
+			// The legacy graphql-ws subprotocol has no ping/pong; its "ka"
+			// messages at least keep proxies from closing an idle socket.
+			KeepAlivePingInterval: opts.PingInterval,
+			InitTimeout:           10 * time.Second,
+			InitFunc:              wsAuthenticate(opts.Tokens),
+		},
+		maxOps:       cmp.Or(max(opts.WebsocketMaxOperations, 0), WebsocketMaxOperationsDefault),
+		writeTimeout: cmp.Or(max(opts.WebsocketWriteTimeout, 0), WebsocketWriteTimeoutDefault),
+	})
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})
@@ -98,6 +124,7 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	srv.Use(operationPolicy{ipLimit: opts.IPLimit, log: opts.Log})
 	srv.Use(extension.FixedComplexityLimit(lim.MaxComplexity))
 	srv.Use(depthLimit{max: lim.MaxDepth, introspectionMax: lim.MaxIntrospectionDepth})
+	srv.Use(answerCap{max: lim.MaxAnswerBytes})
 	return requestGuard{
 		next:        http.MaxBytesHandler(withClientIP(opts.Tokens.Middleware(srv)), lim.MaxBodyBytes),
 		present:     present,

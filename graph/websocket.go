@@ -1,35 +1,71 @@
 package graph
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"flashsale/domain"
 
 	"flashsale/internal/auth"
 )
 
-// Websocket close codes. 4401 tells graphql-ws clients not to reconnect in
-// a loop after a bad token; 4400 is graphql-transport-ws's "bad request".
+// Websocket close codes of graphql-transport-ws. 4401 also tells
+// graphql-ws clients not to reconnect in a loop after a bad token.
 const (
-	closeUnauthorized = 4401
-	closeBadRequest   = 4400
+	closeBadRequest         = 4400
+	closeUnauthorized       = 4401
+	closeDuplicateID        = 4409
+	closeTooManyInitialised = 4429
 )
 
-// websocketTransport is gqlgen's websocket transport, closing the
-// connections it gives up on without closing: when the connection_init
-// payload is not a JSON object (`"payload":"Bearer junk"`, `[1]`) gqlgen's
-// init returns without an ack, an error or a close, and the socket stays
-// open for ever. Any client could pile those up without a token.
-type websocketTransport struct{ transport.Websocket }
+// Websocket defaults (HandlerOptions).
+const (
+	// WebsocketMaxOperationsDefault bounds the operations running at once
+	// on one connection: a page subscribes to a handful; 5000 per
+	// connection once held 14,000 goroutines and 700 MB.
+	WebsocketMaxOperationsDefault = 32
+	// WebsocketWriteTimeoutDefault bounds each write to a websocket: a
+	// client that stops reading is disconnected after it, instead of
+	// holding its connection and everything it runs.
+	WebsocketWriteTimeoutDefault = 10 * time.Second
+)
+
+// websocketTransport is gqlgen's websocket transport made to follow
+// graphql-transport-ws and to bound what one connection holds; gqlgen
+// does neither. It wraps the transport's connection rather than forking
+// it:
+//   - every message the client sends is checked before gqlgen reads it
+//     (protocolConn): an invalid or unknown message closes with 4400, a
+//     second connection_init with 4429, a subscribe before it with 4401, a
+//     subscribe whose id is running with 4409, and one over maxOps
+//     operations running at once gets an error for that operation alone;
+//   - every write to the socket has a deadline (deadlineConn);
+//   - a connection whose connection_init payload is not a JSON object,
+//     which gqlgen leaves open without a word, is closed with 4400.
+type websocketTransport struct {
+	transport.Websocket
+	maxOps       int
+	writeTimeout time.Duration
+}
 
 var _ graphql.Transport = websocketTransport{}
 
 func (t websocketTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
-	accept := &trackingAccept{inner: t.Implementation}
+	accept := &trackingAccept{inner: t.Implementation, maxOps: t.maxOps, writeTimeout: t.writeTimeout}
 	if accept.inner == nil {
 		accept.inner = transport.CoderWebsocketImplementation{}
 	}
@@ -44,55 +80,264 @@ func (t websocketTransport) Do(w http.ResponseWriter, r *http.Request, exec grap
 	}
 }
 
-// trackingAccept remembers the connection it accepted.
+// trackingAccept accepts the connection through a deadline on its writes
+// and remembers it.
 type trackingAccept struct {
-	inner transport.WebsocketImplementation
-	conn  *trackedConn
+	inner        transport.WebsocketImplementation
+	maxOps       int
+	writeTimeout time.Duration
+	conn         *protocolConn
 }
 
 func (a *trackingAccept) Accept(w http.ResponseWriter, r *http.Request, opts transport.WebsocketAcceptOptions) (transport.WebsocketConn, error) {
-	c, err := a.inner.Accept(w, r, opts)
+	c, err := a.inner.Accept(deadlineWriter{ResponseWriter: w, timeout: a.writeTimeout}, r, opts)
 	if err != nil {
 		return nil, err
 	}
-	a.conn = &trackedConn{WebsocketConn: c}
+	a.conn = &protocolConn{
+		WebsocketConn: c,
+		transportWS:   c.Subprotocol() == "graphql-transport-ws",
+		maxOps:        a.maxOps,
+		active:        map[string]struct{}{},
+	}
 	return a.conn, nil
 }
 
-// trackedConn records whether the transport ever answered the client. It
-// forwards the optional read limit and read deadline, which gqlgen finds
-// by type assertion (the payload limit and the ping/pong timeout).
-type trackedConn struct {
+// protocolConn enforces the protocol on what the client sends and counts
+// the operations running, from the subscribe to the server's complete or
+// error for that id. It records whether the transport ever answered the
+// client, and forwards the optional read limit and read deadline, which
+// gqlgen finds by type assertion (the payload limit and the ping/pong
+// timeout).
+type protocolConn struct {
 	transport.WebsocketConn
 	answered atomic.Bool
+	// transportWS is graphql-transport-ws; otherwise the legacy graphql-ws,
+	// whose protocol has no close codes: only the operation bound and the
+	// duplicate-id refusal apply to it.
+	transportWS bool
+	maxOps      int
+
+	initialised bool // read by the one reading goroutine only
+	mu          sync.Mutex
+	active      map[string]struct{}
 }
 
 var (
-	_ transport.WebsocketReadLimiter   = (*trackedConn)(nil)
-	_ transport.WebsocketReadDeadliner = (*trackedConn)(nil)
+	_ transport.WebsocketReadLimiter   = (*protocolConn)(nil)
+	_ transport.WebsocketReadDeadliner = (*protocolConn)(nil)
 )
 
-func (c *trackedConn) WriteJSON(v any) error {
+// clientMessage is the envelope of a client's message in either
+// subprotocol.
+type clientMessage struct {
+	ID      *string         `json:"id,omitempty"`
+	Type    string          `json:"type"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// refusal is what to do instead of handing a message to gqlgen: close the
+// connection with code, or (code 0) answer the operation id with err.
+type refusal struct {
+	code   int
+	reason string
+	id     string
+	err    *domain.Error
+}
+
+func (c *protocolConn) NextReader() (int, io.Reader, error) {
+	for {
+		typ, r, err := c.WebsocketConn.NextReader()
+		if err != nil {
+			return typ, r, err
+		}
+		data, err := io.ReadAll(r) // bounded by the payload read limit
+		if err != nil {
+			return typ, nil, err
+		}
+		ref := c.admit(data)
+		switch {
+		case ref == nil:
+			return typ, bytes.NewReader(data), nil
+		case ref.code != 0:
+			_ = c.WriteClose(ref.code, ref.reason)
+			return typ, nil, fmt.Errorf("%s: %w", ref.reason, transport.ErrWebsocketClosed)
+		case ref.err != nil:
+			if err := c.WebsocketConn.WriteJSON(operationErrorMessage(ref.id, ref.err)); err != nil {
+				return typ, nil, err
+			}
+		}
+		// A refused operation, or a ping or pong before connection_init
+		// (answered here: gqlgen's init takes nothing but connection_init).
+	}
+}
+
+// admit checks one message from the client; nil lets gqlgen have it.
+func (c *protocolConn) admit(data []byte) *refusal {
+	var m clientMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		if !c.transportWS {
+			return nil // gqlgen answers graphql-ws clients itself
+		}
+		return &refusal{code: closeBadRequest, reason: "invalid message: want a JSON object with a type"}
+	}
+	if !c.transportWS {
+		if m.Type == "start" && m.ID != nil {
+			return c.start(*m.ID)
+		}
+		return nil
+	}
+	switch m.Type {
+	case "connection_init":
+		if c.initialised {
+			return &refusal{code: closeTooManyInitialised, reason: "Too many initialisation requests"}
+		}
+		c.initialised = true
+		return nil
+	case "ping", "pong":
+		if c.initialised {
+			return nil
+		}
+		if m.Type == "ping" {
+			_ = c.WebsocketConn.WriteJSON(clientMessage{Type: "pong"})
+		}
+		return &refusal{}
+	case "subscribe", "complete":
+		if !c.initialised {
+			return &refusal{code: closeUnauthorized, reason: "Unauthorized"}
+		}
+		if m.ID == nil || *m.ID == "" {
+			return &refusal{code: closeBadRequest, reason: m.Type + " needs an id"}
+		}
+		if m.Type == "complete" {
+			return nil
+		}
+		if p := bytes.TrimLeft(m.Payload, " \t\r\n"); len(p) == 0 || p[0] != '{' {
+			return &refusal{code: closeBadRequest, reason: "subscribe payload must be an object"}
+		}
+		return c.start(*m.ID)
+	}
+	return &refusal{code: closeBadRequest, reason: "invalid message type"}
+}
+
+// start admits a new operation id, unless it is running already or the
+// connection runs maxOps operations.
+func (c *protocolConn) start(id string) *refusal {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, dup := c.active[id]; dup {
+		if c.transportWS {
+			return &refusal{code: closeDuplicateID, reason: "Subscriber for " + truncate(id, maxQuotedLen) + " already exists"}
+		}
+		// gqlgen would lose the first operation's cancel and let it run
+		// uncounted.
+		return &refusal{id: id, err: domain.InvalidField("id", "operation id %q is in use", truncate(id, maxQuotedLen))}
+	}
+	if len(c.active) >= c.maxOps {
+		return &refusal{id: id, err: &domain.Error{
+			Code:       domain.CodeRateLimited,
+			Message:    fmt.Sprintf("at most %d operations at once on one connection", c.maxOps),
+			RetryAfter: time.Second,
+		}}
+	}
+	c.active[id] = struct{}{}
+	return nil
+}
+
+// operationErrorMessage is an error message for one operation, the same
+// in both subprotocols.
+func operationErrorMessage(id string, de *domain.Error) any {
+	payload, _ := json.Marshal([]*gqlerror.Error{operationError(de)})
+	return clientMessage{ID: &id, Type: "error", Payload: payload}
+}
+
+func (c *protocolConn) WriteJSON(v any) error {
 	c.answered.Store(true)
+	// The operation ends before the client can learn it and reuse its id.
+	if id, typ := messageHead(v); typ == "complete" || typ == "error" {
+		c.mu.Lock()
+		delete(c.active, id)
+		c.mu.Unlock()
+	}
 	return c.WebsocketConn.WriteJSON(v)
 }
 
-func (c *trackedConn) WriteClose(code int, msg string) error {
+// messageHead is the id and type of a message gqlgen sends: its unexported
+// message structs have exported ID and Type fields (read by reflection,
+// to spare a second encoding of every answer), else through JSON.
+func messageHead(v any) (id, typ string) {
+	rv := reflect.Indirect(reflect.ValueOf(v))
+	if rv.Kind() == reflect.Struct {
+		i, t := rv.FieldByName("ID"), rv.FieldByName("Type")
+		if i.Kind() == reflect.String && t.Kind() == reflect.String {
+			return i.String(), t.String()
+		}
+	}
+	var head struct{ ID, Type string }
+	if b, err := json.Marshal(v); err == nil {
+		_ = json.Unmarshal(b, &head)
+	}
+	return head.ID, head.Type
+}
+
+func (c *protocolConn) WriteClose(code int, msg string) error {
 	c.answered.Store(true)
 	return c.WebsocketConn.WriteClose(code, msg)
 }
 
-func (c *trackedConn) SetReadLimit(n int64) {
+func (c *protocolConn) SetReadLimit(n int64) {
 	if l, ok := c.WebsocketConn.(transport.WebsocketReadLimiter); ok {
 		l.SetReadLimit(n)
 	}
 }
 
-func (c *trackedConn) SetReadDeadline(t time.Time) error {
+func (c *protocolConn) SetReadDeadline(t time.Time) error {
 	if d, ok := c.WebsocketConn.(transport.WebsocketReadDeadliner); ok {
 		return d.SetReadDeadline(t)
 	}
 	return nil
+}
+
+// deadlineWriter hands the websocket library a connection whose writes
+// have a deadline: gqlgen writes synchronously with no deadline, so a
+// client that stops reading would hold its connection and every operation
+// on it until the ping timeout, or for ever.
+type deadlineWriter struct {
+	http.ResponseWriter
+	timeout time.Duration
+}
+
+func (w deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w deadlineWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	dc := &deadlineConn{Conn: c, timeout: w.timeout}
+	// The buffered writer net/http returns writes to the raw connection.
+	if err := brw.Writer.Flush(); err != nil {
+		_ = c.Close()
+		return nil, nil, err
+	}
+	brw.Writer.Reset(dc)
+	return dc, brw, nil
+}
+
+// deadlineConn gives each write timeout to complete; one that does not
+// closes the connection, which ends its reader and so every operation.
+type deadlineConn struct {
+	net.Conn
+	timeout time.Duration
+}
+
+func (c *deadlineConn) Write(p []byte) (int, error) {
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.timeout))
+	n, err := c.Conn.Write(p)
+	if err != nil {
+		_ = c.Conn.Close()
+	}
+	return n, err
 }
 
 // wsAuthenticate checks the connection_init payload's Authorization (the

@@ -4,9 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -168,4 +174,254 @@ func TestLegacyGraphQLWSGetsKeepalives(t *testing.T) {
 			kas++
 		}
 	}
+}
+
+// holdVoucherReads locks the voucher table until the test ends, so that
+// every voucher query stays in flight: operations that keep a goroutine
+// (the subscriptions themselves still answer NOT_IMPLEMENTED at once).
+func holdVoucherReads(tb testing.TB, s *testServer) {
+	tb.Helper()
+	tx, err := s.db.BeginTx(context.Background(), nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = tx.Rollback() })
+	if _, err := tx.ExecContext(context.Background(), "LOCK TABLE tb_voucher IN ACCESS EXCLUSIVE MODE"); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// newHeldServer is a server over HTTP whose voucher reads stay in flight.
+func newHeldServer(tb testing.TB) (*testServer, *httptest.Server) {
+	tb.Helper()
+	s := newServer(tb)
+	h := httptest.NewServer(s.handler)
+	tb.Cleanup(h.Close)
+	holdVoucherReads(tb, s)
+	return s, h
+}
+
+// initWS opens a graphql-transport-ws connection and waits for its ack.
+func initWS(tb testing.TB, h *httptest.Server, token string) *websocket.Conn {
+	tb.Helper()
+	c := dialWS(tb, h, "graphql-transport-ws")
+	sendWS(tb, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+token+`"}}`)
+	readUntil(tb, c, "connection_ack")
+	return c
+}
+
+const heldQuery = `{"query":"{ voucher(id: \"1\") { id } }"}`
+
+// waitGoroutines waits until at most want goroutines run, and returns how
+// many run.
+func waitGoroutines(want int, within time.Duration) int {
+	deadline := time.Now().Add(within)
+	for {
+		n := runtime.NumGoroutine()
+		if n <= want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Not parallel: it counts the process's goroutines.
+func TestWebsocketOperationsAreBoundedAndFreed(t *testing.T) {
+	s, h := newHeldServer(t)
+	user := s.token(t, 2, auth.RoleUser)
+	baseline := runtime.NumGoroutine()
+
+	// The finding sent 5000 subscribes on each of 3 connections.
+	const conns, sent, bound = 3, 200, graph.WebsocketMaxOperationsDefault
+	var cs []*websocket.Conn
+	for range conns {
+		c := initWS(t, h, user)
+		for i := range sent {
+			sendWS(t, c, fmt.Sprintf(`{"id":"%d","type":"subscribe","payload":%s}`, i, heldQuery))
+		}
+		refused := 0
+		for refused < sent-bound {
+			m := readUntil(t, c, "next", "error")
+			if m.Type == "next" {
+				t.Fatalf("operation %s answered while the table is locked: %s", m.ID, m.Payload)
+			}
+			var errs []gqlError
+			_ = json.Unmarshal(m.Payload, &errs)
+			e := wantCode(t, errs, "RATE_LIMITED")
+			if e.Extensions["retryAfterMs"] == nil {
+				t.Fatalf("no retryAfterMs: %+v", e)
+			}
+			refused++
+		}
+		cs = append(cs, c)
+	}
+	held := runtime.NumGoroutine() - baseline
+	t.Logf("%d connections holding %d operations each: %d goroutines more", conns, bound, held)
+	if limit := conns * (2*bound + 10); held > limit {
+		t.Fatalf("%d goroutines more, want at most %d", held, limit)
+	}
+
+	for _, c := range cs {
+		_ = c.CloseNow()
+	}
+	if n := waitGoroutines(baseline+5, 10*time.Second); n > baseline+5 {
+		t.Fatalf("after closing the connections %d goroutines, baseline %d", n, baseline)
+	}
+}
+
+func TestWebsocketFollowsGraphQLTransportWS(t *testing.T) {
+	t.Parallel()
+	s, h := newHeldServer(t)
+	user := s.token(t, 2, auth.RoleUser)
+
+	for _, tc := range []struct {
+		name      string
+		initFirst bool
+		send      []string
+		code      websocket.StatusCode
+	}{
+		{"text that is no JSON closes 4400", true, []string{`nope`}, 4400},
+		{"a JSON array closes 4400", true, []string{`[1]`}, 4400},
+		{"an unknown type closes 4400", true, []string{`{"type":"nope"}`}, 4400},
+		{"a server message from the client closes 4400", true, []string{`{"id":"1","type":"next","payload":{}}`}, 4400},
+		{"a subscribe without id closes 4400", true, []string{`{"type":"subscribe","payload":` + heldQuery + `}`}, 4400},
+		{"a subscribe with a payload that is no object closes 4400", true, []string{`{"id":"1","type":"subscribe","payload":"{ __typename }"}`}, 4400},
+		{"a complete without id closes 4400", true, []string{`{"type":"complete"}`}, 4400},
+		{"a second connection_init closes 4429", true, []string{`{"type":"connection_init","payload":{}}`}, 4429},
+		{"a subscribe before connection_init closes 4401", false, []string{`{"id":"1","type":"subscribe","payload":` + heldQuery + `}`}, 4401},
+		{"a subscribe with a running id closes 4409", true, []string{
+			`{"id":"a","type":"subscribe","payload":` + heldQuery + `}`,
+			`{"id":"a","type":"subscribe","payload":` + heldQuery + `}`,
+		}, 4409},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c *websocket.Conn
+			if tc.initFirst {
+				c = initWS(t, h, user)
+			} else {
+				c = dialWS(t, h, "graphql-transport-ws")
+			}
+			for _, m := range tc.send {
+				sendWS(t, c, m)
+			}
+			for {
+				_, err := readWS(c, 3*time.Second)
+				if err == nil {
+					continue
+				}
+				if code := websocket.CloseStatus(err); code != tc.code {
+					t.Fatalf("closed with %d (%v), want %d", code, err, tc.code)
+				}
+				return
+			}
+		})
+	}
+
+	t.Run("a ping before connection_init gets a pong", func(t *testing.T) {
+		c := dialWS(t, h, "graphql-transport-ws")
+		sendWS(t, c, `{"type":"ping"}`)
+		readUntil(t, c, "pong")
+		sendWS(t, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+user+`"}}`)
+		readUntil(t, c, "connection_ack")
+	})
+
+	t.Run("an id is free again once its operation completes", func(t *testing.T) {
+		c := initWS(t, h, user)
+		sendWS(t, c, `{"type":"ping"}`)
+		readUntil(t, c, "pong")
+		for range 3 {
+			sendWS(t, c, `{"id":"b","type":"subscribe","payload":{"query":"{ __typename }"}}`)
+			if m := readUntil(t, c, "next", "error"); m.Type != "next" || m.ID != "b" {
+				t.Fatalf("%s %s %s", m.ID, m.Type, m.Payload)
+			}
+			readUntil(t, c, "complete")
+		}
+	})
+}
+
+// smallBuffers makes a listener's connections buffer little, so that a
+// client that stops reading blocks the server's writes soon.
+type smallBuffers struct{ net.Listener }
+
+func (l smallBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(4 << 10)
+	}
+	return c, err
+}
+
+func TestWebsocketClientThatStopsReadingIsDropped(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	withLongTexts(t, s, 100)
+	var open atomic.Int32
+	gql := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router}, graph.HandlerOptions{
+		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), WebsocketWriteTimeout: 300 * time.Millisecond,
+	})
+	h := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		open.Add(1)
+		defer open.Add(-1)
+		gql.ServeHTTP(w, r)
+	}))
+	h.Listener = smallBuffers{h.Listener}
+	h.Start()
+	t.Cleanup(h.Close)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	dialer := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10) })
+	}}
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(h.URL, "http")+"/query", &websocket.DialOptions{
+		Subprotocols: []string{"graphql-transport-ws"},
+		HTTPClient:   &http.Client{Transport: &http.Transport{DialContext: dialer.DialContext}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.CloseNow() })
+	sendWS(t, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+s.token(t, 2, auth.RoleUser)+`"}}`)
+	readUntil(t, c, "connection_ack")
+	// 16 answers of 0.8 MB each, and the client reads none of them.
+	for i := range 16 {
+		sendWS(t, c, fmt.Sprintf(`{"id":"%d","type":"subscribe","payload":{"query":"{ vouchers(first: 100) { edges { node { subTitle rules } } } }"}}`, i))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for open.Load() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the connection of a client that stopped reading is still served after 5 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestLegacyGraphQLWSOperationsAreBounded(t *testing.T) {
+	t.Parallel()
+	s, h := newHeldServer(t)
+	c := dialWS(t, h, "graphql-ws")
+	sendWS(t, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+s.token(t, 2, auth.RoleUser)+`"}}`)
+	readUntil(t, c, "connection_ack")
+	const bound = graph.WebsocketMaxOperationsDefault
+	for i := range bound + 8 {
+		sendWS(t, c, fmt.Sprintf(`{"id":"%d","type":"start","payload":%s}`, i, heldQuery))
+	}
+	for range 8 {
+		m := readUntil(t, c, "data", "error")
+		var errs []gqlError
+		_ = json.Unmarshal(m.Payload, &errs)
+		if m.Type != "error" {
+			t.Fatalf("operation %s answered while the table is locked: %s", m.ID, m.Payload)
+		}
+		wantCode(t, errs, "RATE_LIMITED")
+	}
+	// A running id is refused for itself; the connection stays.
+	sendWS(t, c, `{"id":"0","type":"start","payload":`+heldQuery+`}`)
+	m := readUntil(t, c, "data", "error")
+	var errs []gqlError
+	_ = json.Unmarshal(m.Payload, &errs)
+	if m.ID != "0" || m.Type != "error" {
+		t.Fatalf("%s %s %s", m.ID, m.Type, m.Payload)
+	}
+	wantCode(t, errs, "BAD_USER_INPUT")
 }

@@ -76,6 +76,14 @@ type Config struct {
 	// HTTPShutdownTimeout bounds how long shutdown waits for open requests.
 	HTTPShutdownTimeout time.Duration
 
+	// MaxResponseBytes caps one GraphQL answer: a larger one is replaced by
+	// an error, so that no request makes the node buffer an answer of
+	// hundreds of MB.
+	MaxResponseBytes int
+	// WSMaxOperations bounds the operations running at once on one
+	// websocket connection; one more gets a RATE_LIMITED error for itself.
+	WSMaxOperations int
+
 	Introspection bool // schema introspection on /query
 	Demo          bool // create a demo voucher and print tokens; default on in embedded mode
 }

@@ -31,7 +31,7 @@ func TestDefaultsAreTheEmbeddedMode(t *testing.T) {
 	// The stores' own defaults, and today's shutdown waits.
 	if c.GrabBatchSize != 256 || c.GrabQueueBound != 8192 || c.OrderLogClaimIdle != 30*time.Second ||
 		c.GrabTimeout != 5*time.Second || c.OrderLogDrainTimeout != 5*time.Second || c.HTTPShutdownTimeout != 10*time.Second ||
-		c.JWTMaxTTL != 24*time.Hour {
+		c.JWTMaxTTL != 24*time.Hour || c.MaxResponseBytes != 4<<20 || c.WSMaxOperations != 32 {
 		t.Fatalf("defaults %+v", c)
 	}
 }
@@ -100,6 +100,8 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"bad order log drain timeout", "ORDER_LOG_DRAIN_TIMEOUT", with("ORDER_LOG_DRAIN_TIMEOUT", "soon")},
 		{"negative http shutdown timeout", "HTTP_SHUTDOWN_TIMEOUT", with("HTTP_SHUTDOWN_TIMEOUT", "-1s")},
 		{"bad introspection", "INTROSPECTION", with("INTROSPECTION", "maybe")},
+		{"zero response cap", "MAX_RESPONSE_BYTES", with("MAX_RESPONSE_BYTES", "0")},
+		{"zero websocket operations", "WS_MAX_OPERATIONS", with("WS_MAX_OPERATIONS", "0")},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

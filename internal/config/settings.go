@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"flashsale/actors"
+	"flashsale/graph"
 	"flashsale/internal/auth"
 	"flashsale/persistence"
 )
@@ -200,6 +201,8 @@ var settings = []setting{
 	durationVar("ORDER_LOG_DRAIN_TIMEOUT", 5*time.Second, "shutdown waits this long for accepted orders to reach the database", func(c *Config) *time.Duration { return &c.OrderLogDrainTimeout }),
 	durationVar("HTTP_SHUTDOWN_TIMEOUT", 10*time.Second, "shutdown waits this long for open HTTP requests", func(c *Config) *time.Duration { return &c.HTTPShutdownTimeout }),
 
+	intVar("MAX_RESPONSE_BYTES", strconv.Itoa(graph.MaxAnswerBytesDefault), "largest GraphQL answer in bytes; a larger one is refused with an error", func(c *Config) *int { return &c.MaxResponseBytes }, positive),
+	intVar("WS_MAX_OPERATIONS", strconv.Itoa(graph.WebsocketMaxOperationsDefault), "operations running at once on one websocket; one more gets an error", func(c *Config) *int { return &c.WSMaxOperations }, positive),
 	boolVar("INTROSPECTION", "true", "allow schema introspection", func(c *Config) *bool { return &c.Introspection }),
 	boolVar("DEMO", "", "create a demo voucher and print tokens; default on when embedded", func(c *Config) *bool { return &c.Demo }).
 		derived(func(c *Config) { c.Demo = c.Embedded() }),
