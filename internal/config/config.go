@@ -72,6 +72,10 @@ type Config struct {
 	OrderLogDrainTimeout time.Duration
 	// HTTPShutdownTimeout bounds how long shutdown waits for open requests.
 	HTTPShutdownTimeout time.Duration
+	// HTTPDrainDelay is how long a stopping node keeps serving with /readyz
+	// at 503 before it closes its listener, so load balancers stop sending
+	// first (0 = close at once).
+	HTTPDrainDelay time.Duration
 
 	Introspection bool // schema introspection on /query
 	Demo          bool // create a demo voucher and print tokens; default on in embedded mode

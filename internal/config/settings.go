@@ -197,6 +197,13 @@ var settings = []setting{
 	durationVar("GRAB_TIMEOUT", actors.GrabTimeoutDefault, "a grab's wait for its answer; shutdown waits as long for queued grabs", func(c *Config) *time.Duration { return &c.GrabTimeout }),
 	durationVar("ORDER_LOG_DRAIN_TIMEOUT", 5*time.Second, "shutdown waits this long for accepted orders to reach the database", func(c *Config) *time.Duration { return &c.OrderLogDrainTimeout }),
 	durationVar("HTTP_SHUTDOWN_TIMEOUT", 10*time.Second, "shutdown waits this long for open HTTP requests", func(c *Config) *time.Duration { return &c.HTTPShutdownTimeout }),
+	durationVar("HTTP_DRAIN_DELAY", 0, "at shutdown, serve this long with /readyz at 503 before closing the listener (0 = at once)", func(c *Config) *time.Duration { return &c.HTTPDrainDelay }).
+		checked(func(c Config) string {
+			if c.HTTPDrainDelay < 0 {
+				return "must not be negative"
+			}
+			return ""
+		}),
 
 	boolVar("INTROSPECTION", "true", "allow schema introspection", func(c *Config) *bool { return &c.Introspection }),
 	boolVar("DEMO", "", "create a demo voucher and print tokens; default on when embedded", func(c *Config) *bool { return &c.Demo }).
