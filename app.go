@@ -185,10 +185,13 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	requests, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancelRequests = cancelRequests
 	a.http = &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 5 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		BaseContext:       func(net.Listener) context.Context { return requests },
+		Handler:           withDeadlines(mux, cfg.HTTPBodyTimeout, cfg.HTTPWriteTimeout),
+		ReadHeaderTimeout: cfg.HTTPHeaderTimeout,
+		// Also set per request by withDeadlines (and lifted for
+		// websockets); here it covers what net/http answers itself.
+		WriteTimeout: cfg.HTTPWriteTimeout,
+		IdleTimeout:  2 * time.Minute,
+		BaseContext:  func(net.Listener) context.Context { return requests },
 	}
 	return a, nil
 }

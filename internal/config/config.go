@@ -76,6 +76,14 @@ type Config struct {
 	// at 503 before it closes its listener, so load balancers stop sending
 	// first (0 = close at once).
 	HTTPDrainDelay time.Duration
+	// HTTPHeaderTimeout, HTTPBodyTimeout and HTTPWriteTimeout bound what a
+	// client can hold of a connection by being slow: sending its headers,
+	// sending its body (from the end of the headers), and reading the
+	// answer (from the end of the headers). Websockets are exempt from the
+	// last two; they have pings and write deadlines of their own.
+	HTTPHeaderTimeout time.Duration
+	HTTPBodyTimeout   time.Duration
+	HTTPWriteTimeout  time.Duration
 
 	Introspection bool // schema introspection on /query
 	Demo          bool // create a demo voucher and print tokens; default on in embedded mode

@@ -96,6 +96,9 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"zero grab timeout", "GRAB_TIMEOUT", with("GRAB_TIMEOUT", "0s")},
 		{"bad order log drain timeout", "ORDER_LOG_DRAIN_TIMEOUT", with("ORDER_LOG_DRAIN_TIMEOUT", "soon")},
 		{"negative http shutdown timeout", "HTTP_SHUTDOWN_TIMEOUT", with("HTTP_SHUTDOWN_TIMEOUT", "-1s")},
+		{"negative drain delay", "HTTP_DRAIN_DELAY", with("HTTP_DRAIN_DELAY", "-1s")},
+		{"zero body timeout", "HTTP_BODY_TIMEOUT", with("HTTP_BODY_TIMEOUT", "0s")},
+		{"write timeout within the grab timeout", "HTTP_WRITE_TIMEOUT", with("HTTP_WRITE_TIMEOUT", "5s")},
 		{"bad introspection", "INTROSPECTION", with("INTROSPECTION", "maybe")},
 	}
 	for _, tc := range cases {
