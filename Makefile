@@ -29,3 +29,10 @@ ROUNDS ?= 200
 .PHONY: chaos
 chaos:
 	eval "$$(scripts/test-services.sh)" && go run ./cmd/chaos -seed $(SEED) -rounds $(ROUNDS) $(CHAOS_FLAGS)
+
+# Every fuzz target (docs/RELIABILITY.md) for FUZZTIME each: make fuzz
+# FUZZTIME=30m. The test command runs them 3s each.
+FUZZTIME ?= 10m
+.PHONY: fuzz
+fuzz:
+	./scripts/fuzz.sh $(FUZZTIME)

@@ -48,6 +48,8 @@ type app struct {
 	db       *bun.DB
 	mini     *miniredis.Miniredis // embedded mode only
 	rdb      *redis.Client
+	probe    *redis.Client // /readyz's own client, with short timeouts
+	ready    *readiness
 	tokens   *auth.Tokens
 	catalog  *catalog.Service
 	ids      *persistence.OrderIDs
@@ -55,6 +57,10 @@ type app struct {
 	writer   *persistence.OrderWriter
 	listener net.Listener
 	http     *http.Server
+	// cancelRequests ends every request's context (websockets get their
+	// close frame); serve calls it once draining is over, not when the
+	// shutdown starts, so requests served while draining still complete.
+	cancelRequests context.CancelFunc
 
 	// background runs the order writer and the voucher-event watcher;
 	// stop cancels it and waits for them.
@@ -95,6 +101,18 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	cancel()
 	if err != nil {
 		return nil, &config.Error{Var: "REDIS_URL", Msg: "cannot reach redis: " + err.Error()}
+	}
+
+	// /readyz pings through a client of its own: the shared one waits
+	// seconds for a stalled Redis, and its pool may be busy with grabs.
+	probeOpts := *a.rdb.Options()
+	probeOpts.DialTimeout, probeOpts.ReadTimeout, probeOpts.WriteTimeout = readyTimeout, readyTimeout, readyTimeout
+	probeOpts.PoolTimeout, probeOpts.PoolSize, probeOpts.MinIdleConns = readyTimeout, 2, 0
+	probeOpts.MaxRetries, probeOpts.ContextTimeoutEnabled = -1, true
+	a.probe = redis.NewClient(&probeOpts)
+	a.ready = &readiness{
+		redis: func(ctx context.Context) error { return a.probe.Ping(ctx).Err() },
+		db:    a.db.PingContext,
 	}
 
 	secret := cfg.JWTSecret
@@ -160,34 +178,24 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	mux.Handle("GET /{$}", playground.Handler("flashsale", "/query"))
 	mux.Handle("GET "+playground.AssetsPath, playground.Assets())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("GET /readyz", a.ready)
+	mux.Handle("GET /readyz", a.ready)
 	mux.Handle("GET /metrics", promhttp.Handler())
 
 	if a.listener, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, &config.Error{Var: "HTTP_ADDR", Msg: err.Error()}
 	}
+	requests, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	a.cancelRequests = cancelRequests
 	a.http = &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 5 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		Handler:           withDeadlines(mux, cfg.HTTPBodyTimeout, cfg.HTTPWriteTimeout),
+		ReadHeaderTimeout: cfg.HTTPHeaderTimeout,
+		// Also set per request by withDeadlines (and lifted for
+		// websockets); here it covers what net/http answers itself.
+		WriteTimeout: cfg.HTTPWriteTimeout,
+		IdleTimeout:  2 * time.Minute,
+		BaseContext:  func(net.Listener) context.Context { return requests },
 	}
 	return a, nil
-}
-
-// ready answers 200 when both stores respond.
-func (a *app) ready(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	if err := a.db.PingContext(ctx); err != nil {
-		http.Error(w, "database unavailable", http.StatusServiceUnavailable)
-		return
-	}
-	if err := a.rdb.Ping(ctx).Err(); err != nil {
-		http.Error(w, "redis unavailable", http.StatusServiceUnavailable)
-		return
-	}
-	_, _ = w.Write([]byte("ready\n"))
 }
 
 // serve runs the HTTP server until ctx is cancelled, then shuts down,
@@ -200,6 +208,14 @@ func (a *app) serve(ctx context.Context) error {
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
+		// Not ready from now on; with HTTP_DRAIN_DELAY the node keeps
+		// serving that long so load balancers see it and stop sending.
+		a.ready.draining.Store(true)
+		if d := a.cfg.HTTPDrainDelay; d > 0 {
+			a.log.Info("draining", "delay", d.String())
+			time.Sleep(d)
+		}
+		a.cancelRequests()
 		shutCtx, cancel := context.WithTimeout(context.Background(), a.cfg.HTTPShutdownTimeout)
 		err = a.http.Shutdown(shutCtx)
 		cancel()
@@ -216,6 +232,9 @@ func (a *app) serve(ctx context.Context) error {
 // the order log are given ORDER_LOG_DRAIN_TIMEOUT to reach the database (in
 // the embedded mode the log lives in this process and would be lost).
 func (a *app) stop() {
+	if a.cancelRequests != nil {
+		a.cancelRequests()
+	}
 	if a.listener != nil { // Shutdown closed it already if serve ran; a second Close is harmless
 		_ = a.listener.Close()
 	}
@@ -233,6 +252,9 @@ func (a *app) stop() {
 		cancel()
 		a.cancelBackground()
 		a.background.Wait()
+	}
+	if a.probe != nil {
+		_ = a.probe.Close()
 	}
 	if a.rdb != nil {
 		_ = a.rdb.Close()

@@ -54,6 +54,14 @@ func startService(t *testing.T, env map[string]string) (base, admin string) {
 // startServiceOut is startService that also returns the banner.
 func startServiceOut(t *testing.T, env map[string]string) (base, admin, banner string) {
 	t.Helper()
+	base, admin, banner, _ = startStoppableService(t, env)
+	return base, admin, banner
+}
+
+// startStoppableService is startServiceOut that also returns what a
+// SIGTERM would do: start the shutdown (the test's end waits for it).
+func startStoppableService(t *testing.T, env map[string]string) (base, admin, banner string, stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &syncBuffer{}
 	done := make(chan error, 1)
@@ -72,7 +80,7 @@ func startServiceOut(t *testing.T, env map[string]string) (base, admin, banner s
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if m, a := urlRe.FindStringSubmatch(out.String()), adminRe.FindStringSubmatch(out.String()); m != nil && a != nil {
-			return m[1], a[1], out.String()
+			return m[1], a[1], out.String(), cancel
 		}
 		select {
 		case err := <-done:
@@ -81,7 +89,7 @@ func startServiceOut(t *testing.T, env map[string]string) (base, admin, banner s
 		}
 	}
 	t.Fatalf("no banner; output so far: %s", out.String())
-	return "", "", ""
+	return "", "", "", nil
 }
 
 func postQuery(t *testing.T, base, token, query string) map[string]any {

@@ -2,7 +2,8 @@
 # The whole test suite, the README's test command (`make test` is the same
 # where make exists): services, vet, generated code is committed and
 # current, the public GraphQL contract, then every test with the race
-# detector against real Redis and Postgres. Stops at the first failed step.
+# detector against real Redis and Postgres, then each fuzz target for a
+# few seconds. Stops at the first failed step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,3 +35,6 @@ fi
 
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...
+
+echo "== fuzz targets, 3s each (make fuzz runs them longer)"
+scripts/fuzz.sh 3s

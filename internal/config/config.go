@@ -75,6 +75,18 @@ type Config struct {
 	OrderLogDrainTimeout time.Duration
 	// HTTPShutdownTimeout bounds how long shutdown waits for open requests.
 	HTTPShutdownTimeout time.Duration
+	// HTTPDrainDelay is how long a stopping node keeps serving with /readyz
+	// at 503 before it closes its listener, so load balancers stop sending
+	// first (0 = close at once).
+	HTTPDrainDelay time.Duration
+	// HTTPHeaderTimeout, HTTPBodyTimeout and HTTPWriteTimeout bound what a
+	// client can hold of a connection by being slow: sending its headers,
+	// sending its body (from the end of the headers), and reading the
+	// answer (from the end of the headers). Websockets are exempt from the
+	// last two; they have pings and write deadlines of their own.
+	HTTPHeaderTimeout time.Duration
+	HTTPBodyTimeout   time.Duration
+	HTTPWriteTimeout  time.Duration
 
 	// MaxResponseBytes caps one GraphQL answer: a larger one is replaced by
 	// an error, so that no request makes the node buffer an answer of

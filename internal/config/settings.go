@@ -200,6 +200,25 @@ var settings = []setting{
 	durationVar("GRAB_TIMEOUT", actors.GrabTimeoutDefault, "a grab's wait for its answer; shutdown waits as long for queued grabs", func(c *Config) *time.Duration { return &c.GrabTimeout }),
 	durationVar("ORDER_LOG_DRAIN_TIMEOUT", 5*time.Second, "shutdown waits this long for accepted orders to reach the database", func(c *Config) *time.Duration { return &c.OrderLogDrainTimeout }),
 	durationVar("HTTP_SHUTDOWN_TIMEOUT", 10*time.Second, "shutdown waits this long for open HTTP requests", func(c *Config) *time.Duration { return &c.HTTPShutdownTimeout }),
+	durationVar("HTTP_DRAIN_DELAY", 0, "at shutdown, serve this long with /readyz at 503 before closing the listener (0 = at once)", func(c *Config) *time.Duration { return &c.HTTPDrainDelay }).
+		checked(func(c Config) string {
+			if c.HTTPDrainDelay < 0 {
+				return "must not be negative"
+			}
+			return ""
+		}),
+	durationVar("HTTP_HEADER_TIMEOUT", 5*time.Second, "a request's headers must arrive within this", func(c *Config) *time.Duration { return &c.HTTPHeaderTimeout }),
+	durationVar("HTTP_BODY_TIMEOUT", 10*time.Second, "a request's body must arrive within this after its headers", func(c *Config) *time.Duration { return &c.HTTPBodyTimeout }),
+	durationVar("HTTP_WRITE_TIMEOUT", 15*time.Second, "an answer must be taken by the client within this after the request's headers (not websockets)", func(c *Config) *time.Duration { return &c.HTTPWriteTimeout }).
+		checked(func(c Config) string {
+			if c.HTTPWriteTimeout <= 0 {
+				return "must be positive"
+			}
+			if c.HTTPWriteTimeout <= c.GrabTimeout {
+				return "must be longer than GRAB_TIMEOUT (" + formatDuration(c.GrabTimeout) + "): a grab's answer needs time to be written"
+			}
+			return ""
+		}),
 
 	intVar("MAX_RESPONSE_BYTES", strconv.Itoa(graph.MaxAnswerBytesDefault), "largest GraphQL answer in bytes; a larger one is refused with an error", func(c *Config) *int { return &c.MaxResponseBytes }, positive),
 	intVar("WS_MAX_OPERATIONS", strconv.Itoa(graph.WebsocketMaxOperationsDefault), "operations running at once on one websocket; one more gets an error", func(c *Config) *int { return &c.WSMaxOperations }, positive),
