@@ -142,26 +142,19 @@ func pairs(v any) map[string]string {
 // unpersisted returns, for the orders (id -> user) of an order log, the
 // users of those the database does not hold.
 func unpersisted(ctx context.Context, tx bun.Tx, orders map[string]string) ([]string, error) {
-	if len(orders) == 0 {
-		return nil, nil
-	}
 	ids := make([]int64, 0, len(orders))
 	for o := range orders {
 		if id, err := strconv.ParseInt(o, 10, 64); err == nil {
 			ids = append(ids, id)
 		}
 	}
-	var stored []int64
-	if err := tx.NewSelect().Table("tb_voucher_order").Column("id").Where("id IN (?)", bun.In(ids)).Scan(ctx, &stored); err != nil {
-		return nil, fmt.Errorf("look up %d orders of the order log: %w", len(ids), err)
-	}
-	have := make(map[string]bool, len(stored))
-	for _, id := range stored {
-		have[strconv.FormatInt(id, 10)] = true
+	have, err := storedOrders(ctx, tx, ids)
+	if err != nil {
+		return nil, err
 	}
 	var users []string
 	for o, u := range orders {
-		if !have[o] {
+		if id, err := strconv.ParseInt(o, 10, 64); err != nil || !have[id] {
 			users = append(users, u)
 		}
 	}

@@ -210,17 +210,7 @@ func (s *Vouchers) Preload(ctx context.Context, id int64, load domain.Loader) er
 		if snap.Requests, err = requestIDs(ctx, tx, id); err != nil {
 			return err
 		}
-		snap.Persisted = func(ctx context.Context, ids []int64) (map[int64]bool, error) {
-			var stored []int64
-			if err := tx.NewSelect().Table("tb_voucher_order").Column("id").Where("id IN (?)", bun.In(ids)).Scan(ctx, &stored); err != nil {
-				return nil, fmt.Errorf("look up %d orders of the order log: %w", len(ids), err)
-			}
-			out := make(map[int64]bool, len(stored))
-			for _, o := range stored {
-				out[o] = true
-			}
-			return out, nil
-		}
+		snap.Persisted = func(ctx context.Context, ids []int64) (map[int64]bool, error) { return storedOrders(ctx, tx, ids) }
 		stamp, err := load(ctx, snap)
 		if err != nil || stamp == "" {
 			return err
@@ -317,6 +307,24 @@ func liveOrderCounts(ctx context.Context, db bun.IDB, voucherID int64) (map[int6
 	out := make(map[int64]int, len(rows))
 	for _, r := range rows {
 		out[r.UserID] = r.N
+	}
+	return out, nil
+}
+
+// storedOrders reports which of the order ids the database holds: orders
+// of an order log that are already persisted (committed, not yet
+// acknowledged) must not be counted as in flight.
+func storedOrders(ctx context.Context, db bun.IDB, ids []int64) (map[int64]bool, error) {
+	out := make(map[int64]bool, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	var stored []int64
+	if err := db.NewSelect().Table("tb_voucher_order").Column("id").Where("id IN (?)", bun.In(ids)).Scan(ctx, &stored); err != nil {
+		return nil, fmt.Errorf("look up %d orders of the order log: %w", len(ids), err)
+	}
+	for _, o := range stored {
+		out[o] = true
 	}
 	return out, nil
 }
