@@ -33,6 +33,8 @@ var (
 	_ actors.Store         = (*persistence.Grabs)(nil)
 	_ actors.OrderIDs      = (*persistence.OrderIDs)(nil)
 	_ actors.Limits        = (*persistence.RateLimits)(nil)
+	_ actors.RedisHealth   = (*persistence.Breaker)(nil)
+	_ actors.Fallback      = (*persistence.DBGrabs)(nil)
 	_ catalog.VoucherStore = (*persistence.Vouchers)(nil)
 	_ catalog.StockStore   = (*persistence.Stock)(nil)
 	_ graph.IPLimiter      = (*persistence.RateLimits)(nil)
@@ -43,12 +45,18 @@ var (
 // app is the wired service. start builds it in a visible order (database,
 // Redis, services, GraphQL, HTTP); stop tears it down in reverse.
 type app struct {
-	cfg      config.Config
-	log      *slog.Logger
-	db       *bun.DB
-	mini     *miniredis.Miniredis // embedded mode only
+	cfg  config.Config
+	log  *slog.Logger
+	db   *bun.DB
+	mini *miniredis.Miniredis // embedded mode only
+	// rdb serves request paths (grabs, rate limits, stock reads): short
+	// deadlines and the circuit breaker. bg serves the background loops
+	// (order writer, event watcher), which retry with backoff on their own.
 	rdb      *redis.Client
-	probe    *redis.Client // /readyz's own client, with short timeouts
+	bg       *redis.Client
+	breaker  *persistence.Breaker
+	fallback *persistence.DBGrabs // DEGRADE_TO_DB only
+	probe    *redis.Client        // /readyz's own client, with short timeouts
 	ready    *readiness
 	tokens   *auth.Tokens
 	catalog  *catalog.Service
@@ -87,17 +95,21 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		return nil, fmt.Errorf("database schema: %w", err)
 	}
 
+	redisOpts := &redis.Options{}
 	if cfg.RedisURL == "" {
 		if a.mini, err = miniredis.Run(); err != nil {
 			return nil, fmt.Errorf("start embedded redis: %w", err)
 		}
-		a.rdb = redis.NewClient(&redis.Options{Addr: a.mini.Addr()})
+		redisOpts.Addr = a.mini.Addr()
 	} else {
-		opts, _ := redis.ParseURL(cfg.RedisURL) // validated by config
-		a.rdb = redis.NewClient(opts)
+		redisOpts, _ = redis.ParseURL(cfg.RedisURL) // validated by config
 	}
+	a.bg = redis.NewClient(persistence.BackgroundClientOptions(*redisOpts))
+	a.rdb = redis.NewClient(persistence.RequestClientOptions(*redisOpts, 0))
+	a.breaker = persistence.NewBreaker(log, persistence.BreakerOptions{OnClose: a.afterRedisOutage})
+	a.rdb.AddHook(a.breaker)
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = a.rdb.Ping(pingCtx).Err()
+	err = a.bg.Ping(pingCtx).Err()
 	cancel()
 	if err != nil {
 		return nil, &config.Error{Var: "REDIS_URL", Msg: "cannot reach redis: " + err.Error()}
@@ -105,14 +117,15 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 
 	// /readyz pings through a client of its own: the shared one waits
 	// seconds for a stalled Redis, and its pool may be busy with grabs.
-	probeOpts := *a.rdb.Options()
+	probeOpts := *redisOpts
 	probeOpts.DialTimeout, probeOpts.ReadTimeout, probeOpts.WriteTimeout = readyTimeout, readyTimeout, readyTimeout
 	probeOpts.PoolTimeout, probeOpts.PoolSize, probeOpts.MinIdleConns = readyTimeout, 2, 0
 	probeOpts.MaxRetries, probeOpts.ContextTimeoutEnabled = -1, true
 	a.probe = redis.NewClient(&probeOpts)
 	a.ready = &readiness{
-		redis: func(ctx context.Context) error { return a.probe.Ping(ctx).Err() },
-		db:    a.db.PingContext,
+		redis:    func(ctx context.Context) error { return a.probe.Ping(ctx).Err() },
+		db:       a.db.PingContext,
+		fallback: cfg.DegradeToDB,
 	}
 
 	secret := cfg.JWTSecret
@@ -137,13 +150,19 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	}
 
 	limits := persistence.NewRateLimits(a.rdb, cfg.RateUserPerSec, cfg.RateVoucherPerSec, cfg.RateIPPerSec)
-	a.router = actors.NewRouter(persistence.NewGrabs(a.rdb), a.ids, a.catalog, log, actors.Options{
+	routerOpts := actors.Options{
 		Limits:      limits,
 		BatchSize:   cfg.GrabBatchSize,
 		QueueBound:  cfg.GrabQueueBound,
 		GrabTimeout: cfg.GrabTimeout,
-	})
-	a.writer = persistence.NewOrderWriter(a.db, a.rdb, log, persistence.OrderWriterOptions{Consumer: cfg.NodeID, ClaimIdle: cfg.OrderLogClaimIdle})
+		Redis:       a.breaker,
+	}
+	if cfg.DegradeToDB {
+		a.fallback = persistence.NewDBGrabs(a.db, a.breaker, 0)
+		routerOpts.Fallback = a.fallback
+	}
+	a.router = actors.NewRouter(persistence.NewGrabs(a.rdb), a.ids, a.catalog, log, routerOpts)
+	a.writer = persistence.NewOrderWriter(a.db, a.bg, log, persistence.OrderWriterOptions{Consumer: cfg.NodeID, ClaimIdle: cfg.OrderLogClaimIdle})
 	if err = a.writer.Acquire(ctx); errors.Is(err, persistence.ErrConsumerInUse) {
 		return nil, &config.Error{Var: "NODE_ID", Msg: err.Error() + "; give each node its own NODE_ID"}
 	} else if err != nil {
@@ -151,7 +170,11 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancelBackground = cancel
-	a.background.Add(2)
+	a.background.Add(3)
+	go func() {
+		defer a.background.Done()
+		a.breaker.Watch(bg, breakerProbeInterval, func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() })
+	}()
 	go func() {
 		defer a.background.Done()
 		if err := a.writer.Run(bg); err != nil {
@@ -160,7 +183,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	}()
 	go func() {
 		defer a.background.Done()
-		if err := stock.Watch(bg, a.router.Changed, a.router.Resync); err != nil {
+		if err := persistence.NewStock(a.bg).Watch(bg, a.router.Changed, a.router.Resync); err != nil {
 			log.Error("voucher-event watcher stopped", "err", err)
 		}
 	}()
@@ -259,12 +282,38 @@ func (a *app) stop() {
 	if a.rdb != nil {
 		_ = a.rdb.Close()
 	}
+	if a.bg != nil {
+		_ = a.bg.Close()
+	}
 	if a.mini != nil {
 		a.mini.Close()
 	}
 	if a.db != nil {
 		_ = a.db.Close()
 	}
+}
+
+// breakerProbeInterval is how often a node whose breaker is not closed
+// pings Redis to find it back.
+const breakerProbeInterval = 250 * time.Millisecond
+
+// afterRedisOutage runs when the breaker closes again, before grabs use
+// Redis: with the database fallback it waits for the database grabs under
+// way, then re-syncs from the database every voucher the fallback sold
+// (Redis's load does not know those sales); then every actor reloads what
+// it cached. An error keeps grabs off Redis and is retried.
+func (a *app) afterRedisOutage() error {
+	if a.cfg.DegradeToDB {
+		a.fallback.Barrier()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := a.catalog.ResyncDBSold(ctx); err != nil {
+			return err
+		}
+	}
+	a.router.Resync()
+	a.log.Info("redis is back; grabs use it again")
+	return nil
 }
 
 func randomSecret() string {

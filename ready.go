@@ -27,14 +27,18 @@ var degraded = promauto.NewGaugeVec(prometheus.GaugeOpts{
 
 // readiness answers /readyz: whether a load balancer should send this node
 // grabs. Grabs need Redis only (accepted orders wait in the order log while
-// Postgres is away), so Redis decides; a Postgres outage is reported
+// Postgres is away), or, with the database fallback, Postgres while Redis
+// is down; so Redis decides, and with the fallback Postgres may stand in; a Postgres outage is reported
 // ("degraded" and the flashsale_degraded gauge) but does not take the node
 // out: every node shares the database, and a blip would otherwise empty the
 // whole pool at once. Draining (shutdown started) is 503, so the balancer
 // stops sending before the listener closes.
 type readiness struct {
-	redis    func(context.Context) error // ping with a client whose own timeouts are short
-	db       func(context.Context) error
+	redis func(context.Context) error // ping with a client whose own timeouts are short
+	db    func(context.Context) error
+	// fallback (DEGRADE_TO_DB) sells from the database while Redis is
+	// down, so then a reachable database is enough to sell.
+	fallback bool
 	draining atomic.Bool
 }
 
@@ -56,7 +60,11 @@ func (rd *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		degraded.WithLabelValues("postgres").Set(0)
 	}
-	if redisErr != nil {
+	switch {
+	case redisErr != nil && rd.fallback && pgErr == nil:
+		_, _ = w.Write([]byte("ready (degraded: redis unavailable; grabs sold from the database)\n"))
+		return
+	case redisErr != nil:
 		http.Error(w, "redis unavailable: cannot sell", http.StatusServiceUnavailable)
 		return
 	}

@@ -52,6 +52,20 @@ type Limits interface {
 	Admit(ctx context.Context, voucherID int64, checks []domain.RateCheck) ([]time.Duration, error)
 }
 
+// RedisHealth says whether grabs may use Redis now (persistence.Breaker).
+type RedisHealth interface {
+	// Usable is false while the breaker is not closed, and while the node
+	// re-syncs Redis from the database after an outage.
+	Usable() bool
+}
+
+// Fallback sells grabs from the database while Redis is down
+// (persistence.DBGrabs, with DEGRADE_TO_DB). expected is the stock this
+// activation's view of Redis says is left; sold reports a new sale.
+type Fallback interface {
+	Grab(ctx context.Context, voucherID int64, expected int, g domain.Grab) (res domain.GrabResult, sold bool, err error)
+}
+
 // Options tunes the router; zero values take the defaults.
 type Options struct {
 	// BatchSize caps the grabs of one script call.
@@ -66,6 +80,14 @@ type Options struct {
 	// after a lost reply never sells twice).
 	CallTimeout time.Duration
 	Attempts    int
+	// BatchTimeout bounds a whole batch (rate limits, ids, every attempt):
+	// the callers whose grabs are in it wait for it, and a stalled Redis
+	// must cost them at most this.
+	BatchTimeout time.Duration
+	// Redis, if set, says when Redis is down: grabs are then not sent to
+	// it but answered UNAVAILABLE, or sold by Fallback if set.
+	Redis    RedisHealth
+	Fallback Fallback
 	// IdleTimeout passivates an actor that has had no grab for this long.
 	IdleTimeout time.Duration
 	// MaxActors caps the voucher actors of this node; a grab that would
@@ -83,6 +105,11 @@ const (
 	BatchSizeDefault   = 256
 	QueueBoundDefault  = 8192
 	GrabTimeoutDefault = 5 * time.Second
+	// CallTimeoutDefault and BatchTimeoutDefault keep a grab's answer
+	// within 500 ms when Redis stalls (issue 8): a batch's script call
+	// takes a few milliseconds when Redis answers.
+	CallTimeoutDefault  = 200 * time.Millisecond
+	BatchTimeoutDefault = 400 * time.Millisecond
 )
 
 func (o Options) withDefaults() Options {
@@ -96,7 +123,10 @@ func (o Options) withDefaults() Options {
 		o.GrabTimeout = GrabTimeoutDefault
 	}
 	if o.CallTimeout <= 0 {
-		o.CallTimeout = time.Second
+		o.CallTimeout = CallTimeoutDefault
+	}
+	if o.BatchTimeout <= 0 {
+		o.BatchTimeout = BatchTimeoutDefault
 	}
 	if o.Attempts <= 0 {
 		o.Attempts = 3

@@ -70,6 +70,8 @@ type batchDone struct {
 	out      domain.BatchOutcome
 	scripted bool
 	err      error
+	// dbSold counts the units the database fallback sold in this batch.
+	dbSold int
 }
 
 // reload asks the actor to re-read the voucher's state from Redis.
@@ -280,10 +282,16 @@ func (a *voucherActor) flush(ctx actor.Context) {
 		return
 	}
 	a.inflight = true
-	self, fence := ctx.Self(), a.fence
+	self, fence, expected := ctx.Self(), a.fence, a.state.Remaining
 	go func() {
-		out, scripted, err := a.r.runBatch(a.id, fence, batch)
-		a.r.system.Root.Send(self, &batchDone{batch: batch, out: out, scripted: scripted, err: err})
+		var d *batchDone
+		if h := a.r.opts.Redis; h != nil && !h.Usable() {
+			d = a.r.redisDown(a.id, expected, batch)
+		} else {
+			out, scripted, err := a.r.runBatch(a.id, fence, batch)
+			d = &batchDone{batch: batch, out: out, scripted: scripted, err: err}
+		}
+		a.r.system.Root.Send(self, d)
 	}()
 }
 
@@ -295,6 +303,21 @@ func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
 		for _, g := range d.batch {
 			a.answer(g, domain.GrabResult{Code: domain.SeckillUnavailable})
 		}
+		// The grabs that queued behind it never reached Redis: answer them
+		// now rather than let each wait out a batch of its own against a
+		// Redis that just failed (a stall must cost one batch deadline, not
+		// one per batch queued). Those that were in a script call before
+		// may have sold, and only their request id may decide them.
+		keep := a.pending[:0]
+		for _, g := range a.pending {
+			if g.sent() {
+				keep = append(keep, g)
+			} else {
+				a.answer(g, domain.GrabResult{Code: domain.SeckillUnavailable})
+			}
+		}
+		clear(a.pending[len(keep):])
+		a.pending = keep
 	case d.out.Stale:
 		a.r.log.Info("voucher actor superseded by a newer activation; stopping", "voucher", a.id, "fence", a.fence)
 		// Nothing of the batch was sold by this call, but an earlier
@@ -308,6 +331,7 @@ func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
 		a.retire(ctx, d.batch)
 		return
 	default:
+		a.state.Remaining -= d.dbSold
 		switch {
 		case !d.scripted:
 		case d.out.State.Found:
@@ -341,7 +365,7 @@ func (a *voucherActor) answer(g *grabMsg, res domain.GrabResult) {
 func (r *Router) runBatch(voucherID, fence int64, batch []*grabMsg) (domain.BatchOutcome, bool, error) {
 	// One deadline for the whole batch (limits, ids, every attempt): the
 	// callers wait for it, so it must end.
-	batchCtx, cancelBatch := context.WithTimeout(context.Background(), r.opts.GrabTimeout)
+	batchCtx, cancelBatch := context.WithTimeout(context.Background(), min(r.opts.BatchTimeout, r.opts.GrabTimeout))
 	defer cancelBatch()
 	call := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(batchCtx, r.opts.CallTimeout)
@@ -395,6 +419,41 @@ func (r *Router) runBatch(voucherID, fence int64, batch []*grabMsg) (domain.Batc
 		case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
 		}
 	}
+}
+
+// redisDown answers a batch while Redis is down, without a call to it:
+// UNAVAILABLE, or, with the database fallback, each grab sold by the
+// database in turn. expected is the activation's view of the stock Redis
+// has left; each sale takes one off it (see persistence.DBGrabs for why
+// the database sells only while its stock equals it). Rate limits live in
+// Redis and are not checked meanwhile.
+func (r *Router) redisDown(voucherID int64, expected int, batch []*grabMsg) *batchDone {
+	d := &batchDone{batch: batch, out: domain.BatchOutcome{Results: make([]domain.GrabResult, len(batch))}}
+	for i := range d.out.Results {
+		d.out.Results[i].Code = domain.SeckillUnavailable
+	}
+	if r.opts.Fallback == nil {
+		return d
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.opts.GrabTimeout)
+	defer cancel()
+	ids, err := r.ids.Take(ctx, len(batch))
+	if err != nil {
+		r.log.Warn("database grab: no order ids", "voucher", voucherID, "err", err)
+		return d
+	}
+	for i, g := range batch {
+		res, sold, err := r.opts.Fallback.Grab(ctx, voucherID, expected-d.dbSold, domain.Grab{RequestID: g.req, UserID: g.user, OrderID: ids[i]})
+		if err != nil {
+			r.log.Warn("database grab failed", "voucher", voucherID, "err", err)
+			continue
+		}
+		d.out.Results[i] = res
+		if sold {
+			d.dbSold++
+		}
+	}
+	return d
 }
 
 // admit checks the batch against the rate limits in one round trip and

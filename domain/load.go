@@ -23,6 +23,10 @@ type LoadSnapshot struct {
 	Requests map[string]int64
 	// Reload says Redis held a load of this voucher before and lost it.
 	Reload bool
+	// Stale says the database sold this voucher directly while Redis was
+	// down (the fallback): a load Redis still holds does not know those
+	// sales and is replaced, not kept.
+	Stale bool
 	// Persisted reports which of the order ids the database holds, inside
 	// the snapshot's transaction.
 	Persisted func(ctx context.Context, ids []int64) (map[int64]bool, error)

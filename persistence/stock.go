@@ -49,7 +49,7 @@ func usersKey(id int64) string { return voucherTag(id) + ":users" }
 //
 // KEYS: meta, stock, users, log, req, adopted. ARGV: status, begin, end,
 // limit, initial, version, expire, stock, load stamp, hold ms (0 = none),
-// "meta" to refresh metadata only, then the number of users and
+// "meta" to refresh metadata only or "resync" to replace a stale load, then the number of users and
 // user/count pairs, the number of requests and request/order pairs, and
 // the rest: ids of orders counted already. Returns 1 when it wrote the
 // load, 0 when Redis had it, 2 when a metadata-only call found no stock.
@@ -61,7 +61,7 @@ if tonumber(ARGV[6]) >= cur then
 end
 redis.pcall('XGROUP', 'CREATE', KEYS[4], '` + OrderLogGroup + `', '0', 'MKSTREAM')
 redis.call('PUBLISH', '` + eventsChannel + `', KEYS[1])
-if redis.call('EXISTS', KEYS[2]) == 1 then
+if redis.call('EXISTS', KEYS[2]) == 1 and ARGV[11] ~= 'resync' then
   return 0
 end
 if ARGV[11] == 'meta' then
@@ -152,13 +152,20 @@ func (s *Stock) Preheat(ctx context.Context, snap domain.LoadSnapshot, stamp str
 	}
 	keys := []string{metaKey(v.ID), stockKey(v.ID), usersKey(v.ID), LogKey(v.ID), reqKey(v.ID), adoptedKey(v.ID)}
 	// Most preheats find the stock there (start-up, another node's load):
-	// refresh the metadata without reading the log and the users.
-	n, err := preheatScript.Run(ctx, s.rdb, keys, s.preheatArgs(snap, 0, stamp, "meta")...).Int()
+	// refresh the metadata without reading the log and the users. A stale
+	// load (the database sold the voucher while Redis was down) is
+	// replaced whatever Redis holds.
+	n, mode := 2, "resync"
+	var err error
+	if !snap.Stale {
+		mode = ""
+		n, err = preheatScript.Run(ctx, s.rdb, keys, s.preheatArgs(snap, 0, stamp, "meta")...).Int()
+	}
 	if err == nil && n == 2 {
 		var inflight []inflightOrder
 		if inflight, err = s.inflight(ctx, snap); err == nil {
 			stock := snap.Voucher.Seckill.Stock - len(inflight)
-			args := s.preheatArgs(snap, max(stock, 0), stamp, "")
+			args := s.preheatArgs(snap, max(stock, 0), stamp, mode)
 			users := maps.Clone(snap.Users)
 			reqs := maps.Clone(snap.Requests)
 			for _, o := range inflight {
@@ -296,7 +303,7 @@ func (s *Stock) Levels(ctx context.Context, ids []int64, now time.Time) (map[int
 		remainings[i] = pipe.Get(ctx, stockKey(id))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("read stock levels: %w", err)
+		return nil, fmt.Errorf("read stock levels: %w", unavailable(err))
 	}
 	out := make(map[int64]domain.StockLevel, len(ids))
 	for i, id := range ids {

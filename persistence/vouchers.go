@@ -203,7 +203,8 @@ func (s *Vouchers) Preload(ctx context.Context, id int64, load domain.Loader) er
 		if v.Seckill == nil {
 			return domain.NotFound("seckill voucher", id)
 		}
-		snap := domain.LoadSnapshot{Voucher: v, Reload: locked[id].stamp != ""}
+		stamp := locked[id].stamp
+		snap := domain.LoadSnapshot{Voucher: v, Reload: stamp != "", Stale: stamp == DBSalesStamp}
 		if snap.Users, err = liveOrderCounts(ctx, tx, id); err != nil {
 			return err
 		}
@@ -211,7 +212,7 @@ func (s *Vouchers) Preload(ctx context.Context, id int64, load domain.Loader) er
 			return err
 		}
 		snap.Persisted = func(ctx context.Context, ids []int64) (map[int64]bool, error) { return storedOrders(ctx, tx, ids) }
-		stamp, err := load(ctx, snap)
+		stamp, err = load(ctx, snap)
 		if err != nil || stamp == "" {
 			return err
 		}

@@ -27,6 +27,9 @@ type VoucherStore interface {
 	// row lock and records the load stamp load returns; NOT_FOUND for an id
 	// that is no seckill voucher.
 	Preload(ctx context.Context, id int64, load domain.Loader) error
+	// DBSoldVouchers lists the vouchers the database fallback sold since
+	// Redis last loaded them.
+	DBSoldVouchers(ctx context.Context) ([]int64, error)
 }
 
 // StockStore is the live stock in Redis (persistence.Stock, wired by main),
@@ -172,6 +175,27 @@ func (s *Service) PreheatAll(ctx context.Context) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// ResyncDBSold re-syncs Redis from the database for every voucher the
+// database fallback sold while Redis was down: Redis's load does not know
+// those sales. It runs when Redis is back, before grabs use it again (see
+// persistence.Breaker); each reload counts the orders still in the
+// voucher's order log, as every reload does.
+func (s *Service) ResyncDBSold(ctx context.Context) error {
+	ids, err := s.vouchers.DBSoldVouchers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := s.preheat(ctx, id); err != nil {
+			return fmt.Errorf("re-sync voucher %d: %w", id, err)
+		}
+	}
+	if len(ids) > 0 {
+		s.log.InfoContext(ctx, "redis re-synced from the database after the outage", "vouchers", len(ids))
+	}
+	return nil
 }
 
 // preheat loads a seckill voucher into Redis, unless Redis has its stock

@@ -96,6 +96,10 @@ type Config struct {
 	// websocket connection; one more gets a RATE_LIMITED error for itself.
 	WSMaxOperations int
 
+	// DegradeToDB sells grabs from the database while the breaker says
+	// Redis is down (issue 8, item 5).
+	DegradeToDB bool
+
 	Introspection bool // schema introspection on /query
 	Demo          bool // create a demo voucher and print tokens; default on in embedded mode
 }

@@ -222,6 +222,7 @@ var settings = []setting{
 
 	intVar("MAX_RESPONSE_BYTES", strconv.Itoa(graph.MaxAnswerBytesDefault), "largest GraphQL answer in bytes; a larger one is refused with an error", func(c *Config) *int { return &c.MaxResponseBytes }, positive),
 	intVar("WS_MAX_OPERATIONS", strconv.Itoa(graph.WebsocketMaxOperationsDefault), "operations running at once on one websocket; one more gets an error", func(c *Config) *int { return &c.WSMaxOperations }, positive),
+	boolVar("DEGRADE_TO_DB", "false", "while Redis is down (circuit breaker open), sell grabs from the database, one transaction each, at bounded concurrency; Redis is re-synced from the database when it returns", func(c *Config) *bool { return &c.DegradeToDB }),
 	boolVar("INTROSPECTION", "true", "allow schema introspection", func(c *Config) *bool { return &c.Introspection }),
 	boolVar("DEMO", "", "create a demo voucher and print tokens; default on when embedded", func(c *Config) *bool { return &c.Demo }).
 		derived(func(c *Config) { c.Demo = c.Embedded() }),

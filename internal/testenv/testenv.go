@@ -45,6 +45,7 @@ type RedisServer struct {
 
 	mu   sync.Mutex
 	stop func() // kills the running server and waits for it; nil when none runs
+	proc *os.Process
 }
 
 // Addr is host:port of the server.
@@ -143,7 +144,7 @@ func (s *RedisServer) start() error {
 				return fmt.Errorf("port %d answered by another redis-server", s.Port)
 			}
 			s.mu.Lock()
-			s.stop = stop
+			s.stop, s.proc = stop, cmd.Process
 			s.mu.Unlock()
 			return nil
 		}
@@ -163,6 +164,27 @@ func (s *RedisServer) Kill() {
 	s.mu.Unlock()
 	if stop != nil {
 		stop()
+	}
+}
+
+// Pause stops the server's process with SIGSTOP: its sockets stay open
+// and nothing answers, as with a Redis that hangs. Continue resumes it.
+func (s *RedisServer) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Continue resumes a paused server (SIGCONT).
+func (s *RedisServer) Continue() { s.signal(syscall.SIGCONT) }
+
+func (s *RedisServer) signal(sig syscall.Signal) {
+	s.tb.Helper()
+	s.mu.Lock()
+	p := s.proc
+	running := s.stop != nil
+	s.mu.Unlock()
+	if !running {
+		s.tb.Fatal("redis-server is not running")
+	}
+	if err := p.Signal(sig); err != nil {
+		s.tb.Fatal(err)
 	}
 }
 

@@ -1,0 +1,208 @@
+package persistence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/uptrace/bun"
+
+	"flashsale/domain"
+)
+
+// The database fallback (DEGRADE_TO_DB, issue 8 item 5): while the stock
+// Redis is down, grabs are sold straight from Postgres, one transaction
+// per grab, at bounded concurrency.
+//
+// The rule that keeps it from selling what Redis sold (see docs/DECISIONS.md,
+// "Redis stalls, the breaker and the database fallback"): a grab is sold
+// only while tb_seckill_voucher.stock equals the stock the caller expects,
+// the Redis remaining stock this node last saw less what it sold from the
+// database since. Redis's remaining stock already excludes the orders of
+// its order log, the database's does not until they are persisted: so the
+// two are equal only when no order Redis sold is still on its way, and
+// the database path can then never sell a unit, or a user's slot, that an
+// order of the log holds. While orders are in flight the grab answers
+// UNAVAILABLE.
+
+// DBSalesStamp is the load stamp recorded for a voucher once the database
+// sold it directly: the Redis load, which does not know those sales, is
+// stale. Every preheat that finds it re-syncs Redis from the database
+// (Stock.Preheat with LoadSnapshot.Stale), and the order writer, which
+// compares the stamps of the orders it persists with the recorded one,
+// removes the stale load from Redis as it does for any unrecorded load.
+const DBSalesStamp = "db-sales"
+
+// FallbackConcurrencyDefault bounds the database grabs running at once:
+// each holds a connection and its voucher's row lock.
+const FallbackConcurrencyDefault = 8
+
+var fallbackGrabs = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "flashsale", Name: "fallback_grab_total",
+	Help: "Grabs answered by the database fallback while Redis was down, by outcome.",
+}, []string{"code"})
+
+func init() { prometheus.MustRegister(fallbackGrabs) }
+
+// DBGrabs sells seckill vouchers from Postgres while the breaker says
+// Redis is down.
+type DBGrabs struct {
+	db      *bun.DB
+	breaker *Breaker
+	sem     chan struct{}
+	now     func() time.Time
+	// mu is held shared by every database grab; Barrier takes it alone,
+	// so that the re-sync after an outage starts only once no database
+	// sale is running, and none starts after (the breaker is no longer
+	// down then).
+	mu sync.RWMutex
+}
+
+// NewDBGrabs returns the database fallback; concurrency <= 0 takes
+// FallbackConcurrencyDefault.
+func NewDBGrabs(db *bun.DB, breaker *Breaker, concurrency int) *DBGrabs {
+	if concurrency <= 0 {
+		concurrency = FallbackConcurrencyDefault
+	}
+	return &DBGrabs{db: db, breaker: breaker, sem: make(chan struct{}, concurrency), now: time.Now}
+}
+
+// Barrier waits for the database grabs under way. Call it after the breaker
+// left the down state and before reading which vouchers need a re-sync.
+func (d *DBGrabs) Barrier() {
+	d.mu.Lock()
+	d.mu.Unlock() //nolint:staticcheck // an empty critical section is the point: wait for the readers
+}
+
+// Grab sells one unit of the voucher to g.UserID under g.OrderID, in one
+// transaction: the voucher's row lock, the request id (a retry gets its
+// first order), status and time window, the user's live orders
+// (tb_voucher_user), then the conditional decrement, the order, the user's
+// counter and the ledger row, and the stale-load mark. expected is the
+// stock the caller's view of Redis says is left (see the rule above).
+// sold reports a new sale (not a replayed request). Over the concurrency
+// bound, or while Redis is not down, it answers UNAVAILABLE.
+func (d *DBGrabs) Grab(ctx context.Context, voucherID int64, expected int, g domain.Grab) (res domain.GrabResult, sold bool, err error) {
+	select {
+	case d.sem <- struct{}{}:
+		defer func() { <-d.sem }()
+	default:
+		return d.count(domain.GrabResult{Code: domain.SeckillUnavailable}), false, nil
+	}
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if !d.breaker.Down() {
+		return d.count(domain.GrabResult{Code: domain.SeckillUnavailable}), false, nil
+	}
+	err = d.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		res, sold, err = d.grab(ctx, tx, voucherID, expected, g)
+		return err
+	})
+	if err != nil {
+		return domain.GrabResult{}, false, fmt.Errorf("database grab of voucher %d: %w", voucherID, err)
+	}
+	return d.count(res), sold, nil
+}
+
+func (d *DBGrabs) count(res domain.GrabResult) domain.GrabResult {
+	fallbackGrabs.WithLabelValues(string(res.Code)).Inc()
+	return res
+}
+
+func (d *DBGrabs) grab(ctx context.Context, tx bun.Tx, voucherID int64, expected int, g domain.Grab) (domain.GrabResult, bool, error) {
+	locked, err := lockSeckillRows(ctx, tx, []int64{voucherID})
+	if err != nil {
+		return domain.GrabResult{}, false, err
+	}
+	if _, ok := locked[voucherID]; !ok {
+		return domain.GrabResult{Code: domain.SeckillNotFound}, false, nil
+	}
+	var prev int64
+	err = tx.NewSelect().Table("tb_voucher_order").Column("id").
+		Where("voucher_id = ? AND request_id = ?", voucherID, g.RequestID).Scan(ctx, &prev)
+	switch {
+	case err == nil:
+		return domain.GrabResult{Code: domain.SeckillOK, OrderID: prev}, false, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return domain.GrabResult{}, false, fmt.Errorf("look up request: %w", err)
+	}
+	v, err := getVoucher(ctx, tx, voucherID)
+	if err != nil {
+		return domain.GrabResult{}, false, err
+	}
+	sk, now := v.Seckill, d.now()
+	switch {
+	case v.Status == domain.StatusPaused:
+		return domain.GrabResult{Code: domain.SeckillPaused}, false, nil
+	case v.Status == domain.StatusEnded, !now.Before(sk.EndAt):
+		return domain.GrabResult{Code: domain.SeckillEnded}, false, nil
+	case now.Before(sk.BeginAt):
+		return domain.GrabResult{Code: domain.SeckillNotStarted}, false, nil
+	}
+	var live int
+	err = tx.NewSelect().Table("tb_voucher_user").Column("live").
+		Where("voucher_id = ? AND user_id = ?", voucherID, g.UserID).Scan(ctx, &live)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return domain.GrabResult{}, false, fmt.Errorf("read the user's live orders: %w", err)
+	}
+	if live >= sk.PerUserLimit {
+		return domain.GrabResult{Code: domain.SeckillLimitReached}, false, nil
+	}
+	if sk.Stock <= 0 {
+		return domain.GrabResult{Code: domain.SeckillSoldOut}, false, nil
+	}
+	if sk.Stock != expected {
+		// Orders Redis sold are still on their way to the database (or
+		// this node's view of Redis is out of date): what is free is not
+		// known here.
+		return domain.GrabResult{Code: domain.SeckillUnavailable}, false, nil
+	}
+	upd, err := tx.NewUpdate().Table("tb_seckill_voucher").Set("stock = stock - 1").
+		Where("voucher_id = ? AND stock > 0", voucherID).Exec(ctx)
+	if err != nil {
+		return domain.GrabResult{}, false, fmt.Errorf("take a unit: %w", err)
+	}
+	if n, _ := upd.RowsAffected(); n != 1 {
+		return domain.GrabResult{Code: domain.SeckillSoldOut}, false, nil
+	}
+	created := now.UTC().Truncate(time.Microsecond)
+	req := g.RequestID
+	order := orderRow{ID: g.OrderID, UserID: g.UserID, VoucherID: voucherID, Status: domain.OrderUnpaid,
+		CreateTime: created, UpdateTime: created, RequestID: &req}
+	if sk.PerUserLimit == 1 {
+		one := 1
+		order.Slot = &one
+	}
+	if _, err := tx.NewInsert().Model(&order).Exec(ctx); err != nil {
+		return domain.GrabResult{}, false, fmt.Errorf("insert order %d: %w", g.OrderID, err)
+	}
+	if err := addLiveOrders(ctx, tx, map[[2]int64]int{{voucherID, g.UserID}: 1}, locked); err != nil {
+		return domain.GrabResult{}, false, err
+	}
+	ref := g.OrderID
+	if _, err := tx.NewInsert().Model(&ledgerRow{VoucherID: voucherID, Delta: -1, Reason: ReasonSale, RefID: &ref, CreateTime: created}).Exec(ctx); err != nil {
+		return domain.GrabResult{}, false, fmt.Errorf("insert ledger row: %w", err)
+	}
+	_, err = tx.NewInsert().Model(&redisLoadRow{VoucherID: voucherID, Stamp: DBSalesStamp, LoadTime: created}).
+		On("CONFLICT (voucher_id) DO UPDATE").Set("life = EXCLUDED.life, load_time = EXCLUDED.load_time").Exec(ctx)
+	if err != nil {
+		return domain.GrabResult{}, false, fmt.Errorf("mark the redis load stale: %w", err)
+	}
+	return domain.GrabResult{Code: domain.SeckillOK, OrderID: g.OrderID}, true, nil
+}
+
+// DBSoldVouchers lists the vouchers the database sold directly since
+// Redis last loaded them: those whose Redis load must be re-synced before
+// grabs use it again.
+func (s *Vouchers) DBSoldVouchers(ctx context.Context) ([]int64, error) {
+	var ids []int64
+	if err := s.db.NewSelect().Model((*redisLoadRow)(nil)).Column("voucher_id").
+		Where("life = ?", DBSalesStamp).Order("voucher_id").Scan(ctx, &ids); err != nil {
+		return nil, fmt.Errorf("list vouchers sold from the database: %w", err)
+	}
+	return ids, nil
+}

@@ -1,0 +1,181 @@
+package persistence_test
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"flashsale/domain"
+	"flashsale/internal/catalog"
+	"flashsale/internal/testenv"
+	"flashsale/persistence"
+)
+
+// downBreaker is a breaker that has opened: three calls to a closed port
+// failed through it.
+func downBreaker(tb testing.TB) *persistence.Breaker {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	b := persistence.NewBreaker(slog.New(slog.DiscardHandler), persistence.BreakerOptions{})
+	c := redis.NewClient(persistence.RequestClientOptions(redis.Options{Addr: addr}, 0))
+	c.AddHook(b)
+	defer c.Close()
+	for i := 0; i < persistence.BreakerFailuresDefault; i++ {
+		_ = c.Ping(context.Background()).Err()
+	}
+	if !b.Down() || b.Usable() {
+		tb.Fatal("breaker did not open after failed calls")
+	}
+	return b
+}
+
+// TestDatabaseGrabsNeverOversellOrPassALimit runs the database fallback's
+// grabs against real Postgres: concurrent grabs sell exactly the stock, a
+// user never passes the limit, a retried request gets its first order, and
+// nothing is sold while Redis's view and the database disagree (orders on
+// their way from the order log).
+func TestDatabaseGrabsNeverOversellOrPassALimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MustPostgres(t)
+	rdb := testenv.MustRedis(t).Client()
+	ids := testenv.MustOrderIDs(t, db)
+	take := func() int64 {
+		got, err := ids.Take(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got[0]
+	}
+	fb := persistence.NewDBGrabs(db, downBreaker(t), 64)
+	grab := func(v domain.Voucher, expected int, user int64, req string) (domain.GrabResult, bool) {
+		t.Helper()
+		res, sold, err := fb.Grab(ctx, v.ID, expected, domain.Grab{RequestID: req, UserID: user, OrderID: take()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, sold
+	}
+	stockOf := func(v domain.Voucher) int {
+		var n int
+		if err := db.NewSelect().Table("tb_seckill_voucher").Column("stock").Where("voucher_id = ?", v.ID).Scan(ctx, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	t.Run("concurrent grabs sell the stock exactly, one per user", func(t *testing.T) {
+		v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10})
+		// Each grab passes the stock it expects, as an actor does: the
+		// stock read just before. Concurrent grabs of one voucher run
+		// serially in a node; here they race, and the row lock decides.
+		var mu sync.Mutex
+		sold := 0
+		var wg sync.WaitGroup
+		for u := int64(1); u <= 40; u++ {
+			wg.Go(func() {
+				for attempt := 0; attempt < 50; attempt++ {
+					res, s, err := fb.Grab(ctx, v.ID, stockOf(v), domain.Grab{RequestID: "r" + string(rune('a'+u)), UserID: u % 20, OrderID: take()})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if res.Code != domain.SeckillUnavailable {
+						if s {
+							mu.Lock()
+							sold++
+							mu.Unlock()
+						}
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		var orders, users int
+		if err := db.NewSelect().Table("tb_voucher_order").ColumnExpr("COUNT(*), COUNT(DISTINCT user_id)").Where("voucher_id = ?", v.ID).Scan(ctx, &orders, &users); err != nil {
+			t.Fatal(err)
+		}
+		if sold != 10 || orders != 10 || users != 10 || stockOf(v) != 0 {
+			t.Fatalf("sold %d, %d orders of %d users, stock %d; want 10, 10, 10, 0", sold, orders, users, stockOf(v))
+		}
+	})
+
+	t.Run("a user at the limit hears LIMIT_REACHED; a retried request gets its first order", func(t *testing.T) {
+		v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 5})
+		first, sold := grab(v, 5, 7, "u7:k1")
+		if first.Code != domain.SeckillOK || !sold {
+			t.Fatalf("first grab: %+v sold=%v", first, sold)
+		}
+		if again, sold := grab(v, 4, 7, "u7:k1"); again.Code != domain.SeckillOK || again.OrderID != first.OrderID || sold {
+			t.Fatalf("retry: %+v sold=%v, want OK with order %d and no sale", again, sold, first.OrderID)
+		}
+		if res, _ := grab(v, 4, 7, "u7:k2"); res.Code != domain.SeckillLimitReached {
+			t.Fatalf("second request of the user: %s, want LIMIT_REACHED", res.Code)
+		}
+		if stockOf(v) != 4 {
+			t.Fatalf("stock %d, want 4", stockOf(v))
+		}
+	})
+
+	t.Run("nothing is sold while orders are on their way from the order log", func(t *testing.T) {
+		v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 5})
+		// Redis said 3 are left; the database still shows 5: two orders
+		// Redis sold are not persisted yet.
+		if res, sold := grab(v, 3, 1, "a"); res.Code != domain.SeckillUnavailable || sold {
+			t.Fatalf("grab with orders in flight: %s sold=%v, want UNAVAILABLE", res.Code, sold)
+		}
+		if stockOf(v) != 5 {
+			t.Fatalf("stock %d, want 5 untouched", stockOf(v))
+		}
+	})
+
+	t.Run("sold out at zero", func(t *testing.T) {
+		v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 1})
+		if res, _ := grab(v, 1, 1, "a"); res.Code != domain.SeckillOK {
+			t.Fatalf("%s", res.Code)
+		}
+		if res, _ := grab(v, 0, 2, "b"); res.Code != domain.SeckillSoldOut {
+			t.Fatalf("%s, want SOLD_OUT", res.Code)
+		}
+	})
+
+	t.Run("the sale marks the redis load stale, and a preheat replaces it", func(t *testing.T) {
+		v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 4})
+		if res, _ := grab(v, 4, 1, "a"); res.Code != domain.SeckillOK {
+			t.Fatalf("%s", res.Code)
+		}
+		sold, err := persistence.NewVouchers(db).DBSoldVouchers(ctx)
+		if err != nil || !slices.Contains(sold, v.ID) {
+			t.Fatalf("DBSoldVouchers = %v, %v; want it to hold %d", sold, err, v.ID)
+		}
+		if got, _ := rdb.Get(ctx, "{v"+strconv.FormatInt(v.ID, 10)+"}:stock").Int(); got != 4 {
+			t.Fatalf("redis stock %d before the re-sync, want the stale 4", got)
+		}
+		cat := catalog.New(persistence.NewVouchers(db), persistence.NewStock(rdb), slog.New(slog.DiscardHandler))
+		if err := cat.ResyncDBSold(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := rdb.Get(ctx, "{v"+strconv.FormatInt(v.ID, 10)+"}:stock").Int(); got != 3 {
+			t.Fatalf("redis stock %d after the re-sync, want 3", got)
+		}
+		if got, _ := rdb.HGet(ctx, "{v"+strconv.FormatInt(v.ID, 10)+"}:users", "1").Int(); got != 1 {
+			t.Fatalf("user 1's mark %d after the re-sync, want 1", got)
+		}
+		sold, _ = persistence.NewVouchers(db).DBSoldVouchers(ctx)
+		if slices.Contains(sold, v.ID) {
+			t.Fatal("voucher still marked after the re-sync")
+		}
+	})
+}
