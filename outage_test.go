@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -112,11 +113,11 @@ func errorCode(out map[string]any) string {
 // stop, remembering every OK and how long each grab that began while
 // Redis was away took.
 type sale struct {
-	mu      sync.Mutex
-	ok      map[string]int64 // order id -> user
-	during  []time.Duration  // grabs begun while Redis was away
-	away    bool
-	codes   map[string]int
+	mu       sync.Mutex
+	ok       map[string]int64 // order id -> user
+	during   []time.Duration  // grabs begun while Redis was away
+	away     bool
+	codes    map[string]int
 	stopped  chan struct{}
 	stopOnce *sync.Once
 	wg       sync.WaitGroup
@@ -281,6 +282,9 @@ func TestRedisOutageAnswersFastAndSellingResumes(t *testing.T) {
 			if code, body := getStatus(t, n.base+"/readyz"); code != http.StatusServiceUnavailable {
 				t.Errorf("/readyz while redis is away: %d %q, want 503", code, body)
 			}
+			if v := metric(t, n.base, `flashsale_breaker_state{store="redis"}`); v != "2" {
+				t.Errorf("breaker state while redis is away: %q, want open (2)", v)
+			}
 			time.Sleep(1500 * time.Millisecond)
 			s.setAway(false)
 			tc.start(redisSrv)
@@ -314,5 +318,110 @@ func TestRedisOutageAnswersFastAndSellingResumes(t *testing.T) {
 				t.Errorf("/readyz after the outage: %d", code)
 			}
 		})
+	}
+}
+
+// metric is the value /metrics shows for the series named exactly so
+// (name and labels), or "".
+func metric(t *testing.T, base, series string) string {
+	t.Helper()
+	_, body := getStatus(t, base+"/metrics")
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// grabUntilDecided grabs as user until the answer is something else than
+// UNAVAILABLE, for up to d, and returns it.
+func (n *outageNode) grabUntilDecided(t *testing.T, user int64, voucherID string, d time.Duration) (code, orderID string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		code, orderID, _ = n.grab(t, user, voucherID)
+		if code != "UNAVAILABLE" || time.Now().After(deadline) {
+			return code, orderID
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestDegradeToDBSellsThroughPostgres: with DEGRADE_TO_DB, a sale goes on
+// through Postgres while Redis is stalled (SIGSTOP), /readyz stays 200, a
+// user who bought from Redis or from the database hears LIMIT_REACHED;
+// when Redis is back it is re-synced from Postgres before grabs use it,
+// so no unit and no user's slot is sold twice across either switch, the
+// sale ends with exactly the stock sold, and the voucher reconciles.
+func TestDegradeToDBSellsThroughPostgres(t *testing.T) {
+	redisSrv := testenv.MustRedis(t)
+	n := startOutageNode(t, redisSrv, map[string]string{"DEGRADE_TO_DB": "true", "RATE_USER_PER_SEC": "0"})
+	const stock = 30
+	voucherID := n.createVoucher(t, stock)
+	ok := map[string]int64{}
+	buy := func(user int64, code, orderID string) {
+		t.Helper()
+		if code != "OK" {
+			t.Fatalf("user %d: %s, want OK", user, code)
+		}
+		ok[orderID] = user
+	}
+	for u := int64(1); u <= 10; u++ {
+		code, orderID, _ := n.grab(t, u, voucherID)
+		buy(u, code, orderID)
+	}
+	// The database holds every order Redis sold: nothing on its way.
+	db := testenv.MustOpen(t, n.dbURL)
+	eventually(t, "the first orders persisted", 10*time.Second, func() bool {
+		c, err := db.NewSelect().Table("tb_voucher_order").Count(context.Background())
+		return err == nil && c == 10
+	})
+
+	redisSrv.Pause()
+	for u := int64(11); u <= 20; u++ {
+		code, orderID := n.grabUntilDecided(t, u, voucherID, 5*time.Second)
+		buy(u, code, orderID)
+	}
+	for _, u := range []int64{1, 11} { // one from Redis, one from the database
+		if code, _ := n.grabUntilDecided(t, u, voucherID, 5*time.Second); code != "LIMIT_REACHED" {
+			t.Errorf("user %d again while redis is down: %s, want LIMIT_REACHED", u, code)
+		}
+	}
+	if code, body := getStatus(t, n.base+"/readyz"); code != http.StatusOK || !strings.Contains(body, "degraded") {
+		t.Errorf("/readyz with the fallback while redis is down: %d %q, want 200 degraded", code, body)
+	}
+	if v := metric(t, n.base, `flashsale_breaker_state{store="redis"}`); v != "2" && v != "1" {
+		t.Errorf("breaker state while redis is down: %q, want open (2) or half-open (1)", v)
+	}
+
+	redisSrv.Continue()
+	// Back on Redis after the re-sync (and the reload's hold): users who
+	// bought from the database are known to Redis, and the stock Redis
+	// sells is what the database left.
+	eventually(t, "the breaker closed", 10*time.Second, func() bool {
+		return metric(t, n.base, `flashsale_breaker_state{store="redis"}`) == "0"
+	})
+	began := time.Now()
+	code, orderID := n.grabUntilDecided(t, 21, voucherID, 20*time.Second)
+	buy(21, code, orderID)
+	t.Logf("first sale on redis %v after the breaker closed", time.Since(began))
+	for _, u := range []int64{15, 1} {
+		if code, _, _ := n.grab(t, u, voucherID); code != "LIMIT_REACHED" {
+			t.Errorf("user %d again on redis after the outage: %s, want LIMIT_REACHED", u, code)
+		}
+	}
+	for u := int64(22); u <= 60; u++ {
+		code, orderID := n.grabUntilDecided(t, u, voucherID, 5*time.Second)
+		if code == "SOLD_OUT" {
+			break
+		}
+		buy(u, code, orderID)
+	}
+	if len(ok) != stock {
+		t.Errorf("%d OK for a stock of %d", len(ok), stock)
+	}
+	if orders := assertLanded(t, n, voucherID, ok, stock); orders != stock {
+		t.Errorf("%d orders, stock %d", orders, stock)
 	}
 }
