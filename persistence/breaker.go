@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
@@ -68,13 +67,6 @@ func BackgroundClientOptions(opts redis.Options) *redis.Options {
 	opts.ContextTimeoutEnabled = true
 	return &opts
 }
-
-var breakerState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-	Namespace: "flashsale", Name: "breaker_state",
-	Help: "Circuit breaker state per store: 0 closed, 1 half-open, 2 open.",
-}, []string{"store"})
-
-func init() { prometheus.MustRegister(breakerState) }
 
 // BreakerOptions tunes a Breaker; zero values take the defaults.
 type BreakerOptions struct {

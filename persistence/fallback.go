@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/uptrace/bun"
 
 	"flashsale/domain"
@@ -40,13 +39,6 @@ const DBSalesStamp = "db-sales"
 // FallbackConcurrencyDefault bounds the database grabs running at once:
 // each holds a connection and its voucher's row lock.
 const FallbackConcurrencyDefault = 8
-
-var fallbackGrabs = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: "flashsale", Name: "fallback_grab_total",
-	Help: "Grabs answered by the database fallback while Redis was down, by outcome.",
-}, []string{"code"})
-
-func init() { prometheus.MustRegister(fallbackGrabs) }
 
 // DBGrabs sells seckill vouchers from Postgres while the breaker says
 // Redis is down.

@@ -3,7 +3,7 @@ package persistence
 import "github.com/prometheus/client_golang/prometheus"
 
 // The persistence metrics, in one place: namespaced and low-cardinality
-// (a label only for a dead letter's reason, a short fixed set).
+// (labels only from short fixed sets: a dead letter's reason, a store, a grab code).
 var (
 	orderLogLag = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "flashsale", Name: "order_log_lag",
@@ -25,8 +25,16 @@ var (
 		Namespace: "flashsale", Name: "orders_dead_total",
 		Help: "Order-log entries the database refused for good, kept in tb_order_dead_letter, by reason.",
 	}, []string{"reason"})
+	breakerState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "flashsale", Name: "breaker_state",
+		Help: "Circuit breaker state per store: 0 closed, 1 half-open, 2 open.",
+	}, []string{"store"})
+	fallbackGrabs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "flashsale", Name: "fallback_grab_total",
+		Help: "Grabs answered by the database fallback while Redis was down, by outcome.",
+	}, []string{"code"})
 )
 
 func init() {
-	prometheus.MustRegister(orderLogLag, ordersPersisted, orderWriteErrors, ordersAdopted, ordersDead)
+	prometheus.MustRegister(orderLogLag, ordersPersisted, orderWriteErrors, ordersAdopted, ordersDead, breakerState, fallbackGrabs)
 }
