@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,8 +42,15 @@ func startOutageNode(t *testing.T, redisSrv *testenv.RedisServer, extra map[stri
 	const secret = "outage-secret"
 	n := &outageNode{tokens: auth.NewTokens(secret), dbURL: testenv.MustPostgresURL(t), redis: redisSrv,
 		client: &http.Client{Timeout: 20 * time.Second}}
+	nodeDB := n.dbURL
+	if p := extra["pg-proxy"]; p != "" { // the node reaches Postgres through this proxy
+		u, _ := url.Parse(nodeDB)
+		u.Host = p
+		nodeDB = u.String()
+		delete(extra, "pg-proxy")
+	}
 	env := map[string]string{
-		"HTTP_ADDR": "127.0.0.1:0", "REDIS_URL": redisSrv.URL(), "DATABASE_URL": n.dbURL,
+		"HTTP_ADDR": "127.0.0.1:0", "REDIS_URL": redisSrv.URL(), "DATABASE_URL": nodeDB,
 		"JWT_SECRET": secret, "DEMO": "true", "LOG_LEVEL": "error",
 	}
 	for k, v := range extra {
@@ -412,6 +420,87 @@ func TestDegradeToDBSellsThroughPostgres(t *testing.T) {
 		}
 	}
 	for u := int64(22); u <= 60; u++ {
+		code, orderID := n.grabUntilDecided(t, u, voucherID, 5*time.Second)
+		if code == "SOLD_OUT" {
+			break
+		}
+		buy(u, code, orderID)
+	}
+	if len(ok) != stock {
+		t.Errorf("%d OK for a stock of %d", len(ok), stock)
+	}
+	if orders := assertLanded(t, n, voucherID, ok, stock); orders != stock {
+		t.Errorf("%d orders, stock %d", orders, stock)
+	}
+}
+
+// TestDegradeToDBNeverSellsWhatTheOrderLogHolds: orders Redis sold while
+// Postgres was away are still in the order log when Redis stops too. The
+// fallback must not sell their units or their users' slots: the users who
+// hold them never get a second order, no unit is sold twice, and once
+// both stores are back everything lands and reconciles.
+func TestDegradeToDBNeverSellsWhatTheOrderLogHolds(t *testing.T) {
+	redisSrv := testenv.MustRedis(t)
+	pgProxy := testenv.MustProxy(t, mustPostgresHost(t))
+	n := startOutageNode(t, redisSrv, map[string]string{"DEGRADE_TO_DB": "true", "RATE_USER_PER_SEC": "0", "pg-proxy": pgProxy.Addr()})
+	const stock = 12
+	voucherID := n.createVoucher(t, stock)
+	ok := map[string]int64{}
+	buy := func(user int64, code, orderID string) {
+		t.Helper()
+		if code != "OK" {
+			t.Fatalf("user %d: %s, want OK", user, code)
+		}
+		ok[orderID] = user
+	}
+	for u := int64(1); u <= 3; u++ {
+		code, orderID, _ := n.grab(t, u, voucherID)
+		buy(u, code, orderID)
+	}
+	db := testenv.MustOpen(t, n.dbURL) // direct, not through the proxy
+	persisted := func() int {
+		c, _ := db.NewSelect().Table("tb_voucher_order").Count(context.Background())
+		return int(c)
+	}
+	eventually(t, "the first orders persisted", 10*time.Second, func() bool { return persisted() == 3 })
+
+	// Postgres away: Redis sells on, its orders wait in the order log.
+	pgProxy.Down()
+	for u := int64(4); u <= 6; u++ {
+		code, orderID, _ := n.grab(t, u, voucherID)
+		buy(u, code, orderID)
+	}
+	redisSrv.Pause()
+	pgProxy.Up()
+	// Users 4..6 hold orders on their way (in the log or in the writer's
+	// hands); whatever the fallback does, they never get a second one.
+	for _, u := range []int64{4, 5, 6} {
+		if code, _, _ := n.grab(t, u, voucherID); code == "OK" {
+			t.Errorf("user %d, whose order is on its way, bought again from the database", u)
+		}
+	}
+	for u := int64(7); u <= 10; u++ {
+		code, orderID := n.grabUntilDecided(t, u, voucherID, 3*time.Second)
+		switch code {
+		case "OK":
+			ok[orderID] = u
+		case "UNAVAILABLE": // the orders on their way keep the voucher off the database
+		default:
+			t.Errorf("user %d while redis is stopped: %s", u, code)
+		}
+	}
+	t.Logf("while redis was stopped: %d persisted, %d OK so far", persisted(), len(ok))
+
+	redisSrv.Continue()
+	eventually(t, "the breaker closed", 10*time.Second, func() bool {
+		return metric(t, n.base, `flashsale_breaker_state{store="redis"}`) == "0"
+	})
+	for u := int64(4); u <= 6; u++ {
+		if code, _ := n.grabUntilDecided(t, u, voucherID, 20*time.Second); code != "LIMIT_REACHED" {
+			t.Errorf("user %d on redis after the outage: %s, want LIMIT_REACHED", u, code)
+		}
+	}
+	for u := int64(11); u <= 40; u++ {
 		code, orderID := n.grabUntilDecided(t, u, voucherID, 5*time.Second)
 		if code == "SOLD_OUT" {
 			break
