@@ -243,7 +243,13 @@ func (s *Service) fillRemaining(ctx context.Context, vs []domain.Voucher) {
 	}
 	levels, err := s.stock.Levels(ctx, ids, s.now())
 	if err != nil {
-		if !errors.Is(err, context.Canceled) {
+		switch {
+		case errors.Is(err, context.Canceled):
+		case domain.ErrorCode(err) == domain.CodeUnavailable:
+			// Redis is down or stalled: the breaker logs that once; a line
+			// per catalogue read would flood the log during the outage.
+			s.log.DebugContext(ctx, "live stock unavailable, showing database stock", "err", err)
+		default:
 			s.log.WarnContext(ctx, "live stock unavailable, showing database stock", "err", err)
 		}
 		return
