@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -176,6 +177,45 @@ func TestDatabaseGrabsNeverOversellOrPassALimit(t *testing.T) {
 		sold, _ = persistence.NewVouchers(db).DBSoldVouchers(ctx)
 		if slices.Contains(sold, v.ID) {
 			t.Fatal("voucher still marked after the re-sync")
+		}
+	})
+
+	t.Run("over the concurrency bound a grab is UNAVAILABLE at once", func(t *testing.T) {
+		v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 5})
+		one := persistence.NewDBGrabs(db, downBreaker(t), 1)
+		// A transaction of the test holds the voucher's row, so the first
+		// grab waits inside the bound.
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, "SELECT 1 FROM tb_seckill_voucher WHERE voucher_id = ? FOR UPDATE", v.ID); err != nil {
+			t.Fatal(err)
+		}
+		first := make(chan domain.SeckillCode, 1)
+		go func() {
+			res, _, err := one.Grab(ctx, v.ID, 5, domain.Grab{RequestID: "held", UserID: 1, OrderID: take()})
+			if err != nil {
+				t.Error(err)
+			}
+			first <- res.Code
+		}()
+		testenv.WaitFor(t, "the first grab waiting for the row", func() bool {
+			var n int
+			_ = db.NewRaw("SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()").Scan(ctx, &n)
+			return n > 0
+		})
+		began := time.Now()
+		res, sold, err := one.Grab(ctx, v.ID, 5, domain.Grab{RequestID: "second", UserID: 2, OrderID: take()})
+		if err != nil || res.Code != domain.SeckillUnavailable || sold {
+			t.Errorf("second grab over the bound: %s sold=%v %v, want UNAVAILABLE", res.Code, sold, err)
+		}
+		if took := time.Since(began); took > 100*time.Millisecond {
+			t.Errorf("second grab over the bound took %v", took)
+		}
+		_ = tx.Rollback()
+		if code := <-first; code != domain.SeckillOK {
+			t.Errorf("first grab: %s, want OK", code)
 		}
 	})
 }
