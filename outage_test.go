@@ -419,19 +419,8 @@ func TestDegradeToDBSellsThroughPostgres(t *testing.T) {
 			t.Errorf("user %d again on redis after the outage: %s, want LIMIT_REACHED", u, code)
 		}
 	}
-	for u := int64(22); u <= 60; u++ {
-		code, orderID := n.grabUntilDecided(t, u, voucherID, 5*time.Second)
-		if code == "SOLD_OUT" {
-			break
-		}
-		buy(u, code, orderID)
-	}
-	if len(ok) != stock {
-		t.Errorf("%d OK for a stock of %d", len(ok), stock)
-	}
-	if orders := assertLanded(t, n, voucherID, ok, stock); orders != stock {
-		t.Errorf("%d orders, stock %d", orders, stock)
-	}
+	n.sellOut(t, voucherID, 22, ok, buy)
+	assertSoldExactly(t, n, voucherID, ok, stock)
 }
 
 // TestDegradeToDBNeverSellsWhatTheOrderLogHolds: orders Redis sold while
@@ -500,13 +489,28 @@ func TestDegradeToDBNeverSellsWhatTheOrderLogHolds(t *testing.T) {
 			t.Errorf("user %d on redis after the outage: %s, want LIMIT_REACHED", u, code)
 		}
 	}
-	for u := int64(11); u <= 40; u++ {
+	n.sellOut(t, voucherID, 11, ok, buy)
+	assertSoldExactly(t, n, voucherID, ok, stock)
+}
+
+// sellOut grabs with fresh users from first on until SOLD_OUT, each one
+// until decided, handing each answer to buy.
+func (n *outageNode) sellOut(t *testing.T, voucherID string, first int64, ok map[string]int64, buy func(int64, string, string)) {
+	t.Helper()
+	for u := first; u < first+100; u++ {
 		code, orderID := n.grabUntilDecided(t, u, voucherID, 5*time.Second)
 		if code == "SOLD_OUT" {
-			break
+			return
 		}
 		buy(u, code, orderID)
 	}
+	t.Fatalf("not sold out after 100 more users (%d OK)", len(ok))
+}
+
+// assertSoldExactly checks that every unit was answered OK to exactly one
+// grab and landed (assertLanded).
+func assertSoldExactly(t *testing.T, n *outageNode, voucherID string, ok map[string]int64, stock int) {
+	t.Helper()
 	if len(ok) != stock {
 		t.Errorf("%d OK for a stock of %d", len(ok), stock)
 	}
