@@ -49,7 +49,7 @@ func New(nodes []redis.UniversalClient, ttl time.Duration, log *slog.Logger) *Re
 func (l *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Context) error) (ran bool, err error) {
 	m := l.rs.NewMutex("flashsale:lease:"+name, redsync.WithExpiry(l.ttl), redsync.WithTries(1))
 	if err := m.TryLockContext(ctx); err != nil {
-		var taken redsync.ErrTaken
+		var taken *redsync.ErrTaken
 		if errors.Is(err, redsync.ErrFailed) || errors.As(err, &taken) {
 			return false, nil
 		}

@@ -48,6 +48,39 @@ type node struct {
 	locker     *lease.Redlock
 	reconciler *Reconciler
 	log        *slog.Logger
+
+	name        string
+	writerMu    sync.Mutex
+	stopWriting func() // nil when the writer is not running
+}
+
+// startWriter starts the node's order writer (if not running).
+func (n *node) startWriter() {
+	n.writerMu.Lock()
+	defer n.writerMu.Unlock()
+	if n.stopWriting != nil {
+		return
+	}
+	n.writer = persistence.NewOrderWriter(n.stores.db, n.stores.rdb, quiet, persistence.OrderWriterOptions{Consumer: n.name})
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := n.writer.Acquire(ctx); err != nil {
+		n.t.Errorf("order writer: %v", err)
+		cancel()
+		return
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = n.writer.Run(ctx) }()
+	n.stopWriting = func() { cancel(); <-done }
+}
+
+// stopWriter stops the node's order writer and waits for it.
+func (n *node) stopWriter() {
+	n.writerMu.Lock()
+	defer n.writerMu.Unlock()
+	if n.stopWriting != nil {
+		n.stopWriting()
+		n.stopWriting = nil
+	}
 }
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -59,15 +92,12 @@ func newNode(tb testing.TB, s *stores, name string, payTimeout time.Duration) *n
 	n.stock.ReloadHold = 50 * time.Millisecond
 	n.catalog = catalog.New(persistence.NewVouchers(s.db), n.stock, quiet)
 	n.router = actors.NewRouter(persistence.NewGrabs(s.rdb), testenv.MustOrderIDs(tb, s.db), n.catalog, quiet, actors.Options{})
-	n.writer = persistence.NewOrderWriter(s.db, s.rdb, quiet, persistence.OrderWriterOptions{Consumer: name})
+	n.name = name
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := n.writer.Acquire(ctx); err != nil {
-		tb.Fatalf("order writer: %v", err)
-	}
+	n.startWriter()
 	var bg sync.WaitGroup
-	bg.Go(func() { _ = n.writer.Run(ctx) })
 	bg.Go(func() { _ = n.stock.Watch(ctx, n.router.Changed, n.router.Resync) })
-	tb.Cleanup(func() { n.router.Close(); cancel(); bg.Wait() })
+	tb.Cleanup(func() { n.router.Close(); n.stopWriter(); cancel(); bg.Wait() })
 	n.store = persistence.NewOrders(s.db, s.rdb, quiet)
 	n.service = New(n.store, n.catalog, Config{PayTimeout: payTimeout}, quiet)
 	n.locker = lease.New([]redis.UniversalClient{s.rdb}, 2*time.Second, quiet)
