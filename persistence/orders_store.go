@@ -178,24 +178,30 @@ func (s *Orders) ListByUser(ctx context.Context, userID int64, page domain.Page)
 // retried payment).
 func (s *Orders) Pay(ctx context.Context, id, userID int64, now time.Time) (domain.Order, error) {
 	now = now.UTC()
-	res, err := s.db.NewUpdate().Table("tb_voucher_order").
-		Set("status = ?", domain.OrderPaid).Set("pay_time = ?", now).Set("update_time = ?", now).
-		Where("id = ? AND user_id = ? AND status = ?", id, userID, domain.OrderUnpaid).
-		Exec(ctx)
-	if err != nil {
-		return domain.Order{}, fmt.Errorf("pay order %d: %w", id, err)
+	for {
+		res, err := s.db.NewUpdate().Table("tb_voucher_order").
+			Set("status = ?", domain.OrderPaid).Set("pay_time = ?", now).Set("update_time = ?", now).
+			Where("id = ? AND user_id = ? AND status = ?", id, userID, domain.OrderUnpaid).
+			Exec(ctx)
+		if err != nil {
+			return domain.Order{}, fmt.Errorf("pay order %d: %w", id, err)
+		}
+		row, err := s.row(ctx, s.db, id)
+		if err != nil {
+			return domain.Order{}, err
+		}
+		if row.UserID != userID {
+			return domain.Order{}, domain.OrderNotFound(id)
+		}
+		if n, _ := res.RowsAffected(); n == 1 || row.Status == domain.OrderPaid {
+			return row.toOrder(), nil
+		}
+		if row.Status != domain.OrderUnpaid {
+			return domain.Order{}, notPayable(row)
+		}
+		// Unpaid, yet the update missed it: the order writer inserted it
+		// between the two statements. The update decides again.
 	}
-	row, err := s.row(ctx, s.db, id)
-	if err != nil {
-		return domain.Order{}, err
-	}
-	if row.UserID != userID {
-		return domain.Order{}, domain.OrderNotFound(id)
-	}
-	if n, _ := res.RowsAffected(); n == 1 || row.Status == domain.OrderPaid {
-		return row.toOrder(), nil
-	}
-	return domain.Order{}, notPayable(row)
 }
 
 func notPayable(row orderRow) error {

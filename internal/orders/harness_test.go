@@ -200,3 +200,45 @@ func (s *stores) redisStock(tb testing.TB, voucherID int64) int {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// mustResell sells again, through n, to buyers whose slots came back,
+// waits until their orders are recorded, and checks that the database took
+// every one (none dead-lettered: its per-user guard was freed too) and
+// that the voucher balances with live orders in all.
+func (n *node) mustResell(r *Reconciler, voucherID int64, buyers []int64, live int) {
+	n.t.Helper()
+	for _, u := range buyers {
+		if res := n.grab(voucherID, u); res.Code != domain.SeckillOK {
+			n.t.Fatalf("user %d buys again: %s", u, res.Code)
+		}
+	}
+	n.drained()
+	if rec := n.stores.mustBalanced(n.t, r, voucherID); rec.DeadLettered != 0 || rec.Live != live {
+		n.t.Fatalf("after the re-sale: %+v", rec)
+	}
+}
+
+// strandedReturns sells a voucher of n units to users 1..n and then has
+// users 1..cancels cancel through a node whose Redis is unreachable, as
+// when a node dies between its commit and its Redis step: the database
+// holds the returns, Redis does not have them yet.
+func strandedReturns(tb testing.TB, n, cancels int) (*stores, *node, domain.Voucher) {
+	tb.Helper()
+	s := mustStores(tb)
+	a := newNode(tb, s, "a", time.Hour)
+	v := testenv.MustVoucher(tb, s.db, s.rdb, testenv.VoucherSpec{Stock: n})
+	ids := a.sellTo(v.ID, users(1, n))
+	a.drained()
+	proxy := testenv.MustProxy(tb, s.redis.Addr())
+	proxy.Down()
+	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	tb.Cleanup(func() { _ = cut.Close() })
+	crashing := New(persistence.NewOrders(s.db, cut, quiet), a.catalog, Config{}, quiet)
+	for u := int64(1); u <= int64(cancels); u++ {
+		o, err := crashing.Cancel(context.Background(), domain.Caller{UserID: u}, ids[u])
+		if err != nil || o.Status != domain.OrderCancelled {
+			tb.Fatalf("cancel with redis unreachable after the commit: %+v %v", o, err)
+		}
+	}
+	return s, a, v
+}

@@ -130,11 +130,16 @@ func (s *Service) change(ctx context.Context, c domain.Caller, id int64, op func
 			return domain.Order{}, err
 		}
 		o, gerr := s.store.Get(ctx, id)
-		if gerr != nil || !o.InFlight || o.UserID != c.UserID {
+		if gerr != nil || o.UserID != c.UserID {
 			return domain.Order{}, domain.OrderNotFound(id)
 		}
+		// In the log, or recorded since op looked (then op decides again
+		// at once).
 		if !s.now().Before(deadline) {
 			return domain.Order{}, domain.Errorf(domain.CodeUnavailable, "order %d is still being recorded; retry in a moment", id)
+		}
+		if !o.InFlight {
+			continue
 		}
 		select {
 		case <-ctx.Done():

@@ -257,15 +257,7 @@ func TestUnpaidOrdersTimeOutOnceWithTwoNodes(t *testing.T) {
 	s.mustBalanced(t, a.reconciler, v.ID)
 	// The timed-out buyers got their slots back, in Redis and in the
 	// database's guard: they buy again and their orders are recorded.
-	for u := int64(pay + 1); u <= n; u++ {
-		if res := b.grab(v.ID, u); res.Code != domain.SeckillOK {
-			t.Fatalf("user %d buys again after the timeout: %s", u, res.Code)
-		}
-	}
-	b.drained()
-	if rec := s.mustBalanced(t, a.reconciler, v.ID); rec.DeadLettered != 0 || rec.Live != n {
-		t.Fatalf("after the re-sale: %+v", rec)
-	}
+	b.mustResell(a.reconciler, v.ID, users(pay+1, n-pay), n)
 }
 
 // After Redis loses everything, reconcile with repair rebuilds the

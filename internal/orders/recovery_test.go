@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"flashsale/actors"
 	"flashsale/domain"
 	"flashsale/internal/testenv"
@@ -21,23 +19,7 @@ import (
 func TestSweeperReturnsUnitsACrashLeftPendingExactlyOnce(t *testing.T) {
 	t.Parallel()
 	const n, cancels = 10, 4
-	s := mustStores(t)
-	a := newNode(t, s, "a", time.Hour)
-	v := testenv.MustVoucher(t, s.db, s.rdb, testenv.VoucherSpec{Stock: n})
-	ids := a.sellTo(v.ID, users(1, n))
-	a.drained()
-
-	proxy := testenv.MustProxy(t, s.redis.Addr())
-	cut := redis.NewClient(&redis.Options{Addr: proxy.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
-	t.Cleanup(func() { _ = cut.Close() })
-	crashing := New(persistence.NewOrders(s.db, cut, quiet), a.catalog, Config{}, quiet)
-	proxy.Down()
-	for u := int64(1); u <= cancels; u++ {
-		o, err := crashing.Cancel(context.Background(), domain.Caller{UserID: u}, ids[u])
-		if err != nil || o.Status != domain.OrderCancelled {
-			t.Fatalf("cancel with redis unreachable after the commit: %+v %v", o, err)
-		}
-	}
+	s, a, v := strandedReturns(t, n, cancels)
 	if got := s.redisStock(t, v.ID); got != 0 {
 		t.Fatalf("redis stock %d before the sweep, want 0", got)
 	}
@@ -72,15 +54,7 @@ func TestSweeperReturnsUnitsACrashLeftPendingExactlyOnce(t *testing.T) {
 		t.Fatalf("redis stock %d after the sweeps, want %d", got, cancels)
 	}
 	// The cancelled users buy again: their slots came back once.
-	for u := int64(1); u <= cancels; u++ {
-		if res := a.grab(v.ID, u); res.Code != domain.SeckillOK {
-			t.Fatalf("user %d after the sweep: %s", u, res.Code)
-		}
-	}
-	a.drained()
-	if rec := s.mustBalanced(t, a.reconciler, v.ID); rec.DeadLettered != 0 || rec.Live != n {
-		t.Fatalf("after the re-sale: %+v", rec)
-	}
+	a.mustResell(a.reconciler, v.ID, users(1, cancels), n)
 }
 
 // An order the order log holds and the database does not yet is visible
@@ -120,4 +94,31 @@ func TestOrderInTheOrderLogIsVisibleAndPayableOnceRecorded(t *testing.T) {
 	if err != nil || o.Status != domain.OrderPaid || o.InFlight {
 		t.Fatalf("paying once the writer runs: %+v %v", o, err)
 	}
+}
+
+// Returns committed while Redis was unreachable, and then Redis lost its
+// data and was rebuilt from the database (which counted those units
+// already): the sweeper must not add them a second time.
+func TestPendingReturnsOfALostLoadAreNotAppliedTwice(t *testing.T) {
+	t.Parallel()
+	const n, cancels = 10, 2
+	s, a, v := strandedReturns(t, n, cancels)
+	if err := s.rdb.FlushAll(context.Background()).Err(); err != nil { // our private redis-server
+		t.Fatal(err)
+	}
+	reps, err := a.reconciler.Reconcile(context.Background(), &v.ID, true)
+	if err != nil || !reps[0].Repaired {
+		t.Fatalf("repair: %+v %v", reps, err)
+	}
+	if got := s.redisStock(t, v.ID); got != cancels {
+		t.Fatalf("rebuilt stock %d, want %d", got, cancels)
+	}
+	sw := NewSweeper(a.store, a.locker, SweepConfig{Grace: time.Nanosecond}, quiet)
+	if _, err := sw.runOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.redisStock(t, v.ID); got != cancels {
+		t.Fatalf("stock %d after the sweep, want %d: the returns were counted twice", got, cancels)
+	}
+	s.mustBalanced(t, a.reconciler, v.ID)
 }
