@@ -63,6 +63,7 @@ type app struct {
 	ids      *persistence.OrderIDs
 	router   *actors.Router
 	writer   *persistence.OrderWriter
+	orders   *ordersPart
 	listener net.Listener
 	http     *http.Server
 	// cancelRequests ends every request's context (websockets get their
@@ -188,7 +189,11 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		}
 	}()
 
-	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router, DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: persistence.NewReconciler(a.db, a.rdb)}, graph.HandlerOptions{
+	if a.orders, err = a.startOrders(bg, stock); err != nil {
+		return nil, err
+	}
+	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router, DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: persistence.NewReconciler(a.db, a.rdb),
+		Orders: a.orders.service, Reconciliations: a.orders.reconciler}, graph.HandlerOptions{
 		Tokens:                 a.tokens,
 		Log:                    log,
 		IPLimit:                limits,
@@ -275,6 +280,7 @@ func (a *app) stop() {
 		cancel()
 		a.cancelBackground()
 		a.background.Wait()
+		a.orders.wait()
 	}
 	if a.probe != nil {
 		_ = a.probe.Close()

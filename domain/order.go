@@ -1,5 +1,7 @@
 package domain
 
+import "time"
+
 // OrderStatus is stored as tb_voucher_order.status.
 type OrderStatus int16
 
@@ -19,3 +21,68 @@ var DeadOrderStatuses = []OrderStatus{OrderCancelled, OrderRefunded}
 
 // Live reports whether an order in status s holds a unit of stock.
 func (s OrderStatus) Live() bool { return s != OrderCancelled && s != OrderRefunded }
+
+// Why an order was cancelled: by its owner, or by the service after its
+// pay deadline. Both are OrderCancelled (the contract has no TIMED_OUT);
+// the ledger's reasons use the same words.
+const (
+	CancelByOwner = "cancel"
+	CancelTimeout = "timeout"
+)
+
+// Order is a voucher order as its owner sees it.
+type Order struct {
+	ID        int64
+	UserID    int64
+	VoucherID int64
+	Status    OrderStatus
+	// CancelReason is CancelByOwner or CancelTimeout for a cancelled
+	// order, "" otherwise.
+	CancelReason string
+	CreatedAt    time.Time
+	PaidAt       *time.Time
+	CancelledAt  *time.Time
+	// PayDeadline is CreatedAt plus the pay timeout: an UNPAID order is
+	// cancelled after it.
+	PayDeadline time.Time
+	// InFlight is true for an order accepted by Redis and still in the
+	// order log, not yet in the database.
+	InFlight bool
+}
+
+// Caller is who asks: a user, or an admin who may see every order.
+type Caller struct {
+	UserID int64
+	Admin  bool
+}
+
+// CanSee reports whether the caller may see the order; anyone else is
+// told NOT_FOUND, never that the order exists.
+func (c Caller) CanSee(o Order) bool { return c.Admin || c.UserID == o.UserID }
+
+// OrderNotFound is the answer for an unknown order and for another user's.
+func OrderNotFound(id int64) *Error { return NotFound("order", id) }
+
+// Restock is an admin's addStock: Key makes a retried request change the
+// stock once.
+type Restock struct {
+	VoucherID int64
+	Amount    int
+	Key       string
+}
+
+// MaxRestock bounds one addStock amount, like a voucher's initial stock.
+const MaxRestock = 100_000_000
+
+// Validate checks the amount and the key.
+func (r Restock) Validate() error {
+	if r.Amount < 1 || r.Amount > MaxRestock {
+		return InvalidField("amount", "must be between 1 and %d", MaxRestock)
+	}
+	if r.Key != "" {
+		if err := CheckRequestID(r.Key); err != nil {
+			return err
+		}
+	}
+	return nil
+}

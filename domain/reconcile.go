@@ -18,14 +18,38 @@ type Reconciliation struct {
 	Live         int
 	InFlight     int
 	DeadLettered int
+	// Pending counts units the database returned or restocked that Redis
+	// has not applied yet (tb_stock_pending, for the load Redis holds).
+	Pending int
+	// LoadStamp is the stamp of the load Redis holds ("" when none).
+	LoadStamp string
 	// UsersOff counts the users whose mark in Redis differs from their
 	// live, in-flight and dead-lettered orders.
 	UsersOff int
 }
 
 // Balanced reports whether the identity holds: initial stock = remaining +
-// live + in-flight + dead-lettered, and every user's mark in Redis equals
-// their live, in-flight and dead-lettered orders.
+// pending + live + in-flight + dead-lettered, and every user's mark in
+// Redis equals their live, in-flight, dead-lettered and pending-return
+// orders.
 func (r Reconciliation) Balanced() bool {
-	return r.Loaded && r.Initial == r.Remaining+r.Live+r.InFlight+r.DeadLettered && r.UsersOff == 0
+	return r.Loaded && r.Drift() == 0 && r.UsersOff == 0
+}
+
+// Drift is how far the stock identity is off (0 when it holds).
+func (r Reconciliation) Drift() int {
+	d := r.Initial - (r.Remaining + r.Pending + r.Live + r.InFlight + r.DeadLettered)
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+// ReconcileReport is one voucher's reconciliation as an admin or the
+// background job reads it: the identity, whether Redis was rebuilt from
+// the database, and what was found, in words.
+type ReconcileReport struct {
+	Reconciliation
+	Repaired bool
+	Lines    []string
 }

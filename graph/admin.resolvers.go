@@ -26,3 +26,15 @@ func (r *queryResolver) Reconciliation(ctx context.Context, voucherID int64) (*m
 	}
 	return reconciliationToModel(rec), nil
 }
+
+// Reconcile is the resolver for the reconcile field.
+func (r *queryResolver) Reconcile(ctx context.Context, voucherID *int64, repair *bool) ([]*model.ReconcileReport, error) {
+	if r.Reconciliations == nil {
+		return nil, notImplemented("reconcile")
+	}
+	reps, err := r.Reconciliations.Reconcile(ctx, voucherID, repair != nil && *repair)
+	if err != nil {
+		return nil, err
+	}
+	return reconcileReportsToModel(reps), nil
+}

@@ -24,6 +24,7 @@ var adminFields = map[string]bool{
 	"addStock":           true,
 	"deadLetteredOrders": true,
 	"reconciliation":     true,
+	"reconcile":          true,
 }
 
 // grabField is the hot-path mutation; an operation may hold one.

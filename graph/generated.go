@@ -67,7 +67,7 @@ type ComplexityRoot struct {
 	}
 
 	Mutation struct {
-		AddStock         func(childComplexity int, voucherID int64, amount int) int
+		AddStock         func(childComplexity int, voucherID int64, amount int, requestID *string) int
 		CancelOrder      func(childComplexity int, orderID int64) int
 		CreateRedPacket  func(childComplexity int, input model.CreateRedPacketInput) int
 		CreateVoucher    func(childComplexity int, input model.CreateVoucherInput) int
@@ -86,11 +86,28 @@ type ComplexityRoot struct {
 		DeadLetteredOrders func(childComplexity int, voucherID *int64, first *int, after *string) int
 		MyOrders           func(childComplexity int, first *int, after *string) int
 		Order              func(childComplexity int, id int64) int
+		Reconcile          func(childComplexity int, voucherID *int64, repair *bool) int
 		Reconciliation     func(childComplexity int, voucherID int64) int
 		RedPacket          func(childComplexity int, id int64) int
 		Stock              func(childComplexity int, voucherID int64) int
 		Voucher            func(childComplexity int, id int64) int
 		Vouchers           func(childComplexity int, shopID *int64, first *int, after *string) int
+	}
+
+	ReconcileReport struct {
+		Balanced           func(childComplexity int) int
+		DeadLetteredOrders func(childComplexity int) int
+		Drift              func(childComplexity int) int
+		InFlightOrders     func(childComplexity int) int
+		InitialStock       func(childComplexity int) int
+		Lines              func(childComplexity int) int
+		LiveOrders         func(childComplexity int) int
+		Loaded             func(childComplexity int) int
+		Pending            func(childComplexity int) int
+		Remaining          func(childComplexity int) int
+		Repaired           func(childComplexity int) int
+		UsersOff           func(childComplexity int) int
+		VoucherID          func(childComplexity int) int
 	}
 
 	Reconciliation struct {
@@ -195,7 +212,7 @@ type ComplexityRoot struct {
 type MutationResolver interface {
 	CreateVoucher(ctx context.Context, input model.CreateVoucherInput) (*model.Voucher, error)
 	SetVoucherStatus(ctx context.Context, id int64, status model.VoucherStatus) (*model.Voucher, error)
-	AddStock(ctx context.Context, voucherID int64, amount int) (*model.StockUpdate, error)
+	AddStock(ctx context.Context, voucherID int64, amount int, requestID *string) (*model.StockUpdate, error)
 	SeckillVoucher(ctx context.Context, voucherID int64, requestID *string) (*model.SeckillResult, error)
 	PayOrder(ctx context.Context, orderID int64) (*model.VoucherOrder, error)
 	CancelOrder(ctx context.Context, orderID int64) (*model.VoucherOrder, error)
@@ -211,6 +228,7 @@ type QueryResolver interface {
 	RedPacket(ctx context.Context, id int64) (*model.RedPacket, error)
 	DeadLetteredOrders(ctx context.Context, voucherID *int64, first *int, after *string) (*model.DeadLetteredOrderConnection, error)
 	Reconciliation(ctx context.Context, voucherID int64) (*model.Reconciliation, error)
+	Reconcile(ctx context.Context, voucherID *int64, repair *bool) ([]*model.ReconcileReport, error)
 }
 type SubscriptionResolver interface {
 	StockChanged(ctx context.Context, voucherID int64) (<-chan *model.StockUpdate, error)
@@ -339,7 +357,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Mutation.AddStock(childComplexity, args["voucherId"].(int64), args["amount"].(int)), true
+		return e.ComplexityRoot.Mutation.AddStock(childComplexity, args["voucherId"].(int64), args["amount"].(int), args["requestId"].(*string)), true
 	case "Mutation.cancelOrder":
 		if e.ComplexityRoot.Mutation.CancelOrder == nil {
 			break
@@ -465,6 +483,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Order(childComplexity, args["id"].(int64)), true
+	case "Query.reconcile":
+		if e.ComplexityRoot.Query.Reconcile == nil {
+			break
+		}
+
+		args, err := ec.field_Query_reconcile_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Reconcile(childComplexity, args["voucherId"].(*int64), args["repair"].(*bool)), true
 	case "Query.reconciliation":
 		if e.ComplexityRoot.Query.Reconciliation == nil {
 			break
@@ -520,6 +549,85 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Vouchers(childComplexity, args["shopId"].(*int64), args["first"].(*int), args["after"].(*string)), true
+
+	case "ReconcileReport.balanced":
+		if e.ComplexityRoot.ReconcileReport.Balanced == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReconcileReport.Balanced(childComplexity), true
+	case "ReconcileReport.deadLetteredOrders":
+		if e.ComplexityRoot.ReconcileReport.DeadLetteredOrders == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReconcileReport.DeadLetteredOrders(childComplexity), true
+	case "ReconcileReport.drift":
+		if e.ComplexityRoot.ReconcileReport.Drift == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReconcileReport.Drift(childComplexity), true
+	case "ReconcileReport.inFlightOrders":
+		if e.ComplexityRoot.ReconcileReport.InFlightOrders == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReconcileReport.InFlightOrders(childComplexity), true
+	case "ReconcileReport.initialStock":
+		if e.ComplexityRoot.ReconcileReport.InitialStock == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReconcileReport.InitialStock(childComplexity), true
+	case "ReconcileReport.lines":
+		if e.ComplexityRoot.ReconcileReport.Lines == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReconcileReport.Lines(childComplexity), true
+	case "ReconcileReport.liveOrders":
+		if e.ComplexityRoot.ReconcileReport.LiveOrders == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReconcileReport.LiveOrders(childComplexity), true
+	case "ReconcileReport.loaded":
+		if e.ComplexityRoot.ReconcileReport.Loaded == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReconcileReport.Loaded(childComplexity), true
+	case "ReconcileReport.pending":
+		if e.ComplexityRoot.ReconcileReport.Pending == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReconcileReport.Pending(childComplexity), true
+	case "ReconcileReport.remaining":
+		if e.ComplexityRoot.ReconcileReport.Remaining == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReconcileReport.Remaining(childComplexity), true
+	case "ReconcileReport.repaired":
+		if e.ComplexityRoot.ReconcileReport.Repaired == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReconcileReport.Repaired(childComplexity), true
+	case "ReconcileReport.usersOff":
+		if e.ComplexityRoot.ReconcileReport.UsersOff == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReconcileReport.UsersOff(childComplexity), true
+	case "ReconcileReport.voucherId":
+		if e.ComplexityRoot.ReconcileReport.VoucherID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReconcileReport.VoucherID(childComplexity), true
 
 	case "Reconciliation.balanced":
 		if e.ComplexityRoot.Reconciliation.Balanced == nil {
@@ -1077,6 +1185,38 @@ func (ec *executionContext) childFields_PageInfo(ctx context.Context, field grap
 	return nil, fmt.Errorf("no field named %q was found under type PageInfo", field.Name)
 }
 
+func (ec *executionContext) childFields_ReconcileReport(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "voucherId":
+		return ec.fieldContext_ReconcileReport_voucherId(ctx, field)
+	case "initialStock":
+		return ec.fieldContext_ReconcileReport_initialStock(ctx, field)
+	case "remaining":
+		return ec.fieldContext_ReconcileReport_remaining(ctx, field)
+	case "loaded":
+		return ec.fieldContext_ReconcileReport_loaded(ctx, field)
+	case "pending":
+		return ec.fieldContext_ReconcileReport_pending(ctx, field)
+	case "liveOrders":
+		return ec.fieldContext_ReconcileReport_liveOrders(ctx, field)
+	case "inFlightOrders":
+		return ec.fieldContext_ReconcileReport_inFlightOrders(ctx, field)
+	case "deadLetteredOrders":
+		return ec.fieldContext_ReconcileReport_deadLetteredOrders(ctx, field)
+	case "usersOff":
+		return ec.fieldContext_ReconcileReport_usersOff(ctx, field)
+	case "drift":
+		return ec.fieldContext_ReconcileReport_drift(ctx, field)
+	case "balanced":
+		return ec.fieldContext_ReconcileReport_balanced(ctx, field)
+	case "repaired":
+		return ec.fieldContext_ReconcileReport_repaired(ctx, field)
+	case "lines":
+		return ec.fieldContext_ReconcileReport_lines(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ReconcileReport", field.Name)
+}
+
 func (ec *executionContext) childFields_Reconciliation(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "voucherId":
@@ -1390,6 +1530,14 @@ func (ec *executionContext) field_Mutation_addStock_args(ctx context.Context, ra
 		return nil, err
 	}
 	args["amount"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "requestId",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["requestId"] = arg2
 	return args, nil
 }
 
@@ -1584,6 +1732,28 @@ func (ec *executionContext) field_Query_order_args(ctx context.Context, rawArgs 
 		return nil, err
 	}
 	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_reconcile_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "voucherId",
+		func(ctx context.Context, v any) (*int64, error) {
+			return ec.unmarshalOID2ᚖint64(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["voucherId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "repair",
+		func(ctx context.Context, v any) (*bool, error) {
+			return ec.unmarshalOBoolean2ᚖbool(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["repair"] = arg1
 	return args, nil
 }
 
@@ -2231,7 +2401,7 @@ func (ec *executionContext) _Mutation_addStock(ctx context.Context, field graphq
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().AddStock(ctx, fc.Args["voucherId"].(int64), fc.Args["amount"].(int))
+			return ec.Resolvers.Mutation().AddStock(ctx, fc.Args["voucherId"].(int64), fc.Args["amount"].(int), fc.Args["requestId"].(*string))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *model.StockUpdate) graphql.Marshaler {
@@ -2883,6 +3053,50 @@ func (ec *executionContext) fieldContext_Query_reconciliation(ctx context.Contex
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_reconcile(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_reconcile(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Reconcile(ctx, fc.Args["voucherId"].(*int64), fc.Args["repair"].(*bool))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.ReconcileReport) graphql.Marshaler {
+			return ec.marshalNReconcileReport2ᚕᚖflashsaleᚋgraphᚋmodelᚐReconcileReportᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_reconcile(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ReconcileReport(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_reconcile_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query___type(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -2957,6 +3171,305 @@ func (ec *executionContext) fieldContext_Query___schema(_ context.Context, field
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _ReconcileReport_voucherId(ctx context.Context, field graphql.CollectedField, obj *model.ReconcileReport) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReconcileReport_voucherId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.VoucherID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNID2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReconcileReport_voucherId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReconcileReport", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _ReconcileReport_initialStock(ctx context.Context, field graphql.CollectedField, obj *model.ReconcileReport) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReconcileReport_initialStock(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.InitialStock, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReconcileReport_initialStock(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReconcileReport", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _ReconcileReport_remaining(ctx context.Context, field graphql.CollectedField, obj *model.ReconcileReport) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReconcileReport_remaining(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Remaining, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReconcileReport_remaining(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReconcileReport", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _ReconcileReport_loaded(ctx context.Context, field graphql.CollectedField, obj *model.ReconcileReport) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReconcileReport_loaded(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Loaded, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReconcileReport_loaded(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReconcileReport", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _ReconcileReport_pending(ctx context.Context, field graphql.CollectedField, obj *model.ReconcileReport) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReconcileReport_pending(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Pending, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReconcileReport_pending(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReconcileReport", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _ReconcileReport_liveOrders(ctx context.Context, field graphql.CollectedField, obj *model.ReconcileReport) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReconcileReport_liveOrders(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.LiveOrders, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReconcileReport_liveOrders(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReconcileReport", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _ReconcileReport_inFlightOrders(ctx context.Context, field graphql.CollectedField, obj *model.ReconcileReport) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReconcileReport_inFlightOrders(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.InFlightOrders, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReconcileReport_inFlightOrders(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReconcileReport", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _ReconcileReport_deadLetteredOrders(ctx context.Context, field graphql.CollectedField, obj *model.ReconcileReport) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReconcileReport_deadLetteredOrders(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.DeadLetteredOrders, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReconcileReport_deadLetteredOrders(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReconcileReport", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _ReconcileReport_usersOff(ctx context.Context, field graphql.CollectedField, obj *model.ReconcileReport) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReconcileReport_usersOff(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UsersOff, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReconcileReport_usersOff(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReconcileReport", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _ReconcileReport_drift(ctx context.Context, field graphql.CollectedField, obj *model.ReconcileReport) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReconcileReport_drift(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Drift, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReconcileReport_drift(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReconcileReport", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _ReconcileReport_balanced(ctx context.Context, field graphql.CollectedField, obj *model.ReconcileReport) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReconcileReport_balanced(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Balanced, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReconcileReport_balanced(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReconcileReport", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _ReconcileReport_repaired(ctx context.Context, field graphql.CollectedField, obj *model.ReconcileReport) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReconcileReport_repaired(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Repaired, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReconcileReport_repaired(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReconcileReport", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _ReconcileReport_lines(ctx context.Context, field graphql.CollectedField, obj *model.ReconcileReport) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReconcileReport_lines(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Lines, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReconcileReport_lines(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReconcileReport", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
 func (ec *executionContext) _Reconciliation_voucherId(ctx context.Context, field graphql.CollectedField, obj *model.Reconciliation) (ret graphql.Marshaler) {
@@ -6156,6 +6669,28 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 			}
 
 			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "reconcile":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_reconcile(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
 		case "__type":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Query___type(ctx, field)
@@ -6169,6 +6704,104 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 			})
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var reconcileReportImplementors = []string{"ReconcileReport"}
+
+func (ec *executionContext) _ReconcileReport(ctx context.Context, sel ast.SelectionSet, obj *model.ReconcileReport) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, reconcileReportImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ReconcileReport")
+		case "voucherId":
+			out.Values[i] = ec._ReconcileReport_voucherId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "initialStock":
+			out.Values[i] = ec._ReconcileReport_initialStock(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "remaining":
+			out.Values[i] = ec._ReconcileReport_remaining(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "loaded":
+			out.Values[i] = ec._ReconcileReport_loaded(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pending":
+			out.Values[i] = ec._ReconcileReport_pending(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "liveOrders":
+			out.Values[i] = ec._ReconcileReport_liveOrders(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "inFlightOrders":
+			out.Values[i] = ec._ReconcileReport_inFlightOrders(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "deadLetteredOrders":
+			out.Values[i] = ec._ReconcileReport_deadLetteredOrders(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "usersOff":
+			out.Values[i] = ec._ReconcileReport_usersOff(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "drift":
+			out.Values[i] = ec._ReconcileReport_drift(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "balanced":
+			out.Values[i] = ec._ReconcileReport_balanced(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "repaired":
+			out.Values[i] = ec._ReconcileReport_repaired(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "lines":
+			out.Values[i] = ec._ReconcileReport_lines(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -7392,6 +8025,32 @@ func (ec *executionContext) marshalNPageInfo2ᚖflashsaleᚋgraphᚋmodelᚐPage
 	return ec._PageInfo(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNReconcileReport2ᚕᚖflashsaleᚋgraphᚋmodelᚐReconcileReportᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ReconcileReport) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNReconcileReport2ᚖflashsaleᚋgraphᚋmodelᚐReconcileReport(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNReconcileReport2ᚖflashsaleᚋgraphᚋmodelᚐReconcileReport(ctx context.Context, sel ast.SelectionSet, v *model.ReconcileReport) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._ReconcileReport(ctx, sel, v)
+}
+
 func (ec *executionContext) marshalNReconciliation2ᚖflashsaleᚋgraphᚋmodelᚐReconciliation(ctx context.Context, sel ast.SelectionSet, v *model.Reconciliation) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
@@ -7456,6 +8115,35 @@ func (ec *executionContext) marshalNString2string(ctx context.Context, sel ast.S
 		}
 	}
 	return res
+}
+
+func (ec *executionContext) unmarshalNString2ᚕstringᚄ(ctx context.Context, v any) ([]string, error) {
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]string, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNString2string(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalNString2ᚕstringᚄ(ctx context.Context, sel ast.SelectionSet, v []string) graphql.Marshaler {
+	ret := make(graphql.Array, len(v))
+	for i := range v {
+		ret[i] = ec.marshalNString2string(ctx, sel, v[i])
+	}
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
 }
 
 func (ec *executionContext) unmarshalNTime2timeᚐTime(ctx context.Context, v any) (time.Time, error) {

@@ -39,4 +39,8 @@ type Resolver struct {
 	Grabber     Grabber
 	DeadLetters DeadLetters
 	Reconciler  Reconciler
+	// Orders and Reconciliations serve issue 9's fields; nil in servers
+	// that do not use them.
+	Orders          Orders
+	Reconciliations Reconciliations
 }

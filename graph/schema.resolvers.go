@@ -24,8 +24,8 @@ func (r *mutationResolver) SetVoucherStatus(ctx context.Context, id int64, statu
 }
 
 // AddStock is the resolver for the addStock field.
-func (r *mutationResolver) AddStock(ctx context.Context, voucherID int64, amount int) (*model.StockUpdate, error) {
-	return nil, notImplemented("addStock")
+func (r *mutationResolver) AddStock(ctx context.Context, voucherID int64, amount int, requestID *string) (*model.StockUpdate, error) {
+	return r.addStock(ctx, voucherID, amount, requestID)
 }
 
 // SeckillVoucher is the resolver for the seckillVoucher field.
@@ -39,12 +39,12 @@ func (r *mutationResolver) SeckillVoucher(ctx context.Context, voucherID int64, 
 
 // PayOrder is the resolver for the payOrder field.
 func (r *mutationResolver) PayOrder(ctx context.Context, orderID int64) (*model.VoucherOrder, error) {
-	return nil, notImplemented("payOrder")
+	return r.orderCall(ctx, "payOrder", orderID, payOf)
 }
 
 // CancelOrder is the resolver for the cancelOrder field.
 func (r *mutationResolver) CancelOrder(ctx context.Context, orderID int64) (*model.VoucherOrder, error) {
-	return nil, notImplemented("cancelOrder")
+	return r.orderCall(ctx, "cancelOrder", orderID, cancelOf)
 }
 
 // CreateRedPacket is the resolver for the createRedPacket field.
@@ -90,12 +90,12 @@ func (r *queryResolver) Stock(ctx context.Context, voucherID int64) (*model.Stoc
 
 // Order is the resolver for the order field.
 func (r *queryResolver) Order(ctx context.Context, id int64) (*model.VoucherOrder, error) {
-	return nil, notImplemented("order")
+	return r.orderCall(ctx, "order", id, getOf)
 }
 
 // MyOrders is the resolver for the myOrders field.
 func (r *queryResolver) MyOrders(ctx context.Context, first *int, after *string) (*model.VoucherOrderConnection, error) {
-	return nil, notImplemented("myOrders")
+	return r.myOrders(ctx, first, after)
 }
 
 // RedPacket is the resolver for the redPacket field.

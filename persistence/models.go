@@ -74,6 +74,9 @@ type orderRow struct {
 	RequestID  *string            `bun:"request_id"`
 	CancelTime *time.Time         `bun:"cancel_time"`
 	UpdateTime time.Time          `bun:"update_time,notnull"`
+	// CancelReason is domain.CancelByOwner or domain.CancelTimeout for a
+	// cancelled order.
+	CancelReason *string `bun:"cancel_reason"`
 }
 
 // voucherUserRow is a tb_voucher_user row: a user's live orders of a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
@@ -14,9 +15,11 @@ import (
 )
 
 // snapshotScript reads, in one atomic step, what Redis holds of a voucher:
-// its load stamp, its stock, its users' marks and the orders of its order
-// log. KEYS: meta, stock, users, log. Returns {stamp or false, stock or
-// false, {user, count, ...}, {order, user, ...}}.
+// its load stamp, its stock, its users' marks, the orders of its order
+// log, and which of the given pending stock changes it applied already.
+// KEYS: meta, stock, users, log, applied. ARGV: members of the applied
+// set to test. Returns {stamp or false, stock or false, {user, count,
+// ...}, {order, user, ...}, {1 or 0 per ARGV}}.
 var snapshotScript = redis.NewScript(`
 local entries = {}
 for _, e in ipairs(redis.call('XRANGE', KEYS[4], '-', '+')) do
@@ -30,7 +33,11 @@ for _, e in ipairs(redis.call('XRANGE', KEYS[4], '-', '+')) do
     entries[#entries + 1] = u
   end
 end
-return {redis.call('HGET', KEYS[1], 'life'), redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), entries}
+local applied = {}
+for i = 1, #ARGV do
+  applied[i] = redis.call('SISMEMBER', KEYS[5], ARGV[i])
+end
+return {redis.call('HGET', KEYS[1], 'life'), redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), entries, applied}
 `)
 
 // Reconciler checks the stock identity of vouchers (invariant 5).
@@ -69,11 +76,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, voucherID int64) (domain.Rec
 		if err != nil {
 			return err
 		}
-		raw, err := snapshotScript.Run(ctx, r.rdb, []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID), LogKey(voucherID)}).Slice()
-		if err != nil || len(raw) != 4 {
+		// Changes committed here and maybe not applied in Redis yet: read
+		// under the row lock (cancellations and restocks take it too).
+		var pending []pendingRow
+		if err := tx.NewSelect().Model(&pending).Where("voucher_id = ?", voucherID).Scan(ctx); err != nil {
+			return fmt.Errorf("read pending stock changes of voucher %d: %w", voucherID, err)
+		}
+		members := make([]any, len(pending))
+		for i, p := range pending {
+			members[i] = pendingMember(p.Kind, p.RefID)
+		}
+		raw, err := snapshotScript.Run(ctx, r.rdb, []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID), LogKey(voucherID), appliedKey(voucherID)}, members...).Slice()
+		if err != nil || len(raw) != 5 {
 			return fmt.Errorf("read voucher %d from redis: %v %w", voucherID, raw, err)
 		}
 		stamp, _ := raw[0].(string)
+		out.LoadStamp = stamp
+		applied, _ := raw[4].([]any)
 		stock, hasStock := raw[1].(string)
 		out.Loaded = hasStock
 		out.Remaining, _ = strconv.Atoi(stock)
@@ -104,6 +123,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, voucherID int64) (domain.Rec
 		}
 		for _, u := range inflight {
 			want[u]++
+		}
+		for i, p := range pending {
+			if done, _ := applied[i].(int64); done == 1 || stamp == "" || p.LoadStamp != stamp {
+				continue // applied, or counted by the reload that replaced its load
+			}
+			out.Pending += p.Delta
+			if p.UserID != nil {
+				want[strconv.FormatInt(*p.UserID, 10)]++ // Redis still counts the slot
+			}
 		}
 		marks := pairs(raw[2])
 		for u, n := range marks {
@@ -159,4 +187,15 @@ func unpersisted(ctx context.Context, tx bun.Tx, orders map[string]string) ([]st
 		}
 	}
 	return users, nil
+}
+
+// Vouchers lists the seckill vouchers whose sale ends after t: the ones
+// reconciliation checks.
+func (r *Reconciler) Vouchers(ctx context.Context, t time.Time) ([]int64, error) {
+	var ids []int64
+	if err := r.db.NewSelect().Table("tb_seckill_voucher").Column("voucher_id").
+		Where("end_time > ?", t.UTC()).Order("voucher_id").Scan(ctx, &ids); err != nil {
+		return nil, fmt.Errorf("list seckill vouchers to reconcile: %w", err)
+	}
+	return ids, nil
 }

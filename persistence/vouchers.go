@@ -133,17 +133,23 @@ func (s *Vouchers) List(ctx context.Context, shopID *int64, page domain.Page) ([
 func (s *Vouchers) SetStatus(ctx context.Context, id int64, status domain.VoucherStatus, now time.Time) (domain.Voucher, error) {
 	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		var prev time.Time
-		q := tx.NewSelect().Table("tb_voucher").Column("update_time").Where("id = ?", id)
+		var was domain.VoucherStatus
+		q := tx.NewSelect().Table("tb_voucher").Column("update_time", "status").Where("id = ?", id)
 		if IsPostgres(tx) {
 			// NO KEY UPDATE: enough against another status change, and it
 			// does not wait for the key-share locks of order inserts.
 			q = q.For("NO KEY UPDATE") // SQLite has one writer: its transactions are serial already
 		}
-		if err := q.Scan(ctx, &prev); err != nil {
+		if err := q.Scan(ctx, &prev, &was); err != nil {
 			if errors.Is(err, sql.ErrNoRows) {
 				return domain.NotFound("voucher", id)
 			}
 			return err
+		}
+		// ENDED is final: orders, refunds and reports count on a sale
+		// that ended staying ended.
+		if was == domain.StatusEnded && status != domain.StatusEnded {
+			return domain.InvalidField("status", "voucher %d has ended; an ended sale cannot be paused or resumed", id)
 		}
 		next := now.UTC().Truncate(time.Microsecond)
 		if floor := prev.UTC().Truncate(time.Microsecond).Add(time.Microsecond); next.Before(floor) {
@@ -156,7 +162,7 @@ func (s *Vouchers) SetStatus(ctx context.Context, id int64, status domain.Vouche
 		return err
 	})
 	if err != nil {
-		if domain.ErrorCode(err) == domain.CodeNotFound {
+		if c := domain.ErrorCode(err); c == domain.CodeNotFound || c == domain.CodeBadInput {
 			return domain.Voucher{}, err
 		}
 		return domain.Voucher{}, fmt.Errorf("set voucher %d status: %w", id, err)

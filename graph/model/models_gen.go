@@ -76,6 +76,25 @@ type PageInfo struct {
 type Query struct {
 }
 
+type ReconcileReport struct {
+	VoucherID          int64 `json:"voucherId"`
+	InitialStock       int   `json:"initialStock"`
+	Remaining          int   `json:"remaining"`
+	Loaded             bool  `json:"loaded"`
+	Pending            int   `json:"pending"`
+	LiveOrders         int   `json:"liveOrders"`
+	InFlightOrders     int   `json:"inFlightOrders"`
+	DeadLetteredOrders int   `json:"deadLetteredOrders"`
+	UsersOff           int   `json:"usersOff"`
+	// Units unaccounted for (0 when balanced).
+	Drift    int  `json:"drift"`
+	Balanced bool `json:"balanced"`
+	// Whether Redis was rebuilt from the database by this call.
+	Repaired bool `json:"repaired"`
+	// What was found and done, in words.
+	Lines []string `json:"lines"`
+}
+
 type Reconciliation struct {
 	VoucherID int64 `json:"voucherId"`
 	// Stock at creation plus every restock.

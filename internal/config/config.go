@@ -40,6 +40,10 @@ type Config struct {
 	// longer, are refused, so a leaked token stops working within it.
 	JWTMaxTTL  time.Duration
 	PayTimeout time.Duration
+	// PayTimeoutInterval is how often the pay-timeout cancellation runs;
+	// ReconcileInterval how often the background reconciliation does.
+	PayTimeoutInterval time.Duration
+	ReconcileInterval  time.Duration
 
 	ClusterProvider        string // test, automanaged, etcd
 	ClusterName            string

@@ -12,6 +12,7 @@ import (
 	"flashsale/actors"
 	"flashsale/graph"
 	"flashsale/internal/auth"
+	"flashsale/internal/orders"
 	"flashsale/persistence"
 )
 
@@ -120,7 +121,9 @@ var settings = []setting{
 			return ""
 		}),
 	durationVar("JWT_MAX_TTL", auth.MaxTTLDefault, "longest token lifetime accepted (exp - iat) and minted by the token command", func(c *Config) *time.Duration { return &c.JWTMaxTTL }),
-	durationVar("PAY_TIMEOUT", 30*time.Minute, "unpaid orders are cancelled after this", func(c *Config) *time.Duration { return &c.PayTimeout }),
+	durationVar("PAY_TIMEOUT", orders.PayTimeoutDefault, "unpaid orders are cancelled after this", func(c *Config) *time.Duration { return &c.PayTimeout }),
+	durationVar("PAY_TIMEOUT_INTERVAL", orders.TimeoutIntervalDefault, "how often one node looks for unpaid orders past PAY_TIMEOUT", func(c *Config) *time.Duration { return &c.PayTimeoutInterval }),
+	durationVar("RECONCILE_INTERVAL", orders.ReconcileIntervalDefault, "how often one node reconciles every seckill voucher (drift metric and log)", func(c *Config) *time.Duration { return &c.ReconcileInterval }),
 
 	stringVar("CLUSTER_PROVIDER", "test", "test, automanaged or etcd", func(c *Config) *string { return &c.ClusterProvider }).
 		checked(func(c Config) string {

@@ -1,0 +1,124 @@
+package orders
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"flashsale/actors"
+	"flashsale/domain"
+	"flashsale/internal/testenv"
+	"flashsale/persistence"
+)
+
+// A node that committed cancellations but lost Redis before applying them
+// (as if it crashed in between) leaves them pending; the sweeper applies
+// each exactly once however many times, and from however many nodes, it
+// runs, and the cancelled users can buy again.
+func TestSweeperReturnsUnitsACrashLeftPendingExactlyOnce(t *testing.T) {
+	t.Parallel()
+	const n, cancels = 10, 4
+	s, a, v := strandedReturns(t, n, cancels)
+	if got := s.redisStock(t, v.ID); got != 0 {
+		t.Fatalf("redis stock %d before the sweep, want 0", got)
+	}
+	rec, err := persistence.NewReconciler(s.db, s.rdb).Reconcile(context.Background(), v.ID)
+	if err != nil || rec.Pending != cancels || !rec.Balanced() {
+		t.Fatalf("reconciliation with returns pending: %+v %v", rec, err)
+	}
+
+	// Sweepers of two nodes, several runs each, at once.
+	var wg sync.WaitGroup
+	var total int
+	var mu sync.Mutex
+	for _, nd := range []*node{a, newNode(t, s, "b", time.Hour)} {
+		sw := NewSweeper(nd.store, nd.locker, SweepConfig{Grace: time.Nanosecond}, quiet)
+		for range 3 {
+			wg.Go(func() {
+				got, err := sw.runOnce(context.Background())
+				if err != nil {
+					t.Errorf("sweep: %v", err)
+				}
+				mu.Lock()
+				total += got
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	if total < cancels {
+		t.Fatalf("sweeps handled %d pending changes, want at least %d", total, cancels)
+	}
+	if got := s.redisStock(t, v.ID); got != cancels {
+		t.Fatalf("redis stock %d after the sweeps, want %d", got, cancels)
+	}
+	// The cancelled users buy again: their slots came back once.
+	a.mustResell(a.reconciler, v.ID, users(1, cancels), n)
+}
+
+// An order the order log holds and the database does not yet is visible
+// to its owner at once (and to nobody else); paying it waits for the
+// order writer, and answers UNAVAILABLE if the writer does not come in
+// time.
+func TestOrderInTheOrderLogIsVisibleAndPayableOnceRecorded(t *testing.T) {
+	t.Parallel()
+	s := mustStores(t)
+	a := newNode(t, s, "a", time.Hour)
+	v := testenv.MustVoucher(t, s.db, s.rdb, testenv.VoucherSpec{Stock: 5})
+	a.stopWriter() // no order writer runs: the order stays in the log
+
+	router := actors.NewRouter(persistence.NewGrabs(s.rdb), testenv.MustOrderIDs(t, s.db), a.catalog, quiet, actors.Options{})
+	t.Cleanup(router.Close)
+	res := router.Grab(context.Background(), domain.GrabRequest{VoucherID: v.ID, UserID: 42})
+	if res.Code != domain.SeckillOK {
+		t.Fatalf("grab: %s", res.Code)
+	}
+	svc := New(a.store, a.catalog, Config{InFlightWait: 300 * time.Millisecond}, quiet)
+	o, err := svc.Get(context.Background(), domain.Caller{UserID: 42}, res.OrderID)
+	if err != nil || !o.InFlight || o.Status != domain.OrderUnpaid || o.VoucherID != v.ID {
+		t.Fatalf("owner's view of an order in the log: %+v %v", o, err)
+	}
+	if _, err := svc.Get(context.Background(), domain.Caller{UserID: 43}, res.OrderID); domain.ErrorCode(err) != domain.CodeNotFound {
+		t.Fatalf("another user's view: %v", err)
+	}
+	if _, err := svc.Pay(context.Background(), domain.Caller{UserID: 42}, res.OrderID); domain.ErrorCode(err) != domain.CodeUnavailable {
+		t.Fatalf("paying with no writer: %v, want UNAVAILABLE", err)
+	}
+	svc = New(a.store, a.catalog, Config{InFlightWait: 10 * time.Second}, quiet)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		a.startWriter()
+	}()
+	o, err = svc.Pay(context.Background(), domain.Caller{UserID: 42}, res.OrderID)
+	if err != nil || o.Status != domain.OrderPaid || o.InFlight {
+		t.Fatalf("paying once the writer runs: %+v %v", o, err)
+	}
+}
+
+// Returns committed while Redis was unreachable, and then Redis lost its
+// data and was rebuilt from the database (which counted those units
+// already): the sweeper must not add them a second time.
+func TestPendingReturnsOfALostLoadAreNotAppliedTwice(t *testing.T) {
+	t.Parallel()
+	const n, cancels = 10, 2
+	s, a, v := strandedReturns(t, n, cancels)
+	if err := s.rdb.FlushAll(context.Background()).Err(); err != nil { // our private redis-server
+		t.Fatal(err)
+	}
+	reps, err := a.reconciler.Reconcile(context.Background(), &v.ID, true)
+	if err != nil || !reps[0].Repaired {
+		t.Fatalf("repair: %+v %v", reps, err)
+	}
+	if got := s.redisStock(t, v.ID); got != cancels {
+		t.Fatalf("rebuilt stock %d, want %d", got, cancels)
+	}
+	sw := NewSweeper(a.store, a.locker, SweepConfig{Grace: time.Nanosecond}, quiet)
+	if _, err := sw.runOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.redisStock(t, v.ID); got != cancels {
+		t.Fatalf("stock %d after the sweep, want %d: the returns were counted twice", got, cancels)
+	}
+	s.mustBalanced(t, a.reconciler, v.ID)
+}
