@@ -70,9 +70,9 @@ func TestGrabsOverTheUserRateAreRateLimited(t *testing.T) {
 }
 
 // RATE_IP_PER_SEC limits every request of an address, bad ones included,
-// before anything runs; other addresses are not affected. Grabs are left
-// to their voucher actor (here configured without limits), which checks
-// the same budget once per batch.
+// before anything runs; other addresses are not affected. Grabs the node
+// knows are left to their voucher actor (here configured without limits),
+// which checks the same budget once per batch.
 func TestRequestsOverTheIPRateAreRateLimited(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
@@ -135,8 +135,17 @@ func TestRequestsOverTheIPRateAreRateLimited(t *testing.T) {
 	if codes := send("203.0.113.8", user, stock); len(codes) != 0 {
 		t.Fatalf("another address: %v", codes)
 	}
+	// A grab whose text this node has validated before is known as a grab
+	// before parsing, and left to its actor's budget; the first sight of a
+	// text pays the per-IP limit like any other operation.
 	grab := `mutation { seckillVoucher(voucherId: "` + v.ID + `") { code } }`
+	if codes := send("203.0.113.10", user, grab); !slices.Equal(codes, []string{"RATE_LIMITED"}) {
+		t.Fatalf("a grab of a new text from a limited address: %v, want RATE_LIMITED", codes)
+	}
+	if codes := send("203.0.113.9", user, grab); len(codes) != 0 {
+		t.Fatalf("a grab from a fresh address: %v", codes)
+	}
 	if codes := send("203.0.113.10", user, grab); len(codes) != 0 {
-		t.Fatalf("a grab was limited per request: %v", codes)
+		t.Fatalf("a known grab was limited per request: %v", codes)
 	}
 }
