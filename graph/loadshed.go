@@ -26,6 +26,15 @@ type LoadShedding struct {
 	GrabLatency time.Duration
 }
 
+// Defaults of the thresholds (SHED_QUEUE_DEPTH, SHED_GRAB_LATENCY). A
+// script call takes a batch of up to 256 grabs in a few milliseconds, so
+// 2048 waiting grabs are some tens of milliseconds of work queued; a grab
+// that takes a quarter of a second on average is a node falling behind.
+const (
+	ShedQueueDepthDefault  = 2048
+	ShedGrabLatencyDefault = 250 * time.Millisecond
+)
+
 // shedCooldown is how long the load must stay under half of both
 // thresholds before shedding stops: hysteresis, so that the node does not
 // flap between shedding and not with every batch.
@@ -63,16 +72,19 @@ var (
 
 func init() { prometheus.MustRegister(sheddingGauge, shedTotal) }
 
-// loadShedder decides, from the gauge, whether the node sheds now.
+// loadShedder decides, from the gauge, whether the node sheds now. It
+// samples the gauge when an operation asks, not on a timer: no goroutine
+// to own, and nothing to decide while nobody asks.
 type loadShedder struct {
 	cfg LoadShedding
 	now func() time.Time
 
 	mu sync.Mutex
 	on bool
-	// calmSince is when the load last went under the low-water marks
-	// while shedding; zero while it is above them.
-	calmSince time.Time
+	// busy is when the load was last seen at or over half a threshold.
+	// Counting the cooldown from it (not from the first calm sample) ends
+	// shedding at the first operation after a quiet spell.
+	busy time.Time
 }
 
 // newLoadShedder returns nil when shedding is off.
@@ -84,8 +96,8 @@ func newLoadShedder(cfg LoadShedding) *loadShedder {
 }
 
 // shedding reports whether non-core operations are shed now. It starts at
-// once when a threshold is reached and ends once the load has stayed
-// under half of each threshold for shedCooldown.
+// once when a threshold is reached and ends once the load has been under
+// half of each threshold for shedCooldown.
 func (s *loadShedder) shedding() bool {
 	queued, latency := s.cfg.Gauge.Load()
 	high := (s.cfg.QueueDepth > 0 && queued >= s.cfg.QueueDepth) ||
@@ -96,21 +108,15 @@ func (s *loadShedder) shedding() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
-	case high:
-		s.calmSince = time.Time{}
-		if !s.on {
-			s.on = true
-			sheddingGauge.Set(1)
-		}
-	case !s.on:
-	case !low:
-		s.calmSince = time.Time{}
-	case s.calmSince.IsZero():
-		s.calmSince = now
-	case now.Sub(s.calmSince) >= shedCooldown:
+	case high && !s.on:
+		s.on = true
+		sheddingGauge.Set(1)
+	case s.on && low && now.Sub(s.busy) >= shedCooldown:
 		s.on = false
-		s.calmSince = time.Time{}
 		sheddingGauge.Set(0)
+	}
+	if !low {
+		s.busy = now
 	}
 	return s.on
 }
