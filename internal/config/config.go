@@ -96,6 +96,13 @@ type Config struct {
 	// websocket connection; one more gets a RATE_LIMITED error for itself.
 	WSMaxOperations int
 
+	// ShedIPPerSec is the in-process per-IP request limit (0 = off);
+	// ShedQueueDepth and ShedGrabLatency the grab load at which non-core
+	// operations are shed (0 = off). See graph.LoadShedding.
+	ShedIPPerSec    int
+	ShedQueueDepth  int
+	ShedGrabLatency time.Duration
+
 	Introspection bool // schema introspection on /query
 	Demo          bool // create a demo voucher and print tokens; default on in embedded mode
 }
