@@ -20,7 +20,7 @@ import (
 )
 
 // post runs one POST /query through h from ip and returns the HTTP status
-// and the errors' codes.
+// and the errors' codes; every RATE_LIMITED error must say when to retry.
 func post(tb testing.TB, h http.Handler, ip, token, query string) (int, []string) {
 	tb.Helper()
 	body, _ := json.Marshal(map[string]any{"query": query})
@@ -39,6 +39,9 @@ func post(tb testing.TB, h http.Handler, ip, token, query string) (int, []string
 	codes := []string{}
 	for _, e := range resp.Errors {
 		codes = append(codes, e.code())
+		if ms, _ := e.Extensions["retryAfterMs"].(float64); e.code() == "RATE_LIMITED" && ms <= 0 {
+			tb.Fatalf("RATE_LIMITED with retryAfterMs %v", e.Extensions["retryAfterMs"])
+		}
 	}
 	return rec.Code, codes
 }

@@ -1,11 +1,7 @@
 package graph_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"testing"
@@ -80,27 +76,8 @@ func TestRequestsOverTheIPRateAreRateLimited(t *testing.T) {
 	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router}, graph.HandlerOptions{
 		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), IPLimit: persistence.NewRateLimits(s.rdb, 0, 0, 2),
 	})
-	send := func(ip, token, query string) (codes []string) {
-		body, _ := json.Marshal(map[string]any{"query": query})
-		req := httptest.NewRequest(http.MethodPost, "/query", bytes.NewReader(body))
-		req.RemoteAddr = ip + ":4321"
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+token)
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		var resp struct{ Errors []gqlError }
-		if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
-			t.Fatalf("%v: %s", err, rec.Body.String())
-		}
-		for _, e := range resp.Errors {
-			code, _ := e.Extensions["code"].(string)
-			codes = append(codes, code)
-			if code == "RATE_LIMITED" {
-				if ms, _ := e.Extensions["retryAfterMs"].(float64); ms <= 0 {
-					t.Fatalf("retryAfterMs %v", e.Extensions["retryAfterMs"])
-				}
-			}
-		}
+	send := func(ip, token, query string) []string {
+		_, codes := post(t, h, ip, token, query)
 		return codes
 	}
 	stock := `{ stock(voucherId: "` + v.ID + `") { remaining } }`
