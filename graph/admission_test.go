@@ -318,3 +318,32 @@ func TestLegitimateQueriesPassTheShapeCheck(t *testing.T) {
 		})
 	}
 }
+
+// Over a websocket, every operation passes admission too: a hostile shape
+// is refused with a contract code before validation, and the connection
+// stays usable.
+func TestWebsocketOperationsPassAdmission(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	h := httptest.NewServer(s.handler)
+	t.Cleanup(h.Close)
+	c := initWS(t, h, s.token(t, 2, auth.RoleUser))
+	ids, _ := json.Marshal(map[string]any{"query": "{vouchers{edges{node{" + strings.Repeat("id ", 1985) + "}}}}"})
+	sendWS(t, c, `{"id":"1","type":"subscribe","payload":`+string(ids)+`}`)
+	m := readUntil(t, c, "next", "error")
+	var errs []gqlError
+	if m.Type == "next" {
+		var resp struct{ Errors []gqlError }
+		_ = json.Unmarshal(m.Payload, &resp)
+		errs = resp.Errors
+	} else {
+		_ = json.Unmarshal(m.Payload, &errs)
+	}
+	if len(errs) != 1 || errs[0].code() != "BAD_USER_INPUT" || errs[0].Extensions["reason"] != "SELECTION_TOO_WIDE" {
+		t.Fatalf("%s %s: want one BAD_USER_INPUT error with reason SELECTION_TOO_WIDE", m.Type, m.Payload)
+	}
+	sendWS(t, c, `{"id":"2","type":"subscribe","payload":{"query":"{ __typename }"}}`)
+	if m := readUntil(t, c, "next", "error"); m.Type != "next" || m.ID != "2" {
+		t.Fatalf("after the refusal: %s %s", m.Type, m.Payload)
+	}
+}

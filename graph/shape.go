@@ -5,6 +5,8 @@ import (
 
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"flashsale/domain"
 )
 
 // shapeLimits bound what gqlparser's validation may be given. Its
@@ -230,8 +232,14 @@ func (w *shapeWalk) flatten(set ast.SelectionSet, out []*ast.Field) []*ast.Field
 	return out
 }
 
-// shapeError is a refusal of the request's shape, presented like gqlgen's
-// own limits: BAD_USER_INPUT with the reason.
+// shapeError is a refusal of the request's shape: BAD_USER_INPUT with the
+// reason, like gqlgen's own limits. It carries the contract's code itself
+// rather than rely on the presenter: gqlgen's websocket transport sends
+// the error objects an extension returned, which are presented only
+// because the presenter happens to edit them in place.
 func shapeError(reason, format string, args ...any) *gqlerror.Error {
-	return &gqlerror.Error{Message: fmt.Sprintf(format, args...), Extensions: map[string]any{"code": reason}}
+	return &gqlerror.Error{
+		Message:    fmt.Sprintf(format, args...),
+		Extensions: map[string]any{"code": string(domain.CodeBadInput), "reason": reason},
+	}
 }
