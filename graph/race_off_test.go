@@ -2,5 +2,9 @@
 
 package graph_test
 
-// costFactor scales the CPU bounds of cost tests (see race_on_test.go).
-const costFactor = 1
+// costFactor and memFactor scale the bounds of cost tests (see
+// race_on_test.go).
+const (
+	costFactor = 1
+	memFactor  = 1
+)
