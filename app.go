@@ -38,6 +38,7 @@ var (
 	_ catalog.VoucherStore = (*persistence.Vouchers)(nil)
 	_ catalog.StockStore   = (*persistence.Stock)(nil)
 	_ graph.IPLimiter      = (*persistence.RateLimits)(nil)
+	_ graph.LoadGauge      = (*actors.Router)(nil)
 	_ graph.DeadLetters    = (*persistence.DeadLetters)(nil)
 	_ graph.Reconciler     = (*persistence.Reconciler)(nil)
 )
@@ -197,6 +198,8 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		Tokens:                 a.tokens,
 		Log:                    log,
 		IPLimit:                limits,
+		FloodPerSec:            cfg.ShedIPPerSec,
+		Shed:                   graph.LoadShedding{Gauge: a.router, QueueDepth: cfg.ShedQueueDepth, GrabLatency: cfg.ShedGrabLatency},
 		Introspection:          cfg.Introspection,
 		Limits:                 graph.Limits{MaxAnswerBytes: int64(cfg.MaxResponseBytes)},
 		WebsocketMaxOperations: cfg.WSMaxOperations,

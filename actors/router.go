@@ -164,6 +164,8 @@ type Router struct {
 	reqPrefix string
 	reqSeq    atomic.Uint64
 
+	load loadMeter // see Load
+
 	mu       sync.RWMutex
 	vouchers map[int64]*voucherRef
 	closed   bool
@@ -215,7 +217,10 @@ func randomPrefix() string {
 // are codes; UNAVAILABLE means the grab was shed or Redis could not be
 // reached in time, and is safe to retry; RATE_LIMITED carries RetryAfter.
 func (r *Router) Grab(ctx context.Context, req domain.GrabRequest) domain.GrabResult {
+	start := time.Now()
 	res := r.grab(ctx, req)
+	now := time.Now()
+	r.load.observe(now.Sub(start), now)
 	grabsTotal.WithLabelValues(string(res.Code)).Inc()
 	return res
 }
@@ -310,6 +315,7 @@ func (r *Router) enqueue(ref *voucherRef, msg *grabMsg) bool {
 		ref.queued.Add(-1)
 		return false
 	}
+	r.load.queued.Add(1)
 	ref.lastUsed.Store(time.Now().UnixNano())
 	msg.ref = ref
 	r.system.Root.Send(ref.pid, msg)

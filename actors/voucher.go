@@ -186,6 +186,7 @@ func (a *voucherActor) retire(ctx actor.Context, held []*grabMsg) {
 // UNAVAILABLE when it has moved too often.
 func (a *voucherActor) reroute(g *grabMsg) {
 	g.ref.queued.Add(-1)
+	a.r.load.queued.Add(-1)
 	g.hops++
 	if g.hops > maxHops || !a.r.send(a.id, g) {
 		g.reply <- domain.GrabResult{Code: domain.SeckillUnavailable}
@@ -356,6 +357,7 @@ func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
 func (a *voucherActor) answer(g *grabMsg, res domain.GrabResult) {
 	g.reply <- res // buffered: never blocks
 	g.ref.queued.Add(-1)
+	a.r.load.queued.Add(-1)
 }
 
 // runBatch admits the batch under the rate limits (one pipelined round

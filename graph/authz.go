@@ -3,8 +3,6 @@ package graph
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -31,17 +29,15 @@ var adminFields = map[string]bool{
 const grabField = "seckillVoucher"
 
 // operationPolicy decides whether an operation may run at all, before any
-// resolver does: the per-IP limit (if set), then authorization, then one
-// grab per operation, over one walk of the root fields. Checking per root
+// resolver does: authorization, then one grab per operation, over one walk
+// of the root fields of the validated operation. (The per-IP limits and a
+// first token check run before parsing, in admission.) Checking per root
 // field instead let a user's grab run and then fail the whole mutation on
 // a later admin field (data null, the order id lost), and a missing token
 // produced null inside non-null fields. Over a websocket the identity
 // comes from connection_init and is re-checked (expiry included) for every
 // operation.
-type operationPolicy struct {
-	ipLimit IPLimiter // nil: no per-IP limit
-	log     *slog.Logger
-}
+type operationPolicy struct{}
 
 var _ interface {
 	graphql.HandlerExtension
@@ -51,14 +47,11 @@ var _ interface {
 func (operationPolicy) ExtensionName() string                   { return "OperationPolicy" }
 func (operationPolicy) Validate(graphql.ExecutableSchema) error { return nil }
 
-func (p operationPolicy) MutateOperationContext(ctx context.Context, oc *graphql.OperationContext) *gqlerror.Error {
+func (operationPolicy) MutateOperationContext(ctx context.Context, oc *graphql.OperationContext) *gqlerror.Error {
 	if oc.Operation == nil {
 		return nil
 	}
 	fields := rootFields(oc.Operation.SelectionSet, map[string]bool{})
-	if err := p.limitIP(ctx, fields); err != nil {
-		return operationError(err)
-	}
 	if err := authorize(ctx, oc.Operation.Operation, fields); err != nil {
 		return operationError(err)
 	}
@@ -71,18 +64,14 @@ func (p operationPolicy) MutateOperationContext(ctx context.Context, oc *graphql
 // authorize needs a valid token unless every root field is introspection,
 // and the admin role for an admin field anywhere in the operation.
 func authorize(ctx context.Context, op ast.Operation, fields []*ast.Field) *domain.Error {
-	introspectionOnly := true
+	if introspectionOnly(fields) {
+		return nil
+	}
 	needsAdmin := false
 	for _, f := range fields {
-		if !strings.HasPrefix(f.Name, "__") {
-			introspectionOnly = false
-		}
 		if adminFields[f.Name] {
 			needsAdmin = true
 		}
-	}
-	if introspectionOnly {
-		return nil
 	}
 	id, err := auth.FromContext(ctx)
 	if err != nil {

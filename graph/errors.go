@@ -36,7 +36,9 @@ func presentErrors(log *slog.Logger) graphql.ErrorPresenterFunc {
 		var ge *gqlerror.Error
 		if errors.As(err, &ge) && ge.Err == nil {
 			ext := map[string]any{"code": string(domain.CodeBadInput)}
-			if c, ok := ge.Extensions["code"]; ok {
+			if r, ok := ge.Extensions["reason"]; ok { // presented already (shapeError)
+				ext["reason"] = r
+			} else if c, ok := ge.Extensions["code"]; ok {
 				ext["reason"] = c
 			}
 			out.Message = requestMessage(out.Message)

@@ -80,8 +80,14 @@ type HandlerOptions struct {
 	WebsocketMaxOperations int
 	WebsocketWriteTimeout  time.Duration
 	// IPLimit, if set, limits the requests of each client IP (grabs are
-	// limited in their voucher actor instead).
+	// limited in their voucher actor instead), before they are parsed.
 	IPLimit IPLimiter
+	// FloodPerSec, if positive, is the in-process per-IP limit
+	// (SHED_IP_PER_SEC) every request passes before it is parsed; see
+	// floodShedder.
+	FloodPerSec int
+	// Shed configures shedding non-core operations under grab load.
+	Shed LoadShedding
 }
 
 // NewHandler returns the /query handler: websocket first (so an upgrade is
@@ -111,7 +117,8 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})
-	srv.SetQueryCache(newQueryCache())
+	queries := newQueryCache()
+	srv.SetQueryCache(queries)
 	srv.SetParserTokenLimit(lim.MaxTokens)
 	srv.SetErrorPresenter(present)
 	srv.SetRecoverFunc(recoverPanic(opts.Log))
@@ -120,8 +127,19 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	}
 	persisted := lru.New[string](256)
 	srv.Use(extension.AutomaticPersistedQuery{Cache: persisted})
+	// After the persisted-query extension, which fills in the text a hash
+	// names: admission must see the text the executor will parse.
+	srv.Use(admission{
+		cache:   queries,
+		flood:   newFloodShedder(opts.FloodPerSec),
+		ipLimit: opts.IPLimit,
+		shed:    newLoadShedder(opts.Shed),
+		shape:   newShapeLimits(lim),
+		tokens:  lim.MaxTokens,
+		log:     opts.Log,
+	})
 	srv.Use(&strictEnums{})
-	srv.Use(operationPolicy{ipLimit: opts.IPLimit, log: opts.Log})
+	srv.Use(operationPolicy{})
 	srv.Use(extension.FixedComplexityLimit(lim.MaxComplexity))
 	srv.Use(depthLimit{max: lim.MaxDepth, introspectionMax: lim.MaxIntrospectionDepth})
 	srv.Use(answerCap{max: lim.MaxAnswerBytes})

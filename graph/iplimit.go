@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/vektah/gqlparser/v2/ast"
-
 	"flashsale/domain"
 )
 
@@ -16,28 +14,25 @@ type IPLimiter interface {
 	AllowIP(ctx context.Context, ip string) (time.Duration, error)
 }
 
-// limitIP applies the per-IP limit to every operation but a grab, before
-// authentication (so that a flood of bad tokens from one address is
-// limited too). Grabs draw on the same per-IP budget inside their voucher
-// actor, one pipelined check per batch, and those answered from memory
-// (sold out, not started, ended) are free by design: the hot path must not
-// pay a Redis round trip per request.
+// limitIP applies the per-IP limit before the operation is parsed (see
+// admission), and before authentication, so that a flood of bad tokens or
+// of expensive texts from one address is limited too. Grabs known from
+// the query cache skip it: they draw on the same per-IP budget inside
+// their voucher actor, one pipelined check per batch, and those answered
+// from memory (sold out, not started, ended) are free by design: the hot
+// path must not pay a Redis round trip per request. A grab whose text
+// this node has not seen yet pays here, as every other operation does.
 //
 // When Redis cannot answer, the operation goes ahead: the limit protects
 // the service, and refusing every request while Redis is down protects
-// nothing.
-func (p operationPolicy) limitIP(ctx context.Context, fields []*ast.Field) *domain.Error {
-	if p.ipLimit == nil || !p.ipLimit.IPEnabled() {
+// nothing (SHED_IP_PER_SEC, in process, still holds then).
+func (a admission) limitIP(ctx context.Context) *domain.Error {
+	if a.ipLimit == nil || !a.ipLimit.IPEnabled() {
 		return nil
 	}
-	for _, f := range fields {
-		if f.Name == grabField {
-			return nil
-		}
-	}
-	wait, err := p.ipLimit.AllowIP(ctx, clientIP(ctx))
+	wait, err := a.ipLimit.AllowIP(ctx, clientIP(ctx))
 	if err != nil {
-		p.log.WarnContext(ctx, "per-IP limit unavailable; request admitted", "err", err)
+		a.log.WarnContext(ctx, "per-IP limit unavailable; request admitted", "err", err)
 		return nil
 	}
 	if wait > 0 {

@@ -16,20 +16,22 @@ func TestExpensiveRequestsAreRejected(t *testing.T) {
 	s.mustDo(t, user, graphiql, nil, nil) // GraphiQL's own schema query is this deep
 	var wide strings.Builder
 	wide.WriteString("{")
-	for i := 0; i < 120; i++ {
+	for i := 0; i < 40; i++ {
 		wide.WriteString(" a")
 		wide.WriteString(strings.Repeat("x", i%5+1))
 		wide.WriteString(string(rune('a' + i%26)))
 		wide.WriteString(strings.Repeat("y", i/26))
-		wide.WriteString(": vouchers { edges { node { id title } } }")
+		wide.WriteString(": vouchers(first: 100) { edges { node { id title } } }")
 	}
 	wide.WriteString(" }")
+	tooWide := "{ vouchers { edges { node { " + strings.Repeat("id ", 101) + "} } } }"
 	manyTokens := "{ vouchers { edges { node { " + strings.Repeat("id ", 3000) + "} } } }"
 	huge := "{ vouchers { edges { node { id } } } }" + strings.Repeat(" ", 70<<10)
 
 	cases := []struct{ name, query, reason string }{
 		{"too deep", deep, "DEPTH_LIMIT_EXCEEDED"},
 		{"too complex", wide.String(), "COMPLEXITY_LIMIT_EXCEEDED"},
+		{"too wide", tooWide, "SELECTION_TOO_WIDE"},
 		{"too many tokens", manyTokens, ""},
 		{"body too large", huge, ""},
 		{"malformed", "{ vouchers { ", "GRAPHQL_PARSE_FAILED"},
@@ -57,12 +59,8 @@ func TestLaterFieldsSayNotImplemented(t *testing.T) {
 	s := newServer(t)
 	user := s.token(t, 2, auth.RoleUser)
 	for _, tc := range []struct{ field, op string }{
-		{"payOrder", `mutation { payOrder(orderId: "1") { id } }`},
-		{"cancelOrder", `mutation { cancelOrder(orderId: "1") { id } }`},
 		{"createRedPacket", `mutation { createRedPacket(input: {totalCents: 100, count: 2}) { id } }`},
 		{"grabRedPacket", `mutation { grabRedPacket(id: "1") { code } }`},
-		{"order", `{ order(id: "1") { id } }`},
-		{"myOrders", `{ myOrders { edges { cursor } } }`},
 		{"redPacket", `{ redPacket(id: "1") { id } }`},
 	} {
 		t.Run(tc.field+" is not implemented", func(t *testing.T) {

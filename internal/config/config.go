@@ -103,6 +103,12 @@ type Config struct {
 	// DegradeToDB sells grabs from the database while the breaker says
 	// Redis is down (issue 8, item 5).
 	DegradeToDB bool
+	// ShedIPPerSec is the in-process per-IP request limit (0 = off);
+	// ShedQueueDepth and ShedGrabLatency the grab load at which non-core
+	// operations are shed (0 = off). See graph.LoadShedding.
+	ShedIPPerSec    int
+	ShedQueueDepth  int
+	ShedGrabLatency time.Duration
 
 	Introspection bool // schema introspection on /query
 	Demo          bool // create a demo voucher and print tokens; default on in embedded mode

@@ -223,6 +223,15 @@ var settings = []setting{
 			return ""
 		}),
 
+	intVar("SHED_IP_PER_SEC", "0", "in-process limit of requests per second per client IP, checked before parsing, no Redis (0 = off)", func(c *Config) *int { return &c.ShedIPPerSec }, rate),
+	intVar("SHED_QUEUE_DEPTH", strconv.Itoa(graph.ShedQueueDepthDefault), "grabs waiting on this node at which non-core operations are shed (0 = off)", func(c *Config) *int { return &c.ShedQueueDepth }, rate),
+	durationVar("SHED_GRAB_LATENCY", graph.ShedGrabLatencyDefault, "recent average grab latency at which non-core operations are shed (0 = off)", func(c *Config) *time.Duration { return &c.ShedGrabLatency }).
+		checked(func(c Config) string {
+			if c.ShedGrabLatency < 0 {
+				return "must not be negative"
+			}
+			return ""
+		}),
 	intVar("MAX_RESPONSE_BYTES", strconv.Itoa(graph.MaxAnswerBytesDefault), "largest GraphQL answer in bytes; a larger one is refused with an error", func(c *Config) *int { return &c.MaxResponseBytes }, positive),
 	intVar("WS_MAX_OPERATIONS", strconv.Itoa(graph.WebsocketMaxOperationsDefault), "operations running at once on one websocket; one more gets an error", func(c *Config) *int { return &c.WSMaxOperations }, positive),
 	boolVar("DEGRADE_TO_DB", "false", "while Redis is down (circuit breaker open), sell grabs from the database, one transaction each, at bounded concurrency; Redis is re-synced from the database when it returns", func(c *Config) *bool { return &c.DegradeToDB }),

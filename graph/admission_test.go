@@ -1,0 +1,349 @@
+package graph_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"flashsale/graph"
+	"flashsale/internal/auth"
+	"flashsale/persistence"
+)
+
+// post runs one POST /query through h from ip and returns the HTTP status
+// and the errors' codes; every RATE_LIMITED error must say when to retry.
+func post(tb testing.TB, h http.Handler, ip, token, query string) (int, []string) {
+	tb.Helper()
+	body, _ := json.Marshal(map[string]any{"query": query})
+	req := httptest.NewRequest(http.MethodPost, "/query", bytes.NewReader(body))
+	req.RemoteAddr = ip + ":4321"
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	var resp struct{ Errors []gqlError }
+	if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
+		tb.Fatalf("%v: %.200s", err, rec.Body.String())
+	}
+	codes := []string{}
+	for _, e := range resp.Errors {
+		codes = append(codes, e.code())
+		if ms, _ := e.Extensions["retryAfterMs"].(float64); e.code() == "RATE_LIMITED" && ms <= 0 {
+			tb.Fatalf("RATE_LIMITED with retryAfterMs %v", e.Extensions["retryAfterMs"])
+		}
+	}
+	return rec.Code, codes
+}
+
+// cost is what one request cost the process on average: CPU time (user
+// and system, every thread: gqlgen and the HTTP plumbing may use other
+// goroutines) and bytes allocated.
+type cost struct {
+	cpu   time.Duration
+	bytes uint64
+}
+
+func (c cost) String() string { return fmt.Sprintf("%v CPU, %d KB", c.cpu, c.bytes>>10) }
+
+// measure runs fn n times, three rounds, and keeps the cheapest round's
+// average: the machine is shared and noisy, and noise only ever adds.
+func measure(tb testing.TB, n int, fn func(i int)) cost {
+	tb.Helper()
+	best := cost{cpu: time.Hour, bytes: 1 << 62}
+	for round := range 3 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		alloc := ms.TotalAlloc
+		before := cpuTime(tb)
+		for i := range n {
+			fn(round*n + i)
+		}
+		c := cost{cpu: (cpuTime(tb) - before) / time.Duration(n)}
+		runtime.ReadMemStats(&ms)
+		c.bytes = (ms.TotalAlloc - alloc) / uint64(n)
+		best.cpu, best.bytes = min(best.cpu, c.cpu), min(best.bytes, c.bytes)
+	}
+	return best
+}
+
+func cpuTime(tb testing.TB) time.Duration {
+	tb.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// The hostile inputs of issue 8's findings (item 3), each with what it
+// must be refused with. Before the shape check and the early token check
+// the first two cost 0.5–0.95 s of CPU each, in validation.
+func hostileInputs(user string) []struct{ name, token, query, code string } {
+	ids := "{vouchers{edges{node{" + strings.Repeat("id ", 1985) + "}}}}"
+	typenames := "{__schema{" + strings.Repeat("__typename ", 1990) + "}}"
+	var aliases strings.Builder
+	aliases.WriteString("{")
+	for i := range 100 {
+		fmt.Fprintf(&aliases, " a%d: vouchers(first:100){edges{node{subTitle rules}}}", i)
+	}
+	aliases.WriteString("}")
+	deep := "{" + strings.Repeat("vouchers{edges{node{", 60) + "id" + strings.Repeat("}}}", 60) + "}"
+	deepSchema := "{__schema{types{fields{type" + strings.Repeat("{ofType", 40) + "{name}" + strings.Repeat("}", 40) + "}}}}"
+	// Just inside every shape limit: 8 repeats of a root field, each with
+	// 96 fields of 12 keys repeated 8 times, which validation compares
+	// pairwise at both levels; it is valid, and too complex to run.
+	node := strings.Repeat("id title subTitle rules payValue actualValue type status createdAt shopId seckill{remaining} __typename ", 8)
+	atLimits := "{" + strings.Repeat(" vouchers(first:100){edges{node{"+node+"}}}", 8) + "}"
+	// Three repeats at every level of introspection: few fields, but the
+	// rule's comparisons multiply by 9 per level.
+	nested := "name"
+	for range 6 {
+		nested = strings.Repeat("ofType{"+nested+"} ", 3)
+	}
+	nested = "{__schema{types{" + nested + "}}}"
+	return []struct{ name, token, query, code string }{
+		{"at the shape limits, user token", user, atLimits, "BAD_USER_INPUT"},
+		{"3 repeats at each of 6 levels, no token", "", nested, "BAD_USER_INPUT"},
+		{"1985 repeated ids, no token", "", ids, "BAD_USER_INPUT"},
+		{"1985 repeated ids, user token", user, ids, "BAD_USER_INPUT"},
+		{"1990 repeated __typename under __schema", "", typenames, "BAD_USER_INPUT"},
+		{"100 aliases of vouchers(first:100), no token", "", aliases.String(), "UNAUTHENTICATED"},
+		{"100 aliases of vouchers(first:100), user token", user, aliases.String(), "BAD_USER_INPUT"},
+		{"60 levels of vouchers", user, deep, "BAD_USER_INPUT"},
+		{"40 levels of ofType", "", deepSchema, "BAD_USER_INPUT"},
+	}
+}
+
+// maxHostileCPU and maxHostileBytes are issue 8's goal for a hostile
+// request (times costFactor and memFactor under the race detector).
+const (
+	maxHostileCPU   = 5 * time.Millisecond
+	maxHostileBytes = 1 << 20
+)
+
+// Every hostile input of the findings is refused for at most 5 ms of CPU
+// and 1 MB of allocations, measured in process over many requests, each
+// with a random comment in front so that no cache helps. A trivial query
+// measured in the same run is the reference.
+func TestHostileRequestsAreRefusedCheaply(t *testing.T) {
+	s := newServer(t)
+	user := s.token(t, 2, auth.RoleUser)
+	const n = 20
+	ref := measure(t, n, func(i int) {
+		if _, codes := post(t, s.handler, "198.51.100.1", "", fmt.Sprintf("#%d\n{ __typename }", i)); len(codes) != 0 {
+			t.Fatalf("reference query: %v", codes)
+		}
+	})
+	t.Logf("reference { __typename }: %v", ref)
+	for j, in := range hostileInputs(user) {
+		t.Run(in.name, func(t *testing.T) {
+			ip := fmt.Sprintf("198.51.100.%d", 10+j)
+			c := measure(t, n, func(i int) {
+				q := fmt.Sprintf("#%d-%x\n%s", i, rand.Uint64(), in.query)
+				if _, codes := post(t, s.handler, ip, in.token, q); len(codes) != 1 || codes[0] != in.code {
+					t.Fatalf("codes %v, want [%s]", codes, in.code)
+				}
+			})
+			t.Logf("%d bytes: %v per request (%.1fx the reference's CPU)", len(in.query), c, float64(c.cpu)/float64(max(ref.cpu, 1)))
+			if c.cpu > costFactor*maxHostileCPU || c.bytes > memFactor*maxHostileBytes {
+				t.Fatalf("%v per request; the bound is %v and %d KB", c, costFactor*maxHostileCPU, memFactor*maxHostileBytes>>10)
+			}
+		})
+	}
+}
+
+// With RATE_IP_PER_SEC=2 a flood from one address is refused RATE_LIMITED
+// before its text is parsed: malformed queries, which parsing would
+// answer GRAPHQL_PARSE_FAILED, get RATE_LIMITED once the burst is spent,
+// and each refusal stays within the cost bound.
+func TestIPFloodIsRefusedBeforeParsing(t *testing.T) {
+	s := newServer(t)
+	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router}, graph.HandlerOptions{
+		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), IPLimit: persistence.NewRateLimits(s.rdb, 0, 0, 2),
+	})
+	const ip = "203.0.113.50"
+	malformed := "{ vouchers { " + strings.Repeat("id ", 1900)
+	limited := 0
+	for range 5 {
+		_, codes := post(t, h, ip, "", malformed)
+		if len(codes) == 1 && codes[0] == "RATE_LIMITED" {
+			limited++
+		}
+	}
+	if limited == 0 {
+		t.Fatal("5 malformed requests in a row from one address: none was rate-limited before parsing")
+	}
+	ids := "{vouchers{edges{node{" + strings.Repeat("id ", 1985) + "}}}}"
+	// The bucket refills at 2 a second while this runs: the few admitted
+	// are refused by the shape check, the rest by the limit.
+	limited = 0
+	c := measure(t, 20, func(i int) {
+		q := fmt.Sprintf("#%d-%x\n%s", i, rand.Uint64(), ids)
+		switch _, codes := post(t, h, ip, "", q); strings.Join(codes, ",") {
+		case "RATE_LIMITED":
+			limited++
+		case "BAD_USER_INPUT":
+		default:
+			t.Fatalf("codes %v, want [RATE_LIMITED]", codes)
+		}
+	})
+	if limited < 30 {
+		t.Fatalf("%d of 60 requests rate-limited", limited)
+	}
+	t.Logf("flood of 1985 repeated ids from one address, RATE_IP_PER_SEC=2: %v per request", c)
+	if c.cpu > costFactor*maxHostileCPU || c.bytes > memFactor*maxHostileBytes {
+		t.Fatalf("%v per refused request; the bound is %v and %d KB", c, costFactor*maxHostileCPU, memFactor*maxHostileBytes>>10)
+	}
+}
+
+// The in-process flood limit (SHED_IP_PER_SEC) needs no Redis and applies
+// to every request, grabs too, before parsing.
+func TestInProcessFloodLimitNeedsNoRedis(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	v := s.createVoucher(t, seckillInput(1, 100))
+	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router}, graph.HandlerOptions{
+		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), FloodPerSec: 1,
+	})
+	s.redis.Kill() // the limit must hold without Redis
+	const ip = "203.0.113.60"
+	var got []string
+	for range 4 {
+		_, codes := post(t, h, ip, "", "{ vouchers { ")
+		got = append(got, strings.Join(codes, ","))
+	}
+	if strings.Join(got, " ") != "BAD_USER_INPUT BAD_USER_INPUT RATE_LIMITED RATE_LIMITED" {
+		t.Fatalf("burst of 2, then limited before parsing; got %v", got)
+	}
+	user := s.token(t, 3, auth.RoleUser)
+	if _, codes := post(t, h, ip, user, `mutation { seckillVoucher(voucherId: "`+v.ID+`") { code } }`); strings.Join(codes, ",") != "RATE_LIMITED" {
+		t.Fatalf("a grab from the flooding address: %v, want RATE_LIMITED", codes)
+	}
+	if _, codes := post(t, h, "203.0.113.61", "", "{ __typename }"); len(codes) != 0 {
+		t.Fatalf("another address: %v", codes)
+	}
+}
+
+// A non-introspection operation without a valid token is refused before
+// validation: an unknown field says UNAUTHENTICATED, not a validation
+// error. Introspection alone still needs no token.
+func TestOperationsWithoutTokenAreRefusedBeforeValidation(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	for _, tc := range []struct{ name, token, query, code string }{
+		{"unknown field, no token", "", "{ nope }", "UNAUTHENTICATED"},
+		{"unknown field, bad token", "not-a-token", "{ nope }", "UNAUTHENTICATED"},
+		{"unknown field through a fragment, no token", "", "{ ...F } fragment F on Query { nope }", "UNAUTHENTICATED"},
+		{"introspection mixed with a field, no token", "", "{ __typename nope }", "UNAUTHENTICATED"},
+		{"unknown field, user token", s.token(t, 2, auth.RoleUser), "{ nope }", "BAD_USER_INPUT"},
+		{"introspection, no token", "", "{ __schema { queryType { name } } }", ""},
+		{"__typename, no token", "", "{ __typename }", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, codes := post(t, s.handler, "198.51.100.200", tc.token, tc.query)
+			if want := []string{}; tc.code != "" {
+				want = []string{tc.code}
+				if strings.Join(codes, ",") != tc.code {
+					t.Fatalf("codes %v, want %v", codes, want)
+				}
+			} else if len(codes) != 0 {
+				t.Fatalf("codes %v, want none", codes)
+			}
+		})
+	}
+}
+
+// graphiqlIntrospection is GraphiQL's schema query (graphql-js
+// getIntrospectionQuery with every option on): the largest query a
+// legitimate client sends, which the shape check must let through.
+var graphiqlIntrospection = `query IntrospectionQuery {
+  __schema {
+    description
+    queryType { name kind }
+    mutationType { name kind }
+    subscriptionType { name kind }
+    types { ...FullType }
+    directives { name description isRepeatable locations args(includeDeprecated: true) { ...InputValue } }
+  }
+}
+fragment FullType on __Type {
+  kind name description specifiedByURL isOneOf
+  fields(includeDeprecated: true) {
+    name description
+    args(includeDeprecated: true) { ...InputValue }
+    type { ...TypeRef }
+    isDeprecated deprecationReason
+  }
+  inputFields(includeDeprecated: true) { ...InputValue }
+  interfaces { ...TypeRef }
+  enumValues(includeDeprecated: true) { name description isDeprecated deprecationReason }
+  possibleTypes { ...TypeRef }
+}
+fragment InputValue on __InputValue {
+  name description type { ...TypeRef } defaultValue isDeprecated deprecationReason
+}
+fragment TypeRef on __Type {
+  kind name` + strings.Repeat(` ofType { kind name`, 9) + strings.Repeat(` }`, 9) + `
+}`
+
+// The shape check refuses hostile shapes, not clients: GraphiQL's schema
+// query passes without a token, and so do the contract's widest queries.
+func TestLegitimateQueriesPassTheShapeCheck(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	user := s.token(t, 2, auth.RoleUser)
+	for _, tc := range []struct{ name, token, query string }{
+		{"GraphiQL's schema query", "", graphiqlIntrospection},
+		{"every voucher field", user, `{ vouchers(first: 100) { edges { cursor node { id shopId title subTitle rules payValue actualValue type status createdAt
+			seckill { initialStock remaining perUserLimit beginAt endAt } } } pageInfo { hasNextPage endCursor } } }`},
+		{"ids repeated through fragments", user, `{ vouchers { edges { node { id ...A ...B } } } }
+			fragment A on Voucher { id title } fragment B on Voucher { id ...A }`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, codes := post(t, s.handler, "198.51.100.201", tc.token, tc.query); len(codes) != 0 {
+				t.Fatalf("codes %v", codes)
+			}
+		})
+	}
+}
+
+// Over a websocket, every operation passes admission too: a hostile shape
+// is refused with a contract code before validation, and the connection
+// stays usable.
+func TestWebsocketOperationsPassAdmission(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	h := httptest.NewServer(s.handler)
+	t.Cleanup(h.Close)
+	c := initWS(t, h, s.token(t, 2, auth.RoleUser))
+	ids, _ := json.Marshal(map[string]any{"query": "{vouchers{edges{node{" + strings.Repeat("id ", 1985) + "}}}}"})
+	sendWS(t, c, `{"id":"1","type":"subscribe","payload":`+string(ids)+`}`)
+	m := readUntil(t, c, "next", "error")
+	var errs []gqlError
+	if m.Type == "next" {
+		var resp struct{ Errors []gqlError }
+		_ = json.Unmarshal(m.Payload, &resp)
+		errs = resp.Errors
+	} else {
+		_ = json.Unmarshal(m.Payload, &errs)
+	}
+	if len(errs) != 1 || errs[0].code() != "BAD_USER_INPUT" || errs[0].Extensions["reason"] != "SELECTION_TOO_WIDE" {
+		t.Fatalf("%s %s: want one BAD_USER_INPUT error with reason SELECTION_TOO_WIDE", m.Type, m.Payload)
+	}
+	sendWS(t, c, `{"id":"2","type":"subscribe","payload":{"query":"{ __typename }"}}`)
+	if m := readUntil(t, c, "next", "error"); m.Type != "next" || m.ID != "2" {
+		t.Fatalf("after the refusal: %s %s", m.Type, m.Payload)
+	}
+}

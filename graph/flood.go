@@ -1,0 +1,68 @@
+package graph
+
+import (
+	"sync"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+)
+
+// floodShedder is the in-process per-IP limit (SHED_IP_PER_SEC): a token
+// bucket per client address, refilled at rate per second up to burst,
+// kept in memory only. It needs no Redis round trip, so it holds when
+// Redis is slow or down and costs a map lookup; it is per node, so a
+// cluster of N nodes admits up to N times the rate from one address
+// (RATE_IP_PER_SEC is the cluster-wide limit). Every request pays it,
+// grabs too: a flood of grabs answered from memory is cheap for the
+// actor but not for the JSON, token and GraphQL work in front of it.
+type floodShedder struct {
+	rate  float64 // tokens per second
+	burst float64
+	now   func() time.Time
+
+	mu sync.Mutex
+	// buckets is bounded: an address that has been quiet long enough to
+	// be evicted had a full bucket anyway, so forgetting it costs nothing.
+	// A flood from more addresses than the cache holds evicts buckets
+	// early and so admits more; the cache is sized for far more addresses
+	// than one node serves at once.
+	buckets *lru.Cache[string, *bucket]
+}
+
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// floodBuckets bounds the addresses remembered (about 100 bytes each).
+const floodBuckets = 65536
+
+// newFloodShedder returns nil (no limit) for perSec <= 0. The burst is two
+// seconds' worth, so a client that pauses may send a short run at once.
+func newFloodShedder(perSec int) *floodShedder {
+	if perSec <= 0 {
+		return nil
+	}
+	c, _ := lru.New[string, *bucket](floodBuckets) // errors only for size <= 0
+	return &floodShedder{rate: float64(perSec), burst: 2 * float64(perSec), now: time.Now, buckets: c}
+}
+
+// allow takes one token from ip's bucket, or reports how long until one
+// is there.
+func (f *floodShedder) allow(ip string) (bool, time.Duration) {
+	now := f.now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.buckets.Get(ip)
+	if !ok {
+		b = &bucket{tokens: f.burst, at: now}
+		f.buckets.Add(ip, b)
+	}
+	b.tokens = min(f.burst, b.tokens+now.Sub(b.at).Seconds()*f.rate)
+	b.at = now
+	if b.tokens >= 1 {
+		b.tokens--
+		return true, 0
+	}
+	return false, time.Duration((1 - b.tokens) / f.rate * float64(time.Second))
+}
