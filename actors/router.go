@@ -60,10 +60,11 @@ type RedisHealth interface {
 }
 
 // Fallback sells grabs from the database while Redis is down
-// (persistence.DBGrabs, with DEGRADE_TO_DB). expected is the stock this
-// activation's view of Redis says is left; sold reports a new sale.
+// (persistence.DBGrabs, with DEGRADE_TO_DB). view is what this
+// activation last knew of Redis (the stock it says is left, and when it
+// was read); sold reports a new sale.
 type Fallback interface {
-	Grab(ctx context.Context, voucherID int64, expected int, g domain.Grab) (res domain.GrabResult, sold bool, err error)
+	Grab(ctx context.Context, voucherID int64, view domain.RedisView, g domain.Grab) (res domain.GrabResult, sold bool, err error)
 }
 
 // Options tunes the router; zero values take the defaults.

@@ -283,11 +283,11 @@ func (a *voucherActor) flush(ctx actor.Context) {
 		return
 	}
 	a.inflight = true
-	self, fence, expected := ctx.Self(), a.fence, a.state.Remaining
+	self, fence, view := ctx.Self(), a.fence, domain.RedisView{Remaining: a.state.Remaining, SeenAt: a.state.SeenAt}
 	go func() {
 		var d *batchDone
 		if h := a.r.opts.Redis; h != nil && !h.Usable() {
-			d = a.r.redisDown(a.id, expected, batch)
+			d = a.r.redisDown(a.id, view, batch)
 		} else {
 			out, scripted, err := a.r.runBatch(a.id, fence, batch)
 			d = &batchDone{batch: batch, out: out, scripted: scripted, err: err}
@@ -425,11 +425,11 @@ func (r *Router) runBatch(voucherID, fence int64, batch []*grabMsg) (domain.Batc
 
 // redisDown answers a batch while Redis is down, without a call to it:
 // UNAVAILABLE, or, with the database fallback, each grab sold by the
-// database in turn. expected is the activation's view of the stock Redis
-// has left; each sale takes one off it (see persistence.DBGrabs for why
+// database in turn. view is the activation's view of the stock Redis has
+// left; each sale takes one off it (see persistence.DBGrabs for why
 // the database sells only while its stock equals it). Rate limits live in
 // Redis and are not checked meanwhile.
-func (r *Router) redisDown(voucherID int64, expected int, batch []*grabMsg) *batchDone {
+func (r *Router) redisDown(voucherID int64, view domain.RedisView, batch []*grabMsg) *batchDone {
 	d := &batchDone{batch: batch, out: domain.BatchOutcome{Results: make([]domain.GrabResult, len(batch))}}
 	for i := range d.out.Results {
 		d.out.Results[i].Code = domain.SeckillUnavailable
@@ -445,7 +445,8 @@ func (r *Router) redisDown(voucherID int64, expected int, batch []*grabMsg) *bat
 		return d
 	}
 	for i, g := range batch {
-		res, sold, err := r.opts.Fallback.Grab(ctx, voucherID, expected-d.dbSold, domain.Grab{RequestID: g.req, UserID: g.user, OrderID: ids[i]})
+		view := domain.RedisView{Remaining: view.Remaining - d.dbSold, SeenAt: view.SeenAt}
+		res, sold, err := r.opts.Fallback.Grab(ctx, voucherID, view, domain.Grab{RequestID: g.req, UserID: g.user, OrderID: ids[i]})
 		if err != nil {
 			r.log.Warn("database grab failed", "voucher", voucherID, "err", err)
 			continue

@@ -29,6 +29,18 @@ type VoucherState struct {
 	End       time.Time
 	Limit     int
 	Remaining int
+	// SeenAt is when the store began the call that read this state: the
+	// state is at least as new as SeenAt. The database fallback needs it
+	// to know which other nodes' Redis sales it may not have seen.
+	SeenAt time.Time
+}
+
+// RedisView is what a node last knew of a voucher's Redis stock: the
+// remaining stock, less what the node sold from the database since, and
+// when Redis was read (VoucherState.SeenAt).
+type RedisView struct {
+	Remaining int
+	SeenAt    time.Time
 }
 
 // BatchOutcome is the store's answer to a batch of grabs.

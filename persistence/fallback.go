@@ -27,6 +27,20 @@ import (
 // the database path can then never sell a unit, or a user's slot, that an
 // order of the log holds. While orders are in flight the grab answers
 // UNAVAILABLE.
+//
+// That view is only this node's. Another node may have sold from Redis
+// after this one last read it, and its orders may still be in the order
+// log (unreadable while Redis is down): equal stocks would then hide them,
+// and the database would sell their units again — Postgres refuses those
+// orders later, but they were answered OK, and an OK is a promise. So a
+// grab is sold only while every other node's order ids stopped
+// fallbackSlack before this node read Redis: a node sells only with ids of
+// seconds its slot reserved (tb_order_id_node.reserved_until_sec, see
+// OrderIDs), and answers OK within a grab deadline of taking them, so all
+// of its OK'd sales came before the read and are in the view. In practice
+// the fallback sells while this node is the only one selling; a node that
+// shares the voucher with live nodes answers UNAVAILABLE, as without the
+// fallback.
 
 // DBSalesStamp is the load stamp recorded for a voucher once the database
 // sold it directly: the Redis load, which does not know those sales, is
@@ -39,6 +53,11 @@ const DBSalesStamp = "db-sales"
 // FallbackConcurrencyDefault bounds the database grabs running at once:
 // each holds a connection and its voucher's row lock.
 const FallbackConcurrencyDefault = 8
+
+// fallbackSlack covers, in the rule above, a grab call's deadline (the
+// time from taking ids to answering OK, 400 ms) and the clock difference
+// between nodes (NTP keeps it well under a second).
+const fallbackSlack = 3 * time.Second
 
 // DBGrabs sells seckill vouchers from Postgres while the breaker says
 // Redis is down.
@@ -74,11 +93,12 @@ func (d *DBGrabs) Barrier() {
 // transaction: the voucher's row lock, the request id (a retry gets its
 // first order), status and time window, the user's live orders
 // (tb_voucher_user), then the conditional decrement, the order, the user's
-// counter and the ledger row, and the stale-load mark. expected is the
-// stock the caller's view of Redis says is left (see the rule above).
+// counter and the ledger row, and the stale-load mark. view is the
+// caller's view of Redis: the stock it says is left and when it was read
+// (see the rule above); g.OrderID names this node's order-id slot.
 // sold reports a new sale (not a replayed request). Over the concurrency
 // bound, or while Redis is not down, it answers UNAVAILABLE.
-func (d *DBGrabs) Grab(ctx context.Context, voucherID int64, expected int, g domain.Grab) (res domain.GrabResult, sold bool, err error) {
+func (d *DBGrabs) Grab(ctx context.Context, voucherID int64, view domain.RedisView, g domain.Grab) (res domain.GrabResult, sold bool, err error) {
 	select {
 	case d.sem <- struct{}{}:
 		defer func() { <-d.sem }()
@@ -91,7 +111,7 @@ func (d *DBGrabs) Grab(ctx context.Context, voucherID int64, expected int, g dom
 		return d.count(domain.GrabResult{Code: domain.SeckillUnavailable}), false, nil
 	}
 	err = d.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		res, sold, err = d.grab(ctx, tx, voucherID, expected, g)
+		res, sold, err = d.grab(ctx, tx, voucherID, view, g)
 		return err
 	})
 	if err != nil {
@@ -105,7 +125,7 @@ func (d *DBGrabs) count(res domain.GrabResult) domain.GrabResult {
 	return res
 }
 
-func (d *DBGrabs) grab(ctx context.Context, tx bun.Tx, voucherID int64, expected int, g domain.Grab) (domain.GrabResult, bool, error) {
+func (d *DBGrabs) grab(ctx context.Context, tx bun.Tx, voucherID int64, view domain.RedisView, g domain.Grab) (domain.GrabResult, bool, error) {
 	locked, err := lockSeckillRows(ctx, tx, []int64{voucherID})
 	if err != nil {
 		return domain.GrabResult{}, false, err
@@ -147,10 +167,16 @@ func (d *DBGrabs) grab(ctx context.Context, tx bun.Tx, voucherID int64, expected
 	if sk.Stock <= 0 {
 		return domain.GrabResult{Code: domain.SeckillSoldOut}, false, nil
 	}
-	if sk.Stock != expected {
+	if sk.Stock != view.Remaining {
 		// Orders Redis sold are still on their way to the database (or
 		// this node's view of Redis is out of date): what is free is not
 		// known here.
+		return domain.GrabResult{Code: domain.SeckillUnavailable}, false, nil
+	}
+	if quiet, err := othersStoppedBefore(ctx, tx, orderIDNodeOf(g.OrderID), view.SeenAt); err != nil {
+		return domain.GrabResult{}, false, err
+	} else if !quiet {
+		// Another node may have sold from Redis since this node read it.
 		return domain.GrabResult{Code: domain.SeckillUnavailable}, false, nil
 	}
 	upd, err := tx.NewUpdate().Table("tb_seckill_voucher").Set("stock = stock - 1").
@@ -185,6 +211,20 @@ func (d *DBGrabs) grab(ctx context.Context, tx bun.Tx, voucherID int64, expected
 		return domain.GrabResult{}, false, fmt.Errorf("mark the redis load stale: %w", err)
 	}
 	return domain.GrabResult{Code: domain.SeckillOK, OrderID: g.OrderID}, true, nil
+}
+
+// othersStoppedBefore reports whether every order-id slot but own had its
+// last reserved second end fallbackSlack before seen: then no other node
+// answered OK to a Redis sale after seen (see the rule above).
+func othersStoppedBefore(ctx context.Context, db bun.IDB, own int64, seen time.Time) (bool, error) {
+	var last int64
+	err := db.NewSelect().Model((*orderIDNode)(nil)).ColumnExpr("COALESCE(MAX(reserved_until_sec), 0)").
+		Where("node <> ?", own).Scan(ctx, &last)
+	if err != nil {
+		return false, fmt.Errorf("read other nodes' order-id reservations: %w", err)
+	}
+	end := time.Unix(orderIDEpoch+last+1, 0)
+	return end.Add(fallbackSlack).Before(seen), nil
 }
 
 // DBSoldVouchers lists the vouchers the database sold directly since

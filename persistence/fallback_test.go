@@ -60,9 +60,13 @@ func TestDatabaseGrabsNeverOversellOrPassALimit(t *testing.T) {
 		return got[0]
 	}
 	fb := persistence.NewDBGrabs(db, downBreaker(t), 64)
+	// seenNow is a view of Redis read just now, as an actor's last call.
+	seenNow := func(remaining int) domain.RedisView {
+		return domain.RedisView{Remaining: remaining, SeenAt: time.Now()}
+	}
 	grab := func(v domain.Voucher, expected int, user int64, req string) (domain.GrabResult, bool) {
 		t.Helper()
-		res, sold, err := fb.Grab(ctx, v.ID, expected, domain.Grab{RequestID: req, UserID: user, OrderID: take()})
+		res, sold, err := fb.Grab(ctx, v.ID, seenNow(expected), domain.Grab{RequestID: req, UserID: user, OrderID: take()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +91,7 @@ func TestDatabaseGrabsNeverOversellOrPassALimit(t *testing.T) {
 		for u := int64(1); u <= 40; u++ {
 			wg.Go(func() {
 				for attempt := 0; attempt < 50; attempt++ {
-					res, s, err := fb.Grab(ctx, v.ID, stockOf(v), domain.Grab{RequestID: "r" + string(rune('a'+u)), UserID: u % 20, OrderID: take()})
+					res, s, err := fb.Grab(ctx, v.ID, seenNow(stockOf(v)), domain.Grab{RequestID: "r" + string(rune('a'+u)), UserID: u % 20, OrderID: take()})
 					if err != nil {
 						t.Error(err)
 						return
@@ -194,7 +198,7 @@ func TestDatabaseGrabsNeverOversellOrPassALimit(t *testing.T) {
 		}
 		first := make(chan domain.SeckillCode, 1)
 		go func() {
-			res, _, err := one.Grab(ctx, v.ID, 5, domain.Grab{RequestID: "held", UserID: 1, OrderID: take()})
+			res, _, err := one.Grab(ctx, v.ID, seenNow(5), domain.Grab{RequestID: "held", UserID: 1, OrderID: take()})
 			if err != nil {
 				t.Error(err)
 			}
@@ -206,7 +210,7 @@ func TestDatabaseGrabsNeverOversellOrPassALimit(t *testing.T) {
 			return n > 0
 		})
 		began := time.Now()
-		res, sold, err := one.Grab(ctx, v.ID, 5, domain.Grab{RequestID: "second", UserID: 2, OrderID: take()})
+		res, sold, err := one.Grab(ctx, v.ID, seenNow(5), domain.Grab{RequestID: "second", UserID: 2, OrderID: take()})
 		if err != nil || res.Code != domain.SeckillUnavailable || sold {
 			t.Errorf("second grab over the bound: %s sold=%v %v, want UNAVAILABLE", res.Code, sold, err)
 		}
@@ -218,4 +222,69 @@ func TestDatabaseGrabsNeverOversellOrPassALimit(t *testing.T) {
 			t.Errorf("first grab: %s, want OK", code)
 		}
 	})
+}
+
+// TestDatabaseGrabsWaitForOtherNodes: the fallback sells only from a view
+// of Redis read after every other node stopped taking order ids, since
+// the orders another node sold later may sit unread in the order log.
+func TestDatabaseGrabsWaitForOtherNodes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.MustPostgres(t)
+	rdb := testenv.MustRedis(t).Client()
+	ids := testenv.MustOrderIDs(t, db)
+	fb := persistence.NewDBGrabs(db, downBreaker(t), 4)
+	seenNow := func(remaining int) domain.RedisView {
+		return domain.RedisView{Remaining: remaining, SeenAt: time.Now()}
+	}
+	grabSeen := func(v domain.Voucher, view domain.RedisView, user int64, req string) (domain.GrabResult, bool) {
+		t.Helper()
+		id, err := ids.Take(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, sold, err := fb.Grab(ctx, v.ID, view, domain.Grab{RequestID: req, UserID: user, OrderID: id[0]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, sold
+	}
+	stockOf := func(v domain.Voucher) int {
+		var n int
+		if err := db.NewSelect().Table("tb_seckill_voucher").Column("stock").Where("voucher_id = ?", v.ID).Scan(ctx, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 5})
+	// A second node holds an order-id slot: it may sell from Redis at
+	// any moment, after this node's last read, and its orders may sit
+	// in the order log that nobody can read while Redis is down.
+	other := testenv.MustOrderIDs(t, db)
+	if _, err := other.Take(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if res, sold := grabSeen(v, seenNow(5), 1, "a"); res.Code != domain.SeckillUnavailable || sold {
+		t.Fatalf("grab while another node is live: %s sold=%v, want UNAVAILABLE", res.Code, sold)
+	}
+	// It stopped: its last second is recorded. A read of Redis taken
+	// about when it stopped may have missed its last sales...
+	other.Close()
+	if res, sold := grabSeen(v, seenNow(5), 1, "b"); res.Code != domain.SeckillUnavailable || sold {
+		t.Fatalf("grab with a view read as the other node stopped: %s sold=%v, want UNAVAILABLE", res.Code, sold)
+	}
+	// ...and so may one read a moment later: the other node answers OK
+	// up to a grab deadline after its last id, and clocks differ.
+	soon := domain.RedisView{Remaining: 5, SeenAt: time.Now().Add(2 * time.Second)}
+	if res, sold := grabSeen(v, soon, 1, "b2"); res.Code != domain.SeckillUnavailable || sold {
+		t.Fatalf("grab with a view read within the slack after the other node stopped: %s sold=%v, want UNAVAILABLE", res.Code, sold)
+	}
+	// A read well after it cannot have.
+	later := domain.RedisView{Remaining: 5, SeenAt: time.Now().Add(5 * time.Second)}
+	if res, sold := grabSeen(v, later, 1, "c"); res.Code != domain.SeckillOK || !sold {
+		t.Fatalf("grab with a view read after the other node stopped: %s sold=%v, want OK", res.Code, sold)
+	}
+	if stockOf(v) != 4 {
+		t.Fatalf("stock %d, want 4", stockOf(v))
+	}
 }

@@ -162,6 +162,7 @@ return {f, m[1], m[2], m[3], m[4], redis.call('GET', KEYS[2])}
 // does not know it returns fence 0 and a state that is not Found, and
 // writes nothing.
 func (g *Grabs) Claim(ctx context.Context, voucherID int64) (int64, domain.VoucherState, error) {
+	seen := time.Now()
 	raw, err := claimScript.Run(ctx, g.rdb, []string{metaKey(voucherID), stockKey(voucherID), fenceKey(voucherID)}).Slice()
 	if err != nil {
 		return 0, domain.VoucherState{}, fmt.Errorf("claim voucher %d: %w", voucherID, err)
@@ -171,21 +172,22 @@ func (g *Grabs) Claim(ctx context.Context, voucherID int64) (int64, domain.Vouch
 		return 0, domain.VoucherState{}, nil
 	}
 	stock, _ := raw[5].(string)
-	return fence, parseState(raw[1:5], stock), nil
+	return fence, parseState(raw[1:5], stock, seen), nil
 }
 
 // State reads the voucher's state without claiming.
 func (g *Grabs) State(ctx context.Context, voucherID int64) (domain.VoucherState, error) {
+	seen := time.Now()
 	pipe := g.rdb.Pipeline()
 	meta := pipe.HMGet(ctx, metaKey(voucherID), "status", "begin", "end", "limit")
 	stock := pipe.Get(ctx, stockKey(voucherID))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return domain.VoucherState{}, fmt.Errorf("read voucher %d state: %w", voucherID, err)
 	}
-	return parseState(meta.Val(), stock.Val()), nil
+	return parseState(meta.Val(), stock.Val(), seen), nil
 }
 
-func parseState(meta []any, stock string) domain.VoucherState {
+func parseState(meta []any, stock string, seen time.Time) domain.VoucherState {
 	num := func(v any) int64 {
 		s, _ := v.(string)
 		n, _ := strconv.ParseInt(s, 10, 64)
@@ -202,6 +204,7 @@ func parseState(meta []any, stock string) domain.VoucherState {
 		End:       time.UnixMilli(num(meta[2])),
 		Limit:     int(num(meta[3])),
 		Remaining: remaining,
+		SeenAt:    seen,
 	}
 }
 
@@ -214,6 +217,7 @@ func (g *Grabs) Grab(ctx context.Context, voucherID, fence int64, grabs []domain
 		args = append(args, gr.RequestID, gr.UserID, gr.OrderID)
 	}
 	keys := []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID), fenceKey(voucherID), reqKey(voucherID), LogKey(voucherID)}
+	seen := time.Now()
 	raw, err := grabScript.Run(ctx, g.rdb, keys, args...).Slice()
 	if err != nil {
 		return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: %w", voucherID, err)
@@ -237,6 +241,7 @@ func (g *Grabs) Grab(ctx context.Context, voucherID, fence int64, grabs []domain
 		State: domain.VoucherState{
 			Found: true, Status: domain.VoucherStatus(head[2]),
 			Begin: time.UnixMilli(head[3]), End: time.UnixMilli(head[4]), Remaining: int(head[1]),
+			SeenAt: seen,
 		},
 		Results: make([]domain.GrabResult, len(grabs)),
 	}

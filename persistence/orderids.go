@@ -188,6 +188,9 @@ func (o *OrderIDs) Take(_ context.Context, n int) ([]int64, error) {
 	return out, nil
 }
 
+// orderIDNodeOf is the slot that allocated id.
+func orderIDNodeOf(id int64) int64 { return id >> orderIDSeqBits & (1<<orderIDNodeBits - 1) }
+
 // second is the clock's second since the epoch.
 func (o *OrderIDs) second() int64 { return max(0, o.opts.Clock().Unix()-orderIDEpoch) }
 
