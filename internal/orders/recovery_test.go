@@ -122,3 +122,51 @@ func TestPendingReturnsOfALostLoadAreNotAppliedTwice(t *testing.T) {
 	}
 	s.mustBalanced(t, a.reconciler, v.ID)
 }
+
+// Repair rebuilds Redis from the database only when the database is the
+// whole truth: with orders still in the order log it refuses and leaves
+// Redis as it is, or the units those orders hold would be sold again.
+func TestRepairRefusesWhileOrdersAreInFlight(t *testing.T) {
+	t.Parallel()
+	const stock, sold = 5, 3
+	s := mustStores(t)
+	a := newNode(t, s, "a", time.Hour)
+	v := testenv.MustVoucher(t, s.db, s.rdb, testenv.VoucherSpec{Stock: stock})
+	a.stopWriter() // no order writer runs: the orders stay in the log
+
+	router := actors.NewRouter(persistence.NewGrabs(s.rdb), testenv.MustOrderIDs(t, s.db), a.catalog, quiet, actors.Options{})
+	t.Cleanup(router.Close)
+	for u := int64(1); u <= sold; u++ {
+		if res := router.Grab(context.Background(), domain.GrabRequest{VoucherID: v.ID, UserID: u}); res.Code != domain.SeckillOK {
+			t.Fatalf("grab of user %d: %s", u, res.Code)
+		}
+	}
+	// Redis's stock drifts (say an operator's mistake): the voucher no
+	// longer balances, and repair is asked for while orders are in flight.
+	const drifted = 9
+	if err := s.rdb.Set(context.Background(), "{v"+itoa(v.ID)+"}:stock", drifted, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	reps, err := a.reconciler.Reconcile(context.Background(), &v.ID, true)
+	if err != nil || len(reps) != 1 {
+		t.Fatalf("repair: %+v %v", reps, err)
+	}
+	if reps[0].Balanced() || reps[0].Repaired || reps[0].InFlight != sold {
+		t.Fatalf("repair with %d orders in flight: %+v, want it refused", sold, reps[0])
+	}
+	if got := s.redisStock(t, v.ID); got != drifted {
+		t.Fatalf("redis stock %d after the refused repair, want %d untouched", got, drifted)
+	}
+	// Once the orders are through, the database is the whole truth and
+	// the repair goes ahead.
+	a.startWriter()
+	a.drained()
+	reps, err = a.reconciler.Reconcile(context.Background(), &v.ID, true)
+	if err != nil || len(reps) != 1 || !reps[0].Repaired {
+		t.Fatalf("repair once drained: %+v %v", reps, err)
+	}
+	if got := s.redisStock(t, v.ID); got != stock-sold {
+		t.Fatalf("redis stock %d after the repair, want %d", got, stock-sold)
+	}
+	s.mustBalanced(t, a.reconciler, v.ID)
+}
