@@ -1,6 +1,7 @@
 package actors_test
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"maps"
@@ -55,6 +56,11 @@ func (e *env) router(tb testing.TB, cnt *testenv.Counter, opts actors.Options) *
 	if cnt != nil {
 		rdb.AddHook(cnt)
 	}
+	// Patient deadlines unless a test sets its own: these tests count
+	// outcomes exactly, and a call on a machine loaded by the race
+	// detector may outlast the production 200 ms (UNAVAILABLE by design).
+	opts.CallTimeout = cmp.Or(opts.CallTimeout, 2*time.Second)
+	opts.BatchTimeout = cmp.Or(opts.BatchTimeout, 5*time.Second)
 	r := actors.NewRouter(persistence.NewGrabs(rdb), testenv.MustOrderIDs(tb, e.db), e.catalog, quiet, opts)
 	tb.Cleanup(func() { r.Close(); _ = rdb.Close() })
 	return r
