@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,7 +42,7 @@ type liveNode struct {
 // testServer's order writer persists the orders of all of them. Each node
 // returns once its live watcher is subscribed, so that no change a test
 // makes afterwards is missed.
-func newLiveNodes(tb testing.TB, n int) (*testServer, []*liveNode) {
+func newLiveNodes(tb testing.TB, n int, options ...func(*graph.HandlerOptions)) (*testServer, []*liveNode) {
 	tb.Helper()
 	s := newServer(tb)
 	log := slog.New(slog.DiscardHandler)
@@ -61,8 +64,11 @@ func newLiveNodes(tb testing.TB, n int) (*testServer, []*liveNode) {
 		})
 		bg.Go(func() { _ = persistence.NewStock(s.rdb).Watch(ctx, router.Changed, router.Resync) })
 		tb.Cleanup(func() { router.Close(); cancel(); bg.Wait() })
-		h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: router, Orders: ordersSvc, Live: svc},
-			graph.HandlerOptions{Tokens: s.tokens, Log: log})
+		opts := graph.HandlerOptions{Tokens: s.tokens, Log: log}
+		for _, o := range options {
+			o(&opts)
+		}
+		h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: router, Orders: ordersSvc, Live: svc}, opts)
 		srv := httptest.NewServer(h)
 		tb.Cleanup(srv.Close)
 		select {
@@ -425,4 +431,142 @@ func TestShutdownClosesWebsocketsWithACloseFrame(t *testing.T) {
 		}
 		return
 	}
+}
+
+// A client that stops reading: its connection's writes block (as on a
+// socket whose buffers are full) from the moment it has its first events.
+// The subscribers on other connections still see every change on time,
+// and the stuck connection is dropped at the write deadline.
+func TestStockSubscriberThatStopsReadingDelaysNoOne(t *testing.T) {
+	t.Parallel()
+	const writeTimeout = 2 * time.Second
+	s, nodes := newLiveNodes(t, 1, func(o *graph.HandlerOptions) { o.WebsocketWriteTimeout = writeTimeout })
+	const stock = 20
+	v := testenv.MustVoucher(t, s.db, s.rdb, testenv.VoucherSpec{Stock: stock})
+	vid := strconv.FormatInt(v.ID, 10)
+	user := s.token(t, 2, auth.RoleUser)
+
+	var open atomic.Int32
+	h := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		open.Add(1)
+		defer open.Add(-1)
+		nodes[0].http.Config.Handler.ServeHTTP(w, r)
+	}))
+	stall := &stallingListener{Listener: h.Listener}
+	h.Listener = stall
+	h.Start()
+	t.Cleanup(h.Close)
+	stuck := initWS(t, h, user)
+	for i := range graph.WebsocketMaxOperationsDefault {
+		subscribeWS(t, stuck, strconv.Itoa(i), stockSub, map[string]any{"v": vid})
+	}
+	for range graph.WebsocketMaxOperationsDefault {
+		readUntil(t, stuck, "next")
+	}
+	stall.stalled.Store(true) // from here on nothing reaches the stuck client
+
+	var conns []*websocket.Conn
+	for range 2 {
+		c := initWS(t, nodes[0].http, user)
+		subscribeWS(t, c, "s", stockSub, map[string]any{"v": vid})
+		nextStock(t, c, "s", time.Second)
+		conns = append(conns, c)
+	}
+	type result struct {
+		events []stockEvent
+		err    error
+	}
+	results := make(chan result, len(conns))
+	for _, c := range conns {
+		go func() {
+			events, err := collectStock(c, "s", 5*time.Second)
+			results <- result{events, err}
+		}()
+	}
+	for i := range stock {
+		if res := nodes[0].router.Grab(context.Background(), domain.GrabRequest{VoucherID: v.ID, UserID: int64(100 + i)}); res.Code != domain.SeckillOK {
+			t.Fatalf("grab %d: %s", i, res.Code)
+		}
+		time.Sleep(40 * time.Millisecond)
+	}
+	sold := time.Now()
+	for range conns {
+		r := <-results
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		last := r.events[len(r.events)-1]
+		t.Logf("%d events, the last %s after the last sale", len(r.events), last.at.Sub(sold))
+		if late := last.at.Sub(sold); late > 2*live.StockIntervalDefault {
+			t.Fatalf("sold out seen %s after the last sale", late)
+		}
+	}
+	if stall.blocked.Load() == 0 {
+		t.Fatal("no write to the stuck client blocked: the test proves nothing")
+	}
+	deadline := time.Now().Add(writeTimeout + 3*time.Second)
+	for open.Load() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the stuck client is still connected after the write deadline")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stallingListener's connections, once stalled is set, block every write
+// until the write deadline (or Close), as a socket whose buffers a client
+// no longer drains; blocked counts those writes.
+type stallingListener struct {
+	net.Listener
+	stalled atomic.Bool
+	blocked atomic.Int32
+}
+
+func (l *stallingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &stallingConn{Conn: c, l: l, closed: make(chan struct{})}, nil
+}
+
+type stallingConn struct {
+	net.Conn
+	l        *stallingListener
+	mu       sync.Mutex
+	deadline time.Time
+	once     sync.Once
+	closed   chan struct{}
+}
+
+func (c *stallingConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.deadline = t
+	c.mu.Unlock()
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *stallingConn) Write(p []byte) (int, error) {
+	if !c.l.stalled.Load() {
+		return c.Conn.Write(p)
+	}
+	c.l.blocked.Add(1)
+	c.mu.Lock()
+	d := c.deadline
+	c.mu.Unlock()
+	if d.IsZero() {
+		<-c.closed
+		return 0, net.ErrClosed
+	}
+	select {
+	case <-time.After(time.Until(d)):
+		return 0, os.ErrDeadlineExceeded
+	case <-c.closed:
+		return 0, net.ErrClosed
+	}
+}
+
+func (c *stallingConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
 }
