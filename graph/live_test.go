@@ -570,3 +570,44 @@ func (c *stallingConn) Close() error {
 	c.once.Do(func() { close(c.closed) })
 	return c.Conn.Close()
 }
+
+// An order still in the order log is shown at once; its subscriber hears
+// again when the order writer has recorded it in the database.
+func TestOrderChangedSeesTheOrderRecorded(t *testing.T) {
+	t.Parallel()
+	s, nodes := newLiveNodes(t, 1)
+	const owner = 7
+	v := testenv.MustVoucher(t, s.db, s.rdb, testenv.VoucherSpec{Stock: 10})
+	// The writer waits for the voucher's row lock, held here.
+	tx, err := s.db.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(context.Background(), "SELECT 1 FROM tb_seckill_voucher WHERE voucher_id = ? FOR UPDATE", v.ID); err != nil {
+		t.Fatal(err)
+	}
+	res := nodes[0].router.Grab(context.Background(), domain.GrabRequest{VoucherID: v.ID, UserID: owner})
+	if res.Code != domain.SeckillOK {
+		t.Fatalf("grab: %s", res.Code)
+	}
+	id := strconv.FormatInt(res.OrderID, 10)
+	c := initWS(t, nodes[0].http, s.token(t, owner, auth.RoleUser))
+	subscribeWS(t, c, "o", orderSub, map[string]any{"id": id})
+	var d struct{ OrderChanged struct{ ID, Status string } }
+	nextData(t, c, "o", time.Second, &d)
+	if d.OrderChanged.Status != "UNPAID" {
+		t.Fatalf("first event %+v, want UNPAID", d.OrderChanged)
+	}
+	var n int
+	if err := s.db.NewSelect().Table("tb_voucher_order").ColumnExpr("count(*)").Where("id = ?", res.OrderID).Scan(context.Background(), &n); err != nil || n != 0 {
+		t.Fatalf("order already in the database (%d, %v): the test proves nothing", n, err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	nextData(t, c, "o", 3*time.Second, &d)
+	if d.OrderChanged.ID != id || d.OrderChanged.Status != "UNPAID" {
+		t.Fatalf("after recording %+v, want order %s UNPAID", d.OrderChanged, id)
+	}
+}
