@@ -185,12 +185,11 @@ func (s *Service) SubscribeStock(ctx context.Context, voucherID int64, send func
 	go func() {
 		defer done()
 		defer s.unsubscribeStock(sub)
-		last := first
+		last, sent := first, time.Now()
 		if !send(first) {
 			return
 		}
 		for {
-			sent := time.Now()
 			select {
 			case <-ctx.Done():
 				return
@@ -220,7 +219,7 @@ func (s *Service) SubscribeStock(ctx context.Context, voucherID int64, send func
 			if !send(l) {
 				return
 			}
-			last = l
+			last, sent = l, time.Now()
 		}
 	}()
 	return nil
