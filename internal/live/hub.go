@@ -75,6 +75,17 @@ func (h *hub) watched(key int64) bool {
 	return len(h.slots[key]) > 0
 }
 
+// count is the number of subscribers.
+func (h *hub) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, m := range h.slots {
+		n += len(m)
+	}
+	return n
+}
+
 // keys are the keys with subscribers.
 func (h *hub) keys() []int64 {
 	h.mu.Lock()

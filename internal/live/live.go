@@ -106,6 +106,10 @@ func (s *Service) Resync() {
 	}
 }
 
+// Open counts this node's open subscriptions, stock and order (for the
+// subscriptions-open gauge of the metrics).
+func (s *Service) Open() (stock, orders int) { return s.stockSubs.count(), s.orderSubs.count() }
+
 // Run announces this node's sales and re-reads the changed vouchers until
 // ctx ends; it returns when both loops have stopped.
 func (s *Service) Run(ctx context.Context) {

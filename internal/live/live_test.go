@@ -201,6 +201,9 @@ func TestClosedSubscriptionsReturnTheirGoroutines(t *testing.T) {
 	if held := runtime.NumGoroutine() - baseline; held < 200 {
 		t.Fatalf("200 subscriptions hold %d goroutines", held)
 	}
+	if open, _ := svc.Open(); open != 200 {
+		t.Fatalf("%d subscriptions open, want 200", open)
+	}
 	cancel()
 	deadline := time.Now().Add(5 * time.Second)
 	for runtime.NumGoroutine() > baseline+2 {
@@ -208,5 +211,8 @@ func TestClosedSubscriptionsReturnTheirGoroutines(t *testing.T) {
 			t.Fatalf("%d goroutines after closing 200 subscriptions, baseline %d", runtime.NumGoroutine(), baseline)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	if open, _ := svc.Open(); open != 0 {
+		t.Fatalf("%d subscriptions open after closing them all", open)
 	}
 }
