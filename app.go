@@ -22,6 +22,7 @@ import (
 	"flashsale/internal/auth"
 	"flashsale/internal/catalog"
 	"flashsale/internal/config"
+	"flashsale/internal/live"
 	"flashsale/internal/playground"
 	"flashsale/persistence"
 )
@@ -65,6 +66,7 @@ type app struct {
 	router   *actors.Router
 	writer   *persistence.OrderWriter
 	orders   *ordersPart
+	live     *live.Service
 	listener net.Listener
 	http     *http.Server
 	// cancelRequests ends every request's context (websockets get their
@@ -163,6 +165,8 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		a.fallback = persistence.NewDBGrabs(a.db, a.breaker, 0)
 		routerOpts.Fallback = a.fallback
 	}
+	// a.live is set below, before the server takes any grab.
+	routerOpts.Sold = func(voucherID int64) { a.live.Sold(voucherID) }
 	a.router = actors.NewRouter(persistence.NewGrabs(a.rdb), a.ids, a.catalog, log, routerOpts)
 	a.writer = persistence.NewOrderWriter(a.db, a.bg, log, persistence.OrderWriterOptions{Consumer: cfg.NodeID, ClaimIdle: cfg.OrderLogClaimIdle})
 	if err = a.writer.Acquire(ctx); errors.Is(err, persistence.ErrConsumerInUse) {
@@ -193,8 +197,9 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	if a.orders, err = a.startOrders(bg, stock); err != nil {
 		return nil, err
 	}
+	a.live = a.startLive(bg)
 	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router, DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: persistence.NewReconciler(a.db, a.rdb),
-		Orders: a.orders.service, Reconciliations: a.orders.reconciler}, graph.HandlerOptions{
+		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live}, graph.HandlerOptions{
 		Tokens:                 a.tokens,
 		Log:                    log,
 		IPLimit:                limits,

@@ -99,6 +99,10 @@ type Options struct {
 	// Limits, if set, rate-limits the grabs that reach Redis (those
 	// answered from memory cost nothing and are not limited).
 	Limits Limits
+	// Sold, if set, is told the voucher after every batch that sold a
+	// unit (live.Service.Sold, which coalesces its announcements). It
+	// runs on the actor and must not block.
+	Sold func(voucherID int64)
 }
 
 // Defaults of Options, exported for the configuration's defaults.

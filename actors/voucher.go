@@ -342,8 +342,13 @@ func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
 		default:
 			a.state = domain.VoucherState{}
 		}
+		sold := d.dbSold > 0
 		for i, g := range d.batch {
+			sold = sold || d.out.Results[i].Code == domain.SeckillOK
 			a.answer(g, d.out.Results[i])
+		}
+		if sold && a.r.opts.Sold != nil {
+			a.r.opts.Sold(a.id)
 		}
 	}
 	if a.wantReload {

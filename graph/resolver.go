@@ -43,4 +43,6 @@ type Resolver struct {
 	// that do not use them.
 	Orders          Orders
 	Reconciliations Reconciliations
+	// Live serves the subscriptions; nil answers NOT_IMPLEMENTED.
+	Live Live
 }

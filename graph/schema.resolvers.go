@@ -105,12 +105,12 @@ func (r *queryResolver) RedPacket(ctx context.Context, id int64) (*model.RedPack
 
 // StockChanged is the resolver for the stockChanged field.
 func (r *subscriptionResolver) StockChanged(ctx context.Context, voucherID int64) (<-chan *model.StockUpdate, error) {
-	return nil, notImplemented("stockChanged")
+	return r.stockChanged(ctx, voucherID)
 }
 
 // OrderChanged is the resolver for the orderChanged field.
 func (r *subscriptionResolver) OrderChanged(ctx context.Context, orderID int64) (<-chan *model.VoucherOrder, error) {
-	return nil, notImplemented("orderChanged")
+	return r.orderChanged(ctx, orderID)
 }
 
 // Mutation returns MutationResolver implementation.

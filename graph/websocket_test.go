@@ -178,7 +178,7 @@ func TestLegacyGraphQLWSGetsKeepalives(t *testing.T) {
 
 // holdVoucherReads locks the voucher table until the test ends, so that
 // every voucher query stays in flight: operations that keep a goroutine
-// (the subscriptions themselves still answer NOT_IMPLEMENTED at once).
+// without needing a subscription.
 func holdVoucherReads(tb testing.TB, s *testServer) {
 	tb.Helper()
 	tx, err := s.db.BeginTx(context.Background(), nil)

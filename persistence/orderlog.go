@@ -109,11 +109,17 @@ func (w *OrderWriter) Handle(ctx context.Context, batch []LogEntry) (map[int]*Re
 	}
 	err := w.persist(ctx, entries)
 	refused := map[int]*Refusal{}
+	var recorded []int64
 	for i, e := range entries {
 		if e.bad != nil {
 			refused[i] = e.bad
+		} else if err == nil {
+			recorded = append(recorded, e.order.ID)
 		}
 	}
+	// One announcement per batch, after its commit: subscribers of these
+	// orders see them leave the order log.
+	announceOrders(ctx, w.rdb, w.log, recorded)
 	return refused, err
 }
 

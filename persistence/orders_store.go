@@ -194,6 +194,9 @@ func (s *Orders) Pay(ctx context.Context, id, userID int64, now time.Time) (doma
 			return domain.Order{}, domain.OrderNotFound(id)
 		}
 		if n, _ := res.RowsAffected(); n == 1 || row.Status == domain.OrderPaid {
+			if n == 1 {
+				announceOrders(ctx, s.rdb, s.log, []int64{id})
+			}
 			return row.toOrder(), nil
 		}
 		if row.Status != domain.OrderUnpaid {
@@ -303,6 +306,11 @@ func (s *Orders) cancel(ctx context.Context, voucherID int64, ids []int64, reaso
 	if err != nil || len(pending) == 0 {
 		return 0, err
 	}
+	cancelled := make([]int64, len(pending))
+	for i, p := range pending {
+		cancelled[i] = p.RefID
+	}
+	announceOrders(ctx, s.rdb, s.log, cancelled)
 	if err := s.apply(ctx, voucherID, pending); err != nil {
 		s.log.WarnContext(ctx, "cancelled orders' stock not yet back in redis; the sweeper retries", "voucher", voucherID, "orders", len(pending), "err", err)
 	}
