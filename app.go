@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -132,7 +130,9 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 
 	secret := cfg.JWTSecret
 	if secret == "" { // embedded mode only; config requires it otherwise
-		secret = randomSecret()
+		if secret, err = auth.SecretFromFile(config.SecretPath(cfg.SQLitePath)); err != nil {
+			return nil, &config.Error{Var: "JWT_SECRET", Msg: err.Error()}
+		}
 	}
 	a.tokens = auth.NewTokens(secret, auth.WithMaxTTL(cfg.JWTMaxTTL))
 
@@ -323,12 +323,6 @@ func (a *app) afterRedisOutage() error {
 	a.router.Resync()
 	a.log.Info("redis is back; grabs use it again")
 	return nil
-}
-
-func randomSecret() string {
-	b := make([]byte, 32)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // displayAddr turns a listen address into one a browser can open.

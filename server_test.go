@@ -305,8 +305,9 @@ func TestTokenCommand(t *testing.T) {
 	if err != nil || id.UserID != 42 || !id.IsAdmin() {
 		t.Fatalf("token %q: %+v %v", out.String(), id, err)
 	}
-	if err := run(t.Context(), []string{"token", "--user", "42"}, func(string) string { return "" }, io.Discard, io.Discard); err == nil {
-		t.Fatal("token without a secret succeeded")
+	realMode := map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:5432/x"}
+	if err := run(t.Context(), []string{"token", "--user", "42"}, func(k string) string { return realMode[k] }, io.Discard, io.Discard); err == nil {
+		t.Fatal("token without a secret succeeded in real mode")
 	}
 	var usage bytes.Buffer
 	_ = run(t.Context(), []string{"token", "-h"}, func(k string) string { return env[k] }, io.Discard, &usage)

@@ -112,8 +112,8 @@ var settings = []setting{
 			return ""
 		}).
 		shown(func(c Config) slog.Value { return slog.StringValue(orEmbedded(redactURL(c.DatabaseURL))) }),
-	stringVar("SQLITE_PATH", "flashsale.db", "embedded SQLite database file", func(c *Config) *string { return &c.SQLitePath }),
-	secretVar("JWT_SECRET", "HS256 secret; required unless embedded", func(c *Config) *string { return &c.JWTSecret }).
+	stringVar("SQLITE_PATH", SQLitePathDefault, "embedded SQLite database file; the embedded JWT secret is kept beside it (.secret)", func(c *Config) *string { return &c.SQLitePath }),
+	secretVar("JWT_SECRET", "HS256 secret; required unless embedded (then kept in the file beside SQLITE_PATH)", func(c *Config) *string { return &c.JWTSecret }).
 		checked(func(c Config) string {
 			if !c.Embedded() && c.JWTSecret == "" {
 				return "required when REDIS_URL or DATABASE_URL is set"

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"flashsale/internal/auth"
+	"flashsale/internal/config"
+)
+
+// A newcomer's tokens survive a restart of the embedded mode: its secret
+// is kept beside the SQLite file, created once with mode 0600.
+func TestEmbeddedTokensSurviveARestart(t *testing.T) {
+	t.Parallel()
+	dbPath := filepath.Join(t.TempDir(), "flashsale.db")
+	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SQLITE_PATH": dbPath}
+
+	base, admin, _, stop := startStoppableService(t, env)
+	postQuery(t, base, admin, `{ vouchers { edges { node { id } } } }`)
+	stop()
+	waitClosed(t, base)
+
+	fi, err := os.Stat(config.SecretPath(dbPath))
+	if err != nil {
+		t.Fatalf("no secret file beside the database: %v", err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("secret file mode %v, want 0600", fi.Mode().Perm())
+	}
+
+	base2, _ := startService(t, env)
+	// The first start's token, against the second start.
+	postQuery(t, base2, admin, `{ vouchers { edges { node { id } } } }`)
+}
+
+// `flashsale token` in embedded mode signs with the service's own secret.
+func TestTokenCommandSignsWithTheEmbeddedSecret(t *testing.T) {
+	t.Parallel()
+	dbPath := filepath.Join(t.TempDir(), "flashsale.db")
+	base, _ := startService(t, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SQLITE_PATH": dbPath})
+
+	var out bytes.Buffer
+	env := map[string]string{"SQLITE_PATH": dbPath}
+	if err := run(t.Context(), []string{"token", "--user", "7", "--role", "admin"}, func(k string) string { return env[k] }, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	tok := strings.TrimSpace(out.String())
+	postQuery(t, base, tok, `{ vouchers { edges { node { id } } } }`)
+
+	secret, err := os.ReadFile(config.SecretPath(dbPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := auth.NewTokens(strings.TrimSpace(string(secret))).Verify(tok); err != nil || id.UserID != 7 {
+		t.Fatalf("token does not verify with the file's secret: %+v %v", id, err)
+	}
+}
+
+// waitClosed waits until nothing answers at base (a stopped service).
+func waitClosed(t *testing.T, base string) {
+	t.Helper()
+	host := strings.TrimPrefix(base, "http://")
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		c, err := net.DialTimeout("tcp", host, time.Second)
+		if err != nil {
+			return
+		}
+		_ = c.Close()
+	}
+	t.Fatalf("%s still answers after stop", base)
+}
