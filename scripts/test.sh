@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, the README's test command (`make test` is the same
 # where make exists): services, vet, generated code is committed and
-# current, the public GraphQL contract, then every test with the race
-# detector against real Redis and Postgres, then each fuzz target for a
-# few seconds. Stops at the first failed step.
+# current, then every test with the race detector against real Redis and
+# Postgres (the public contract in docs/contract/ among them:
+# graph/contract_test.go), then each fuzz target for a few seconds.
+# Stops at the first failed step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,11 +27,6 @@ if [ "$before" != "$(snapshot)" ]; then
   git diff --stat >&2 || true
   echo "go generate changed files: run it and commit the generated code" >&2
   exit 1
-fi
-
-if [ -x ../shared/tools/check-contract ]; then
-  echo "== GraphQL contract"
-  ../shared/tools/check-contract
 fi
 
 echo "== go test -race"
