@@ -206,7 +206,11 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	})
 	mux := http.NewServeMux()
 	mux.Handle("/query", gql)
-	mux.Handle("GET /{$}", playground.Handler("flashsale", "/query"))
+	pgOpts, err := playgroundOptions(cfg, a.tokens)
+	if err != nil {
+		return nil, err
+	}
+	mux.Handle("GET /{$}", playground.Handler("flashsale", "/query", pgOpts...))
 	mux.Handle("GET "+playground.AssetsPath, playground.Assets())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.Handle("GET /readyz", a.ready)

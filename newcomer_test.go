@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vektah/gqlparser/v2"
+	"github.com/vektah/gqlparser/v2/ast"
 
 	"flashsale/internal/auth"
 	"flashsale/internal/config"
@@ -75,3 +80,49 @@ func waitClosed(t *testing.T, base string) {
 	}
 	t.Fatalf("%s still answers after stop", base)
 }
+
+// The embedded playground opens with the sample operations and the demo
+// admin token in its headers, a token the service accepts.
+func TestEmbeddedPlaygroundOpensWithOperationsAndToken(t *testing.T) {
+	t.Parallel()
+	base, _ := startService(t, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SQLITE_PATH": filepath.Join(t.TempDir(), "flashsale.db")})
+	code, page := getStatus(t, base+"/")
+	if code != http.StatusOK {
+		t.Fatalf("GET /: %d", code)
+	}
+	for _, op := range []string{"mutation CreateVoucher", "mutation Grab", "mutation Pay", "subscription WatchStock"} {
+		if !strings.Contains(page, op) {
+			t.Errorf("playground page lacks %q", op)
+		}
+	}
+	m := regexp.MustCompile(`data-headers="[^"]*Bearer ([A-Za-z0-9._-]+)`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no token in the playground's headers:\n%s", page)
+	}
+	postQuery(t, base, m[1], `{ vouchers { edges { node { id } } } }`)
+}
+
+// The banner's and the playground's operations are valid against our
+// schema (a renamed field would otherwise reach newcomers first).
+func TestSampleOperationsAreValid(t *testing.T) {
+	files, err := filepath.Glob("graph/*.graphqls")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no schema files (%v)", err)
+	}
+	var srcs []*ast.Source
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srcs = append(srcs, &ast.Source{Name: f, Input: string(b)})
+	}
+	schema, err := gqlparser.LoadSchema(srcs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, errs := gqlparser.LoadQuery(schema, sampleOperations(1)); len(errs) > 0 {
+		t.Fatalf("sample operations: %v", errs)
+	}
+}
+
