@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -126,3 +127,17 @@ func TestSampleOperationsAreValid(t *testing.T) {
 	}
 }
 
+// --version prints the build's version and exits 0; -h names the token
+// subcommand and --version.
+func TestVersionAndHelpNameTheSubcommands(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil || !strings.HasPrefix(string(out), "flashsale ") || !strings.Contains(string(out), "go1.") {
+		t.Fatalf("--version: %q (%v)", out, err)
+	}
+	stderr, code := runBinary(t, bin, nil, "-h")
+	if code != 0 || !strings.Contains(stderr, "flashsale token --user") || !strings.Contains(stderr, "flashsale --version") {
+		t.Fatalf("-h (exit %d) does not name the token subcommand and --version:\n%s", code, stderr)
+	}
+}

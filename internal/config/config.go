@@ -168,7 +168,14 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	}
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		fs.SetOutput(out)
-		fmt.Fprintln(out, "Usage of flashsale (each flag can also be set by the variable in brackets; a flag wins):")
+		fmt.Fprint(out, `Usage:
+  flashsale [flags]                       run the service (no configuration: embedded mode)
+  flashsale token --user ID [--role admin] [--ttl D]
+                                          print a bearer token (flashsale token -h)
+  flashsale --version                     print the version and exit
+
+Flags of the service (each can also be set by the variable in brackets; a flag wins):
+`)
 		fs.PrintDefaults()
 		return Config{}, err
 	} else if err != nil {
