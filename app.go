@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -118,6 +116,9 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	if err != nil {
 		return nil, &config.Error{Var: "REDIS_URL", Msg: "cannot reach redis: " + err.Error()}
 	}
+	if cfg.RedisURL != "" {
+		checkRedisDurability(ctx, a.bg, log)
+	}
 
 	// /readyz pings through a client of its own: the shared one waits
 	// seconds for a stalled Redis, and its pool may be busy with grabs.
@@ -134,7 +135,9 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 
 	secret := cfg.JWTSecret
 	if secret == "" { // embedded mode only; config requires it otherwise
-		secret = randomSecret()
+		if secret, err = auth.SecretFromFile(config.SecretPath(cfg.SQLitePath)); err != nil {
+			return nil, &config.Error{Var: "JWT_SECRET", Msg: err.Error()}
+		}
 	}
 	a.tokens = auth.NewTokens(secret, auth.WithMaxTTL(cfg.JWTMaxTTL))
 
@@ -211,7 +214,11 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	})
 	mux := http.NewServeMux()
 	mux.Handle("/query", gql)
-	mux.Handle("GET /{$}", playground.Handler("flashsale", "/query"))
+	pgOpts, err := playgroundOptions(cfg, a.tokens)
+	if err != nil {
+		return nil, err
+	}
+	mux.Handle("GET /{$}", playground.Handler("flashsale", "/query", pgOpts...))
 	mux.Handle("GET "+playground.AssetsPath, playground.Assets())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.Handle("GET /readyz", a.ready)
@@ -328,12 +335,6 @@ func (a *app) afterRedisOutage() error {
 	a.router.Resync()
 	a.log.Info("redis is back; grabs use it again")
 	return nil
-}
-
-func randomSecret() string {
-	b := make([]byte, 32)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // displayAddr turns a listen address into one a browser can open.

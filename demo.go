@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"strings"
 	"time"
 
 	"flashsale/domain"
 	"flashsale/internal/auth"
+	"flashsale/internal/config"
+	"flashsale/internal/playground"
 )
 
 // printDemo makes the service usable in one command: it creates a demo
@@ -48,14 +52,88 @@ func (a *app) printDemo(ctx context.Context, w io.Writer) error {
 	fmt.Fprintf(w, `
 Flash-sale voucher service (embedded mode: in-process Redis, SQLite file %s)
 
-  Playground:  http://%s/
+  Playground:  http://%s/   (opens with these operations and the admin token)
   Admin token: %s
   User token:  %s
+  More tokens: go run . token --user 7 [--role admin]   (they survive restarts)
 
-In the playground, set the header {"Authorization": "Bearer <token>"} and try:
-  query { voucher(id: "%d") { id title seckill { remaining initialStock } } }
-  query { stock(voucherId: "%d") { remaining sold soldOut } }
-
-`, a.cfg.SQLitePath, displayAddr(a.listener.Addr()), admin, user, id, id)
+With the header {"Authorization": "Bearer <token>"}, try (the admin token can do all):
+%s
+`, a.cfg.SQLitePath, displayAddr(a.listener.Addr()), admin, user, indent(sampleOperations(id), "  "))
 	return nil
+}
+
+// sampleOperations is what a visitor wants to try first, on voucher id: look,
+// create a voucher (admin), grab, pay, and watch the stock live. The
+// banner prints it and the playground opens with it; TestSampleOperationsAreValid
+// checks it against the schema.
+func sampleOperations(id int64) string {
+	return fmt.Sprintf(`# Run one operation at a time: the play button asks which.
+query Vouchers {
+  vouchers(first: 10) { edges { node { id title seckill { remaining initialStock } } } }
+}
+
+# Admin only.
+mutation CreateVoucher {
+  createVoucher(input: {shopId: "1", title: "Ten off", payValue: 100, actualValue: 1000,
+    type: SECKILL, stock: 10, beginAt: "2026-01-01T00:00:00Z", endAt: "2099-01-01T00:00:00Z"}) { id }
+}
+
+mutation Grab {
+  seckillVoucher(voucherId: "%d") { code orderId message }
+}
+
+# Variables: {"orderId": "<the orderId Grab answered>"}
+mutation Pay($orderId: ID!) {
+  payOrder(orderId: $orderId) { id status paidAt }
+}
+
+# The current stock at once, then every change (grab in another tab).
+subscription WatchStock {
+  stockChanged(voucherId: "%d") { remaining sold soldOut }
+}
+`, id, id)
+}
+
+// indent prefixes every non-empty line of s.
+func indent(s, prefix string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = prefix + l
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// playgroundOptions opens the playground with the sample operations, and in
+// embedded mode, listening on loopback only, with a demo admin token in
+// its headers. Never in real mode: whoever loads the page gets the token.
+func playgroundOptions(cfg config.Config, tokens *auth.Tokens) ([]playground.Option, error) {
+	opts := []playground.Option{playground.WithQuery(sampleOperations(demoVoucherID))}
+	if !cfg.Embedded() || !cfg.Demo || !loopback(cfg.HTTPAddr) {
+		return opts, nil
+	}
+	tok, err := tokens.Issue(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, tokens.MaxTTL())
+	if err != nil {
+		return nil, err
+	}
+	return append(opts, playground.WithHeaders(map[string]string{"Authorization": "Bearer " + tok})), nil
+}
+
+// demoVoucherID is the demo voucher's id in a new embedded database (the
+// first voucher created); the playground's page is made before it is.
+const demoVoucherID = 1
+
+// loopback reports whether a listen address accepts local connections only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -4,6 +4,7 @@
 //
 //	go run .                                   # embedded mode
 //	go run . token --user 42 --role admin      # print a token for JWT_SECRET
+//	go run . --version                         # module version and VCS revision
 package main
 
 import (
@@ -15,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -45,6 +47,10 @@ func main() {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "token" {
 		return runToken(args[1:], getenv, stdout, stderr)
+	}
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		_, err := fmt.Fprintln(stdout, version())
+		return err
 	}
 	cfg, err := config.Load(args, getenv, stderr)
 	if err != nil {
@@ -84,4 +90,29 @@ type redisLogger struct{}
 
 func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	slog.Default().DebugContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "go-redis")
+}
+
+// version describes this build from what the Go toolchain stamped in it:
+// the module version (a tag, or "(devel)" for a build from a work tree) and
+// the VCS revision, its time and whether the tree had local changes.
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "flashsale (no build information)"
+	}
+	v := "flashsale " + info.Main.Version
+	settings := map[string]string{}
+	for _, s := range info.Settings {
+		settings[s.Key] = s.Value
+	}
+	if rev := settings["vcs.revision"]; rev != "" {
+		v += " " + rev
+		if t := settings["vcs.time"]; t != "" {
+			v += " " + t
+		}
+		if settings["vcs.modified"] == "true" {
+			v += " (modified)"
+		}
+	}
+	return v + " " + info.GoVersion
 }

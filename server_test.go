@@ -189,6 +189,12 @@ func TestRealModeUsesRedisAndPostgres(t *testing.T) {
 	if err := db.NewSelect().Table("tb_seckill_voucher").ColumnExpr("count(*)").Where("voucher_id = ? AND stock = 30", id).Scan(t.Context(), &n); err != nil || n != 1 {
 		t.Fatalf("tb_seckill_voucher: n=%d err=%v", n, err)
 	}
+	// Real mode never puts a token in the playground, even with DEMO on
+	// and a loopback address: whoever loads the page would get it.
+	if code, page := getStatus(t, base+"/"); code != http.StatusOK || !strings.Contains(page, "mutation Grab") ||
+		strings.Contains(page, "data-headers") || strings.Contains(page, "Bearer") {
+		t.Fatalf("real-mode playground page (%d) lacks the sample operation or carries headers:\n%s", code, page)
+	}
 }
 
 // closedPort returns a port on 127.0.0.1 that nothing listens on.
@@ -305,8 +311,9 @@ func TestTokenCommand(t *testing.T) {
 	if err != nil || id.UserID != 42 || !id.IsAdmin() {
 		t.Fatalf("token %q: %+v %v", out.String(), id, err)
 	}
-	if err := run(t.Context(), []string{"token", "--user", "42"}, func(string) string { return "" }, io.Discard, io.Discard); err == nil {
-		t.Fatal("token without a secret succeeded")
+	realMode := map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:5432/x"}
+	if err := run(t.Context(), []string{"token", "--user", "42"}, func(k string) string { return realMode[k] }, io.Discard, io.Discard); err == nil {
+		t.Fatal("token without a secret succeeded in real mode")
 	}
 	var usage bytes.Buffer
 	_ = run(t.Context(), []string{"token", "-h"}, func(k string) string { return env[k] }, io.Discard, &usage)

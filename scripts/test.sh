@@ -1,22 +1,33 @@
 #!/usr/bin/env bash
 # The whole test suite, the README's test command (`make test` is the same
 # where make exists): services, vet, generated code is committed and
-# current, the public GraphQL contract, then every test with the race
-# detector against real Redis and Postgres, then each fuzz target for a
-# few seconds. Stops at the first failed step.
+# current, then every test with the race detector against real Redis and
+# Postgres (the public contract in docs/contract/ among them:
+# graph/contract_test.go), then each fuzz target for a few seconds.
+# Stops at the first failed step.
+#
+# FLASHSALE_TEST_SERVICES names the service set-up command (default
+# scripts/test-services.sh); the script's own test stubs it
+# (scripts_test.go).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Every step is announced; the first that fails ends the run with one last
+# line naming it and its exit code (its own reason is printed above).
+current=
+step() { current=$1; echo "== $1"; }
+trap 'rc=$?; [ $rc -eq 0 ] || [ -z "$current" ] || echo "test: FAILED at step \"$current\" (exit $rc); later steps were not run" >&2' EXIT
+
 command -v go >/dev/null || { echo "test: no go on PATH: install the Go toolchain named in go.mod first" >&2; exit 1; }
-echo "== services"
-services=$(scripts/test-services.sh) || { echo "test: setting up the services failed (reason above)" >&2; exit 1; }
+step services
+services=$(${FLASHSALE_TEST_SERVICES:-scripts/test-services.sh})
 eval "$services"
 export CGO_ENABLED=1
 
-echo "== go vet"
+step "go vet"
 go vet ./...
 
-echo "== generated code is current"
+step "generated code is current"
 # Regenerating must change nothing (works in a dirty tree too: it compares
 # the files before and after, not against the last commit).
 snapshot() { find graph persistence actors -type f \( -name '*.go' -o -name '*.graphqls' \) 2>/dev/null | sort | xargs sha256sum; }
@@ -28,13 +39,8 @@ if [ "$before" != "$(snapshot)" ]; then
   exit 1
 fi
 
-if [ -x ../shared/tools/check-contract ]; then
-  echo "== GraphQL contract"
-  ../shared/tools/check-contract
-fi
-
-echo "== go test -race"
+step "go test -race"
 go test -race -count=1 -timeout 20m ./...
 
-echo "== fuzz targets, 3s each (make fuzz runs them longer)"
+step "fuzz targets, 3s each (make fuzz runs them longer)"
 scripts/fuzz.sh 3s

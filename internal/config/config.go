@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 	"unicode"
@@ -118,6 +119,26 @@ type Config struct {
 // database is configured, so both run in-process.
 func (c Config) Embedded() bool { return c.RedisURL == "" && c.DatabaseURL == "" }
 
+// Defaults the token command needs too, without loading a whole Config.
+const (
+	// HTTPAddrDefault is the contract's listen address, every interface.
+	HTTPAddrDefault = ":8080"
+	// EmbeddedHTTPAddrDefault is the embedded mode's: loopback only,
+	// because that mode prints an admin token and puts it in the
+	// playground page.
+	EmbeddedHTTPAddrDefault = "127.0.0.1:8080"
+	// SQLitePathDefault is the embedded database file.
+	SQLitePathDefault = "flashsale.db"
+)
+
+// SecretPath is the file that keeps the embedded mode's JWT secret, beside
+// its SQLite file (flashsale.db → flashsale.secret): the secret lives as
+// long as the data, so tokens survive restarts and the token command can
+// sign with it.
+func SecretPath(sqlitePath string) string {
+	return strings.TrimSuffix(sqlitePath, filepath.Ext(sqlitePath)) + ".secret"
+}
+
 // Error is a configuration error; its message is the one line printed.
 type Error struct {
 	Var string
@@ -147,7 +168,14 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	}
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		fs.SetOutput(out)
-		fmt.Fprintln(out, "Usage of flashsale (each flag can also be set by the variable in brackets; a flag wins):")
+		fmt.Fprint(out, `Usage:
+  flashsale [flags]                       run the service (no configuration: embedded mode)
+  flashsale token --user ID [--role admin] [--ttl D]
+                                          print a bearer token (flashsale token -h)
+  flashsale --version                     print the version and exit
+
+Flags of the service (each can also be set by the variable in brackets; a flag wins):
+`)
 		fs.PrintDefaults()
 		return Config{}, err
 	} else if err != nil {

@@ -59,7 +59,15 @@ func (s setting) shown(f func(c Config) slog.Value) setting {
 // settings is the whole configuration, in the order of the start-up log.
 // Defaults owned by a store come from its exported constants.
 var settings = []setting{
-	stringVar("HTTP_ADDR", ":8080", "listen address", func(c *Config) *string { return &c.HTTPAddr }).
+	// Embedded mode prints an admin token and puts one in the playground
+	// page, so it listens on the loopback interface unless told otherwise.
+	stringVar("HTTP_ADDR", "", "listen address; default "+HTTPAddrDefault+", "+EmbeddedHTTPAddrDefault+" when embedded", func(c *Config) *string { return &c.HTTPAddr }).
+		derived(func(c *Config) {
+			c.HTTPAddr = HTTPAddrDefault
+			if c.Embedded() {
+				c.HTTPAddr = EmbeddedHTTPAddrDefault
+			}
+		}).
 		checked(func(c Config) string {
 			if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 				return "want host:port, e.g. :8080"
@@ -112,8 +120,8 @@ var settings = []setting{
 			return ""
 		}).
 		shown(func(c Config) slog.Value { return slog.StringValue(orEmbedded(redactURL(c.DatabaseURL))) }),
-	stringVar("SQLITE_PATH", "flashsale.db", "embedded SQLite database file", func(c *Config) *string { return &c.SQLitePath }),
-	secretVar("JWT_SECRET", "HS256 secret; required unless embedded", func(c *Config) *string { return &c.JWTSecret }).
+	stringVar("SQLITE_PATH", SQLitePathDefault, "embedded SQLite database file; the embedded JWT secret is kept beside it (.secret)", func(c *Config) *string { return &c.SQLitePath }),
+	secretVar("JWT_SECRET", "HS256 secret; required unless embedded (then kept in the file beside SQLITE_PATH)", func(c *Config) *string { return &c.JWTSecret }).
 		checked(func(c Config) string {
 			if !c.Embedded() && c.JWTSecret == "" {
 				return "required when REDIS_URL or DATABASE_URL is set"

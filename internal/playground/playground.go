@@ -38,6 +38,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -203,17 +204,52 @@ func acceptsGzip(header string) bool {
 	return starQ > 0
 }
 
+// Option sets what the page opens with.
+type Option func(*pageData)
+
+// WithQuery opens the editor with query (GraphiQL's defaultQuery) on a
+// first visit; a visitor's own tabs, kept by the browser, win afterwards.
+func WithQuery(query string) Option {
+	return func(d *pageData) { d.Query = query }
+}
+
+// WithHeaders puts headers in the headers editor at every load (GraphiQL's
+// headers prop, which replaces what the browser kept). It is meant for a
+// demo token on a loopback-only service: the page hands the headers to
+// anyone who can load it, so never give it a real credential.
+func WithHeaders(headers map[string]string) Option {
+	return func(d *pageData) {
+		b, err := json.MarshalIndent(headers, "", "  ")
+		if err != nil { // cannot happen for a map of strings
+			panic(fmt.Errorf("playground: headers: %w", err))
+		}
+		d.Headers = string(b)
+	}
+}
+
+// pageData is what the page template renders; Query and Headers reach
+// playground.js through data- attributes (no inline script: the CSP
+// forbids them).
+type pageData struct {
+	Title, Endpoint string
+	Query, Headers  string
+}
+
 // Handler returns the playground page for a GraphQL endpoint: a path such
 // as "/query" on the page's own host (the usual case; the websocket URL is
 // then ws:// or wss:// on the host the browser used) or an absolute http(s)
 // URL. title names the page; empty means "GraphiQL". The page's assets
 // come from Assets, which must be mounted too.
-func Handler(title, endpoint string) http.Handler {
+func Handler(title, endpoint string, opts ...Option) http.Handler {
 	if title == "" {
 		title = "GraphiQL"
 	}
+	data := pageData{Title: title, Endpoint: endpoint}
+	for _, o := range opts {
+		o(&data)
+	}
 	var buf bytes.Buffer
-	if err := pageTemplate.Execute(&buf, struct{ Title, Endpoint string }{title, endpoint}); err != nil {
+	if err := pageTemplate.Execute(&buf, data); err != nil {
 		// Only a template bug (such as a misspelt asset name) can get here,
 		// and the package's tests render the page.
 		panic(fmt.Errorf("playground: render page: %w", err))
@@ -298,7 +334,7 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 <style>html,body{height:100%;margin:0}#graphiql{height:100vh}</style>
 </head>
 <body>
-<div id="graphiql" data-endpoint="{{.Endpoint}}" data-title="{{.Title}}">Loading GraphiQL…</div>
+<div id="graphiql" data-endpoint="{{.Endpoint}}" data-title="{{.Title}}"{{with .Query}} data-query="{{.}}"{{end}}{{with .Headers}} data-headers="{{.}}"{{end}}>Loading GraphiQL…</div>
 <noscript>The GraphiQL playground needs JavaScript.</noscript>
 <script src="{{asset "react.production.min.js"}}"></script>
 <script src="{{asset "react-dom.production.min.js"}}"></script>

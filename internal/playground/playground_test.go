@@ -387,3 +387,33 @@ func TestVendoredFilesMatchVersions(t *testing.T) {
 		t.Errorf("embedded assets total %d bytes, over the 3 MiB budget", total)
 	}
 }
+
+// The page carries the sample operation and the headers it is given, as
+// escaped data- attributes for playground.js, and no headers attribute
+// when none are given (the real mode's page holds no token).
+func TestPageCarriesQueryAndHeadersOnlyWhenGiven(t *testing.T) {
+	query := `mutation Grab { seckillVoucher(voucherId: "1") { code } }`
+	with := do(t, Handler("x", "/query", WithQuery(query), WithHeaders(map[string]string{"Authorization": "Bearer abc.def"})), http.MethodGet, "/", nil).Body.String()
+	for _, s := range []string{
+		`data-query="mutation Grab { seckillVoucher(voucherId: &#34;1&#34;) { code } }"`,
+		`data-headers="{`,
+		`&#34;Authorization&#34;: &#34;Bearer abc.def&#34;`,
+	} {
+		if !strings.Contains(with, s) {
+			t.Errorf("page lacks %q:\n%s", s, with)
+		}
+	}
+	without := do(t, Handler("x", "/query", WithQuery(query)), http.MethodGet, "/", nil).Body.String()
+	if strings.Contains(without, "data-headers") || strings.Contains(without, "Bearer") {
+		t.Errorf("page without headers has some:\n%s", without)
+	}
+	js, err := embedded.ReadFile("assets/playground.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"root.dataset.query", "props.defaultQuery", "root.dataset.headers", "props.headers"} {
+		if !strings.Contains(string(js), s) {
+			t.Errorf("playground.js does not use %s", s)
+		}
+	}
+}

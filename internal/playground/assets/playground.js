@@ -18,18 +18,30 @@
     subscriptionUrl: subscriptions.href
   });
 
+  var props = {
+    fetcher: fetcher,
+    defaultHeaders: JSON.stringify({ Authorization: 'Bearer <paste token>' }, null, 2),
+    // Keeps the pasted token across reloads (in localStorage, under
+    // graphiql:headers); "Clear storage" in the settings dialog forgets it.
+    shouldPersistHeaders: true,
+    // Opens the headers tab, where the token goes, on a first visit.
+    defaultEditorToolsVisibility: 'headers'
+  };
+  // A sample operation for a first visit (the server's data-query).
+  if (root.dataset.query) {
+    props.defaultQuery = root.dataset.query;
+  }
+  // Headers the server puts in (embedded mode: the demo token), replacing
+  // any the browser kept, which a restart may have made stale.
+  if (root.dataset.headers) {
+    props.headers = root.dataset.headers;
+    props.defaultHeaders = root.dataset.headers;
+  }
+
   ReactDOM.createRoot(root).render(
     React.createElement(
       GraphiQL,
-      {
-        fetcher: fetcher,
-        defaultHeaders: JSON.stringify({ Authorization: 'Bearer <paste token>' }, null, 2),
-        // Keeps the pasted token across reloads (in localStorage, under
-        // graphiql:headers); "Clear storage" in the settings dialog forgets it.
-        shouldPersistHeaders: true,
-        // Opens the headers tab, where the token goes, on a first visit.
-        defaultEditorToolsVisibility: 'headers'
-      },
+      props,
       React.createElement(GraphiQL.Logo, null, root.dataset.title)
     )
   );

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vektah/gqlparser/v2"
+	"github.com/vektah/gqlparser/v2/ast"
+
+	"flashsale/internal/auth"
+	"flashsale/internal/config"
+)
+
+// A newcomer's tokens survive a restart of the embedded mode: its secret
+// is kept beside the SQLite file, created once with mode 0600.
+func TestEmbeddedTokensSurviveARestart(t *testing.T) {
+	t.Parallel()
+	dbPath := filepath.Join(t.TempDir(), "flashsale.db")
+	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SQLITE_PATH": dbPath}
+
+	base, admin, _, stop := startStoppableService(t, env)
+	postQuery(t, base, admin, `{ vouchers { edges { node { id } } } }`)
+	stop()
+	waitClosed(t, base)
+
+	fi, err := os.Stat(config.SecretPath(dbPath))
+	if err != nil {
+		t.Fatalf("no secret file beside the database: %v", err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("secret file mode %v, want 0600", fi.Mode().Perm())
+	}
+
+	base2, _ := startService(t, env)
+	// The first start's token, against the second start.
+	postQuery(t, base2, admin, `{ vouchers { edges { node { id } } } }`)
+}
+
+// `flashsale token` in embedded mode signs with the service's own secret.
+func TestTokenCommandSignsWithTheEmbeddedSecret(t *testing.T) {
+	t.Parallel()
+	dbPath := filepath.Join(t.TempDir(), "flashsale.db")
+	base, _ := startService(t, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SQLITE_PATH": dbPath})
+
+	var out bytes.Buffer
+	env := map[string]string{"SQLITE_PATH": dbPath}
+	if err := run(t.Context(), []string{"token", "--user", "7", "--role", "admin"}, func(k string) string { return env[k] }, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	tok := strings.TrimSpace(out.String())
+	postQuery(t, base, tok, `{ vouchers { edges { node { id } } } }`)
+
+	secret, err := os.ReadFile(config.SecretPath(dbPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := auth.NewTokens(strings.TrimSpace(string(secret))).Verify(tok); err != nil || id.UserID != 7 {
+		t.Fatalf("token does not verify with the file's secret: %+v %v", id, err)
+	}
+}
+
+// waitClosed waits until nothing answers at base (a stopped service).
+func waitClosed(t *testing.T, base string) {
+	t.Helper()
+	host := strings.TrimPrefix(base, "http://")
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		c, err := net.DialTimeout("tcp", host, time.Second)
+		if err != nil {
+			return
+		}
+		_ = c.Close()
+	}
+	t.Fatalf("%s still answers after stop", base)
+}
+
+// The embedded playground opens with the sample operations and the demo
+// admin token in its headers, a token the service accepts.
+func TestEmbeddedPlaygroundOpensWithOperationsAndToken(t *testing.T) {
+	t.Parallel()
+	base, _ := startService(t, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SQLITE_PATH": filepath.Join(t.TempDir(), "flashsale.db")})
+	code, page := getStatus(t, base+"/")
+	if code != http.StatusOK {
+		t.Fatalf("GET /: %d", code)
+	}
+	for _, op := range []string{"mutation CreateVoucher", "mutation Grab", "mutation Pay", "subscription WatchStock"} {
+		if !strings.Contains(page, op) {
+			t.Errorf("playground page lacks %q", op)
+		}
+	}
+	m := regexp.MustCompile(`data-headers="[^"]*Bearer ([A-Za-z0-9._-]+)`).FindStringSubmatch(page)
+	if m == nil {
+		t.Fatalf("no token in the playground's headers:\n%s", page)
+	}
+	postQuery(t, base, m[1], `{ vouchers { edges { node { id } } } }`)
+}
+
+// The banner's and the playground's operations are valid against our
+// schema (a renamed field would otherwise reach newcomers first).
+func TestSampleOperationsAreValid(t *testing.T) {
+	files, err := filepath.Glob("graph/*.graphqls")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no schema files (%v)", err)
+	}
+	var srcs []*ast.Source
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srcs = append(srcs, &ast.Source{Name: f, Input: string(b)})
+	}
+	schema, err := gqlparser.LoadSchema(srcs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, errs := gqlparser.LoadQuery(schema, sampleOperations(1)); len(errs) > 0 {
+		t.Fatalf("sample operations: %v", errs)
+	}
+}
+
+// --version prints the build's version and exits 0; -h names the token
+// subcommand and --version.
+func TestVersionAndHelpNameTheSubcommands(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil || !strings.HasPrefix(string(out), "flashsale ") || !strings.Contains(string(out), "go1.") {
+		t.Fatalf("--version: %q (%v)", out, err)
+	}
+	stderr, code := runBinary(t, bin, nil, "-h")
+	if code != 0 || !strings.Contains(stderr, "flashsale token --user") || !strings.Contains(stderr, "flashsale --version") {
+		t.Fatalf("-h (exit %d) does not name the token subcommand and --version:\n%s", code, stderr)
+	}
+}
