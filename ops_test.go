@@ -182,6 +182,8 @@ func TestMetricsAfterASale(t *testing.T) {
 		{"script latency: rate limits", `flashsale_redis_script_duration_seconds_count{script="rate_limit"}`, gt(0), "> 0"},
 		{"redis errors: none in a healthy sale", `flashsale_redis_errors_total{op="script"}`, eq(0), "0"},
 		{"redis errors: stream class exposed", `flashsale_redis_errors_total{op="stream"}`, eq(0), "0"},
+		{"redis errors: other commands", `flashsale_redis_errors_total{op="other"}`, eq(0), "0"},
+		{"redis errors: probes", `flashsale_redis_errors_total{op="ping"}`, eq(0), "0"},
 		{"order log lag: entries", `flashsale_order_log_lag`, eq(0), "0"},
 		{"order log lag: seconds", `flashsale_order_log_lag_seconds`, eq(0), "0"},
 		{"order log pending", `flashsale_order_log_pending`, eq(0), "0"},

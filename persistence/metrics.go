@@ -107,7 +107,7 @@ func (RedisErrors) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (RedisErrors) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		countRedisError(cmd)
+		countRedisError(cmd.Name(), err) // cmd.Err() is set after the hooks return
 		return err
 	}
 }
@@ -117,28 +117,33 @@ func (RedisErrors) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
 		for _, c := range cmds {
-			countRedisError(c)
+			countRedisError(c.Name(), c.Err())
 		}
 		return err
 	}
 }
 
 // countRedisError counts cmd's error unless it is an answer rather than a
-// failure: a missing key (redis.Nil), or NOSCRIPT, after which the caller
-// loads the script and calls again.
-func countRedisError(cmd redis.Cmder) {
-	err := cmd.Err()
-	if err == nil || errors.Is(err, redis.Nil) || isNoScript(err) {
+// failure: a missing key (redis.Nil), NOSCRIPT (the caller loads the script
+// and calls again), or a caller that went away (context.Canceled: a
+// blocking read ended by shutdown). A deadline that passed is counted: it
+// is a Redis too slow to answer. The connection handshake's optional
+// commands (HELLO, CLIENT SETINFO, CLIENT MAINT_NOTIFICATIONS), which an
+// older Redis refuses and go-redis then does without, are not counted.
+func countRedisError(name string, err error) {
+	if err == nil || errors.Is(err, redis.Nil) || isNoScript(err) || errors.Is(err, context.Canceled) {
 		return
 	}
-	redisErrors.WithLabelValues(redisOpClass(cmd.Name())).Inc()
+	if name = strings.ToLower(name); name == "hello" || name == "client" {
+		return
+	}
+	redisErrors.WithLabelValues(redisOpClass(name)).Inc()
 }
 
 // redisOpClass maps a command to one of a few classes, the label's whole
 // set: the scripts of the hot path, the order log's stream commands, the
 // health probes, and the rest.
 func redisOpClass(name string) string {
-	name = strings.ToLower(name)
 	switch {
 	case strings.HasPrefix(name, "eval"), strings.HasPrefix(name, "script"), strings.HasPrefix(name, "fcall"):
 		return "script"
