@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -67,10 +68,16 @@ type app struct {
 	live     *live.Service
 	listener net.Listener
 	http     *http.Server
-	// cancelRequests ends every request's context (websockets get their
-	// close frame); serve calls it once draining is over, not when the
-	// shutdown starts, so requests served while draining still complete.
+	// cancelRequests ends every request's context; stop calls it last,
+	// after the HTTP server has let its open requests finish.
 	cancelRequests context.CancelFunc
+	// closeWebsockets is the shutdown's slot for closing the websockets
+	// (each gets its close frame), after the grabs are answered and the
+	// order log is drained, before the actors stop. It returns how many it
+	// closed, or -1 when it does not count them. Until the websocket hub
+	// provides one it cancels the request contexts, which ends every
+	// websocket's connection.
+	closeWebsockets func() int
 
 	// background runs the order writer and the voucher-event watcher;
 	// stop cancels it and waits for them.
@@ -110,6 +117,9 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	a.rdb = redis.NewClient(persistence.RequestClientOptions(*redisOpts, 0))
 	a.breaker = persistence.NewBreaker(log, persistence.BreakerOptions{OnClose: a.afterRedisOutage})
 	a.rdb.AddHook(a.breaker)
+	// After the breaker: a command it refuses never reached Redis.
+	a.rdb.AddHook(persistence.RedisErrors{})
+	a.bg.AddHook(persistence.RedisErrors{})
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err = a.bg.Ping(pingCtx).Err()
 	cancel()
@@ -127,6 +137,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	probeOpts.PoolTimeout, probeOpts.PoolSize, probeOpts.MinIdleConns = readyTimeout, 2, 0
 	probeOpts.MaxRetries, probeOpts.ContextTimeoutEnabled = -1, true
 	a.probe = redis.NewClient(&probeOpts)
+	a.probe.AddHook(persistence.RedisErrors{})
 	a.ready = &readiness{
 		redis:    func(ctx context.Context) error { return a.probe.Ping(ctx).Err() },
 		db:       a.db.PingContext,
@@ -229,6 +240,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	}
 	requests, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancelRequests = cancelRequests
+	a.closeWebsockets = func() int { cancelRequests(); return -1 }
 	a.http = &http.Server{
 		Handler:           withDeadlines(mux, cfg.HTTPBodyTimeout, cfg.HTTPWriteTimeout),
 		ReadHeaderTimeout: cfg.HTTPHeaderTimeout,
@@ -238,11 +250,46 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		IdleTimeout:  2 * time.Minute,
 		BaseContext:  func(net.Listener) context.Context { return requests },
 	}
+	a.logConnected(redisOpts.Addr)
 	return a, nil
 }
 
-// serve runs the HTTP server until ctx is cancelled, then shuts down,
-// giving open requests HTTP_SHUTDOWN_TIMEOUT.
+// logConnected writes the one start-up line that says what this node
+// talks to, with no password or token in it: an operator checks it
+// against what was meant (the full, masked configuration is logged
+// before).
+func (a *app) logConnected(redisAddr string) {
+	mode := "real"
+	if a.cfg.Embedded() {
+		mode = "embedded"
+	}
+	database := a.cfg.SQLitePath // embedded SQLite: a file name
+	if a.cfg.DatabaseURL != "" {
+		database = dbHostAndName(a.cfg.DatabaseURL)
+	}
+	a.log.Info("connected",
+		"mode", mode,
+		"node_id", a.cfg.NodeID,
+		"http_addr", a.listener.Addr().String(),
+		"redis", redisAddr,
+		"database", database,
+		"lock_nodes", len(a.cfg.LockRedisURLs),
+		"cluster_provider", a.cfg.ClusterProvider,
+	)
+}
+
+// dbHostAndName is "host:port/name" of a database URL: never its user's
+// password, nor any query parameter (sslpassword, password).
+func dbHostAndName(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable)"
+	}
+	return u.Host + u.Path
+}
+
+// serve runs the HTTP server until ctx is cancelled, then shuts down (see
+// shutdown).
 func (a *app) serve(ctx context.Context) error {
 	a.log.Info("listening", "addr", a.listener.Addr().String(), "playground", "http://"+displayAddr(a.listener.Addr())+"/")
 	errc := make(chan error, 1)
@@ -250,49 +297,105 @@ func (a *app) serve(ctx context.Context) error {
 	var err error
 	select {
 	case err = <-errc:
+		a.stop()
 	case <-ctx.Done():
-		// Not ready from now on; with HTTP_DRAIN_DELAY the node keeps
-		// serving that long so load balancers see it and stop sending.
-		a.ready.draining.Store(true)
-		if d := a.cfg.HTTPDrainDelay; d > 0 {
-			a.log.Info("draining", "delay", d.String())
-			time.Sleep(d)
-		}
-		a.cancelRequests()
-		shutCtx, cancel := context.WithTimeout(context.Background(), a.cfg.HTTPShutdownTimeout)
-		err = a.http.Shutdown(shutCtx)
-		cancel()
+		err = a.shutdown()
 	}
-	a.stop()
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
 	return err
 }
 
-// stop releases what start acquired, in reverse order. Grabs already
-// queued are answered (GRAB_TIMEOUT at most), and accepted orders still in
-// the order log are given ORDER_LOG_DRAIN_TIMEOUT to reach the database (in
-// the embedded mode the log lives in this process and would be lost).
-func (a *app) stop() {
-	if a.cancelRequests != nil {
-		a.cancelRequests()
+// shutdown stops the node without losing an answered grab or an accepted
+// order, in this order, each step bounded:
+//
+//  1. /readyz answers 503, and with HTTP_DRAIN_DELAY the node keeps
+//     serving that long, so that load balancers stop sending first;
+//  2. the listener closes and open requests finish, grabs among them
+//     (HTTP_SHUTDOWN_TIMEOUT); their contexts are not cancelled, so a
+//     grab waiting in a voucher's mailbox is sold or refused, not cut off;
+//  3. the router takes no new grab (one over a websocket is answered
+//     UNAVAILABLE) and its actors answer what they hold (GRAB_TIMEOUT);
+//  4. the order writer commits what the sale put in the order log
+//     (ORDER_LOG_DRAIN_TIMEOUT; what is left waits for another node or
+//     the next start, except in embedded mode, where it is lost);
+//  5. websockets are closed (closeWebsockets);
+//  6. the actors stop, the background loops end, the stores close.
+//
+// One line at the end says what was drained.
+func (a *app) shutdown() error {
+	began := time.Now()
+	inFlight, _ := a.router.Load()
+	answered, persisted := a.router.Answered(), a.writer.Persisted()
+	a.ready.draining.Store(true)
+	if d := a.cfg.HTTPDrainDelay; d > 0 {
+		a.log.Info("draining", "delay", d)
+		time.Sleep(d)
 	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), a.cfg.HTTPShutdownTimeout)
+	err := a.http.Shutdown(shutCtx)
+	cancel()
+	if err != nil {
+		a.log.Warn("open requests cut off at shutdown", "timeout", a.cfg.HTTPShutdownTimeout, "err", err)
+	}
+	a.router.Drain()
+	drained := a.drainOrderLog()
+	websockets := a.closeWebsockets()
+	a.stop()
+	attrs := []any{
+		"grabs_in_flight", inFlight,
+		"grabs_answered", a.router.Answered() - answered,
+		"orders_persisted", a.writer.Persisted() - persisted,
+		"order_log_drained", drained,
+		"duration", time.Since(began).Round(time.Millisecond),
+	}
+	if websockets >= 0 {
+		attrs = append(attrs, "websockets_closed", websockets)
+	}
+	a.log.Info("shut down", attrs...)
+	return err
+}
+
+// drainOrderLog waits, up to ORDER_LOG_DRAIN_TIMEOUT, until the order
+// writer has committed every accepted order, and reports whether it did.
+func (a *app) drainOrderLog() bool {
+	if a.writer == nil || a.cancelBackground == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.OrderLogDrainTimeout)
+	defer cancel()
+	if err := a.writer.WaitDrained(ctx); err != nil {
+		a.log.Warn("orders still in the order log at shutdown; another node or the next start persists them", "err", err)
+		return false
+	}
+	return true
+}
+
+// stop releases what start acquired, in reverse order; after shutdown it
+// only stops and closes (the grabs are answered and the order log drained
+// already), after a failed start or a failed server it drains as well as
+// it can. Each step is safe to repeat.
+func (a *app) stop() {
 	if a.listener != nil { // Shutdown closed it already if serve ran; a second Close is harmless
 		_ = a.listener.Close()
 	}
 	if a.router != nil {
-		a.router.Close()
+		a.router.Drain()
 	}
 	if a.ids != nil {
-		a.ids.Close() // after the router: no grab takes ids any more
+		a.ids.Close() // after the router drained: no grab takes ids any more
+	}
+	if a.cancelBackground != nil && a.ready != nil && !a.ready.draining.Load() {
+		a.drainOrderLog() // not drained by shutdown: a failed start or server
+	}
+	if a.cancelRequests != nil {
+		a.cancelRequests()
+	}
+	if a.router != nil {
+		a.router.Close()
 	}
 	if a.cancelBackground != nil {
-		drainCtx, cancel := context.WithTimeout(context.Background(), a.cfg.OrderLogDrainTimeout)
-		if err := a.writer.WaitDrained(drainCtx); err != nil {
-			a.log.Warn("orders still in the order log at shutdown; another node or the next start persists them", "err", err)
-		}
-		cancel()
 		a.cancelBackground()
 		a.background.Wait()
 		a.orders.wait()

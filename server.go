@@ -74,7 +74,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
 	level, _ := cfg.Level()
-	opts := &slog.HandlerOptions{Level: level}
+	opts := logOptions(level)
 	if cfg.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}

@@ -53,3 +53,7 @@ func (r *Router) Load() (queued int, latency time.Duration) {
 	}
 	return int(r.load.queued.Load()), latency
 }
+
+// Answered counts the grabs this router has answered since it started;
+// the shutdown log reports how many were answered while draining.
+func (r *Router) Answered() uint64 { return r.answered.Load() }

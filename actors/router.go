@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"flashsale/domain"
 )
@@ -145,17 +144,6 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-var grabsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: "flashsale", Name: "grab_total", Help: "Grabs answered, by outcome.",
-}, []string{"code"})
-
-var actorsFull = prometheus.NewCounter(prometheus.CounterOpts{
-	Namespace: "flashsale", Name: "grab_actor_cap_total",
-	Help: "Grabs answered UNAVAILABLE because this node runs MaxActors voucher actors already.",
-})
-
-func init() { prometheus.MustRegister(grabsTotal, actorsFull) }
-
 // Router owns the voucher actors of this node and routes each grab to its
 // voucher's actor.
 type Router struct {
@@ -170,10 +158,13 @@ type Router struct {
 	reqSeq    atomic.Uint64
 
 	load loadMeter // see Load
+	// answered counts grabs answered since start, for the shutdown log.
+	answered atomic.Uint64
 
 	mu       sync.RWMutex
 	vouchers map[int64]*voucherRef
-	closed   bool
+	closed   bool // no new grabs (Drain)
+	stopped  bool // Close ran
 
 	stop chan struct{}
 	done chan struct{}
@@ -226,7 +217,9 @@ func (r *Router) Grab(ctx context.Context, req domain.GrabRequest) domain.GrabRe
 	res := r.grab(ctx, req)
 	now := time.Now()
 	r.load.observe(now.Sub(start), now)
+	r.answered.Add(1)
 	grabsTotal.WithLabelValues(string(res.Code)).Inc()
+	grabDuration.WithLabelValues(string(res.Code)).Observe(now.Sub(start).Seconds())
 	return res
 }
 
@@ -394,29 +387,41 @@ func (r *Router) passivate() {
 	}
 }
 
-// Close takes no new grabs, lets every actor answer what it holds (up to
-// GrabTimeout: a batch in flight must come back, or a grab that sold would
-// be reported UNAVAILABLE), then stops the actors and the actor system.
-func (r *Router) Close() {
+// Drain takes no new grabs (each is answered UNAVAILABLE) and waits until
+// every actor has answered what it holds, up to GrabTimeout: a batch in
+// flight must come back, or a grab that sold would be reported
+// UNAVAILABLE. The actors keep running (Close stops them), so that the
+// order writer can drain, and websockets close, before they go.
+func (r *Router) Drain() {
 	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return
-	}
 	r.closed = true
-	// Retiring actors delete from r.vouchers (forget) while Close waits:
+	// Retiring actors delete from r.vouchers (forget) while Drain waits:
 	// iterate a copy.
 	refs := maps.Clone(r.vouchers)
 	r.mu.Unlock()
-	close(r.stop)
-	<-r.done
 	deadline := time.Now().Add(r.opts.GrabTimeout)
 	for _, ref := range refs {
 		for ref.queued.Load() > 0 && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
 		}
 	}
+}
+
+// Close drains the router (see Drain), then stops the actors and the
+// actor system.
+func (r *Router) Close() {
 	r.mu.Lock()
+	stopped := r.stopped
+	r.stopped = true
+	r.mu.Unlock()
+	if stopped {
+		return
+	}
+	r.Drain()
+	close(r.stop)
+	<-r.done
+	r.mu.Lock()
+	refs := r.vouchers
 	r.vouchers = map[int64]*voucherRef{}
 	r.mu.Unlock()
 	for _, ref := range refs {

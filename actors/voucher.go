@@ -98,6 +98,7 @@ type voucherActor struct {
 func (a *voucherActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
+		actorsAlive.Inc()
 		a.activate(ctx)
 	case *grabMsg:
 		a.onGrab(ctx, m)
@@ -114,6 +115,8 @@ func (a *voucherActor) Receive(ctx actor.Context) {
 			a.answer(g, domain.GrabResult{Code: domain.SeckillUnavailable})
 		}
 		a.pending = nil
+	case *actor.Stopped:
+		actorsAlive.Dec()
 	}
 }
 
@@ -283,6 +286,7 @@ func (a *voucherActor) flush(ctx actor.Context) {
 		return
 	}
 	a.inflight = true
+	batchSize.Observe(float64(len(batch)))
 	self, fence, view := ctx.Self(), a.fence, domain.RedisView{Remaining: a.state.Remaining, SeenAt: a.state.SeenAt}
 	go func() {
 		var d *batchDone

@@ -71,8 +71,13 @@ type LogFamily struct {
 	// Prune, if set, drops finished logs from the registry and returns
 	// how many; it runs with every claim pass.
 	Prune func(ctx context.Context, logs []string) int
-	// Lag, if set, is kept at the number of entries in all logs.
-	Lag prometheus.Gauge
+	// Lag, if set, is kept at the number of entries in all logs;
+	// LagSeconds at the age of the oldest of them; Pending at the number
+	// delivered to a consumer and not yet acknowledged. They are sampled
+	// after each batch and, while the logs are quiet, once a second.
+	Lag        prometheus.Gauge
+	LagSeconds prometheus.Gauge
+	Pending    prometheus.Gauge
 	// Failures, if set, counts failed attempts of the handler.
 	Failures prometheus.Counter
 }
@@ -191,6 +196,7 @@ func (c *LogConsumer) Run(ctx context.Context) error {
 		logs       []string
 		lastList   time.Time
 		lastClaim  time.Time
+		lastLag    time.Time
 		ownPending = true // at start, re-read what this consumer name left unacknowledged
 		backoff    = minBackoff
 	)
@@ -208,6 +214,7 @@ func (c *LogConsumer) Run(ctx context.Context) error {
 			// (MaxRetries), and then the loss is silent: look once a second.
 			ownPending = true
 			if len(logs) == 0 {
+				c.updateLag(ctx, nil) // nothing left: every gauge to 0
 				sleep(ctx, c.opts.Block)
 				continue
 			}
@@ -243,6 +250,10 @@ func (c *LogConsumer) Run(ctx context.Context) error {
 			continue
 		}
 		if len(batch) == 0 {
+			if time.Since(lastLag) > time.Second {
+				c.updateLag(ctx, logs)
+				lastLag = time.Now()
+			}
 			continue
 		}
 		refused, ok := c.handle(ctx, batch, &backoff)
@@ -263,6 +274,7 @@ func (c *LogConsumer) Run(ctx context.Context) error {
 		}
 		backoff = minBackoff
 		c.updateLag(ctx, logs)
+		lastLag = time.Now()
 	}
 	return nil
 }

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -161,23 +164,59 @@ func (c *LogConsumer) ack(ctx context.Context, batch []LogEntry) error {
 	return nil
 }
 
+// updateLag samples the family's lag gauges, one pipeline for all logs. A
+// failed sample leaves the gauges as they were: the next one corrects them.
 func (c *LogConsumer) updateLag(ctx context.Context, logs []string) {
-	if c.fam.Lag == nil {
+	if c.fam.Lag == nil && c.fam.LagSeconds == nil && c.fam.Pending == nil {
 		return
 	}
 	pipe := c.rdb.Pipeline()
-	cmds := make([]*redis.IntCmd, len(logs))
+	lens := make([]*redis.IntCmd, len(logs))
+	firsts := make([]*redis.XMessageSliceCmd, len(logs))
+	pending := make([]*redis.XPendingCmd, len(logs))
 	for i, s := range logs {
-		cmds[i] = pipe.XLen(ctx, s)
+		lens[i] = pipe.XLen(ctx, s)
+		firsts[i] = pipe.XRangeN(ctx, s, "-", "+", 1)
+		pending[i] = pipe.XPending(ctx, s, c.fam.Group)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return
+	_, _ = pipe.Exec(ctx) // each reply is checked below: a log without its group yet fails alone
+	var lag, pend int64
+	now := time.Now()
+	oldest := now
+	for i := range logs {
+		if lens[i].Err() != nil || firsts[i].Err() != nil {
+			return
+		}
+		lag += lens[i].Val()
+		if msgs := firsts[i].Val(); len(msgs) > 0 {
+			if t, ok := entryTime(msgs[0].ID); ok && t.Before(oldest) {
+				oldest = t
+			}
+		}
+		if pending[i].Err() == nil {
+			pend += pending[i].Val().Count
+		}
 	}
-	var lag int64
-	for _, cmd := range cmds {
-		lag += cmd.Val()
+	setGauge(c.fam.Lag, float64(lag))
+	setGauge(c.fam.Pending, float64(pend))
+	setGauge(c.fam.LagSeconds, now.Sub(oldest).Seconds())
+}
+
+func setGauge(g prometheus.Gauge, v float64) {
+	if g != nil {
+		g.Set(v)
 	}
-	c.fam.Lag.Set(float64(lag))
+}
+
+// entryTime is when an entry was appended: the milliseconds part of its
+// id, which Redis takes from its clock.
+func entryTime(id string) (time.Time, bool) {
+	ms, _, _ := strings.Cut(id, "-")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(n), true
 }
 
 // WaitDrained waits until every registered log is empty (every entry

@@ -1,6 +1,13 @@
 package persistence
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
 
 // The persistence metrics, in one place: namespaced and low-cardinality
 // (labels only from short fixed sets: a dead letter's reason, a store, a grab code).
@@ -29,6 +36,42 @@ var (
 		Namespace: "flashsale", Name: "breaker_state",
 		Help: "Circuit breaker state per store: 0 closed, 1 half-open, 2 open.",
 	}, []string{"store"})
+	orderLogPending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "flashsale", Name: "order_log_pending",
+		Help: "Order-log entries delivered to a writer and not yet acknowledged (all order logs, all writers).",
+	})
+	// orderLogLagSeconds is the age of the oldest unhandled entry: an
+	// acknowledged entry is deleted at once, so a log's first entry is its
+	// oldest unhandled one, and its id is its append time.
+	orderLogLagSeconds = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "flashsale", Name: "order_log_lag_seconds",
+		Help: "Age of the oldest order-log entry not yet committed to the database (0 when every log is empty).",
+	})
+	writeBatchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "flashsale", Name: "order_write_batch_size",
+		Help:    "Order-log entries handled by one attempt of the order writer.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 10), // 1 … 512 (the read batch is 500)
+	})
+	writeDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "flashsale", Name: "order_write_duration_seconds",
+		Help:    "Time of one attempt of the order writer to commit a batch (transaction included).",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	})
+	// scriptDuration times the Lua script calls of the hot path: the grab
+	// batch, an activation's claim, and a batch's pipelined rate limits.
+	scriptDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "flashsale", Name: "redis_script_duration_seconds",
+		Help:    "Time of one Redis script call (or pipeline of them), by script: grab, claim, rate_limit.",
+		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5},
+	}, []string{"script"})
+	redisErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "flashsale", Name: "redis_errors_total",
+		Help: "Redis commands that failed (not counting a missing key or a script to be loaded), by class: script, stream, ping, other.",
+	}, []string{"op"})
+	rateLimited = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "flashsale", Name: "rate_limit_refusals_total",
+		Help: "Grabs or requests turned away by a rate limit, by the limit: user, ip, voucher, ip_request (before parsing).",
+	}, []string{"kind"})
 	fallbackGrabs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "flashsale", Name: "fallback_grab_total",
 		Help: "Grabs answered by the database fallback while Redis was down, by outcome.",
@@ -36,5 +79,78 @@ var (
 )
 
 func init() {
-	prometheus.MustRegister(orderLogLag, ordersPersisted, orderWriteErrors, ordersAdopted, ordersDead, breakerState, fallbackGrabs)
+	prometheus.MustRegister(orderLogLag, ordersPersisted, orderWriteErrors, ordersAdopted, ordersDead, breakerState, fallbackGrabs,
+		orderLogPending, orderLogLagSeconds, writeBatchSize, writeDuration, scriptDuration, redisErrors, rateLimited)
+	// Present at 0 from the start, so that a dashboard tells "none" from
+	// "not reported".
+	for _, op := range []string{"script", "stream", "ping", "other"} {
+		redisErrors.WithLabelValues(op)
+	}
+	for _, reason := range []string{DeadOverStock, DeadOverUserLimit, DeadIDCollision, DeadDuplicateRequest, DeadLostLoad, DeadUnknownVoucher, DeadMalformed, DeadRefused} {
+		ordersDead.WithLabelValues(reason)
+	}
+	for _, kind := range []string{"user", "ip", "voucher", "ip_request"} {
+		rateLimited.WithLabelValues(kind)
+	}
+}
+
+// RedisErrors is a go-redis hook that counts failed commands by class in
+// flashsale_redis_errors_total; main adds it to every client.
+type RedisErrors struct{}
+
+var _ redis.Hook = RedisErrors{}
+
+// DialHook implements redis.Hook.
+func (RedisErrors) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook implements redis.Hook.
+func (RedisErrors) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		countRedisError(cmd.Name(), err) // cmd.Err() is set after the hooks return
+		return err
+	}
+}
+
+// ProcessPipelineHook implements redis.Hook.
+func (RedisErrors) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			countRedisError(c.Name(), c.Err())
+		}
+		return err
+	}
+}
+
+// countRedisError counts cmd's error unless it is an answer rather than a
+// failure: a missing key (redis.Nil), NOSCRIPT (the caller loads the script
+// and calls again), or a caller that went away (context.Canceled: a
+// blocking read ended by shutdown). A deadline that passed is counted: it
+// is a Redis too slow to answer. The connection handshake's optional
+// commands (HELLO, CLIENT SETINFO, CLIENT MAINT_NOTIFICATIONS), which an
+// older Redis refuses and go-redis then does without, are not counted.
+func countRedisError(name string, err error) {
+	if err == nil || errors.Is(err, redis.Nil) || isNoScript(err) || errors.Is(err, context.Canceled) {
+		return
+	}
+	if name = strings.ToLower(name); name == "hello" || name == "client" {
+		return
+	}
+	redisErrors.WithLabelValues(redisOpClass(name)).Inc()
+}
+
+// redisOpClass maps a command to one of a few classes, the label's whole
+// set: the scripts of the hot path, the order log's stream commands, the
+// health probes, and the rest.
+func redisOpClass(name string) string {
+	switch {
+	case strings.HasPrefix(name, "eval"), strings.HasPrefix(name, "script"), strings.HasPrefix(name, "fcall"):
+		return "script"
+	case strings.HasPrefix(name, "x"):
+		return "stream"
+	case name == "ping":
+		return "ping"
+	}
+	return "other"
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,6 +36,10 @@ type OrderWriter struct {
 	now      func() time.Time
 	attempt  time.Duration // AttemptTimeout
 	consumer *LogConsumer
+	// persisted counts the orders this writer inserted (as
+	// flashsale_orders_persisted_total does for the process), so that the
+	// shutdown log can say how many reached the database while draining.
+	persisted atomic.Int64
 }
 
 var (
@@ -59,6 +64,8 @@ func NewOrderWriter(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opt
 		DeadLetters: w,
 		Prune:       w.prune,
 		Lag:         orderLogLag,
+		LagSeconds:  orderLogLagSeconds,
+		Pending:     orderLogPending,
 		Failures:    orderWriteErrors,
 	}, opts)
 	return w
@@ -76,6 +83,9 @@ func (w *OrderWriter) Run(ctx context.Context) error { return w.consumer.Run(ctx
 // WaitDrained waits until every order log is empty (all accepted orders
 // committed), polling, or until ctx ends.
 func (w *OrderWriter) WaitDrained(ctx context.Context) error { return w.consumer.WaitDrained(ctx) }
+
+// Persisted counts the orders this writer has inserted since it was made.
+func (w *OrderWriter) Persisted() int64 { return w.persisted.Load() }
 
 // InFlight counts a voucher's orders accepted in Redis but not yet
 // committed to the database.
@@ -98,6 +108,9 @@ type pendingOrder struct {
 // the entries refused for good: malformed ones, and those the database
 // proves cannot exist.
 func (w *OrderWriter) Handle(ctx context.Context, batch []LogEntry) (map[int]*Refusal, error) {
+	began := time.Now()
+	writeBatchSize.Observe(float64(len(batch)))
+	defer func() { writeDuration.Observe(time.Since(began).Seconds()) }()
 	now := w.now().UTC()
 	entries := make([]pendingOrder, len(batch))
 	for i, e := range batch {

@@ -79,6 +79,7 @@ func (w *OrderWriter) insertOrders(ctx context.Context, tx bun.Tx, rows []orderR
 		return err
 	}
 	ordersPersisted.Add(float64(len(inserted)))
+	w.persisted.Add(int64(len(inserted)))
 	return nil
 }
 

@@ -53,6 +53,7 @@ func (l *RateLimits) AllowIP(ctx context.Context, ip string) (time.Duration, err
 		return 0, fmt.Errorf("rate limit ip %s: %w", ip, err)
 	}
 	if res.Allowed == 0 {
+		rateLimited.WithLabelValues("ip_request").Inc()
 		return max(res.RetryAfter, time.Millisecond), nil
 	}
 	return 0, nil
@@ -76,18 +77,19 @@ func (l *RateLimits) Admit(ctx context.Context, voucherID int64, checks []domain
 		grab  int // -1: the voucher's AllowAtMost for the whole batch
 		key   string
 		limit redis_rate.Limit
+		kind  string // the metric's label: user, ip or voucher
 	}
 	var calls []limitCall
 	for i, c := range checks {
 		if !l.perUser.IsZero() {
-			calls = append(calls, limitCall{i, "u:" + strconv.FormatInt(c.UserID, 10), l.perUser})
+			calls = append(calls, limitCall{i, "u:" + strconv.FormatInt(c.UserID, 10), l.perUser, "user"})
 		}
 		if !l.perIP.IsZero() && c.IP != "" {
-			calls = append(calls, limitCall{i, "ip:" + c.IP, l.perIP})
+			calls = append(calls, limitCall{i, "ip:" + c.IP, l.perIP, "ip"})
 		}
 	}
 	if !l.perVoucher.IsZero() {
-		calls = append(calls, limitCall{-1, "v:" + strconv.FormatInt(voucherID, 10), l.perVoucher})
+		calls = append(calls, limitCall{-1, "v:" + strconv.FormatInt(voucherID, 10), l.perVoucher, "voucher"})
 	}
 	run := func(lim redis_rate.Limiter, c limitCall) (*redis_rate.Result, error) {
 		if c.grab < 0 {
@@ -103,6 +105,8 @@ func (l *RateLimits) Admit(ctx context.Context, voucherID int64, checks []domain
 	if len(rec.calls) != len(calls) {
 		return nil, fmt.Errorf("rate limits: recorded %d script calls for %d limits", len(rec.calls), len(calls))
 	}
+	began := time.Now()
+	defer func() { scriptDuration.WithLabelValues("rate_limit").Observe(time.Since(began).Seconds()) }()
 	pipe := l.rdb.Pipeline()
 	replies := make([]*redis.Cmd, len(rec.calls))
 	for i, c := range rec.calls {
@@ -134,6 +138,9 @@ func (l *RateLimits) Admit(ctx context.Context, voucherID int64, checks []domain
 		if c.grab < 0 {
 			voucher = res
 		} else if res.Allowed == 0 {
+			if out[c.grab] == 0 { // a grab refused by two limits counts once, for the first
+				rateLimited.WithLabelValues(c.kind).Inc()
+			}
 			out[c.grab] = max(out[c.grab], res.RetryAfter, time.Millisecond)
 		}
 	}
@@ -147,6 +154,7 @@ func (l *RateLimits) Admit(ctx context.Context, voucherID int64, checks []domain
 			case slots > 0:
 				slots--
 			default:
+				rateLimited.WithLabelValues("voucher").Inc()
 				out[g] = max(voucher.RetryAfter, time.Millisecond)
 			}
 		}

@@ -42,7 +42,8 @@ type Service struct {
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
-	exited chan struct{} // closed when cmd has exited
+	exited chan struct{}    // closed when cmd has exited
+	state  *os.ProcessState // how cmd exited, once exited is closed
 }
 
 // StartService starts bin on a free loopback port with env added to this
@@ -84,7 +85,13 @@ func (s *Service) Start(ctx context.Context) error {
 		return fmt.Errorf("start service: %w", err)
 	}
 	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+	go func() {
+		_ = cmd.Wait()
+		s.mu.Lock()
+		s.state = cmd.ProcessState
+		s.mu.Unlock()
+		close(exited)
+	}()
 	s.cmd, s.exited = cmd, exited
 	s.mu.Unlock()
 
@@ -123,6 +130,31 @@ func (s *Service) Kill() {
 	}
 	_ = cmd.Process.Kill()
 	<-exited
+}
+
+// Stop sends sig (SIGTERM: a graceful shutdown) and waits up to timeout
+// for the process to exit, returning its exit code; past timeout it kills
+// the process and says so.
+func (s *Service) Stop(sig os.Signal, timeout time.Duration) (exitCode int, err error) {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	s.mu.Unlock()
+	if cmd == nil {
+		return 0, errors.New("stop service: not running")
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		return 0, fmt.Errorf("stop service: %w", err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(timeout):
+		s.Kill()
+		return 0, fmt.Errorf("stop service: still running %s after %v; killed", timeout, sig)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cmd, s.exited = nil, nil
+	return s.state.ExitCode(), nil
 }
 
 // Running reports whether the process was started and has not exited.

@@ -1,0 +1,36 @@
+package actors
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// The actors' metrics: namespaced, labelled only by a grab's code (a short
+// fixed set), never by voucher or user.
+var (
+	grabsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "flashsale", Name: "grab_total", Help: "Grabs answered, by outcome.",
+	}, []string{"code"})
+	// grabDuration is the whole grab as its caller waits for it: queueing
+	// in the actor's mailbox, rate limits, ids and the script call. The
+	// buckets span the in-memory answers (microseconds) to GRAB_TIMEOUT.
+	grabDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "flashsale", Name: "grab_duration_seconds",
+		Help:    "Time from a grab's arrival at the router to its answer, by outcome.",
+		Buckets: []float64{.0001, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	}, []string{"code"})
+	// batchSize shows whether batching works under a rush: one grab per
+	// script call when idle, up to GRAB_BATCH_SIZE under load.
+	batchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "flashsale", Name: "grab_batch_size",
+		Help:    "Grabs sent together in one batch (one script call) by a voucher actor.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 10), // 1 … 512
+	})
+	actorsAlive = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "flashsale", Name: "actors_alive",
+		Help: "Voucher actors running on this node (started and not yet stopped).",
+	})
+	actorsFull = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "flashsale", Name: "grab_actor_cap_total",
+		Help: "Grabs answered UNAVAILABLE because this node runs MaxActors voucher actors already.",
+	})
+)
+
+func init() { prometheus.MustRegister(grabsTotal, grabDuration, batchSize, actorsAlive, actorsFull) }
