@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"sync"
 
 	"flashsale/domain"
 	"flashsale/graph/model"
@@ -30,7 +31,13 @@ func follow[D, M any](ctx context.Context, start func(send func(D) bool, done fu
 			return false
 		}
 	}
-	if err := start(send, func() { close(out) }); err != nil {
+	// The gauge counts the subscription from here until its end, once,
+	// whether it ends by its done or by a failed start.
+	SubscriptionOpened()
+	var once sync.Once
+	closed := func() { once.Do(SubscriptionClosed) }
+	if err := start(send, func() { close(out); closed() }); err != nil {
+		closed()
 		return nil, err
 	}
 	return out, nil

@@ -18,6 +18,7 @@ import (
 
 	"github.com/99designs/gqlgen/client"
 	"github.com/coder/websocket"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"flashsale/actors"
 	"flashsale/domain"
@@ -388,8 +389,12 @@ func TestClosingSubscriptionsReturnsGoroutinesAndMemory(t *testing.T) {
 	waitGoroutines(0, 500*time.Millisecond)
 	baseline, baseHeap := runtime.NumGoroutine(), heap()
 
+	gaugeBefore := subscriptionsOpen(t)
 	conns := open(subs)
 	held, heldHeap := runtime.NumGoroutine()-baseline, heap()
+	if got := subscriptionsOpen(t) - gaugeBefore; got != subs {
+		t.Fatalf("flashsale_subscriptions_open rose by %v for %d subscriptions", got, subs)
+	}
 	t.Logf("%d subscriptions: %d goroutines and %d KB more", subs, held, (int64(heldHeap)-int64(baseHeap))/1024)
 	if held < subs {
 		t.Fatalf("%d subscriptions hold only %d goroutines: are they running?", subs, held)
@@ -398,6 +403,7 @@ func TestClosingSubscriptionsReturnsGoroutinesAndMemory(t *testing.T) {
 	if n := waitGoroutines(baseline+5, 10*time.Second); n > baseline+5 {
 		t.Fatalf("after closing, %d goroutines, baseline %d", n, baseline)
 	}
+	testenv.WaitFor(t, "flashsale_subscriptions_open back to its baseline", func() bool { return subscriptionsOpen(t) == gaugeBefore })
 	after := heap()
 	t.Logf("after closing: heap %d KB, baseline %d KB", after/1024, baseHeap/1024)
 	if after > baseHeap+1<<20 {
@@ -610,4 +616,20 @@ func TestOrderChangedSeesTheOrderRecorded(t *testing.T) {
 	if d.OrderChanged.ID != id || d.OrderChanged.Status != "UNPAID" {
 		t.Fatalf("after recording %+v, want order %s UNPAID", d.OrderChanged, id)
 	}
+}
+
+// subscriptionsOpen reads the flashsale_subscriptions_open gauge.
+func subscriptionsOpen(tb testing.TB) float64 {
+	tb.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "flashsale_subscriptions_open" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	tb.Fatal("flashsale_subscriptions_open is not registered")
+	return 0
 }
