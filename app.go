@@ -153,6 +153,12 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	a.tokens = auth.NewTokens(secret, auth.WithMaxTTL(cfg.JWTMaxTTL))
 
 	stock := persistence.NewStock(a.rdb)
+	if a.mini != nil {
+		// The embedded Redis lives and dies with this process, and so does
+		// the only order writer that could hold orders of a lost load: a
+		// reload has nobody to wait for (see persistence.ReloadHoldDefault).
+		stock.ReloadHold = time.Millisecond
+	}
 	a.catalog = catalog.New(persistence.NewVouchers(a.db), stock, log)
 	n, err := a.catalog.PreheatAll(ctx)
 	if err != nil {

@@ -117,7 +117,7 @@ func TestReadyzIs503WhileDraining(t *testing.T) {
 	if code, body := getStatus(t, base+"/readyz"); code != http.StatusOK {
 		t.Fatalf("before the shutdown: %d %q", code, body)
 	}
-	stop()
+	go stop() // it returns once the shutdown is over; the test looks meanwhile
 	testenv.WaitFor(t, "/readyz 503 while draining", func() bool { code, _ := getStatus(t, base+"/readyz"); return code == http.StatusServiceUnavailable })
 	if data := postQuery(t, base, admin, `{ vouchers { edges { node { id } } } }`); data["vouchers"] == nil {
 		t.Fatalf("a query while draining: %v", data)

@@ -64,27 +64,37 @@ func startStoppableService(t *testing.T, env map[string]string) (base, admin, ba
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &syncBuffer{}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, out, io.Discard) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("run returned %v after shutdown", err)
+	var runErr error
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		runErr = run(ctx, nil, func(k string) string { return env[k] }, out, io.Discard)
+	}()
+	// stop returns once run has: the shutdown drained the order log, so a
+	// next start on the same files sees everything the first one sold.
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-finished:
+				if runErr != nil {
+					t.Errorf("run returned %v after shutdown", runErr)
+				}
+			case <-time.After(15 * time.Second):
+				t.Error("service did not shut down")
 			}
-		case <-time.After(15 * time.Second):
-			t.Error("service did not shut down")
-		}
-	})
+		})
+	}
+	t.Cleanup(stop)
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if m, a := urlRe.FindStringSubmatch(out.String()), adminRe.FindStringSubmatch(out.String()); m != nil && a != nil {
-			return m[1], a[1], out.String(), cancel
+			return m[1], a[1], out.String(), stop
 		}
 		select {
-		case err := <-done:
-			t.Fatalf("service exited: %v", err)
+		case <-finished:
+			t.Fatalf("service exited: %v", runErr)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
