@@ -1,10 +1,16 @@
 # Shorthands where make exists; the commands themselves are the scripts
 # (a fresh Debian has no make: `./scripts/test.sh` is the test command).
-.PHONY: test fresh-check run build generate
+.PHONY: test fresh-check run build generate e2e
 
 # The whole test suite (README, CI).
 test:
 	./scripts/test.sh
+
+# The playground in headless Chromium; installs chromium and
+# chromium-driver with apt-get when missing (root or sudo), fails rather
+# than skips without them. `make test` runs the same test where they exist.
+e2e:
+	./scripts/e2e.sh
 
 # The test command on fresh minimal Debian machines, in every state of
 # PostgreSQL: absent, installed and started by apt, and after a reboot
