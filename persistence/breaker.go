@@ -83,8 +83,10 @@ type BreakerOptions struct {
 // installed as a go-redis hook so that every command and pipeline of that
 // client goes through it. Redis's own replies (redis.Nil, script errors)
 // count as successes: Redis answered. Timeouts, refused connections and
-// pool timeouts count as failures; a caller's cancellation counts as
-// neither.
+// pool timeouts count as failures; a caller's cancellation counts as a
+// success (gobreaker 2.1 has no third outcome), which can only delay an
+// opening: while the breaker is not closed, only Watch's ping reaches
+// Redis (see run).
 type Breaker struct {
 	cb      *gobreaker.CircuitBreaker[struct{}]
 	log     *slog.Logger
@@ -173,7 +175,7 @@ func (b *Breaker) Watch(ctx context.Context, interval time.Duration, ping func(c
 		case <-t.C:
 		}
 		if b.cb.State() != gobreaker.StateClosed {
-			pctx, cancel := context.WithTimeout(ctx, interval)
+			pctx, cancel := context.WithTimeout(context.WithValue(ctx, probeCall{}, true), interval)
 			_ = ping(pctx)
 			cancel()
 		}
@@ -187,9 +189,17 @@ func (b *Breaker) Watch(ctx context.Context, interval time.Duration, ping func(c
 // would be refused and fail the probe).
 type inBreaker struct{}
 
+// probeCall marks Watch's ping: the only call that may pass a breaker that
+// is not closed. Any other call as the half-open probe could close it on
+// a cancelled caller's "success" while Redis is still down.
+type probeCall struct{}
+
 func (b *Breaker) run(ctx context.Context, call func(context.Context) error) error {
 	if ctx.Value(inBreaker{}) != nil {
 		return call(ctx)
+	}
+	if ctx.Value(probeCall{}) == nil && b.cb.State() != gobreaker.StateClosed {
+		return fmt.Errorf("%w: %w", ErrRedisUnavailable, gobreaker.ErrOpenState)
 	}
 	ctx = context.WithValue(ctx, inBreaker{}, true)
 	_, err := b.cb.Execute(func() (struct{}, error) { return struct{}{}, call(ctx) })

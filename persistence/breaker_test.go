@@ -71,6 +71,15 @@ func TestBreakerOpensOnOutagesAndRecoversByItself(t *testing.T) {
 	proxy.Down()
 	proxy.Up()
 	proxy.Resume()
+	// Past the open time the breaker lets one probe through; a request's
+	// call is not it (only Watch's ping probes), however healthy Redis is.
+	time.Sleep(150 * time.Millisecond)
+	if err := c.Get(ctx, "no-such-key").Err(); !errors.Is(err, persistence.ErrRedisUnavailable) {
+		t.Fatalf("a request's call while half-open: %v, want ErrRedisUnavailable", err)
+	}
+	if !b.Down() {
+		t.Fatal("a request's call probed and closed the breaker")
+	}
 	watchCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	go b.Watch(watchCtx, 20*time.Millisecond, func(ctx context.Context) error { return c.Ping(ctx).Err() })
