@@ -1,6 +1,12 @@
 package actors
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"flashsale/domain"
+)
 
 // The actors' metrics: namespaced, labelled only by a grab's code (a short
 // fixed set), never by voucher or user.
@@ -33,4 +39,34 @@ var (
 	})
 )
 
-func init() { prometheus.MustRegister(grabsTotal, grabDuration, batchSize, actorsAlive, actorsFull) }
+// grabCodes are each code's series, looked up once here rather than by
+// label on every grab (a hash and a lock per lookup), and so shown at 0
+// from the start.
+var grabCodes = map[domain.SeckillCode]struct {
+	total    prometheus.Counter
+	duration prometheus.Observer
+}{}
+
+func init() {
+	prometheus.MustRegister(grabsTotal, grabDuration, batchSize, actorsAlive, actorsFull)
+	for _, c := range []domain.SeckillCode{domain.SeckillOK, domain.SeckillNotFound, domain.SeckillNotStarted,
+		domain.SeckillEnded, domain.SeckillPaused, domain.SeckillSoldOut, domain.SeckillLimitReached,
+		domain.SeckillUnavailable, domain.SeckillRateLimited} {
+		grabCodes[c] = struct {
+			total    prometheus.Counter
+			duration prometheus.Observer
+		}{grabsTotal.WithLabelValues(string(c)), grabDuration.WithLabelValues(string(c))}
+	}
+}
+
+// countGrab records one answered grab.
+func countGrab(code domain.SeckillCode, took time.Duration) {
+	m, ok := grabCodes[code]
+	if !ok { // a code added later and not listed above
+		grabsTotal.WithLabelValues(string(code)).Inc()
+		grabDuration.WithLabelValues(string(code)).Observe(took.Seconds())
+		return
+	}
+	m.total.Inc()
+	m.duration.Observe(took.Seconds())
+}

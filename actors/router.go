@@ -218,8 +218,7 @@ func (r *Router) Grab(ctx context.Context, req domain.GrabRequest) domain.GrabRe
 	now := time.Now()
 	r.load.observe(now.Sub(start), now)
 	r.answered.Add(1)
-	grabsTotal.WithLabelValues(string(res.Code)).Inc()
-	grabDuration.WithLabelValues(string(res.Code)).Observe(now.Sub(start).Seconds())
+	countGrab(res.Code, now.Sub(start))
 	return res
 }
 

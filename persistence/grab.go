@@ -163,9 +163,8 @@ return {f, m[1], m[2], m[3], m[4], redis.call('GET', KEYS[2])}
 // writes nothing.
 func (g *Grabs) Claim(ctx context.Context, voucherID int64) (int64, domain.VoucherState, error) {
 	seen := time.Now()
-	began := time.Now()
 	raw, err := claimScript.Run(ctx, g.rdb, []string{metaKey(voucherID), stockKey(voucherID), fenceKey(voucherID)}).Slice()
-	scriptDuration.WithLabelValues("claim").Observe(time.Since(began).Seconds())
+	claimScriptDuration.Observe(time.Since(seen).Seconds())
 	if err != nil {
 		return 0, domain.VoucherState{}, fmt.Errorf("claim voucher %d: %w", voucherID, err)
 	}
@@ -221,7 +220,7 @@ func (g *Grabs) Grab(ctx context.Context, voucherID, fence int64, grabs []domain
 	keys := []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID), fenceKey(voucherID), reqKey(voucherID), LogKey(voucherID)}
 	seen := time.Now()
 	raw, err := grabScript.Run(ctx, g.rdb, keys, args...).Slice()
-	scriptDuration.WithLabelValues("grab").Observe(time.Since(seen).Seconds())
+	grabScriptDuration.Observe(time.Since(seen).Seconds())
 	if err != nil {
 		return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: %w", voucherID, err)
 	}

@@ -64,7 +64,11 @@ var (
 		Help:    "Time of one Redis script call (or pipeline of them), by script: grab, claim, rate_limit.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5},
 	}, []string{"script"})
-	redisErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+	// The script timers, looked up once rather than by label per call.
+	grabScriptDuration      = scriptDuration.WithLabelValues("grab")
+	claimScriptDuration     = scriptDuration.WithLabelValues("claim")
+	rateLimitScriptDuration = scriptDuration.WithLabelValues("rate_limit")
+	redisErrors             = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "flashsale", Name: "redis_errors_total",
 		Help: "Redis commands that failed (not counting a missing key or a script to be loaded), by class: script, stream, ping, other.",
 	}, []string{"op"})

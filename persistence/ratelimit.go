@@ -106,7 +106,7 @@ func (l *RateLimits) Admit(ctx context.Context, voucherID int64, checks []domain
 		return nil, fmt.Errorf("rate limits: recorded %d script calls for %d limits", len(rec.calls), len(calls))
 	}
 	began := time.Now()
-	defer func() { scriptDuration.WithLabelValues("rate_limit").Observe(time.Since(began).Seconds()) }()
+	defer func() { rateLimitScriptDuration.Observe(time.Since(began).Seconds()) }()
 	pipe := l.rdb.Pipeline()
 	replies := make([]*redis.Cmd, len(rec.calls))
 	for i, c := range rec.calls {
