@@ -65,6 +65,7 @@ type app struct {
 	router   *actors.Router
 	writer   *persistence.OrderWriter
 	orders   *ordersPart
+	locks    lockPart
 	live     *live.Service
 	listener net.Listener
 	http     *http.Server
@@ -187,7 +188,25 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	}
 	// a.live is set below, before the server takes any grab.
 	routerOpts.Sold = func(voucherID int64) { a.live.Sold(voucherID) }
-	a.router = actors.NewRouter(persistence.NewGrabs(a.rdb), a.ids, a.catalog, log, routerOpts)
+	if err = a.openLocks(); err != nil {
+		return nil, err
+	}
+	routerOpts.Leases = segmentLeases{redlock: a.locks.redlock, ttl: cfg.SegmentLeaseTTL}
+	routerOpts.LeaseWait = min(cfg.SegmentLeaseTTL+time.Second, max(cfg.GrabTimeout-time.Second, cfg.GrabTimeout/2))
+	if cfg.ClusterProvider == "test" {
+		// One node: plain local actors behind the same router, under the
+		// same leases and fencing (docs/DECISIONS.md, "A single node is
+		// not a cluster member").
+		a.router = actors.NewRouter(persistence.NewGrabs(a.rdb), a.ids, a.catalog, log, routerOpts)
+	} else {
+		co, err := clusterOptions(cfg)
+		if err != nil {
+			return nil, err
+		}
+		if a.router, err = actors.NewClusteredRouter(persistence.NewGrabs(a.rdb), a.ids, a.catalog, log, routerOpts, co); err != nil {
+			return nil, fmt.Errorf("cluster (%s): %w", clusterLabel(cfg), err)
+		}
+	}
 	a.writer = persistence.NewOrderWriter(a.db, a.bg, log, persistence.OrderWriterOptions{Consumer: cfg.NodeID, ClaimIdle: cfg.OrderLogClaimIdle})
 	if err = a.writer.Acquire(ctx); errors.Is(err, persistence.ErrConsumerInUse) {
 		return nil, &config.Error{Var: "NODE_ID", Msg: err.Error() + "; give each node its own NODE_ID"}
@@ -406,6 +425,7 @@ func (a *app) stop() {
 		a.background.Wait()
 		a.orders.wait()
 	}
+	a.locks.close() // after the router and the maintenance: their leases are released
 	if a.probe != nil {
 		_ = a.probe.Close()
 	}

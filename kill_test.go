@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -61,25 +59,9 @@ func startProcess(t *testing.T, bin string, env map[string]string) *process {
 	return &process{s}
 }
 
+// grab is one grab without an idempotency key.
 func (p *process) grab(client *http.Client, token, voucherID string) (code, orderID string, err error) {
-	body, _ := json.Marshal(map[string]any{"query": `mutation($id: ID!) { seckillVoucher(voucherId: $id) { code orderId } }`, "variables": map[string]any{"id": voucherID}})
-	req, _ := http.NewRequest(http.MethodPost, p.Base+"/query", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", "", err
-	}
-	defer resp.Body.Close()
-	var out struct {
-		Data struct {
-			SeckillVoucher struct{ Code, OrderID string }
-		}
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return "", "", err
-	}
-	return out.Data.SeckillVoucher.Code, out.Data.SeckillVoucher.OrderID, nil
+	return grabWithKey(client, p.Base, token, voucherID, "")
 }
 
 // TestKillDashNineLosesNoOrder kills the service with SIGKILL in the middle

@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-
-	"github.com/redis/go-redis/v9"
 
 	"flashsale/graph"
 	"flashsale/internal/catalog"
@@ -31,7 +28,6 @@ var (
 type ordersPart struct {
 	service    *orders.Service
 	reconciler *orders.Reconciler
-	locks      []*redis.Client
 	done       []<-chan struct{}
 }
 
@@ -39,20 +35,7 @@ type ordersPart struct {
 // stopOrders waits for it after bg is cancelled.
 func (a *app) startOrders(bg context.Context, stock *persistence.Stock) (*ordersPart, error) {
 	p := &ordersPart{}
-	var nodes []redis.UniversalClient
-	for _, u := range a.cfg.LockRedisURLs {
-		opts, err := redis.ParseURL(u) // validated by config
-		if err != nil {
-			return nil, fmt.Errorf("LOCK_REDIS_URLS: %w", err)
-		}
-		c := redis.NewClient(opts)
-		p.locks = append(p.locks, c)
-		nodes = append(nodes, c)
-	}
-	if len(nodes) == 0 { // embedded mode: the in-process Redis
-		nodes = []redis.UniversalClient{a.rdb}
-	}
-	locker := lease.New(nodes, 0, a.log)
+	locker := a.locks.redlock
 	store := persistence.NewOrders(a.db, a.rdb, a.log)
 	p.service = orders.New(store, a.catalog, orders.Config{PayTimeout: a.cfg.PayTimeout}, a.log)
 	p.reconciler = orders.NewReconciler(persistence.NewReconciler(a.db, a.rdb), stock, a.catalog, locker,
@@ -65,16 +48,12 @@ func (a *app) startOrders(bg context.Context, stock *persistence.Stock) (*orders
 	return p, nil
 }
 
-// wait waits for the maintenance services (their context is cancelled)
-// and closes the lock clients.
+// wait waits for the maintenance services (their context is cancelled).
 func (p *ordersPart) wait() {
 	if p == nil {
 		return
 	}
 	for _, d := range p.done {
 		<-d
-	}
-	for _, c := range p.locks {
-		_ = c.Close()
 	}
 }

@@ -417,13 +417,13 @@ func liveState() domain.VoucherState {
 	return domain.VoucherState{Found: true, Status: domain.StatusActive, Begin: time.Now().Add(-time.Hour), End: time.Now().Add(time.Hour), Limit: 1, Remaining: 10}
 }
 
-func (*slowStore) Claim(context.Context, int64) (int64, domain.VoucherState, error) {
+func (*slowStore) Claim(context.Context, int64, int) (int64, domain.VoucherState, error) {
 	return 1, liveState(), nil
 }
 func (*slowStore) State(context.Context, int64) (domain.VoucherState, error) {
 	return liveState(), nil
 }
-func (s *slowStore) Grab(_ context.Context, _, _ int64, g []domain.Grab) (domain.BatchOutcome, error) {
+func (s *slowStore) Grab(_ context.Context, _ int64, _ int, _ int64, g []domain.Grab) (domain.BatchOutcome, error) {
 	s.hold()
 	out := domain.BatchOutcome{State: liveState()}
 	for _, x := range g {

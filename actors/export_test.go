@@ -1,5 +1,11 @@
 package actors
 
+import (
+	"github.com/cespare/xxhash/v2"
+
+	"flashsale/domain"
+)
+
 // Views of a router's state for the tests, so that they wait for a state
 // instead of sleeping for it. Compiled into tests only.
 
@@ -8,10 +14,13 @@ package actors
 func Queued(r *Router, voucherID int64) int64 {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if ref := r.vouchers[voucherID]; ref != nil {
-		return ref.queued.Load()
+	var n int64
+	for key, ref := range r.vouchers {
+		if key.voucher == voucherID {
+			n += ref.queued.Load()
+		}
 	}
-	return 0
+	return n
 }
 
 // Closing reports whether Close has begun (it takes no new grabs and holds
@@ -20,4 +29,39 @@ func Closing(r *Router) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.closed
+}
+
+// Hosted lists the segments (voucher, segment) this node runs an
+// activation of.
+func Hosted(r *Router) [][2]int64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out [][2]int64
+	for key := range r.vouchers {
+		out = append(out, [2]int64{key.voucher, int64(key.seg)})
+	}
+	return out
+}
+
+// GrabOn grabs through this node's own activation of the segment, whatever
+// the placement says: a test's way to force two members to host one
+// segment.
+func GrabOn(r *Router, req domain.GrabRequest, seg int) domain.GrabResult {
+	msg := &grabMsg{user: req.UserID, req: r.requestID(req), reply: make(chan domain.GrabResult, 1)}
+	if !r.send(segKey{voucher: req.VoucherID, seg: seg}, msg) {
+		return domain.GrabResult{Code: domain.SeckillUnavailable}
+	}
+	return <-msg.reply
+}
+
+// ProtoactorLogger is the logger protoactor-go is given.
+var ProtoactorLogger = protoactorLogger
+
+// Owner is the member that hosts a segment among members.
+func Owner(members []string, voucher int64, seg int) string {
+	ms := make([]placed, len(members))
+	for i, a := range members {
+		ms[i] = placed{addr: a, seed: xxhash.Sum64String(a)}
+	}
+	return owner(ms, xxhash.Sum64String(segKey{voucher, seg}.identity()))
 }

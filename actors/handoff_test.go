@@ -29,7 +29,7 @@ type recordingStore struct {
 	sold []int64
 }
 
-func (s *recordingStore) Claim(context.Context, int64) (int64, domain.VoucherState, error) {
+func (s *recordingStore) Claim(context.Context, int64, int) (int64, domain.VoucherState, error) {
 	return 1, liveState(), nil
 }
 
@@ -40,7 +40,7 @@ func (s *recordingStore) State(context.Context, int64) (domain.VoucherState, err
 	return liveState(), nil
 }
 
-func (s *recordingStore) Grab(ctx context.Context, _, _ int64, g []domain.Grab) (domain.BatchOutcome, error) {
+func (s *recordingStore) Grab(ctx context.Context, _ int64, _ int, _ int64, g []domain.Grab) (domain.BatchOutcome, error) {
 	if s.untilDeadline {
 		<-ctx.Done()
 	}

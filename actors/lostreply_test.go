@@ -96,11 +96,11 @@ type onceStale struct {
 	refused atomic.Bool
 }
 
-func (s *onceStale) Grab(ctx context.Context, voucherID, fence int64, g []domain.Grab) (domain.BatchOutcome, error) {
+func (s *onceStale) Grab(ctx context.Context, voucherID int64, seg int, fence int64, g []domain.Grab) (domain.BatchOutcome, error) {
 	if s.refused.CompareAndSwap(false, true) {
 		return domain.BatchOutcome{Stale: true}, nil
 	}
-	return s.recordingStore.Grab(ctx, voucherID, fence, g)
+	return s.recordingStore.Grab(ctx, voucherID, seg, fence, g)
 }
 
 // onePerUser admits each user's first grab and limits every later one.

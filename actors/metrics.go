@@ -37,6 +37,31 @@ var (
 		Namespace: "flashsale", Name: "grab_actor_cap_total",
 		Help: "Grabs answered UNAVAILABLE because this node runs MaxActors voucher actors already.",
 	})
+	// The cluster's metrics (issue 11).
+	segmentsHosted = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "flashsale", Name: "cluster_segments_hosted",
+		Help: "Voucher segments this member hosts an activation of now.",
+	})
+	placementShare = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "flashsale", Name: "cluster_placement_share",
+		Help: "Share (0..1) of a fixed sample of 4096 segment identities that this member would host under the current membership: the spread of the placement, 1/members when fair.",
+	})
+	clusterMembers = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "flashsale", Name: "cluster_members",
+		Help: "Members of the cluster hosting segments, as this member sees them.",
+	})
+	remoteGrabs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "flashsale", Name: "cluster_remote_grabs_total",
+		Help: "Grabs this member sent to the member hosting their segment, by result (ok: an answer came back; failed: none did, answered UNAVAILABLE).",
+	}, []string{"result"})
+	leaseRefusals = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "flashsale", Name: "segment_lease_refused_total",
+		Help: "Segment activations that could not take their Redlock lease in time (their grabs were answered UNAVAILABLE).",
+	})
+	leaseLosses = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "flashsale", Name: "segment_lease_lost_total",
+		Help: "Segment activations that stopped because their lease could not be extended.",
+	})
 )
 
 // grabCodes are each code's series, looked up once here rather than by
@@ -48,7 +73,8 @@ var grabCodes = map[domain.SeckillCode]struct {
 }{}
 
 func init() {
-	prometheus.MustRegister(grabsTotal, grabDuration, batchSize, actorsAlive, actorsFull)
+	prometheus.MustRegister(grabsTotal, grabDuration, batchSize, actorsAlive, actorsFull,
+		segmentsHosted, placementShare, clusterMembers, remoteGrabs, leaseRefusals, leaseLosses)
 	for _, c := range []domain.SeckillCode{domain.SeckillOK, domain.SeckillNotFound, domain.SeckillNotStarted,
 		domain.SeckillEnded, domain.SeckillPaused, domain.SeckillSoldOut, domain.SeckillLimitReached,
 		domain.SeckillUnavailable, domain.SeckillRateLimited} {

@@ -27,10 +27,33 @@ import (
 // token and runs a batch through the grab script (persistence.Grabs, wired
 // by main). Declared here in domain types, so that actors needs no storage
 // package and a test can stand in for Redis.
+//
+// A voucher's grabs are spread over its segments (issue 11): each segment
+// is an actor identity of its own with its own fencing token, and every
+// segment sells from the voucher's one stock.
 type Store interface {
-	Claim(ctx context.Context, voucherID int64) (int64, domain.VoucherState, error)
+	Claim(ctx context.Context, voucherID int64, seg int) (int64, domain.VoucherState, error)
 	State(ctx context.Context, voucherID int64) (domain.VoucherState, error)
-	Grab(ctx context.Context, voucherID, fence int64, grabs []domain.Grab) (domain.BatchOutcome, error)
+	Grab(ctx context.Context, voucherID int64, seg int, fence int64, grabs []domain.Grab) (domain.BatchOutcome, error)
+}
+
+// Leases hands out the Redlock lease that a segment's activation holds
+// while it serves (lease.Redlock, wired by main): with it, two members
+// never serve one segment at once while the lease holds, and the fencing
+// token in the script covers the moment a lease lapses unnoticed.
+type Leases interface {
+	// Acquire takes the named lease, trying until ctx ends.
+	Acquire(ctx context.Context, name string) (Lease, error)
+}
+
+// Lease is one held lease.
+type Lease interface {
+	// Extend renews the lease for another TTL; an error means it may be
+	// lost, and the holder must stop serving.
+	Extend(ctx context.Context) error
+	Release(ctx context.Context)
+	// TTL is how long the lease lasts without an extension.
+	TTL() time.Duration
 }
 
 // OrderIDs hands out order ids in bulk (persistence.OrderIDs).
@@ -102,6 +125,11 @@ type Options struct {
 	// unit (live.Service.Sold, which coalesces its announcements). It
 	// runs on the actor and must not block.
 	Sold func(voucherID int64)
+	// Leases, if set, makes every segment activation hold a lease (see
+	// Leases); LeaseWait bounds how long an activation waits for a lease
+	// another member holds (default: the lease's TTL and a second).
+	Leases    Leases
+	LeaseWait time.Duration
 }
 
 // Defaults of Options, exported for the configuration's defaults.
@@ -114,6 +142,9 @@ const (
 	// takes a few milliseconds when Redis answers.
 	CallTimeoutDefault  = 200 * time.Millisecond
 	BatchTimeoutDefault = 400 * time.Millisecond
+	// LeaseWaitDefault covers the default segment lease (3 s) lapsing
+	// after its holder died, within GrabTimeoutDefault.
+	LeaseWaitDefault = 4 * time.Second
 )
 
 func (o Options) withDefaults() Options {
@@ -138,6 +169,9 @@ func (o Options) withDefaults() Options {
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = 2 * time.Minute
 	}
+	if o.LeaseWait <= 0 {
+		o.LeaseWait = LeaseWaitDefault
+	}
 	if o.MaxActors <= 0 {
 		o.MaxActors = 10_000
 	}
@@ -147,7 +181,10 @@ func (o Options) withDefaults() Options {
 // Router owns the voucher actors of this node and routes each grab to its
 // voucher's actor.
 type Router struct {
-	system    *actor.ActorSystem
+	system *actor.ActorSystem
+	// cluster, if set, places each segment on one member (see Cluster):
+	// grabs of a segment another member hosts are sent to it.
+	cluster   *Cluster
 	store     Store
 	ids       OrderIDs
 	preheater Preheater
@@ -161,13 +198,28 @@ type Router struct {
 	// answered counts grabs answered since start, for the shutdown log.
 	answered atomic.Uint64
 
+	// segments caches each voucher's segment count (int64 -> int), as
+	// this node's activations and other members' replies report it.
+	segments sync.Map
+
 	mu       sync.RWMutex
-	vouchers map[int64]*voucherRef
+	vouchers map[segKey]*voucherRef
 	closed   bool // no new grabs (Drain)
 	stopped  bool // Close ran
 
 	stop chan struct{}
 	done chan struct{}
+}
+
+// segKey names one segment of one voucher: one actor identity.
+type segKey struct {
+	voucher int64
+	seg     int
+}
+
+// identity is the segment's cluster identity.
+func (k segKey) identity() string {
+	return strconv.FormatInt(k.voucher, 10) + "/" + strconv.Itoa(k.seg)
 }
 
 // voucherRef is the router's handle on one activation.
@@ -191,11 +243,11 @@ const unknownIdle = 5 * time.Second
 func NewRouter(store Store, ids OrderIDs, preheater Preheater, log *slog.Logger, opts Options) *Router {
 	r := &Router{
 		system: actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-			return log.With("component", "protoactor")
+			return protoactorLogger(log)
 		})),
 		store: store, ids: ids, preheater: preheater, opts: opts.withDefaults(), log: log,
 		reqPrefix: randomPrefix(),
-		vouchers:  map[int64]*voucherRef{},
+		vouchers:  map[segKey]*voucherRef{},
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
@@ -223,6 +275,7 @@ func (r *Router) Grab(ctx context.Context, req domain.GrabRequest) domain.GrabRe
 }
 
 func (r *Router) grab(ctx context.Context, req domain.GrabRequest) domain.GrabResult {
+	key := segKey{voucher: req.VoucherID, seg: SegmentOf(req.UserID, r.segmentCount(req.VoucherID))}
 	msg := &grabMsg{
 		user:  req.UserID,
 		ip:    req.ClientIP,
@@ -230,7 +283,10 @@ func (r *Router) grab(ctx context.Context, req domain.GrabRequest) domain.GrabRe
 		keyed: req.RequestID != "",
 		reply: make(chan domain.GrabResult, 1),
 	}
-	if !r.send(req.VoucherID, msg) {
+	if r.cluster != nil && !r.cluster.Local(key) {
+		return r.cluster.forward(key, msg)
+	}
+	if !r.send(key, msg) {
 		return domain.GrabResult{Code: domain.SeckillUnavailable}
 	}
 	timer := time.NewTimer(r.opts.GrabTimeout)
@@ -275,13 +331,46 @@ func (r *Router) requestID(req domain.GrabRequest) string {
 	return r.reqPrefix + strconv.FormatUint(r.reqSeq.Add(1), 36)
 }
 
-// send enqueues msg for the voucher's actor, spawning it if needed. The
+// SegmentOf is the segment of a voucher with segs segments that a user's
+// grabs go to: a hash of the user id (a multiplicative mix, so that
+// consecutive ids spread evenly) modulo segs.
+func SegmentOf(userID int64, segs int) int {
+	if segs <= 1 {
+		return 0
+	}
+	h := uint64(userID) * 0x9E3779B97F4A7C15
+	h ^= h >> 29
+	return int(h % uint64(segs))
+}
+
+// segmentCount is the voucher's segment count as this node knows it (1
+// until an activation or a reply told it). A stale count only sends a
+// grab to another segment than usual: every segment sells from the one
+// stock and counts the one per-user limit, inside the one script.
+func (r *Router) segmentCount(voucherID int64) int {
+	if n, ok := r.segments.Load(voucherID); ok {
+		return n.(int)
+	}
+	return 1
+}
+
+// learnSegments records a voucher's segment count.
+func (r *Router) learnSegments(voucherID int64, n int) {
+	if n < 1 {
+		return
+	}
+	if cur, ok := r.segments.Load(voucherID); !ok || cur.(int) != n {
+		r.segments.Store(voucherID, n)
+	}
+}
+
+// send enqueues msg for the segment's actor, spawning it if needed. The
 // lookup and the enqueue happen under the router's lock so that an actor
 // that forgets itself (forget takes the write lock) receives nothing after
 // it queued its own poison pill.
-func (r *Router) send(voucherID int64, msg *grabMsg) bool {
+func (r *Router) send(key segKey, msg *grabMsg) bool {
 	r.mu.RLock()
-	if ref := r.vouchers[voucherID]; ref != nil || r.closed {
+	if ref := r.vouchers[key]; ref != nil || r.closed {
 		ok := !r.closed && r.enqueue(ref, msg)
 		r.mu.RUnlock()
 		return ok
@@ -293,16 +382,17 @@ func (r *Router) send(voucherID int64, msg *grabMsg) bool {
 	if r.closed {
 		return false
 	}
-	ref := r.vouchers[voucherID]
+	ref := r.vouchers[key]
 	if ref == nil {
 		if len(r.vouchers) >= r.opts.MaxActors {
 			actorsFull.Inc()
 			return false
 		}
 		ref = &voucherRef{}
-		a := &voucherActor{r: r, ref: ref, id: voucherID}
+		a := &voucherActor{r: r, ref: ref, id: key.voucher, seg: key.seg}
 		ref.pid = r.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
-		r.vouchers[voucherID] = ref
+		r.vouchers[key] = ref
+		segmentsHosted.Set(float64(len(r.vouchers)))
 	}
 	return r.enqueue(ref, msg)
 }
@@ -319,23 +409,39 @@ func (r *Router) enqueue(ref *voucherRef, msg *grabMsg) bool {
 	return true
 }
 
-// forget drops ref if it is still the voucher's current activation.
-func (r *Router) forget(voucherID int64, ref *voucherRef) {
+// forget drops ref if it is still the segment's current activation.
+func (r *Router) forget(key segKey, ref *voucherRef) {
 	r.mu.Lock()
-	if r.vouchers[voucherID] == ref {
-		delete(r.vouchers, voucherID)
+	if r.vouchers[key] == ref {
+		delete(r.vouchers, key)
+		segmentsHosted.Set(float64(len(r.vouchers)))
 	}
 	r.mu.Unlock()
 }
 
-// Changed tells the voucher's actor, if this node has one, that the
-// voucher changed outside the grab script (status, restock, cancellation),
-// so it reloads what it cached.
+// Changed tells the voucher's actors on this node, if any, that the
+// voucher changed outside the grab script (status, restock, cancellation,
+// segments), so they reload what they cached.
 func (r *Router) Changed(voucherID int64) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if ref := r.vouchers[voucherID]; ref != nil {
-		r.system.Root.Send(ref.pid, reload{})
+	for seg := range domain.MaxSegments {
+		if ref := r.vouchers[segKey{voucherID, seg}]; ref != nil {
+			r.system.Root.Send(ref.pid, reload{})
+		}
+	}
+}
+
+// Rehome retires every activation of a segment that owns reports this
+// member no longer hosts (the cluster's membership changed): it releases
+// its lease so that the new host can take it, and hands what it holds on.
+func (r *Router) Rehome(owns func(segKey) bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for key, ref := range r.vouchers {
+		if !owns(key) {
+			r.system.Root.Send(ref.pid, moved{})
+		}
 	}
 }
 
@@ -348,11 +454,17 @@ func (r *Router) Resync() {
 	}
 }
 
-// Active reports whether this node has a live activation for the voucher.
+// Active reports whether this node has a live activation for a segment
+// of the voucher.
 func (r *Router) Active(voucherID int64) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.vouchers[voucherID] != nil
+	for seg := range domain.MaxSegments {
+		if r.vouchers[segKey{voucherID, seg}] != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // passivate stops actors that have been idle for IdleTimeout. Only an actor
@@ -379,6 +491,7 @@ func (r *Router) passivate() {
 			}
 			if ref.queued.Load() == 0 && ref.lastUsed.Load() < idleSince {
 				delete(r.vouchers, id)
+				segmentsHosted.Set(float64(len(r.vouchers)))
 				r.system.Root.Poison(ref.pid)
 			}
 		}
@@ -421,10 +534,14 @@ func (r *Router) Close() {
 	<-r.done
 	r.mu.Lock()
 	refs := r.vouchers
-	r.vouchers = map[int64]*voucherRef{}
+	r.vouchers = map[segKey]*voucherRef{}
 	r.mu.Unlock()
 	for _, ref := range refs {
 		_ = r.system.Root.PoisonFuture(ref.pid).Wait()
+	}
+	if r.cluster != nil {
+		r.cluster.shutdown() // stops the actor system too
+		return
 	}
 	r.system.Shutdown()
 }

@@ -21,7 +21,10 @@ type grabMsg struct {
 	// may be the retry of one that sold (see voucherActor.decided).
 	keyed bool
 	reply chan domain.GrabResult
-	ref   *voucherRef
+	// done, if set, takes the answer instead of reply: a grab another
+	// member sent (see Cluster) is answered by a message back to it.
+	done func(res domain.GrabResult, segments int)
+	ref  *voucherRef
 	// hops counts how often the grab was handed to a new activation.
 	hops int
 	// admitted is set once the rate limits let the grab through: a grab
@@ -77,6 +80,23 @@ type batchDone struct {
 // reload asks the actor to re-read the voucher's state from Redis.
 type reload struct{}
 
+// moved tells an activation that its segment is hosted by another member
+// now: it stops and releases its lease.
+type moved struct{}
+
+// leaseLost tells an activation that its lease could not be extended: it
+// must stop serving, since another member may hold the lease now.
+type leaseLost struct{ err error }
+
+// deliver hands the grab its answer.
+func (g *grabMsg) deliver(res domain.GrabResult, segments int) {
+	if g.done != nil {
+		g.done(res, segments)
+		return
+	}
+	g.reply <- res // buffered: never blocks
+}
+
 // voucherActor sequences the grabs of one voucher. At most one script call
 // is in flight; grabs that arrive meanwhile form the next batch, so the
 // batch size follows the load (one grab when idle, BatchSize under a rush)
@@ -85,10 +105,16 @@ type voucherActor struct {
 	r   *Router
 	ref *voucherRef
 	id  int64
+	seg int
+	// lease is the segment's Redlock lease while this activation serves
+	// (nil without Options.Leases); stopLease ends its renewals.
+	lease     Lease
+	stopLease chan struct{}
 
 	fence      int64
 	state      domain.VoucherState
 	unusable   bool // stale fence or Redis unreachable at activation: stopping
+	refused    bool // no lease: grabs are answered UNAVAILABLE, not re-routed
 	pending    []*grabMsg
 	inflight   bool
 	wantReload bool
@@ -110,39 +136,152 @@ func (a *voucherActor) Receive(ctx actor.Context) {
 			return
 		}
 		a.reload(ctx)
+	case moved:
+		if !a.unusable {
+			a.r.log.Info("segment hosted by another member now; stopping", "voucher", a.id, "segment", a.seg)
+			a.retireAfterBatch(ctx)
+		}
+	case leaseLost:
+		if !a.unusable {
+			a.r.log.Warn("segment lease lost; stopping", "voucher", a.id, "segment", a.seg, "err", m.err)
+			leaseLosses.Inc()
+			a.retireAfterBatch(ctx)
+		}
 	case *actor.Stopping:
 		for _, g := range a.pending {
 			a.answer(g, domain.GrabResult{Code: domain.SeckillUnavailable})
 		}
 		a.pending = nil
+		a.releaseLease()
 	case *actor.Stopped:
 		actorsAlive.Dec()
 	}
 }
 
+// retireAfterBatch retires the activation now, or, with a batch in
+// flight, once its answer is in (onBatch checks unusable): the batch's
+// grabs must hear how it went.
+func (a *voucherActor) retireAfterBatch(ctx actor.Context) {
+	if a.inflight {
+		a.unusable = true
+		a.r.forget(a.key(), a.ref)
+		return
+	}
+	a.retire(ctx, nil)
+}
+
+func (a *voucherActor) key() segKey { return segKey{voucher: a.id, seg: a.seg} }
+
 // activate claims a fencing token and loads the voucher, preheating it
 // from the database if Redis does not have it. An id that is no seckill
 // voucher gets an actor that answers NOT_FOUND from memory and is
 // passivated soon.
+//
+// With Options.Leases, a voucher Redis knows is served only under the
+// segment's lease: the activation takes it (waiting up to LeaseWait for
+// another member to let go of it) before it claims its fencing token,
+// renews it every TTL/3, and stops serving when a renewal fails. An
+// activation that cannot get the lease answers UNAVAILABLE and stops.
 func (a *voucherActor) activate(ctx actor.Context) {
 	cctx, cancel := context.WithTimeout(context.Background(), a.r.opts.CallTimeout)
 	defer cancel()
-	fence, st, err := a.r.store.Claim(cctx, a.id)
+	if a.r.opts.Leases != nil {
+		st, err := a.r.store.State(cctx, a.id)
+		if err == nil && !st.Found {
+			var found bool
+			found, err = a.r.preheater.EnsurePreheated(cctx, a.id)
+			st.Found = found
+		}
+		if err != nil {
+			a.r.log.Warn("voucher actor cannot start", "voucher", a.id, "segment", a.seg, "err", err)
+			a.retire(ctx, nil)
+			return
+		}
+		if st.Found && !a.takeLease(ctx) {
+			a.refuse(ctx)
+			return
+		}
+		cancel()
+		cctx, cancel = context.WithTimeout(context.Background(), a.r.opts.CallTimeout)
+		defer cancel()
+	}
+	fence, st, err := a.r.store.Claim(cctx, a.id, a.seg)
 	if err == nil && !st.Found {
 		var found bool
 		if found, err = a.r.preheater.EnsurePreheated(cctx, a.id); err == nil && found {
-			fence, st, err = a.r.store.Claim(cctx, a.id)
+			fence, st, err = a.r.store.Claim(cctx, a.id, a.seg)
 		}
 	}
 	if err != nil {
-		a.r.log.Warn("voucher actor cannot start", "voucher", a.id, "err", err)
+		a.r.log.Warn("voucher actor cannot start", "voucher", a.id, "segment", a.seg, "err", err)
 		a.retire(ctx, nil)
 		return
 	}
 	a.fence, a.state = fence, st
 	if !st.Found {
 		a.ref.unknown.Store(true)
+		a.releaseLease() // nothing to guard
+	} else {
+		a.r.learnSegments(a.id, st.Segments)
 	}
+}
+
+// takeLease takes the segment's lease and starts renewing it.
+func (a *voucherActor) takeLease(ctx actor.Context) bool {
+	wait := a.r.opts.LeaseWait
+	lctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	l, err := a.r.opts.Leases.Acquire(lctx, "seg:"+a.key().identity())
+	if err != nil {
+		a.r.log.Warn("segment lease not granted; answering UNAVAILABLE", "voucher", a.id, "segment", a.seg, "err", err)
+		leaseRefusals.Inc()
+		return false
+	}
+	a.lease, a.stopLease = l, make(chan struct{})
+	self, stop, system := ctx.Self(), a.stopLease, a.r.system
+	go func() {
+		t := time.NewTicker(max(l.TTL()/3, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			ectx, cancel := context.WithTimeout(context.Background(), max(l.TTL()/3, time.Millisecond))
+			err := l.Extend(ectx)
+			cancel()
+			if err != nil {
+				system.Root.Send(self, leaseLost{err: err})
+				return
+			}
+		}
+	}()
+	return true
+}
+
+// releaseLease stops the renewals and lets the lease go.
+func (a *voucherActor) releaseLease() {
+	if a.lease == nil {
+		return
+	}
+	close(a.stopLease)
+	l := a.lease
+	a.lease = nil
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		l.Release(ctx)
+	}()
+}
+
+// refuse stops an activation that could not take its lease: the grabs that
+// reach it are answered UNAVAILABLE (none of them reached Redis), and the
+// next grab starts a new activation that tries again.
+func (a *voucherActor) refuse(ctx actor.Context) {
+	a.unusable, a.refused = true, true
+	a.r.forget(a.key(), a.ref)
+	ctx.Poison(ctx.Self())
 }
 
 func (a *voucherActor) reload(ctx actor.Context) {
@@ -162,6 +301,7 @@ func (a *voucherActor) reload(ctx actor.Context) {
 		a.retire(ctx, nil)
 		return
 	}
+	a.r.learnSegments(a.id, st.Segments)
 	limit := a.state.Limit
 	a.state = st
 	if a.state.Limit == 0 {
@@ -177,7 +317,7 @@ func (a *voucherActor) reload(ctx actor.Context) {
 // what is already in its mailbox.
 func (a *voucherActor) retire(ctx actor.Context, held []*grabMsg) {
 	a.unusable = true
-	a.r.forget(a.id, a.ref)
+	a.r.forget(a.key(), a.ref)
 	for _, g := range append(held, a.pending...) {
 		a.reroute(g)
 	}
@@ -191,8 +331,20 @@ func (a *voucherActor) reroute(g *grabMsg) {
 	g.ref.queued.Add(-1)
 	a.r.load.queued.Add(-1)
 	g.hops++
-	if g.hops > maxHops || !a.r.send(a.id, g) {
-		g.reply <- domain.GrabResult{Code: domain.SeckillUnavailable}
+	if g.hops > maxHops {
+		g.deliver(domain.GrabResult{Code: domain.SeckillUnavailable}, 0)
+		return
+	}
+	key := a.key()
+	if c := a.r.cluster; c != nil && !c.Local(key) {
+		go func() { // the segment moved: hand the grab to its new host
+			res, segs := c.request(key, g)
+			g.deliver(res, segs)
+		}()
+		return
+	}
+	if !a.r.send(key, g) {
+		g.deliver(domain.GrabResult{Code: domain.SeckillUnavailable}, 0)
 	}
 }
 
@@ -235,6 +387,10 @@ func (a *voucherActor) known(now time.Time) (domain.SeckillCode, bool) {
 }
 
 func (a *voucherActor) onGrab(ctx actor.Context, g *grabMsg) {
+	if a.refused {
+		a.answer(g, domain.GrabResult{Code: domain.SeckillUnavailable})
+		return
+	}
 	if a.unusable {
 		a.reroute(g)
 		return
@@ -293,7 +449,7 @@ func (a *voucherActor) flush(ctx actor.Context) {
 		if h := a.r.opts.Redis; h != nil && !h.Usable() {
 			d = a.r.redisDown(a.id, view, batch)
 		} else {
-			out, scripted, err := a.r.runBatch(a.id, fence, batch)
+			out, scripted, err := a.r.runBatch(a.key(), fence, batch)
 			d = &batchDone{batch: batch, out: out, scripted: scripted, err: err}
 		}
 		a.r.system.Root.Send(self, d)
@@ -355,6 +511,10 @@ func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
 			a.r.opts.Sold(a.id)
 		}
 	}
+	if a.unusable { // retired while the batch was out (moved, lease lost)
+		a.retire(ctx, nil)
+		return
+	}
 	if a.wantReload {
 		a.wantReload = false
 		a.reload(ctx)
@@ -364,7 +524,7 @@ func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
 }
 
 func (a *voucherActor) answer(g *grabMsg, res domain.GrabResult) {
-	g.reply <- res // buffered: never blocks
+	g.deliver(res, a.state.Segments)
 	g.ref.queued.Add(-1)
 	a.r.load.queued.Add(-1)
 }
@@ -373,7 +533,8 @@ func (a *voucherActor) answer(g *grabMsg, res domain.GrabResult) {
 // trip), allocates order ids for the admitted grabs and runs the script on
 // them, retrying with the same request and order ids when a call fails.
 // The outcome has one result per grab of batch, in order.
-func (r *Router) runBatch(voucherID, fence int64, batch []*grabMsg) (domain.BatchOutcome, bool, error) {
+func (r *Router) runBatch(key segKey, fence int64, batch []*grabMsg) (domain.BatchOutcome, bool, error) {
+	voucherID := key.voucher
 	// One deadline for the whole batch (limits, ids, every attempt): the
 	// callers wait for it, so it must end.
 	batchCtx, cancelBatch := context.WithTimeout(context.Background(), min(r.opts.BatchTimeout, r.opts.GrabTimeout))
@@ -411,7 +572,7 @@ func (r *Router) runBatch(voucherID, fence int64, batch []*grabMsg) (domain.Batc
 	}
 	for attempt := 1; ; attempt++ {
 		ctx, cancel := call()
-		out, err := r.store.Grab(ctx, voucherID, fence, grabs)
+		out, err := r.store.Grab(ctx, voucherID, key.seg, fence, grabs)
 		cancel()
 		if err == nil {
 			if !out.Stale {

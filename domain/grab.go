@@ -23,11 +23,13 @@ type Grab struct {
 type VoucherState struct {
 	// Found is false for an id the store does not know as a seckill
 	// voucher; the other fields are then zero.
-	Found     bool
-	Status    VoucherStatus
-	Begin     time.Time
-	End       time.Time
-	Limit     int
+	Found  bool
+	Status VoucherStatus
+	Begin  time.Time
+	End    time.Time
+	Limit  int
+	// Segments is the voucher's segment count (1 when unset).
+	Segments  int
 	Remaining int
 	// SeenAt is when the store began the call that read this state: the
 	// state is at least as new as SeenAt. The database fallback needs it

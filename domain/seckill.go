@@ -21,6 +21,17 @@ const (
 	SeckillRateLimited SeckillCode = "RATE_LIMITED"
 )
 
+// Valid reports whether c is one of the codes above (a reply from another
+// cluster member is checked with it).
+func (c SeckillCode) Valid() bool {
+	switch c {
+	case SeckillOK, SeckillNotFound, SeckillNotStarted, SeckillEnded, SeckillPaused,
+		SeckillSoldOut, SeckillLimitReached, SeckillUnavailable, SeckillRateLimited:
+		return true
+	}
+	return false
+}
+
 // GrabRequest is one user's attempt at one voucher.
 type GrabRequest struct {
 	VoucherID int64

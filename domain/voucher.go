@@ -38,7 +38,10 @@ const (
 	MaxTitleLen     = 200
 	MaxTextLen      = 4000
 	MaxPerUserLimit = 1000
-	MaxValue        = math.MaxInt32
+	// MaxSegments bounds a seckill voucher's segments (issue 11): each is
+	// one actor identity, so a hot voucher's grabs spread over members.
+	MaxSegments = 64
+	MaxValue    = math.MaxInt32
 )
 
 // Voucher is a shop's voucher; Seckill is set for flash-sale vouchers.
@@ -69,6 +72,10 @@ type Seckill struct {
 	PerUserLimit int
 	BeginAt      time.Time
 	EndAt        time.Time
+	// Segments is how many actor identities share the voucher's grabs
+	// (1..MaxSegments): a user's grabs go to segment hash(user) mod
+	// Segments. All segments sell from the one stock counter.
+	Segments int
 }
 
 // NewVoucher is the input of voucher creation.
@@ -84,6 +91,7 @@ type NewVoucher struct {
 	BeginAt      *time.Time
 	EndAt        *time.Time
 	PerUserLimit *int
+	Segments     *int
 }
 
 // Validate checks the input and returns the first problem as a
@@ -122,6 +130,8 @@ func (n NewVoucher) Validate() error {
 			return InvalidField("beginAt", "only SECKILL vouchers have a sale window")
 		case n.PerUserLimit != nil && *n.PerUserLimit != 1:
 			return InvalidField("perUserLimit", "only SECKILL vouchers have a per-user limit")
+		case n.Segments != nil && *n.Segments != 1:
+			return InvalidField("segments", "only SECKILL vouchers have segments")
 		}
 		return nil
 	}
@@ -142,8 +152,21 @@ func (n NewVoucher) Validate() error {
 	case n.PerUserLimit != nil && (*n.PerUserLimit < 1 || *n.PerUserLimit > MaxPerUserLimit):
 		// Not bounded by the stock: a restock can make a larger limit mean something.
 		return InvalidField("perUserLimit", "must be between 1 and %d", MaxPerUserLimit)
+	case n.Segments != nil && !ValidSegments(*n.Segments):
+		return InvalidField("segments", "must be between 1 and %d", MaxSegments)
 	}
 	return nil
+}
+
+// ValidSegments reports whether n is an allowed segment count.
+func ValidSegments(n int) bool { return n >= 1 && n <= MaxSegments }
+
+// SegmentCount returns the segment count, defaulting to one.
+func (n NewVoucher) SegmentCount() int {
+	if n.Segments == nil {
+		return 1
+	}
+	return *n.Segments
 }
 
 // checkText rejects what Postgres cannot store in a text column (NUL,

@@ -5,6 +5,15 @@ import (
 	"flashsale/graph/model"
 )
 
+// SetVoucherSegments is the resolver for the setVoucherSegments field.
+func (r *mutationResolver) SetVoucherSegments(ctx context.Context, voucherID int64, segments int) (*model.Voucher, error) {
+	v, err := r.Catalog.SetSegments(ctx, voucherID, segments)
+	if err != nil {
+		return nil, err
+	}
+	return voucherToModel(v), nil
+}
+
 // DeadLetteredOrders is the resolver for the deadLetteredOrders field.
 func (r *queryResolver) DeadLetteredOrders(ctx context.Context, voucherID *int64, first *int, after *string) (*model.DeadLetteredOrderConnection, error) {
 	n, key, err := deadLetterPage(first, after)

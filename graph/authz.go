@@ -19,6 +19,7 @@ import (
 var adminFields = map[string]bool{
 	"createVoucher":      true,
 	"setVoucherStatus":   true,
+	"setVoucherSegments": true,
 	"addStock":           true,
 	"deadLetteredOrders": true,
 	"reconciliation":     true,

@@ -39,7 +39,7 @@ func (p *perRequest) Grab(ctx context.Context, g domain.GrabRequest) domain.Grab
 		return domain.GrabResult{Code: domain.SeckillUnavailable}
 	}
 	req := "ref:" + strconv.FormatInt(p.seq.Add(1), 10)
-	out, err := p.grabs.Grab(ctx, voucherID, p.fence, []domain.Grab{{RequestID: req, UserID: userID, OrderID: id}})
+	out, err := p.grabs.Grab(ctx, voucherID, 0, p.fence, []domain.Grab{{RequestID: req, UserID: userID, OrderID: id}})
 	if err != nil || out.Stale || len(out.Results) != 1 {
 		return domain.GrabResult{Code: domain.SeckillUnavailable}
 	}
@@ -93,7 +93,7 @@ func BenchmarkGrab(b *testing.B) {
 				grabber, closeFn := impl.make(rdb)
 				defer closeFn()
 				if p, ok := grabber.(*perRequest); ok {
-					p.fence, _, _ = p.grabs.Claim(context.Background(), vid)
+					p.fence, _, _ = p.grabs.Claim(context.Background(), vid, 0)
 				}
 				if phase == "sold-out" {
 					if res := grabber.Grab(context.Background(), domain.GrabRequest{VoucherID: vid, UserID: 999_999}); res.Code != domain.SeckillOK {

@@ -51,6 +51,7 @@ func newVoucherFromModel(in model.CreateVoucherInput) domain.NewVoucher {
 		BeginAt:      in.BeginAt,
 		EndAt:        in.EndAt,
 		PerUserLimit: in.PerUserLimit,
+		Segments:     in.Segments,
 	}
 }
 
@@ -75,6 +76,7 @@ func voucherToModel(v domain.Voucher) *model.Voucher {
 			BeginAt:      sk.BeginAt,
 			EndAt:        sk.EndAt,
 			PerUserLimit: sk.PerUserLimit,
+			Segments:     sk.Segments,
 		}
 	}
 	return out

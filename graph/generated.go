@@ -67,14 +67,15 @@ type ComplexityRoot struct {
 	}
 
 	Mutation struct {
-		AddStock         func(childComplexity int, voucherID int64, amount int, requestID *string) int
-		CancelOrder      func(childComplexity int, orderID int64) int
-		CreateRedPacket  func(childComplexity int, input model.CreateRedPacketInput) int
-		CreateVoucher    func(childComplexity int, input model.CreateVoucherInput) int
-		GrabRedPacket    func(childComplexity int, id int64) int
-		PayOrder         func(childComplexity int, orderID int64) int
-		SeckillVoucher   func(childComplexity int, voucherID int64, requestID *string) int
-		SetVoucherStatus func(childComplexity int, id int64, status model.VoucherStatus) int
+		AddStock           func(childComplexity int, voucherID int64, amount int, requestID *string) int
+		CancelOrder        func(childComplexity int, orderID int64) int
+		CreateRedPacket    func(childComplexity int, input model.CreateRedPacketInput) int
+		CreateVoucher      func(childComplexity int, input model.CreateVoucherInput) int
+		GrabRedPacket      func(childComplexity int, id int64) int
+		PayOrder           func(childComplexity int, orderID int64) int
+		SeckillVoucher     func(childComplexity int, voucherID int64, requestID *string) int
+		SetVoucherSegments func(childComplexity int, voucherID int64, segments int) int
+		SetVoucherStatus   func(childComplexity int, id int64, status model.VoucherStatus) int
 	}
 
 	PageInfo struct {
@@ -138,6 +139,7 @@ type ComplexityRoot struct {
 		InitialStock func(childComplexity int) int
 		PerUserLimit func(childComplexity int) int
 		Remaining    func(childComplexity int) int
+		Segments     func(childComplexity int) int
 	}
 
 	SeckillResult struct {
@@ -218,6 +220,7 @@ type MutationResolver interface {
 	CancelOrder(ctx context.Context, orderID int64) (*model.VoucherOrder, error)
 	CreateRedPacket(ctx context.Context, input model.CreateRedPacketInput) (*model.RedPacket, error)
 	GrabRedPacket(ctx context.Context, id int64) (*model.GrabRedPacketResult, error)
+	SetVoucherSegments(ctx context.Context, voucherID int64, segments int) (*model.Voucher, error)
 }
 type QueryResolver interface {
 	Voucher(ctx context.Context, id int64) (*model.Voucher, error)
@@ -424,6 +427,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.SeckillVoucher(childComplexity, args["voucherId"].(int64), args["requestId"].(*string)), true
+	case "Mutation.setVoucherSegments":
+		if e.ComplexityRoot.Mutation.SetVoucherSegments == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setVoucherSegments_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetVoucherSegments(childComplexity, args["voucherId"].(int64), args["segments"].(int)), true
 	case "Mutation.setVoucherStatus":
 		if e.ComplexityRoot.Mutation.SetVoucherStatus == nil {
 			break
@@ -757,6 +771,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.SeckillInfo.Remaining(childComplexity), true
+	case "SeckillInfo.segments":
+		if e.ComplexityRoot.SeckillInfo.Segments == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SeckillInfo.Segments(childComplexity), true
 
 	case "SeckillResult.code":
 		if e.ComplexityRoot.SeckillResult.Code == nil {
@@ -1273,6 +1293,8 @@ func (ec *executionContext) childFields_SeckillInfo(ctx context.Context, field g
 		return ec.fieldContext_SeckillInfo_endAt(ctx, field)
 	case "perUserLimit":
 		return ec.fieldContext_SeckillInfo_perUserLimit(ctx, field)
+	case "segments":
+		return ec.fieldContext_SeckillInfo_segments(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type SeckillInfo", field.Name)
 }
@@ -1630,6 +1652,28 @@ func (ec *executionContext) field_Mutation_seckillVoucher_args(ctx context.Conte
 		return nil, err
 	}
 	args["requestId"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_setVoucherSegments_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "voucherId",
+		func(ctx context.Context, v any) (int64, error) {
+			return ec.unmarshalNID2int64(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["voucherId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "segments",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNInt2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["segments"] = arg1
 	return args, nil
 }
 
@@ -2649,6 +2693,50 @@ func (ec *executionContext) fieldContext_Mutation_grabRedPacket(ctx context.Cont
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_grabRedPacket_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_setVoucherSegments(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_setVoucherSegments(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().SetVoucherSegments(ctx, fc.Args["voucherId"].(int64), fc.Args["segments"].(int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Voucher) graphql.Marshaler {
+			return ec.marshalNVoucher2ᚖflashsaleᚋgraphᚋmodelᚐVoucher(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_setVoucherSegments(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Voucher(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_setVoucherSegments_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -3952,6 +4040,29 @@ func (ec *executionContext) _SeckillInfo_perUserLimit(ctx context.Context, field
 	)
 }
 func (ec *executionContext) fieldContext_SeckillInfo_perUserLimit(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SeckillInfo", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SeckillInfo_segments(ctx context.Context, field graphql.CollectedField, obj *model.SeckillInfo) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SeckillInfo_segments(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Segments, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SeckillInfo_segments(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("SeckillInfo", field, false, false, errors.New("field of type Int does not have child fields"))
 }
 
@@ -6028,8 +6139,11 @@ func (ec *executionContext) unmarshalInputCreateVoucherInput(ctx context.Context
 	if _, present := asMap["perUserLimit"]; !present {
 		asMap["perUserLimit"] = 1
 	}
+	if _, present := asMap["segments"]; !present {
+		asMap["segments"] = 1
+	}
 
-	fieldsInOrder := [...]string{"shopId", "title", "subTitle", "rules", "payValue", "actualValue", "type", "stock", "beginAt", "endAt", "perUserLimit"}
+	fieldsInOrder := [...]string{"shopId", "title", "subTitle", "rules", "payValue", "actualValue", "type", "stock", "beginAt", "endAt", "perUserLimit", "segments"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -6113,6 +6227,13 @@ func (ec *executionContext) unmarshalInputCreateVoucherInput(ctx context.Context
 				return it, err
 			}
 			it.PerUserLimit = data
+		case "segments":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("segments"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Segments = data
 		}
 	}
 	return it, nil
@@ -6405,6 +6526,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "grabRedPacket":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_grabRedPacket(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "setVoucherSegments":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_setVoucherSegments(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
@@ -7004,6 +7132,11 @@ func (ec *executionContext) _SeckillInfo(ctx context.Context, sel ast.SelectionS
 			}
 		case "perUserLimit":
 			out.Values[i] = ec._SeckillInfo_perUserLimit(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "segments":
+			out.Values[i] = ec._SeckillInfo_segments(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}

@@ -12,6 +12,7 @@ type Catalog interface {
 	Get(ctx context.Context, id int64) (domain.Voucher, error)
 	List(ctx context.Context, shopID *int64, page domain.Page) ([]domain.Voucher, bool, error)
 	SetStatus(ctx context.Context, id int64, status domain.VoucherStatus) (domain.Voucher, error)
+	SetSegments(ctx context.Context, id int64, segments int) (domain.Voucher, error)
 	Stock(ctx context.Context, id int64) (domain.StockLevel, error)
 }
 

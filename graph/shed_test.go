@@ -25,13 +25,13 @@ type gatedStore struct {
 	gate chan struct{}
 }
 
-func (s gatedStore) Grab(ctx context.Context, voucherID, fence int64, grabs []domain.Grab) (domain.BatchOutcome, error) {
+func (s gatedStore) Grab(ctx context.Context, voucherID int64, seg int, fence int64, grabs []domain.Grab) (domain.BatchOutcome, error) {
 	select {
 	case <-s.gate:
 	case <-ctx.Done():
 		return domain.BatchOutcome{}, ctx.Err()
 	}
-	return s.Grabs.Grab(ctx, voucherID, fence, grabs)
+	return s.Grabs.Grab(ctx, voucherID, seg, fence, grabs)
 }
 
 func gaugeValue(tb testing.TB, name string) float64 {

@@ -14,11 +14,21 @@ import (
 
 // More keys of a voucher (see stock.go for the layout):
 //
-//	{v<ID>}:fence  counter: the fencing token of the newest actor activation
-//	{v<ID>}:req    hash: request id -> order id, for every grab that sold
-//	{v<ID>}:log    stream: the order log, read by the OrderWriter's group
-func fenceKey(id int64) string { return voucherTag(id) + ":fence" }
-func reqKey(id int64) string   { return voucherTag(id) + ":req" }
+//	{v<ID>}:fence    counter: the fencing token of segment 0's newest actor activation
+//	{v<ID>}:fence:S  the same for segment S > 0 (issue 11: one actor identity per segment)
+//	{v<ID>}:req      hash: request id -> order id, for every grab that sold
+//	{v<ID>}:log      stream: the order log, read by the OrderWriter's group
+//
+// Every segment sells from the one stock counter: the keys share a hash
+// tag, so one script sees them all at once and a segment never runs dry
+// while its siblings have stock (docs/DECISIONS.md, "Segments").
+func fenceKey(id int64, seg int) string {
+	if seg == 0 {
+		return voucherTag(id) + ":fence"
+	}
+	return voucherTag(id) + ":fence:" + strconv.Itoa(seg)
+}
+func reqKey(id int64) string { return voucherTag(id) + ":req" }
 
 // adoptedKey is the set of order ids the order writer returned to a
 // reloaded stock (see OrderWriter.adopt).
@@ -147,23 +157,23 @@ func NewGrabs(rdb redis.UniversalClient) *Grabs { return &Grabs{rdb: rdb} }
 // claimScript takes a fencing token for a new actor activation and reads
 // the voucher, but only for a voucher Redis knows: unknown ids leave no key
 // behind. KEYS: meta, stock, fence. Returns {fence, status, begin, end,
-// limit, stock}, or {0} for an unknown voucher.
+// limit, stock, segments}, or {0} for an unknown voucher.
 var claimScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {0}
 end
 local f = redis.call('INCR', KEYS[3])
-local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit')
-return {f, m[1], m[2], m[3], m[4], redis.call('GET', KEYS[2])}
+local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit', 'segs')
+return {f, m[1], m[2], m[3], m[4], redis.call('GET', KEYS[2]), m[5]}
 `)
 
 // Claim takes a new fencing token for an activation of the voucher's actor
 // and reads the voucher's state, in one round trip. For a voucher Redis
 // does not know it returns fence 0 and a state that is not Found, and
 // writes nothing.
-func (g *Grabs) Claim(ctx context.Context, voucherID int64) (int64, domain.VoucherState, error) {
+func (g *Grabs) Claim(ctx context.Context, voucherID int64, seg int) (int64, domain.VoucherState, error) {
 	seen := time.Now()
-	raw, err := claimScript.Run(ctx, g.rdb, []string{metaKey(voucherID), stockKey(voucherID), fenceKey(voucherID)}).Slice()
+	raw, err := claimScript.Run(ctx, g.rdb, []string{metaKey(voucherID), stockKey(voucherID), fenceKey(voucherID, seg)}).Slice()
 	claimScriptDuration.Observe(time.Since(seen).Seconds())
 	if err != nil {
 		return 0, domain.VoucherState{}, fmt.Errorf("claim voucher %d: %w", voucherID, err)
@@ -173,14 +183,18 @@ func (g *Grabs) Claim(ctx context.Context, voucherID int64) (int64, domain.Vouch
 		return 0, domain.VoucherState{}, nil
 	}
 	stock, _ := raw[5].(string)
-	return fence, parseState(raw[1:5], stock, seen), nil
+	meta := raw[1:5]
+	if len(raw) > 6 {
+		meta = append(meta[:4:4], raw[6])
+	}
+	return fence, parseState(meta, stock, seen), nil
 }
 
 // State reads the voucher's state without claiming.
 func (g *Grabs) State(ctx context.Context, voucherID int64) (domain.VoucherState, error) {
 	seen := time.Now()
 	pipe := g.rdb.Pipeline()
-	meta := pipe.HMGet(ctx, metaKey(voucherID), "status", "begin", "end", "limit")
+	meta := pipe.HMGet(ctx, metaKey(voucherID), "status", "begin", "end", "limit", "segs")
 	stock := pipe.Get(ctx, stockKey(voucherID))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return domain.VoucherState{}, fmt.Errorf("read voucher %d state: %w", voucherID, err)
@@ -198,12 +212,17 @@ func parseState(meta []any, stock string, seen time.Time) domain.VoucherState {
 		return domain.VoucherState{}
 	}
 	remaining, _ := strconv.Atoi(stock)
+	segs := 1
+	if len(meta) > 4 {
+		segs = max(int(num(meta[4])), 1) // a load from before segments has none
+	}
 	return domain.VoucherState{
 		Found:     true,
 		Status:    domain.VoucherStatus(num(meta[0])),
 		Begin:     time.UnixMilli(num(meta[1])),
 		End:       time.UnixMilli(num(meta[2])),
 		Limit:     int(num(meta[3])),
+		Segments:  segs,
 		Remaining: remaining,
 		SeenAt:    seen,
 	}
@@ -211,13 +230,13 @@ func parseState(meta []any, stock string, seen time.Time) domain.VoucherState {
 
 // Grab runs one batch through the grab script (EVALSHA, falling back to
 // EVAL when Redis lost the script).
-func (g *Grabs) Grab(ctx context.Context, voucherID, fence int64, grabs []domain.Grab) (domain.BatchOutcome, error) {
+func (g *Grabs) Grab(ctx context.Context, voucherID int64, seg int, fence int64, grabs []domain.Grab) (domain.BatchOutcome, error) {
 	args := make([]any, 0, 2+3*len(grabs))
 	args = append(args, fence, voucherID)
 	for _, gr := range grabs {
 		args = append(args, gr.RequestID, gr.UserID, gr.OrderID)
 	}
-	keys := []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID), fenceKey(voucherID), reqKey(voucherID), LogKey(voucherID)}
+	keys := []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID), fenceKey(voucherID, seg), reqKey(voucherID), LogKey(voucherID)}
 	seen := time.Now()
 	raw, err := grabScript.Run(ctx, g.rdb, keys, args...).Slice()
 	grabScriptDuration.Observe(time.Since(seen).Seconds())

@@ -15,13 +15,13 @@ func TestOrderLogEntriesCarryTheRequestID(t *testing.T) {
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10, Limit: 1})
 	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
-	fence, _, err := g.Claim(t.Context(), v.ID)
+	fence, _, err := g.Claim(t.Context(), v.ID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	batch := grabs(t, ids, 1, 2)
 	batch[1].RequestID = "u2:client key ~!"
-	if _, err := g.Grab(t.Context(), v.ID, fence, batch); err != nil {
+	if _, err := g.Grab(t.Context(), v.ID, 0, fence, batch); err != nil {
 		t.Fatal(err)
 	}
 	entries, err := rdb.XRange(t.Context(), persistence.LogKey(v.ID), "-", "+").Result()

@@ -38,13 +38,13 @@ func TestGrabScriptSellsInOrderWithinStockAndLimit(t *testing.T) {
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 3, Limit: 1})
 	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
-	fence, st, err := g.Claim(t.Context(), v.ID)
+	fence, st, err := g.Claim(t.Context(), v.ID, 0)
 	if err != nil || !st.Found || st.Remaining != 3 || st.Limit != 1 {
 		t.Fatalf("claim: %v %+v", err, st)
 	}
 	// User 2 comes back after the sell-out: at their limit, they hear
 	// that, not SOLD_OUT.
-	out, err := g.Grab(t.Context(), v.ID, fence, grabs(t, ids, 1, 2, 1, 3, 4, 5, 2))
+	out, err := g.Grab(t.Context(), v.ID, 0, fence, grabs(t, ids, 1, 2, 1, 3, 4, 5, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,15 +62,15 @@ func TestGrabScriptIsIdempotentPerRequest(t *testing.T) {
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10, Limit: 5})
 	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
-	fence, _, _ := g.Claim(t.Context(), v.ID)
+	fence, _, _ := g.Claim(t.Context(), v.ID, 0)
 	batch := grabs(t, ids, 7, 7, 8)
-	first, err := g.Grab(t.Context(), v.ID, fence, batch)
+	first, err := g.Grab(t.Context(), v.ID, 0, fence, batch)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The same batch again (a retry after a lost reply), and the same
 	// request inside a later batch: nothing is sold twice.
-	again, err := g.Grab(t.Context(), v.ID, fence, batch)
+	again, err := g.Grab(t.Context(), v.ID, 0, fence, batch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,16 +92,16 @@ func TestGrabScriptRefusesAStaleFence(t *testing.T) {
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10, Limit: 1})
 	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
-	old, _, _ := g.Claim(t.Context(), v.ID)
-	newer, _, _ := g.Claim(t.Context(), v.ID)
-	out, err := g.Grab(t.Context(), v.ID, old, grabs(t, ids, 1))
+	old, _, _ := g.Claim(t.Context(), v.ID, 0)
+	newer, _, _ := g.Claim(t.Context(), v.ID, 0)
+	out, err := g.Grab(t.Context(), v.ID, 0, old, grabs(t, ids, 1))
 	if err != nil || !out.Stale {
 		t.Fatalf("old fence: stale=%v err=%v", out.Stale, err)
 	}
 	if got, _ := rdb.Get(t.Context(), fmt.Sprintf("{v%d}:stock", v.ID)).Int(); got != 10 {
 		t.Fatalf("a stale batch changed stock to %d", got)
 	}
-	if out, err := g.Grab(t.Context(), v.ID, newer, grabs(t, ids, 1)); err != nil || out.Stale || out.Results[0].Code != domain.SeckillOK {
+	if out, err := g.Grab(t.Context(), v.ID, 0, newer, grabs(t, ids, 1)); err != nil || out.Stale || out.Results[0].Code != domain.SeckillOK {
 		t.Fatalf("newest fence: %+v %v", out, err)
 	}
 }
@@ -128,8 +128,8 @@ func TestGrabScriptChecksWindowAndStatus(t *testing.T) {
 		{"unknown voucher", 999_999, domain.SeckillNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fence, _, _ := g.Claim(t.Context(), tc.id)
-			out, err := g.Grab(t.Context(), tc.id, fence, grabs(t, ids, 1, 2))
+			fence, _, _ := g.Claim(t.Context(), tc.id, 0)
+			out, err := g.Grab(t.Context(), tc.id, 0, fence, grabs(t, ids, 1, 2))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -160,8 +160,8 @@ func TestPreheatNeverRevertsANewerStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := persistence.NewGrabs(rdb)
-	fence, st, _ := g.Claim(ctx, v.ID)
-	out, err := g.Grab(ctx, v.ID, fence, []domain.Grab{{RequestID: "r1", UserID: 1, OrderID: 42}})
+	fence, st, _ := g.Claim(ctx, v.ID, 0)
+	out, err := g.Grab(ctx, v.ID, 0, fence, []domain.Grab{{RequestID: "r1", UserID: 1, OrderID: 42}})
 	if err != nil || out.Results[0].Code != domain.SeckillPaused {
 		t.Fatalf("paused in the database, redis status %d, grab %+v %v", st.Status, out.Results, err)
 	}
@@ -172,11 +172,11 @@ func TestGrabScriptSurvivesRedisLosingItsScripts(t *testing.T) {
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 5, Limit: 1})
 	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
-	fence, _, _ := g.Claim(t.Context(), v.ID)
+	fence, _, _ := g.Claim(t.Context(), v.ID, 0)
 	if err := rdb.ScriptFlush(t.Context()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	out, err := g.Grab(t.Context(), v.ID, fence, grabs(t, ids, 1))
+	out, err := g.Grab(t.Context(), v.ID, 0, fence, grabs(t, ids, 1))
 	if err != nil || out.Results[0].Code != domain.SeckillOK {
 		t.Fatalf("after SCRIPT FLUSH: %+v %v", out, err)
 	}

@@ -37,6 +37,7 @@ type seckillRow struct {
 	PerUserLimit int       `bun:"per_user_limit,notnull"`
 	BeginTime    time.Time `bun:"begin_time,notnull"`
 	EndTime      time.Time `bun:"end_time,notnull"`
+	Segments     int       `bun:"segments,notnull"`
 }
 
 // redisLoadRow is a tb_voucher_redis_load row: the load stamp of the load
@@ -121,6 +122,7 @@ func (r *voucherRow) toDomain() domain.Voucher {
 			PerUserLimit: r.Seckill.PerUserLimit,
 			BeginAt:      r.Seckill.BeginTime.UTC(),
 			EndAt:        r.Seckill.EndTime.UTC(),
+			Segments:     max(r.Seckill.Segments, 1),
 		}
 	}
 	return v

@@ -181,11 +181,11 @@ func TestOrderIDsOfSalesNeverRepeatAcrossRedisLosses(t *testing.T) {
 	var seen idSet
 	sellWith := func(who string, ids *persistence.OrderIDs, user int64) {
 		t.Helper()
-		fence, _, err := g.Claim(t.Context(), v.ID)
+		fence, _, err := g.Claim(t.Context(), v.ID, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := g.Grab(t.Context(), v.ID, fence, grabs(t, ids, user, user, user))
+		out, err := g.Grab(t.Context(), v.ID, 0, fence, grabs(t, ids, user, user, user))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -51,7 +51,7 @@ func sell(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, voucherID int64,
 func sellCounting(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, voucherID int64, users []int64) ([]int64, map[domain.SeckillCode]int) {
 	tb.Helper()
 	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(tb, db)
-	fence, _, err := g.Claim(context.Background(), voucherID)
+	fence, _, err := g.Claim(context.Background(), voucherID, 0)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func sellCounting(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, voucherI
 	answers := map[domain.SeckillCode]int{}
 	for len(users) > 0 {
 		n := min(len(users), 50)
-		out, err := g.Grab(context.Background(), voucherID, fence, grabs(tb, ids, users[:n]...))
+		out, err := g.Grab(context.Background(), voucherID, 0, fence, grabs(tb, ids, users[:n]...))
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -49,7 +49,8 @@ func usersKey(id int64) string { return voucherTag(id) + ":users" }
 //
 // KEYS: meta, stock, users, log, req, adopted. ARGV: status, begin, end,
 // limit, initial, version, expire, stock, load stamp, hold ms (0 = none),
-// "meta" to refresh metadata only or "resync" to replace a stale load, then the number of users and
+// "meta" to refresh metadata only or "resync" to replace a stale load,
+// segments, then the number of users and
 // user/count pairs, the number of requests and request/order pairs, and
 // the rest: ids of orders counted already. Returns 1 when it wrote the
 // load, 0 when Redis had it, 2 when a metadata-only call found no stock.
@@ -57,7 +58,7 @@ var preheatScript = redis.NewScript(`
 local cur = tonumber(redis.call('HGET', KEYS[1], 'ver') or '-1')
 if tonumber(ARGV[6]) >= cur then
   redis.call('HSET', KEYS[1], 'status', ARGV[1], 'begin', ARGV[2], 'end', ARGV[3], 'limit', ARGV[4],
-    'initial', ARGV[5], 'ver', ARGV[6], 'expire', ARGV[7])
+    'initial', ARGV[5], 'ver', ARGV[6], 'expire', ARGV[7], 'segs', ARGV[12])
 end
 redis.pcall('XGROUP', 'CREATE', KEYS[4], '` + OrderLogGroup + `', '0', 'MKSTREAM')
 redis.call('PUBLISH', '` + eventsChannel + `', KEYS[1])
@@ -68,8 +69,8 @@ if ARGV[11] == 'meta' then
   return 2
 end
 redis.call('DEL', KEYS[3], KEYS[5], KEYS[6])
-local i = 13
-for _ = 1, tonumber(ARGV[12]) do
+local i = 14
+for _ = 1, tonumber(ARGV[13]) do
   redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
   i = i + 2
 end
@@ -208,7 +209,7 @@ func (s *Stock) preheatArgs(snap domain.LoadSnapshot, stock int, stamp, mode str
 		hold = cmp.Or(s.ReloadHold, ReloadHoldDefault).Milliseconds()
 	}
 	return []any{int(v.Status), sk.BeginAt.UnixMilli(), sk.EndAt.UnixMilli(), sk.PerUserLimit, sk.InitialStock,
-		v.UpdatedAt.UnixMicro(), sk.EndAt.Add(reqExpiry).UnixMilli(), stock, stamp, hold, mode}
+		v.UpdatedAt.UnixMicro(), sk.EndAt.Add(reqExpiry).UnixMilli(), stock, stamp, hold, mode, max(sk.Segments, 1)}
 }
 
 // inflightOrder is an order of the order log that the database lacks.

@@ -68,6 +68,7 @@ func (s *Vouchers) create(ctx context.Context, in domain.NewVoucher, now time.Ti
 			PerUserLimit: in.Limit(),
 			BeginTime:    in.BeginAt.UTC(),
 			EndTime:      in.EndAt.UTC(),
+			Segments:     in.SegmentCount(),
 		}
 		if _, err := tx.NewInsert().Model(row.Seckill).Exec(ctx); err != nil {
 			return fmt.Errorf("insert tb_seckill_voucher: %w", err)
@@ -168,6 +169,49 @@ func (s *Vouchers) SetStatus(ctx context.Context, id int64, status domain.Vouche
 		return domain.Voucher{}, fmt.Errorf("set voucher %d status: %w", id, err)
 	}
 	return s.Get(ctx, id)
+}
+
+// SetSegments changes a seckill voucher's segment count; the sale must be
+// paused. update_time grows as in SetStatus, so that Redis takes the new
+// metadata over the old.
+func (s *Vouchers) SetSegments(ctx context.Context, id int64, segments int, now time.Time) error {
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var prev time.Time
+		var status domain.VoucherStatus
+		var typ domain.VoucherType
+		q := tx.NewSelect().Table("tb_voucher").Column("update_time", "status", "type").Where("id = ?", id)
+		if IsPostgres(tx) {
+			q = q.For("NO KEY UPDATE")
+		}
+		if err := q.Scan(ctx, &prev, &status, &typ); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return domain.NotFound("voucher", id)
+			}
+			return err
+		}
+		switch {
+		case typ != domain.VoucherSeckill:
+			return domain.InvalidField("voucherId", "voucher %d is not a SECKILL voucher; only those have segments", id)
+		case status != domain.StatusPaused:
+			return domain.InvalidField("segments", "voucher %d is not PAUSED; pause the sale before changing its segments", id)
+		}
+		next := now.UTC().Truncate(time.Microsecond)
+		if floor := prev.UTC().Truncate(time.Microsecond).Add(time.Microsecond); next.Before(floor) {
+			next = floor
+		}
+		if _, err := tx.NewUpdate().Table("tb_seckill_voucher").Set("segments = ?", segments).Where("voucher_id = ?", id).Exec(ctx); err != nil {
+			return err
+		}
+		_, err := tx.NewUpdate().Table("tb_voucher").Set("update_time = ?", next).Where("id = ?", id).Exec(ctx)
+		return err
+	})
+	if err != nil {
+		if c := domain.ErrorCode(err); c == domain.CodeNotFound || c == domain.CodeBadInput {
+			return err
+		}
+		return fmt.Errorf("set voucher %d segments: %w", id, err)
+	}
+	return nil
 }
 
 // SeckillsEndingAfter lists the seckill vouchers whose sale window ends

@@ -32,6 +32,8 @@ type CreateVoucherInput struct {
 	EndAt   *time.Time `json:"endAt,omitempty"`
 	// SECKILL only; default 1 (one order per person).
 	PerUserLimit *int `json:"perUserLimit,omitempty"`
+	// SECKILL only: how many actor identities share the voucher's grabs (1 .. 64), so that a hot voucher's grabs spread over cluster members. Every segment sells from the one stock; a user always grabs through the same segment.
+	Segments *int `json:"segments,omitempty"`
 }
 
 type DeadLetteredOrder struct {
@@ -127,6 +129,8 @@ type SeckillInfo struct {
 	BeginAt      time.Time `json:"beginAt"`
 	EndAt        time.Time `json:"endAt"`
 	PerUserLimit int       `json:"perUserLimit"`
+	// How many segments (actor identities) share the voucher's grabs.
+	Segments int `json:"segments"`
 }
 
 type SeckillResult struct {

@@ -22,6 +22,8 @@ type VoucherStore interface {
 	Get(ctx context.Context, id int64) (domain.Voucher, error)
 	List(ctx context.Context, shopID *int64, page domain.Page) ([]domain.Voucher, bool, error)
 	SetStatus(ctx context.Context, id int64, status domain.VoucherStatus, now time.Time) (domain.Voucher, error)
+	// SetSegments changes a paused seckill voucher's segment count.
+	SetSegments(ctx context.Context, id int64, segments int, now time.Time) error
 	SeckillsEndingAfter(ctx context.Context, t time.Time) ([]domain.Voucher, error)
 	// Preload runs load on a snapshot of a seckill voucher taken under its
 	// row lock and records the load stamp load returns; NOT_FOUND for an id
@@ -119,6 +121,23 @@ func (s *Service) SetStatus(ctx context.Context, id int64, status domain.Voucher
 		if err := s.stock.SetStatus(ctx, id, status, v.UpdatedAt); err != nil {
 			return domain.Voucher{}, err
 		}
+	}
+	return s.Get(ctx, id)
+}
+
+// SetSegments changes how many segments share a seckill voucher's grabs
+// (issue 11), only while the sale is paused: in Postgres, then in the
+// voucher's metadata in Redis, whose announcement makes every member's
+// actors reload it.
+func (s *Service) SetSegments(ctx context.Context, id int64, segments int) (domain.Voucher, error) {
+	if !domain.ValidSegments(segments) {
+		return domain.Voucher{}, domain.InvalidField("segments", "must be between 1 and %d", domain.MaxSegments)
+	}
+	if err := s.vouchers.SetSegments(ctx, id, segments, s.now()); err != nil {
+		return domain.Voucher{}, err
+	}
+	if err := s.preheat(ctx, id); err != nil {
+		return domain.Voucher{}, fmt.Errorf("voucher %d: segments stored but not in redis yet: %w", id, err)
 	}
 	return s.Get(ctx, id)
 }

@@ -52,7 +52,11 @@ type Config struct {
 	ClusterPort            int
 	ClusterSeeds           []string
 	ClusterAutomanagedPort int
-	EtcdEndpoints          []string
+	// SegmentLeaseTTL is the Redlock lease a segment activation holds
+	// while it serves (renewed at a third of it): how long a member that
+	// died keeps its segments from being served elsewhere.
+	SegmentLeaseTTL time.Duration
+	EtcdEndpoints   []string
 
 	RateUserPerSec    int
 	RateVoucherPerSec int

@@ -172,6 +172,13 @@ var settings = []setting{
 			}
 			return ""
 		}),
+	durationVar("SEGMENT_LEASE_TTL", 3*time.Second, "Redlock lease of a voucher segment's activation (renewed at a third of it); a dead member's segments wait at most this long", func(c *Config) *time.Duration { return &c.SegmentLeaseTTL }).
+		checked(func(c Config) string {
+			if c.SegmentLeaseTTL < 300*time.Millisecond || c.SegmentLeaseTTL > time.Minute {
+				return "want 300ms .. 1m"
+			}
+			return ""
+		}),
 	listVar("ETCD_ENDPOINTS", "etcd: comma-separated endpoints", func(c *Config) *[]string { return &c.EtcdEndpoints }).
 		checked(func(c Config) string {
 			if c.ClusterProvider == "etcd" && len(c.EtcdEndpoints) == 0 {

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
@@ -84,3 +85,44 @@ func (l *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 	ucancel()
 	return true, err
 }
+
+// ErrLost is returned by Extend when the lease is no longer ours.
+var ErrLost = errors.New("lease lost")
+
+// Held is a lease its holder renews itself (a segment activation renews
+// from its own timer, see actors.Leases).
+type Held struct {
+	m   *redsync.Mutex
+	ttl time.Duration
+}
+
+// Acquire takes the named lease with the given TTL (0: the Redlock's),
+// trying every 50 ms until ctx ends: a member waits for another to
+// release it, or for it to lapse when its holder died.
+func (l *Redlock) Acquire(ctx context.Context, name string, ttl time.Duration) (*Held, error) {
+	ttl = cmp.Or(ttl, l.ttl)
+	m := l.rs.NewMutex("flashsale:lease:"+name, redsync.WithExpiry(ttl),
+		redsync.WithTries(math.MaxInt32), redsync.WithRetryDelay(50*time.Millisecond))
+	if err := m.LockContext(ctx); err != nil {
+		return nil, fmt.Errorf("take lease %s: %w", name, err)
+	}
+	return &Held{m: m, ttl: ttl}, nil
+}
+
+// Extend renews the lease for another TTL.
+func (h *Held) Extend(ctx context.Context) error {
+	ok, err := h.m.ExtendContext(ctx)
+	if err != nil {
+		return fmt.Errorf("extend lease %s: %w", h.m.Name(), err)
+	}
+	if !ok {
+		return fmt.Errorf("extend lease %s: %w", h.m.Name(), ErrLost)
+	}
+	return nil
+}
+
+// Release lets the lease go (a lapsed lease is simply gone).
+func (h *Held) Release(ctx context.Context) { _, _ = h.m.UnlockContext(ctx) }
+
+// TTL is how long the lease lasts without an extension.
+func (h *Held) TTL() time.Duration { return h.ttl }

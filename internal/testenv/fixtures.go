@@ -21,6 +21,8 @@ import (
 type VoucherSpec struct {
 	Stock, Limit int
 	Begin, End   time.Time
+	// Segments: 0 takes the default (1).
+	Segments int
 }
 
 // MustVoucher stores a seckill voucher in the database and preheats it
@@ -41,9 +43,10 @@ func MustVoucher(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, spec Vouc
 	if end.IsZero() {
 		end = now.Add(time.Hour)
 	}
+	segs := cmp.Or(spec.Segments, 1)
 	v, err := persistence.NewVouchers(db).Create(ctx, domain.NewVoucher{
 		ShopID: 1, Title: "v", PayValue: 1, ActualValue: 2, Type: domain.VoucherSeckill,
-		Stock: &stock, BeginAt: &begin, EndAt: &end, PerUserLimit: &limit,
+		Stock: &stock, BeginAt: &begin, EndAt: &end, PerUserLimit: &limit, Segments: &segs,
 	}, now)
 	if err != nil {
 		tb.Fatalf("create voucher: %v", err)

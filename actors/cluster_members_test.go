@@ -1,0 +1,300 @@
+//go:build !race
+
+package actors_test
+
+// Cluster members in one process, without the race detector: protoactor-go's
+// remote.Start sets grpc's process-wide logger (grpclog.SetLoggerV2, remote/
+// server.go) on every start while another member's gRPC server and
+// connections read it, a data race inside the library whenever two members
+// share a process. Our own packages are race-checked by every other test
+// (scripts/test.sh runs this file in a step of its own without -race); the
+// service itself runs one member per process.
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/cluster/clusterproviders/test"
+	"github.com/redis/go-redis/v9"
+
+	"flashsale/actors"
+	"flashsale/domain"
+	"flashsale/internal/testenv"
+	"flashsale/persistence"
+)
+
+// These tests run several cluster members in one process: each has its
+// own actor system, remoting on its own loopback port and its own Redis
+// clients, and they find each other through protoactor's in-memory test
+// provider. Every grab between members crosses the network as protobuf
+// (GrabRequest, GrabReply), as it would between processes.
+
+// clusterName is a fresh cluster for each test (the in-memory provider is
+// per agent anyway; the name shows in logs).
+func clusterName() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return "t" + hex.EncodeToString(b)
+}
+
+// member starts a cluster member on the env's Redis and database.
+func (e *env) member(tb testing.TB, agent *test.InMemAgent, name string, opts actors.Options) *actors.Router {
+	tb.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr()})
+	opts.CallTimeout = cmp.Or(opts.CallTimeout, 2*time.Second)
+	opts.BatchTimeout = cmp.Or(opts.BatchTimeout, 5*time.Second)
+	r, err := actors.NewClusteredRouter(persistence.NewGrabs(rdb), testenv.MustOrderIDs(tb, e.db), e.catalog, quiet, opts,
+		actors.ClusterOptions{Name: name, Provider: test.NewTestProvider(agent), Host: "127.0.0.1"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { r.Close(); _ = rdb.Close() })
+	return r
+}
+
+// waitMembers waits until every router sees n members.
+func waitMembers(tb testing.TB, n int, rs ...*actors.Router) {
+	tb.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for _, r := range rs {
+		for len(r.Cluster().Members()) != n {
+			if time.Now().After(deadline) {
+				tb.Fatalf("member %s sees %v, want %d members", r.Cluster().Address(), r.Cluster().Members(), n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// sale is the outcome of grabs fired at members.
+type sale struct {
+	mu     sync.Mutex
+	ok     map[int64]int64 // order id -> user
+	byUser map[int64]int
+	codes  map[domain.SeckillCode]int
+}
+
+func newSale() *sale {
+	return &sale{ok: map[int64]int64{}, byUser: map[int64]int{}, codes: map[domain.SeckillCode]int{}}
+}
+
+func (s *sale) record(tb testing.TB, user int64, res domain.GrabResult) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.codes[res.Code]++
+	if res.Code != domain.SeckillOK {
+		return
+	}
+	if prev, dup := s.ok[res.OrderID]; dup && prev != user {
+		tb.Errorf("order %d answered to users %d and %d", res.OrderID, prev, user)
+	}
+	if _, dup := s.ok[res.OrderID]; !dup {
+		s.byUser[user]++
+	}
+	s.ok[res.OrderID] = user
+}
+
+// fire grabs for users [from, to) attempts times each, user u through
+// pick(u), with workers goroutines.
+func (s *sale) fire(tb testing.TB, voucher int64, from, to int64, attempts, workers int, pick func(u int64) *actors.Router) {
+	var next atomic.Int64
+	next.Store(from * int64(attempts))
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= to*int64(attempts) {
+					return
+				}
+				u := i / int64(attempts)
+				s.record(tb, u, pick(u).Grab(context.Background(), domain.GrabRequest{VoucherID: voucher, UserID: u}))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// check asserts the invariants after a sale of stock units at limit one:
+// exactly stock OK'd orders to distinct users, each in the database once.
+func (s *sale) check(tb testing.TB, e *env, voucher int64, stock int) {
+	tb.Helper()
+	if len(s.ok) != stock {
+		tb.Errorf("%d distinct OK'd orders, want exactly %d (codes %v)", len(s.ok), stock, s.codes)
+	}
+	for u, n := range s.byUser {
+		if n > 1 {
+			tb.Errorf("user %d got %d orders, limit 1", u, n)
+		}
+	}
+	var rows []struct {
+		ID     int64 `bun:"id"`
+		UserID int64 `bun:"user_id"`
+	}
+	if err := e.db.NewSelect().Table("tb_voucher_order").Column("id", "user_id").Where("voucher_id = ?", voucher).Scan(context.Background(), &rows); err != nil {
+		tb.Fatal(err)
+	}
+	if len(rows) != stock {
+		tb.Errorf("%d orders in the database, want %d", len(rows), stock)
+	}
+	for _, r := range rows {
+		if u, ok := s.ok[r.ID]; !ok || u != r.UserID {
+			tb.Errorf("database order %d (user %d) was not OK'd to that user", r.ID, r.UserID)
+		}
+	}
+	if left, err := e.rdb.Get(context.Background(), fmt.Sprintf("{v%d}:stock", voucher)).Int(); err != nil || left != 0 {
+		tb.Errorf("redis stock %d (%v), want 0", left, err)
+	}
+}
+
+// fences reads each segment's fencing token: how often it was claimed.
+func fences(tb testing.TB, rdb *redis.Client, voucher int64, segs int) []int {
+	out := make([]int, segs)
+	for s := range segs {
+		key := fmt.Sprintf("{v%d}:fence", voucher)
+		if s > 0 {
+			key += fmt.Sprintf(":%d", s)
+		}
+		out[s], _ = rdb.Get(context.Background(), key).Int()
+	}
+	return out
+}
+
+// Three members sell one 4-segment voucher: grabs enter at every member,
+// reach the member hosting the user's segment, and the sale is exact.
+// Each segment's fencing token is taken a handful of times at most (one
+// owner per segment, not one activation per member and voucher).
+func TestThreeMembersSellExactlyWithOneOwnerPerSegment(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const stock, segs = 600, 4
+	id := testenv.MustVoucher(t, e.db, e.rdb, testenv.VoucherSpec{Stock: stock, Segments: segs}).ID
+	agent, name := test.NewInMemAgent(), clusterName()
+	lk := newLeases(3*time.Second, testenv.MustRedis(t))
+	var ms []*actors.Router
+	for range 3 {
+		ms = append(ms, e.member(t, agent, name, actors.Options{Leases: lk}))
+	}
+	waitMembers(t, 3, ms...)
+	w := e.writer(t)
+	s := newSale()
+	s.fire(t, id, 1, 6001, 2, 48, func(u int64) *actors.Router { return ms[u%3] })
+	drained(t, w)
+	s.check(t, e, id, stock)
+
+	hosts := map[string]int{}
+	for i, m := range ms {
+		for _, h := range actors.Hosted(m) {
+			if h[0] == id {
+				hosts[fmt.Sprint(h[1])]++
+				t.Logf("member %d hosts segment %d", i, h[1])
+			}
+		}
+	}
+	if len(hosts) != segs {
+		t.Errorf("segments hosted %v, want all %d", hosts, segs)
+	}
+	for seg, n := range hosts {
+		if n != 1 {
+			t.Errorf("segment %s hosted by %d members", seg, n)
+		}
+	}
+	for seg, f := range fences(t, e.rdb, id, segs) {
+		if f < 1 || f > 3 {
+			t.Errorf("segment %d's fencing token was taken %d times, want 1..3", seg, f)
+		}
+	}
+}
+
+// Members join and leave in the middle of a sale: segments move to their
+// new hosts (the old activation stops and lets its lease go), and the sale
+// stays exact.
+func TestMembersJoiningAndLeavingMidSaleKeepTheSaleExact(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const stock, segs = 500, 8
+	id := testenv.MustVoucher(t, e.db, e.rdb, testenv.VoucherSpec{Stock: stock, Segments: segs}).ID
+	agent, name := test.NewInMemAgent(), clusterName()
+	lk := newLeases(time.Second, testenv.MustRedis(t))
+	a := e.member(t, agent, name, actors.Options{Leases: lk})
+	b := e.member(t, agent, name, actors.Options{Leases: lk})
+	waitMembers(t, 2, a, b)
+	w := e.writer(t)
+	s := newSale()
+	entry := []*actors.Router{a, b}
+	s.fire(t, id, 1, 301, 1, 16, func(u int64) *actors.Router { return entry[u%2] })
+
+	c := e.member(t, agent, name, actors.Options{Leases: lk}) // joins mid-sale
+	waitMembers(t, 3, a, b, c)
+	entry = []*actors.Router{a, b, c}
+	s.fire(t, id, 301, 601, 1, 16, func(u int64) *actors.Router { return entry[u%3] })
+	if len(actors.Hosted(c)) == 0 {
+		t.Error("the member that joined hosts no segment")
+	}
+
+	b.Close() // leaves mid-sale
+	waitMembers(t, 2, a, c)
+	entry = []*actors.Router{a, c}
+	s.fire(t, id, 601, 3001, 2, 16, func(u int64) *actors.Router { return entry[u%2] })
+	drained(t, w)
+	s.check(t, e, id, stock)
+	if s.codes[domain.SeckillUnavailable] > 100 {
+		t.Errorf("%d UNAVAILABLE: segments were not served elsewhere in time", s.codes[domain.SeckillUnavailable])
+	}
+}
+
+// Two members host one segment at once (the lease lapsed unnoticed and
+// the other member took it): the activation whose fencing token is older
+// is refused inside the script and stops itself, and the sale stays exact.
+func TestDuplicateActivationIsFencedOff(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const stock = 300
+	id := e.live(t, stock, 1)
+	lockNode := testenv.MustRedis(t)
+	lk := newLeases(5*time.Second, lockNode)
+	agent, name := test.NewInMemAgent(), clusterName()
+	// a waits briefly for a lease: once b holds it, a's new activations
+	// are refused (UNAVAILABLE) rather than wait out b's lease.
+	a := e.member(t, agent, name, actors.Options{Leases: lk, LeaseWait: 200 * time.Millisecond})
+	b := e.member(t, agent, name, actors.Options{Leases: lk})
+	waitMembers(t, 2, a, b)
+	w := e.writer(t)
+	s := newSale()
+	s.record(t, 1, actors.GrabOn(a, domain.GrabRequest{VoucherID: id, UserID: 1}, 0)) // a hosts segment 0
+
+	// The lease lapses without a noticing: b takes it and activates too.
+	lockNode.Client().Del(context.Background(), fmt.Sprintf("flashsale:lease:seg:%d/0", id))
+	s.record(t, 2, actors.GrabOn(b, domain.GrabRequest{VoucherID: id, UserID: 2}, 0))
+	if f := fences(t, e.rdb, id, 1)[0]; f != 2 {
+		t.Fatalf("fencing token %d after two activations, want 2", f)
+	}
+	// Both activations sell at once: a's batches carry the older token.
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for u := int64(10); u < 20; u++ {
+			s.record(t, u, actors.GrabOn(a, domain.GrabRequest{VoucherID: id, UserID: u}, 0))
+		}
+	})
+	wg.Go(func() {
+		for u := int64(1000); u < 1600; u++ {
+			s.record(t, u, actors.GrabOn(b, domain.GrabRequest{VoucherID: id, UserID: u}, 0))
+		}
+	})
+	wg.Wait()
+	drained(t, w)
+	s.check(t, e, id, stock)
+	if f := fences(t, e.rdb, id, 1)[0]; f != 2 {
+		t.Errorf("fencing token %d: an activation without the lease claimed one", f)
+	}
+	if len(actors.Hosted(a)) != 0 {
+		t.Error("the fenced-off activation on the first member still runs")
+	}
+}
