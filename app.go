@@ -207,7 +207,12 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 			return nil, fmt.Errorf("cluster (%s): %w", clusterLabel(cfg), err)
 		}
 	}
-	a.writer = persistence.NewOrderWriter(a.db, a.bg, log, persistence.OrderWriterOptions{Consumer: cfg.NodeID, ClaimIdle: cfg.OrderLogClaimIdle})
+	a.writer = persistence.NewOrderWriter(a.db, a.bg, log, persistence.OrderWriterOptions{
+		Consumer: cfg.NodeID, ClaimIdle: cfg.OrderLogClaimIdle,
+		Reclaim: func(ctx context.Context, fn func(context.Context) error) (bool, error) {
+			return a.locks.redlock.Do(ctx, "order-log-reclaim", fn)
+		},
+	})
 	if err = a.writer.Acquire(ctx); errors.Is(err, persistence.ErrConsumerInUse) {
 		return nil, &config.Error{Var: "NODE_ID", Msg: err.Error() + "; give each node its own NODE_ID"}
 	} else if err != nil {

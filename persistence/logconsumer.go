@@ -99,6 +99,12 @@ type LogConsumerOptions struct {
 	ClaimIdle time.Duration
 	// ClaimEvery is how often pending entries of others are examined.
 	ClaimEvery time.Duration
+	// Reclaim, if set, runs each take-over of other consumers' entries as
+	// a cluster-wide singleton (lease.Redlock.Do under a fixed name, wired
+	// by main): one node reclaims at a time, the others skip their turn.
+	// XAUTOCLAIM hands an entry to one claimer anyway; the lease saves the
+	// duplicate scans.
+	Reclaim func(ctx context.Context, fn func(ctx context.Context) error) (ran bool, err error)
 	// MaxBackoff caps the wait between retries while the handler fails.
 	MaxBackoff time.Duration
 	// AttemptTimeout bounds one database attempt (a batch's transaction,
@@ -222,7 +228,7 @@ func (c *LogConsumer) Run(ctx context.Context) error {
 		var batch []LogEntry
 		switch {
 		case time.Since(lastClaim) > c.opts.ClaimEvery:
-			batch, err = c.claim(ctx, logs)
+			batch, err = c.reclaim(ctx, logs)
 			if err == nil {
 				lastClaim = time.Now()
 				if c.fam.Prune != nil && c.fam.Prune(ctx, logs) > 0 {

@@ -59,6 +59,20 @@ func (c *LogConsumer) read(ctx context.Context, logs []string, id string, block 
 	return out, nil
 }
 
+// reclaim runs claim, under the Reclaim singleton when there is one.
+func (c *LogConsumer) reclaim(ctx context.Context, logs []string) ([]LogEntry, error) {
+	if c.opts.Reclaim == nil {
+		return c.claim(ctx, logs)
+	}
+	var out []LogEntry
+	_, err := c.opts.Reclaim(ctx, func(ctx context.Context) error {
+		var err error
+		out, err = c.claim(ctx, logs)
+		return err
+	})
+	return out, err
+}
+
 // claim takes over entries that other consumers left pending too long.
 func (c *LogConsumer) claim(ctx context.Context, logs []string) ([]LogEntry, error) {
 	var out []LogEntry

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 
+	"flashsale/internal/lease"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -230,4 +231,44 @@ func TestOrderWriterRefusesANameInUse(t *testing.T) {
 	if err := persistence.NewOrderWriter(db, rdb, quiet, opts).Acquire(t.Context()); err != nil {
 		t.Fatalf("a lease that expired: %v", err)
 	}
+}
+
+// Taking over a dead node's entries is a cluster-wide singleton under a
+// Redlock lease: while another node holds the reclaim lease this writer
+// leaves them alone, and once the lease is free it takes them over.
+func TestOrderLogReclaimRunsUnderTheRedlockSingleton(t *testing.T) {
+	t.Parallel()
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	ctx := t.Context()
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 100, Limit: 1})
+	sold := sell(t, db, rdb, v.ID, users(1, 20))
+	if _, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+		Group: persistence.OrderLogGroup, Consumer: "dead-node", Streams: []string{persistence.LogKey(v.ID), ">"}, Count: 1000,
+	}).Result(); err != nil {
+		t.Fatal(err)
+	}
+	locks := lease.New([]redis.UniversalClient{rdb}, 2*time.Second, quiet)
+	held := make(chan struct{})
+	release := make(chan struct{})
+	go func() { // another node reclaims (and never finishes) meanwhile
+		_, _ = locks.Do(context.Background(), "order-log-reclaim", func(context.Context) error {
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	<-held
+	w, _ := startWriter(t, db, rdb, persistence.OrderWriterOptions{
+		Consumer: "live-node", ClaimIdle: 50 * time.Millisecond, ClaimEvery: 50 * time.Millisecond,
+		Reclaim: func(ctx context.Context, fn func(context.Context) error) (bool, error) {
+			return locks.Do(ctx, "order-log-reclaim", fn)
+		},
+	})
+	time.Sleep(time.Second)
+	if n := consumers(t, rdb, persistence.LogKey(v.ID))["dead-node"]; n != 20 {
+		t.Fatalf("the dead node holds %d entries while another node held the reclaim lease, want 20", n)
+	}
+	close(release)
+	drained(t, w, 10*time.Second)
+	assertPersisted(t, db, v, sold)
 }
