@@ -42,3 +42,8 @@ FUZZTIME ?= 10m
 .PHONY: fuzz
 fuzz:
 	./scripts/fuzz.sh $(FUZZTIME)
+
+# A local 3-member cluster on 127.0.0.1 (README, "A cluster"); Ctrl-C stops it.
+.PHONY: cluster-demo
+cluster-demo:
+	scripts/cluster-demo.sh

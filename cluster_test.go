@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -331,4 +333,63 @@ func TestClusterMembersJoinAndDieMidSale(t *testing.T) {
 		t.Fatalf("the sale ended before the member joined (codes %v)", s.codes)
 	}
 	rig.verify(s, id, stock, segs, 6, a)
+}
+
+// Members found through etcd (CLUSTER_PROVIDER=etcd; Debian's etcd-server,
+// started here on its own ports): two members see each other, a grab
+// entering at either sells, and a member that stops is dropped.
+func TestClusterOverEtcd(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("runs a cluster of processes")
+	}
+	etcdURL := startEtcd(t)
+	rig := newClusterRig(t)
+	rig.env["CLUSTER_PROVIDER"] = "etcd"
+	rig.env["ETCD_ENDPOINTS"] = etcdURL
+	delete(rig.env, "CLUSTER_SEEDS")
+	a, b := rig.start(0), rig.start(1)
+	waitClusterMembers(t, 2, a, b)
+	const stock, segs = 200, 4
+	id := rig.voucher(a, stock, segs)
+	s := rig.sale(id, 1000, 1, []*process{a, b}, nil)
+	rig.verify(s, id, stock, segs, 1, a)
+	b.Kill()
+	waitClusterMembers(t, 1, a)
+}
+
+// startEtcd runs a private etcd on free loopback ports until the test ends
+// and returns its client endpoint.
+func startEtcd(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		t.Fatalf("etcd not on PATH (run ./scripts/test.sh, which installs etcd-server): %v", err)
+	}
+	client := "http://127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
+	peer := "http://127.0.0.1:" + strconv.Itoa(freeTCPPort(t))
+	cmd := exec.Command(bin, "--data-dir", t.TempDir(), "--name", "test",
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", "test="+peer)
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(client + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return strings.TrimPrefix(client, "http://")
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("etcd not healthy after 20 s:\n%s", out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -4,7 +4,8 @@
 #   - gcc (go test -race links with cgo), git (go build stamps the version),
 #     CA certificates (go fetches modules over TLS),
 #   - redis-server on PATH (tests start private instances on random ports;
-#     no system Redis is needed or started),
+#     no system Redis is needed or started), and etcd likewise (the
+#     cluster test over the etcd provider),
 #   - a PostgreSQL role that may CREATE DATABASE, reachable over TCP.
 #
 # Database access, first that works:
@@ -74,6 +75,7 @@ command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 command -v git >/dev/null || missing+=(git)
 [ -e /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)   # Go fetches modules over TLS
 command -v redis-server >/dev/null || missing+=(redis-server)
+command -v etcd >/dev/null || missing+=(etcd-server)   # the etcd cluster test starts its own
 command -v psql >/dev/null || missing+=(postgresql-client)
 if [ -z "${TEST_DATABASE_URL:-}" ] && ! have_server && ! pg_port_open; then missing+=(postgresql); fi
 [ ${#missing[@]} -eq 0 ] || install "${missing[@]}"
