@@ -69,6 +69,8 @@ type Seckill struct {
 	PerUserLimit int
 	BeginAt      time.Time
 	EndAt        time.Time
+	// Gate is what a grab needs besides a token (issue 14).
+	Gate Gate
 }
 
 // NewVoucher is the input of voucher creation.
@@ -84,6 +86,8 @@ type NewVoucher struct {
 	BeginAt      *time.Time
 	EndAt        *time.Time
 	PerUserLimit *int
+	// Gate is SECKILL only; the zero value is an open sale.
+	Gate Gate
 }
 
 // Validate checks the input and returns the first problem as a
@@ -122,6 +126,8 @@ func (n NewVoucher) Validate() error {
 			return InvalidField("beginAt", "only SECKILL vouchers have a sale window")
 		case n.PerUserLimit != nil && *n.PerUserLimit != 1:
 			return InvalidField("perUserLimit", "only SECKILL vouchers have a per-user limit")
+		case n.Gate != Gate{}:
+			return InvalidField("requireTicket", "only SECKILL vouchers have a grab gate")
 		}
 		return nil
 	}
@@ -142,6 +148,8 @@ func (n NewVoucher) Validate() error {
 	case n.PerUserLimit != nil && (*n.PerUserLimit < 1 || *n.PerUserLimit > MaxPerUserLimit):
 		// Not bounded by the stock: a restock can make a larger limit mean something.
 		return InvalidField("perUserLimit", "must be between 1 and %d", MaxPerUserLimit)
+	case !n.Gate.Challenge.Valid():
+		return InvalidField("challenge", "unknown challenge kind")
 	}
 	return nil
 }

@@ -37,6 +37,9 @@ type seckillRow struct {
 	PerUserLimit int       `bun:"per_user_limit,notnull"`
 	BeginTime    time.Time `bun:"begin_time,notnull"`
 	EndTime      time.Time `bun:"end_time,notnull"`
+	// RequireTicket and Challenge are the voucher's grab gate (issue 14).
+	RequireTicket bool                 `bun:"require_ticket,notnull"`
+	Challenge     domain.ChallengeKind `bun:"challenge,notnull"`
 }
 
 // redisLoadRow is a tb_voucher_redis_load row: the load stamp of the load
@@ -121,6 +124,7 @@ func (r *voucherRow) toDomain() domain.Voucher {
 			PerUserLimit: r.Seckill.PerUserLimit,
 			BeginAt:      r.Seckill.BeginTime.UTC(),
 			EndAt:        r.Seckill.EndTime.UTC(),
+			Gate:         domain.Gate{RequireTicket: r.Seckill.RequireTicket, Challenge: r.Seckill.Challenge},
 		}
 	}
 	return v
