@@ -34,8 +34,8 @@ func (r *Resolver) now() time.Time {
 }
 
 // checkGrab runs the gate before the router: a refused grab is a
-// FORBIDDEN error; a gate that cannot be read answers UNAVAILABLE as data,
-// like any grab the service cannot decide now.
+// FORBIDDEN error; an unknown voucher answers NOT_FOUND and a gate that
+// cannot be read UNAVAILABLE, as data, as the router answers them.
 func (r *Resolver) checkGrab(ctx context.Context, req domain.GrabRequest, ticket *string) (*model.SeckillResult, error) {
 	if r.Gate == nil {
 		return nil, nil
@@ -45,8 +45,11 @@ func (r *Resolver) checkGrab(ctx context.Context, req domain.GrabRequest, ticket
 		t = *ticket
 	}
 	err := r.Gate.CheckGrab(ctx, req.UserID, req.ClientIP, req.VoucherID, t)
-	if domain.ErrorCode(err) == domain.CodeUnavailable {
+	switch domain.ErrorCode(err) {
+	case domain.CodeUnavailable:
 		return seckillToModel(domain.GrabResult{Code: domain.SeckillUnavailable})
+	case domain.CodeNotFound: // a grab's outcome, as the router would answer it
+		return seckillToModel(domain.GrabResult{Code: domain.SeckillNotFound})
 	}
 	return nil, err
 }

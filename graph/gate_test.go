@@ -455,3 +455,32 @@ func TestSetVoucherGateWhilePaused(t *testing.T) {
 		t.Fatalf("grab with a ticket: %s", code)
 	}
 }
+
+// A node that answered NOT_FOUND for an id before the voucher existed
+// never sells it past its gate: until it re-reads the id it still answers
+// NOT_FOUND, then FORBIDDEN without a ticket.
+func TestVoucherCreatedAfterAGrabOfItsIdIsGated(t *testing.T) {
+	t.Parallel()
+	a := newServer(t)
+	b := startNode(t, a.db, a.redis, func(*redis.Client) actors.Options { return patientOptions }, nil, testGateOptions)
+	first := a.createVoucher(t, seckillInput(1, 10))
+	n, _ := strconv.ParseInt(first.ID, 10, 64)
+	next := strconv.FormatInt(n+1, 10) // ids are the next free integer
+	if code := b.grab(t, 100, next, "", ""); code != "NOT_FOUND" {
+		t.Fatalf("grab of an unknown id: %s", code)
+	}
+	if v := a.createVoucher(t, gatedInput(10, "NONE")); v.ID != next {
+		t.Fatalf("created %s, want %s", v.ID, next)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		code := b.grab(t, 100, next, "", "")
+		if code == "FORBIDDEN" {
+			break
+		}
+		if code != "NOT_FOUND" || time.Now().After(deadline) {
+			t.Fatalf("grab without a ticket of the new gated voucher: %s", code)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -253,7 +253,8 @@ func (s *Service) reloadVouchers(ctx context.Context) {
 
 // CheckGrab is the gate of a grab, from memory: the caller's blocks, then
 // the voucher's ticket if it requires one. An error is FORBIDDEN (refused,
-// with why), or UNAVAILABLE when the voucher's gate cannot be read.
+// with why), NOT_FOUND for an id that is no seckill voucher, or
+// UNAVAILABLE when the voucher's gate cannot be read.
 func (s *Service) CheckGrab(ctx context.Context, user int64, ip string, voucher int64, ticket string) error {
 	now := s.opts.Now()
 	if s.blocked(user, ip, voucher, now) {
@@ -264,8 +265,14 @@ func (s *Service) CheckGrab(ctx context.Context, user int64, ip string, voucher 
 	if err != nil {
 		return err
 	}
-	if c.err != nil || !c.gate.RequireTicket {
-		return nil // an unknown voucher is the router's NOT_FOUND
+	if c.err != nil {
+		// No seckill voucher, as this node last read it: answered here,
+		// not passed on, so that a voucher created since (seen by the
+		// next refresh) is never sold past a gate not read yet.
+		return c.err
+	}
+	if !c.gate.RequireTicket {
+		return nil
 	}
 	if ticket == "" {
 		refused(reasonTicketMissing)
