@@ -143,14 +143,21 @@ type grabAnswer struct {
 const (
 	grabQuery      = `mutation($v: ID!) { seckillVoucher(voucherId: $v) { code orderId } }`
 	grabQueryWithR = `mutation($v: ID!, $r: String) { seckillVoucher(voucherId: $v, requestId: $r) { code orderId } }`
+	grabQueryWithT = `mutation($v: ID!, $r: String, $t: String) { seckillVoucher(voucherId: $v, requestId: $r, ticket: $t) { code orderId } }`
 )
 
 // grab asks for one unit; requestID "" sends none (the schema may not
-// have the argument).
-func (a *api) grab(ctx context.Context, base, token, voucherID, requestID string) grabAnswer {
+// have the argument), ticket "" sends no grab ticket.
+func (a *api) grab(ctx context.Context, base, token, voucherID, requestID, ticket string) grabAnswer {
 	q, vars := grabQuery, map[string]any{"v": voucherID}
 	if requestID != "" {
 		q, vars["r"] = grabQueryWithR, requestID
+	}
+	if ticket != "" {
+		q, vars["t"] = grabQueryWithT, ticket
+		if requestID == "" {
+			vars["r"] = nil
+		}
 	}
 	var out struct {
 		SeckillVoucher struct {
@@ -172,6 +179,24 @@ func (a *api) grab(ctx context.Context, base, token, voucherID, requestID string
 type voucherSpec struct {
 	Stock, Limit int
 	Begin, End   time.Time
+	// RequireTicket makes every grab need a grab ticket (issue 14).
+	RequireTicket bool
+}
+
+// ticket asks for the caller's grab ticket of a voucher and returns it
+// with its expiry.
+func (a *api) ticket(ctx context.Context, base, token, voucherID string) (string, time.Time, error) {
+	const q = `query($v: ID!) { seckillTicket(voucherId: $v) { ticket expiresAt } }`
+	var out struct {
+		SeckillTicket struct {
+			Ticket    string    `json:"ticket"`
+			ExpiresAt time.Time `json:"expiresAt"`
+		} `json:"seckillTicket"`
+	}
+	if err := a.do(ctx, base, token, q, map[string]any{"v": voucherID}, &out); err != nil {
+		return "", time.Time{}, fmt.Errorf("grab ticket: %w", err)
+	}
+	return out.SeckillTicket.Ticket, out.SeckillTicket.ExpiresAt, nil
 }
 
 // createVoucher creates a seckill voucher as admin and returns its id.
@@ -181,6 +206,9 @@ func (a *api) createVoucher(ctx context.Context, base, admin string, v voucherSp
 		"shopId": "1", "title": "chaos", "payValue": 100, "actualValue": 200, "type": "SECKILL",
 		"stock": v.Stock, "perUserLimit": v.Limit,
 		"beginAt": v.Begin.UTC().Format(time.RFC3339), "endAt": v.End.UTC().Format(time.RFC3339),
+	}
+	if v.RequireTicket {
+		in["requireTicket"] = true
 	}
 	var out struct {
 		CreateVoucher struct{ ID string } `json:"createVoucher"`
@@ -249,7 +277,7 @@ func (a *api) supportsRequestID(ctx context.Context, base, token string) (bool, 
 	if err != nil && !errors.As(err, &ge) {
 		return false, fmt.Errorf("introspect schema: %w", err)
 	}
-	ans := a.grab(ctx, base, token, "0", "chaos-probe")
+	ans := a.grab(ctx, base, token, "0", "chaos-probe", "")
 	if errors.As(ans.Err, &ge) {
 		for _, g := range ge.list {
 			if strings.Contains(g.Message, "requestId") {

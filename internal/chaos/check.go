@@ -246,6 +246,9 @@ func judge(p plan, answers []answer, st state, requestIDs bool) outcome {
 				if !slices.Contains(documentedErrors, c) {
 					o.add("error", "user %d got an undocumented GraphQL error: %v", a.user, ge)
 				}
+				if c == "FORBIDDEN" { // every grab carries the user's own valid ticket when one is needed, and nobody is blocked
+					o.add("ticket", "user %d's grab was refused: %v", a.user, ge)
+				}
 			}
 		case errors.As(a.Err, &br):
 			o.add("error", "user %d: %v", a.user, br)
