@@ -338,6 +338,16 @@ func TestTicketCheckAddsNoRedisCall(t *testing.T) {
 	if n := grabCalls.Commands.Load() - r0 + s.gateCalls.Commands.Load() - g0; n != 0 {
 		t.Fatalf("a refused grab cost %d Redis commands", n)
 	}
+	// Nor does a blocked caller's grab or ticket request.
+	s.mustDo(t, s.admin(t), `mutation { block(target: {userId: "1001"}) { userId } }`, nil, nil)
+	r0, g0 = grabCalls.Commands.Load(), s.gateCalls.Commands.Load()
+	if code := s.grab(t, 1001, gated.ID, tickets[1], ""); code != "FORBIDDEN" {
+		t.Fatalf("a blocked user's grab: %s", code)
+	}
+	wantCode(t, s.do(t, s.token(t, 1001, auth.RoleUser), ticketQuery, map[string]any{"id": gated.ID}, nil), "FORBIDDEN")
+	if n := grabCalls.Commands.Load() - r0 + s.gateCalls.Commands.Load() - g0; n != 0 {
+		t.Fatalf("a blocked caller's grab and ticket request cost %d Redis commands", n)
+	}
 }
 
 // A block reaches every node within a second, and lifting it (unblock or
