@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"flashsale/internal/gate"
 )
 
 // api speaks the service's public GraphQL contract over HTTP, as a client
@@ -50,6 +52,10 @@ func (e gqlError) code() string {
 // errNotSent marks a request that never reached the service (its
 // connection was refused): nothing can have happened.
 var errNotSent = errors.New("not sent")
+
+// errNoTicket marks a grab not sent because its user's grab ticket (or
+// the challenge before it) could not be had.
+var errNoTicket = errors.New("no grab ticket")
 
 // do posts one operation and decodes data into out. A GraphQL error is
 // returned as *gqlErrors; a transport failure wraps errNotSent when the
@@ -179,21 +185,40 @@ func (a *api) grab(ctx context.Context, base, token, voucherID, requestID, ticke
 type voucherSpec struct {
 	Stock, Limit int
 	Begin, End   time.Time
-	// RequireTicket makes every grab need a grab ticket (issue 14).
-	RequireTicket bool
+	// RequireTicket makes every grab need a grab ticket (issue 14); POW
+	// makes a ticket need a solved proof-of-work challenge.
+	RequireTicket, POW bool
 }
 
 // ticket asks for the caller's grab ticket of a voucher and returns it
-// with its expiry.
-func (a *api) ticket(ctx context.Context, base, token, voucherID string) (string, time.Time, error) {
-	const q = `query($v: ID!) { seckillTicket(voucherId: $v) { ticket expiresAt } }`
+// with its expiry; with pow it first asks for a challenge and solves it,
+// as a client does.
+func (a *api) ticket(ctx context.Context, base, token, voucherID string, pow bool) (string, time.Time, error) {
+	vars := map[string]any{"v": voucherID}
+	if pow {
+		const cq = `query($v: ID!) { seckillChallenge(voucherId: $v) { challenge } }`
+		var ch struct {
+			SeckillChallenge struct {
+				Challenge string `json:"challenge"`
+			} `json:"seckillChallenge"`
+		}
+		if err := a.do(ctx, base, token, cq, vars, &ch); err != nil {
+			return "", time.Time{}, fmt.Errorf("challenge: %w", err)
+		}
+		nonce, err := gate.Solve(ch.SeckillChallenge.Challenge, -1)
+		if err != nil {
+			return "", time.Time{}, fmt.Errorf("solve the challenge: %w", err)
+		}
+		vars["c"], vars["n"] = ch.SeckillChallenge.Challenge, nonce
+	}
+	const q = `query($v: ID!, $c: String, $n: String) { seckillTicket(voucherId: $v, challenge: $c, nonce: $n) { ticket expiresAt } }`
 	var out struct {
 		SeckillTicket struct {
 			Ticket    string    `json:"ticket"`
 			ExpiresAt time.Time `json:"expiresAt"`
 		} `json:"seckillTicket"`
 	}
-	if err := a.do(ctx, base, token, q, map[string]any{"v": voucherID}, &out); err != nil {
+	if err := a.do(ctx, base, token, q, vars, &out); err != nil {
 		return "", time.Time{}, fmt.Errorf("grab ticket: %w", err)
 	}
 	return out.SeckillTicket.Ticket, out.SeckillTicket.ExpiresAt, nil
@@ -209,6 +234,9 @@ func (a *api) createVoucher(ctx context.Context, base, admin string, v voucherSp
 	}
 	if v.RequireTicket {
 		in["requireTicket"] = true
+	}
+	if v.POW {
+		in["challenge"] = "POW"
 	}
 	var out struct {
 		CreateVoucher struct{ ID string } `json:"createVoucher"`

@@ -239,6 +239,9 @@ func judge(p plan, answers []answer, st state, requestIDs bool) outcome {
 		o.answers[a.phase+":"+a.label()]++
 		var ge *gqlErrors
 		var br *badResponse
+		if errors.Is(a.Err, errNoTicket) && len(p.faults) == 0 { // with every store up, a ticket is always to be had
+			o.add("ticket", "user %d got no grab ticket with no fault injected: %v", a.user, a.Err)
+		}
 		switch {
 		case errors.As(a.Err, &ge):
 			o.gqlErrors++

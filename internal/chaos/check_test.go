@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -119,6 +120,8 @@ func TestJudgeSeesEachBrokenPromise(t *testing.T) {
 		{"a SOLD_OUT to the same key sent before it sold (a former attempt)", durable, append(slices.Clone(sold), sentAt(code(10, "a", codeSoldOut), soldAt.Add(-time.Second))), soldClean, nil},
 		{"an undocumented error", durable, append(slices.Clone(sold), answer{attempt: attempt{user: 12}, grabAnswer: grabAnswer{Err: &gqlErrors{list: []gqlError{{Message: "x", Extensions: map[string]any{"code": "WEIRD"}}}}}}), clean, []string{"error"}},
 		{"a grab refused at the gate (its ticket was not accepted)", durable, append(slices.Clone(sold), answer{attempt: attempt{user: 12}, grabAnswer: grabAnswer{Err: &gqlErrors{list: []gqlError{{Message: "x", Extensions: map[string]any{"code": "FORBIDDEN"}}}}}}), clean, []string{"ticket"}},
+		{"a grab with no ticket to be had in a round without faults", durable, append(slices.Clone(sold), answer{attempt: attempt{user: 12}, grabAnswer: grabAnswer{Err: fmt.Errorf("%w: %w: x", errNotSent, errNoTicket)}}), clean, []string{"ticket"}},
+		{"the same where Redis was wiped", wiped, append(slices.Clone(sold), answer{attempt: attempt{user: 12}, grabAnswer: grabAnswer{Err: fmt.Errorf("%w: %w: x", errNotSent, errNoTicket)}}), clean, nil},
 		{"an undrained log", durable, sold, func() state { st := clean(); st.drained, st.logLeft = false, 3; return st }, []string{"not-drained"}},
 	}
 	for _, tc := range cases {

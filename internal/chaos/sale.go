@@ -55,6 +55,8 @@ func (a answer) label() string {
 	switch {
 	case a.Code != "":
 		return a.Code
+	case errors.Is(a.Err, errNoTicket):
+		return "no-ticket"
 	case errors.Is(a.Err, errNotSent):
 		return "refused"
 	case errors.As(a.Err, &ge):
@@ -137,10 +139,12 @@ func (rn *runner) send(ctx context.Context, a attempt, voucherID, phase string) 
 		key = a.key
 	}
 	base := rn.env.nodes[a.node].Base
-	ticket, err := rn.tickets.get(ctx, a.user, func() (string, time.Time, error) { return rn.api.ticket(ctx, base, token, voucherID) })
+	ticket, err := rn.tickets.get(a.user, func(pow bool) (string, time.Time, error) { return rn.api.ticket(ctx, base, token, voucherID, pow) })
 	if err != nil {
-		// The grab was never sent: nothing can have happened.
-		ans.Err = fmt.Errorf("%w: %w", errNotSent, err)
+		// The grab was never sent: nothing can have happened. (%v: the
+		// ticket request's own GraphQL error, UNAVAILABLE while a store
+		// is down, is no answer to a grab.)
+		ans.Err = fmt.Errorf("%w: %w: %v", errNotSent, errNoTicket, err)
 		return ans
 	}
 	ans.sent = time.Now()
@@ -293,10 +297,12 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // ticketBook keeps each user's grab ticket for the round's voucher, when
-// it requires one: asked for before the user's first grab, as a client
-// does, and again when it is about to expire.
+// it requires one: asked for (after solving a challenge, when pow) before
+// the user's first grab, as a client does, and again when it is about to
+// expire.
 type ticketBook struct {
 	needed bool
+	pow    bool
 	mu     sync.Mutex
 	byUser map[int64]bookedTicket
 }
@@ -306,13 +312,13 @@ type bookedTicket struct {
 	expires time.Time
 }
 
-func newTicketBook(needed bool) *ticketBook {
-	return &ticketBook{needed: needed, byUser: map[int64]bookedTicket{}}
+func newTicketBook(needed, pow bool) *ticketBook {
+	return &ticketBook{needed: needed, pow: pow, byUser: map[int64]bookedTicket{}}
 }
 
 // get returns the user's ticket ("" when the voucher needs none), asking
 // for one with fetch when it has none valid for the next ten seconds.
-func (b *ticketBook) get(ctx context.Context, user int64, fetch func() (string, time.Time, error)) (string, error) {
+func (b *ticketBook) get(user int64, fetch func(pow bool) (string, time.Time, error)) (string, error) {
 	if b == nil || !b.needed {
 		return "", nil
 	}
@@ -322,7 +328,7 @@ func (b *ticketBook) get(ctx context.Context, user int64, fetch func() (string, 
 	if ok && time.Until(t.expires) > 10*time.Second {
 		return t.ticket, nil
 	}
-	ticket, expires, err := fetch()
+	ticket, expires, err := fetch(b.pow)
 	if err != nil {
 		return "", err
 	}
