@@ -416,13 +416,17 @@ func (s *Service) Blocks(ctx context.Context) ([]domain.Block, error) {
 
 func (s *Service) reloadBlocks(ctx context.Context) {
 	all, err := s.store.Blocks(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.WarnContext(ctx, "blocklist not re-read; keeping the last one", "err", err)
-		}
-		return
+	switch {
+	case err == nil:
+		s.blocks.Store(newBlocklist(all))
+	case ctx.Err() != nil:
+	case domain.ErrorCode(err) == domain.CodeUnavailable:
+		// Redis is down or stalled: the breaker logs that once; a line a
+		// second per node would flood the log during the outage.
+		s.log.DebugContext(ctx, "blocklist not re-read; keeping the last one", "err", err)
+	default:
+		s.log.WarnContext(ctx, "blocklist not re-read; keeping the last one", "err", err)
 	}
-	s.blocks.Store(newBlocklist(all))
 }
 
 // blocked reports whether the caller is blocked from the voucher at now.

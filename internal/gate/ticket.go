@@ -27,6 +27,11 @@ const (
 // TicketLen is the length of every ticket's text.
 var TicketLen = base64.RawURLEncoding.EncodedLen(ticketRawLen)
 
+// ticketText decodes strictly: 41 bytes leave 2 unused bits in the last
+// character, which a lenient decoder ignores, so that four spellings
+// would pass as one ticket. Strictly, a ticket has one spelling.
+var ticketText = base64.RawURLEncoding.Strict()
+
 // Tickets signs and verifies grab tickets.
 type Tickets struct {
 	macs sync.Pool // of keyed HMAC-SHA256 hashes: Reset keeps the key's pads
@@ -71,7 +76,7 @@ func (t *Tickets) Verify(ticket string, user, voucher int64, now time.Time) erro
 	var raw [ticketRawLen]byte
 	var text [64]byte // TicketLen is 55
 	n := copy(text[:], ticket)
-	if m, err := base64.RawURLEncoding.Decode(raw[:], text[:n]); err != nil || m != ticketRawLen {
+	if m, err := ticketText.Decode(raw[:], text[:n]); err != nil || m != ticketRawLen {
 		return domain.ErrTicketInvalid
 	}
 	var sum [sha256.Size]byte
