@@ -2,14 +2,12 @@ package persistence_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/uptrace/bun"
 
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
 
@@ -17,52 +15,42 @@ import (
 // voucher is paused, in Postgres and in the embedded SQLite alike.
 func TestGateChangesOnlyWhilePaused(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		db   func(testing.TB) *bun.DB
-	}{
-		{"postgres", testenv.MustPostgres},
-		{"sqlite", func(tb testing.TB) *bun.DB { return testenv.MustOpen(tb, filepath.Join(tb.TempDir(), "t.db")) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			db := tc.db(t)
-			ctx := context.Background()
-			vouchers := persistence.NewVouchers(db)
-			stock, begin, end := 5, time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
-			v, err := vouchers.Create(ctx, domain.NewVoucher{ShopID: 1, Title: "gated", Type: domain.VoucherSeckill,
-				Stock: &stock, BeginAt: &begin, EndAt: &end, Gate: domain.Gate{RequireTicket: true, Challenge: domain.ChallengePOW}}, time.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got, _ := vouchers.Get(ctx, v.ID); got.Seckill.Gate != (domain.Gate{RequireTicket: true, Challenge: domain.ChallengePOW}) {
-				t.Fatalf("stored gate %+v", got.Seckill.Gate)
-			}
-			open, none := false, domain.ChallengeNone
-			change := domain.GateChange{RequireTicket: &open, Challenge: &none}
-			if _, err := vouchers.SetGate(ctx, v.ID, change, time.Now()); domain.ErrorCode(err) != domain.CodeBadInput {
-				t.Fatalf("change of a running sale: %v", err)
-			}
-			if _, err := vouchers.SetStatus(ctx, v.ID, domain.StatusPaused, time.Now()); err != nil {
-				t.Fatal(err)
-			}
-			got, err := vouchers.SetGate(ctx, v.ID, change, time.Now())
-			if err != nil || got.Seckill.Gate != (domain.Gate{}) {
-				t.Fatalf("change while paused: %+v, %v", got.Seckill, err)
-			}
-			if _, err := vouchers.SetGate(ctx, v.ID+100, change, time.Now()); domain.ErrorCode(err) != domain.CodeNotFound {
-				t.Fatalf("unknown voucher: %v", err)
-			}
-			normal, err := vouchers.Create(ctx, domain.NewVoucher{ShopID: 1, Title: "normal", Type: domain.VoucherNormal}, time.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := vouchers.SetStatus(ctx, normal.ID, domain.StatusPaused, time.Now()); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := vouchers.SetGate(ctx, normal.ID, change, time.Now()); domain.ErrorCode(err) != domain.CodeBadInput {
-				t.Fatalf("gate of a normal voucher: %v", err)
-			}
-		})
-	}
+	eachDatabase(t, func(t *testing.T, db *bun.DB) {
+		ctx := context.Background()
+		vouchers := persistence.NewVouchers(db)
+		stock, begin, end := 5, time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+		v, err := vouchers.Create(ctx, domain.NewVoucher{ShopID: 1, Title: "gated", Type: domain.VoucherSeckill,
+			Stock: &stock, BeginAt: &begin, EndAt: &end, Gate: domain.Gate{RequireTicket: true, Challenge: domain.ChallengePOW}}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := vouchers.Get(ctx, v.ID); got.Seckill.Gate != (domain.Gate{RequireTicket: true, Challenge: domain.ChallengePOW}) {
+			t.Fatalf("stored gate %+v", got.Seckill.Gate)
+		}
+		open, none := false, domain.ChallengeNone
+		change := domain.GateChange{RequireTicket: &open, Challenge: &none}
+		if _, err := vouchers.SetGate(ctx, v.ID, change, time.Now()); domain.ErrorCode(err) != domain.CodeBadInput {
+			t.Fatalf("change of a running sale: %v", err)
+		}
+		if _, err := vouchers.SetStatus(ctx, v.ID, domain.StatusPaused, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		got, err := vouchers.SetGate(ctx, v.ID, change, time.Now())
+		if err != nil || got.Seckill.Gate != (domain.Gate{}) {
+			t.Fatalf("change while paused: %+v, %v", got.Seckill, err)
+		}
+		if _, err := vouchers.SetGate(ctx, v.ID+100, change, time.Now()); domain.ErrorCode(err) != domain.CodeNotFound {
+			t.Fatalf("unknown voucher: %v", err)
+		}
+		normal, err := vouchers.Create(ctx, domain.NewVoucher{ShopID: 1, Title: "normal", Type: domain.VoucherNormal}, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := vouchers.SetStatus(ctx, normal.ID, domain.StatusPaused, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := vouchers.SetGate(ctx, normal.ID, change, time.Now()); domain.ErrorCode(err) != domain.CodeBadInput {
+			t.Fatalf("gate of a normal voucher: %v", err)
+		}
+	})
 }
