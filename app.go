@@ -21,6 +21,7 @@ import (
 	"flashsale/internal/auth"
 	"flashsale/internal/catalog"
 	"flashsale/internal/config"
+	"flashsale/internal/gate"
 	"flashsale/internal/live"
 	"flashsale/internal/playground"
 	"flashsale/persistence"
@@ -41,6 +42,10 @@ var (
 	_ graph.LoadGauge      = (*actors.Router)(nil)
 	_ graph.DeadLetters    = (*persistence.DeadLetters)(nil)
 	_ graph.Reconciler     = (*persistence.Reconciler)(nil)
+	_ graph.Gate           = (*gate.Service)(nil)
+	_ gate.Store           = (*persistence.Gate)(nil)
+	_ gate.Vouchers        = (*persistence.Vouchers)(nil)
+	_ gate.Watcher         = (*persistence.Gate)(nil)
 )
 
 // app is the wired service. start builds it in a visible order (database,
@@ -67,6 +72,7 @@ type app struct {
 	orders   *ordersPart
 	locks    lockPart
 	live     *live.Service
+	gate     *gate.Service
 	listener net.Listener
 	http     *http.Server
 	// cancelRequests ends every request's context; stop calls it last,
@@ -242,8 +248,11 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		return nil, err
 	}
 	a.live = a.startLive(bg)
+	if a.gate, err = a.startGate(ctx, bg, secret); err != nil {
+		return nil, err
+	}
 	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router, DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: persistence.NewReconciler(a.db, a.rdb),
-		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live}, graph.HandlerOptions{
+		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live, Gate: a.gate}, graph.HandlerOptions{
 		Tokens:                 a.tokens,
 		Log:                    log,
 		IPLimit:                limits,
@@ -282,6 +291,33 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	}
 	a.logConnected(redisOpts.Addr)
 	return a, nil
+}
+
+// startGate wires the grab gate (issue 14) and runs its refresh in the
+// background. Its key is TICKET_SECRET, or derived from the JWT secret,
+// which every node shares: a ticket from one node holds on every other.
+func (a *app) startGate(ctx, bg context.Context, jwtSecret string) (*gate.Service, error) {
+	key := gate.KeyFrom(jwtSecret)
+	if a.cfg.TicketSecret != "" {
+		key = []byte(a.cfg.TicketSecret)
+	}
+	g := gate.New(persistence.NewGate(a.rdb), persistence.NewVouchers(a.db), a.log, gate.Options{
+		Key:           key,
+		ReleaseBefore: a.cfg.TicketReleaseBefore,
+		TicketTTL:     a.cfg.TicketTTL,
+		ChallengeTTL:  a.cfg.ChallengeTTL,
+		Difficulty:    a.cfg.PowDifficulty,
+		Refresh:       a.cfg.GateRefresh,
+	})
+	if err := g.Load(ctx); err != nil {
+		return nil, fmt.Errorf("blocklist: %w", err)
+	}
+	a.background.Add(1)
+	go func() {
+		defer a.background.Done()
+		g.Run(bg, persistence.NewGate(a.bg))
+	}()
+	return g, nil
 }
 
 // logConnected writes the one start-up line that says what this node

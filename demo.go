@@ -14,30 +14,40 @@ import (
 	"flashsale/internal/playground"
 )
 
-// printDemo makes the service usable in one command: it creates a demo
-// seckill voucher if there is none and prints tokens and a first query.
+// printDemo makes the service usable in one command: it creates two demo
+// seckill vouchers if there are none (the first open, so a first grab
+// needs nothing; the second behind a grab ticket and a light proof of
+// work) and prints tokens and first operations.
 func (a *app) printDemo(ctx context.Context, w io.Writer) error {
-	vs, _, err := a.catalog.List(ctx, nil, domain.Page{First: 1})
+	vs, _, err := a.catalog.List(ctx, nil, domain.Page{First: 2})
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	var id int64
-	if len(vs) > 0 {
-		id = vs[0].ID
-	} else {
+	demos := []struct {
+		title, sub string
+		gate       domain.Gate
+	}{
+		{"Demo flash-sale voucher", "100 units, one per person", domain.Gate{}},
+		{"Demo voucher against bots", "100 units, one per person; grabs need a ticket, and a ticket a proof of work", domain.Gate{RequireTicket: true, Challenge: domain.ChallengePOW}},
+	}
+	ids := make([]int64, len(demos))
+	for i, d := range demos {
+		if i < len(vs) {
+			ids[i] = vs[i].ID
+			continue
+		}
 		stock, limit := 100, 1
 		begin := time.Now().Add(-time.Minute)
 		end := begin.Add(7 * 24 * time.Hour)
-		sub := "100 units, one per person"
 		v, err := a.catalog.Create(ctx, domain.NewVoucher{
-			ShopID: 1, Title: "Demo flash-sale voucher", SubTitle: &sub,
+			ShopID: 1, Title: d.title, SubTitle: &d.sub,
 			PayValue: 990, ActualValue: 5000, Type: domain.VoucherSeckill,
-			Stock: &stock, BeginAt: &begin, EndAt: &end, PerUserLimit: &limit,
+			Stock: &stock, BeginAt: &begin, EndAt: &end, PerUserLimit: &limit, Gate: d.gate,
 		})
 		if err != nil {
 			return fmt.Errorf("demo voucher: %w", err)
 		}
-		id = v.ID
+		ids[i] = v.ID
 	}
 	// As long as tokens may live (JWT_MAX_TTL): a restart prints new ones.
 	ttl := a.tokens.MaxTTL()
@@ -59,15 +69,17 @@ Flash-sale voucher service (embedded mode: in-process Redis, SQLite file %s)
 
 With the header {"Authorization": "Bearer <token>"}, try (the admin token can do all):
 %s
-`, a.cfg.SQLitePath, displayAddr(a.listener.Addr()), admin, user, indent(sampleOperations(id), "  "))
+`, a.cfg.SQLitePath, displayAddr(a.listener.Addr()), admin, user, indent(sampleOperations(ids[0], ids[1]), "  "))
 	return nil
 }
 
 // sampleOperations is what a visitor wants to try first, on voucher id: look,
-// create a voucher (admin), grab, pay, and watch the stock live. The
-// banner prints it and the playground opens with it; TestSampleOperationsAreValid
-// checks it against the schema.
-func sampleOperations(id int64) string {
+// create a voucher (admin), grab, pay, and watch the stock live; then, on
+// voucher gated, the way past the grab gate: the server's clock, a
+// challenge, a ticket, a grab with it. The banner prints it and the
+// playground opens with it; TestSampleOperationsAreValid checks it against
+// the schema.
+func sampleOperations(id, gated int64) string {
 	return fmt.Sprintf(`# Run one operation at a time: the play button asks which.
 query Vouchers {
   vouchers(first: 10) { edges { node { id title seckill { remaining initialStock } } } }
@@ -92,7 +104,28 @@ mutation Pay($orderId: ID!) {
 subscription WatchStock {
   stockChanged(voucherId: "%d") { remaining sold soldOut }
 }
-`, id, id)
+
+# Voucher %d keeps bots out: a grab needs a ticket, a ticket a proof of work.
+query Countdown {
+  serverTime
+  voucher(id: "%d") { seckill { requireTicket challenge startsInMs endsInMs } }
+}
+
+query Challenge {
+  seckillChallenge(voucherId: "%d") { challenge difficulty expiresAt }
+}
+
+# In a terminal: go run . solve '<challenge>'   prints the nonce.
+# Variables: {"challenge": "<challenge>", "nonce": "<nonce>"}
+query Ticket($challenge: String, $nonce: String) {
+  seckillTicket(voucherId: "%d", challenge: $challenge, nonce: $nonce) { ticket expiresAt }
+}
+
+# Variables: {"ticket": "<the ticket Ticket answered>"}
+mutation GrabWithTicket($ticket: String) {
+  seckillVoucher(voucherId: "%d", ticket: $ticket) { code orderId message }
+}
+`, id, id, gated, gated, gated, gated, gated)
 }
 
 // indent prefixes every non-empty line of s.
@@ -110,7 +143,7 @@ func indent(s, prefix string) string {
 // embedded mode, listening on loopback only, with a demo admin token in
 // its headers. Never in real mode: whoever loads the page gets the token.
 func playgroundOptions(cfg config.Config, tokens *auth.Tokens) ([]playground.Option, error) {
-	opts := []playground.Option{playground.WithQuery(sampleOperations(demoVoucherID))}
+	opts := []playground.Option{playground.WithQuery(sampleOperations(demoVoucherID, demoGatedVoucherID))}
 	if !cfg.Embedded() || !cfg.Demo || !loopback(cfg.HTTPAddr) {
 		return opts, nil
 	}
@@ -124,6 +157,9 @@ func playgroundOptions(cfg config.Config, tokens *auth.Tokens) ([]playground.Opt
 // demoVoucherID is the demo voucher's id in a new embedded database (the
 // first voucher created); the playground's page is made before it is.
 const demoVoucherID = 1
+
+// demoGatedVoucherID is the second demo voucher's, the one behind the gate.
+const demoGatedVoucherID = 2
 
 // loopback reports whether a listen address accepts local connections only.
 func loopback(addr string) bool {

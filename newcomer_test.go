@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -146,7 +147,7 @@ func TestSampleOperationsAreValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, errs := gqlparser.LoadQuery(schema, sampleOperations(1)); len(errs) > 0 {
+	if _, errs := gqlparser.LoadQuery(schema, sampleOperations(1, 2)); len(errs) > 0 {
 		t.Fatalf("sample operations: %v", errs)
 	}
 }
@@ -163,5 +164,53 @@ func TestVersionAndHelpNameTheSubcommands(t *testing.T) {
 	stderr, code := runBinary(t, bin, nil, "-h")
 	if code != 0 || !strings.Contains(stderr, "flashsale token --user") || !strings.Contains(stderr, "flashsale --version") {
 		t.Fatalf("-h (exit %d) does not name the token subcommand and --version:\n%s", code, stderr)
+	}
+}
+
+// The embedded demo's second voucher walks the grab gate as the README
+// does: the countdown, a challenge, `solve` (the sub-command), a ticket,
+// then a grab refused without the ticket and sold with it.
+func TestEmbeddedDemoWalksTheGate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	base, _, banner := startServiceOut(t, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SQLITE_PATH": filepath.Join(dir, "flashsale.db")})
+	user := userRe.FindStringSubmatch(banner)[1]
+
+	info := postQuery(t, base, user, `{ serverTime voucher(id: "2") { seckill { requireTicket challenge startsInMs endsInMs } } }`)
+	sk := info["voucher"].(map[string]any)["seckill"].(map[string]any)
+	if sk["requireTicket"] != true || sk["challenge"] != "POW" || sk["startsInMs"].(float64) >= 0 || sk["endsInMs"].(float64) <= 0 {
+		t.Fatalf("second demo voucher: %v", sk)
+	}
+	if code := grabDecided(t, base, user, `mutation { seckillVoucher(voucherId: "1", requestId: "walk-1") { code } }`); code != "OK" {
+		t.Fatalf("the first demo voucher needs nothing: %s", code)
+	}
+	ch := postQuery(t, base, user, `{ seckillChallenge(voucherId: "2") { challenge difficulty } }`)["seckillChallenge"].(map[string]any)
+	var nonce bytes.Buffer
+	if err := run(t.Context(), []string{"solve", ch["challenge"].(string)}, func(string) string { return "" }, &nonce, io.Discard); err != nil {
+		t.Fatalf("solve: %v", err)
+	}
+	ticket := postQuery(t, base, user, fmt.Sprintf(`{ seckillTicket(voucherId: "2", challenge: %q, nonce: %q) { ticket } }`,
+		ch["challenge"], strings.TrimSpace(nonce.String())))["seckillTicket"].(map[string]any)["ticket"].(string)
+
+	if code := grabCode(t, base, user, "2"); code != "FORBIDDEN" {
+		t.Fatalf("grab without a ticket: %s", code)
+	}
+	if code := grabDecided(t, base, user, fmt.Sprintf(`mutation { seckillVoucher(voucherId: "2", requestId: "walk-2", ticket: %q) { code } }`, ticket)); code != "OK" {
+		t.Fatalf("grab with the ticket: %s", code)
+	}
+}
+
+// grabDecided sends a grab (with a request id, so a retry is the same
+// purchase) until it is decided: UNAVAILABLE is "safe to retry later" (the
+// contract), and a loaded machine can make the embedded node answer it
+// with its production deadlines.
+func grabDecided(t *testing.T, base, token, mutation string) string {
+	t.Helper()
+	for try := 0; ; try++ {
+		code := postQuery(t, base, token, mutation)["seckillVoucher"].(map[string]any)["code"].(string)
+		if code != "UNAVAILABLE" || try == 10 {
+			return code
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }

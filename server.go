@@ -4,6 +4,7 @@
 //
 //	go run .                                   # embedded mode
 //	go run . token --user 42 --role admin      # print a token for JWT_SECRET
+//	go run . solve CHALLENGE [difficulty]      # a nonce for a seckillChallenge
 //	go run . --version                         # module version and VCS revision
 package main
 
@@ -47,6 +48,9 @@ func main() {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "token" {
 		return runToken(args[1:], getenv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "solve" {
+		return runSolve(args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
 		_, err := fmt.Fprintln(stdout, version())

@@ -76,6 +76,8 @@ type Seckill struct {
 	// (1..MaxSegments): a user's grabs go to segment hash(user) mod
 	// Segments. All segments sell from the one stock counter.
 	Segments int
+	// Gate is what a grab needs besides a token (issue 14).
+	Gate Gate
 }
 
 // NewVoucher is the input of voucher creation.
@@ -92,6 +94,8 @@ type NewVoucher struct {
 	EndAt        *time.Time
 	PerUserLimit *int
 	Segments     *int
+	// Gate is SECKILL only; the zero value is an open sale.
+	Gate Gate
 }
 
 // Validate checks the input and returns the first problem as a
@@ -132,6 +136,8 @@ func (n NewVoucher) Validate() error {
 			return InvalidField("perUserLimit", "only SECKILL vouchers have a per-user limit")
 		case n.Segments != nil && *n.Segments != 1:
 			return InvalidField("segments", "only SECKILL vouchers have segments")
+		case n.Gate != Gate{}:
+			return InvalidField("requireTicket", "only SECKILL vouchers have a grab gate")
 		}
 		return nil
 	}
@@ -154,6 +160,8 @@ func (n NewVoucher) Validate() error {
 		return InvalidField("perUserLimit", "must be between 1 and %d", MaxPerUserLimit)
 	case n.Segments != nil && !ValidSegments(*n.Segments):
 		return InvalidField("segments", "must be between 1 and %d", MaxSegments)
+	case !n.Gate.Challenge.Valid():
+		return InvalidField("challenge", "unknown challenge kind")
 	}
 	return nil
 }

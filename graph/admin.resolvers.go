@@ -14,6 +14,21 @@ func (r *mutationResolver) SetVoucherSegments(ctx context.Context, voucherID int
 	return voucherToModel(v), nil
 }
 
+// SetVoucherGate is the resolver for the setVoucherGate field.
+func (r *mutationResolver) SetVoucherGate(ctx context.Context, id int64, requireTicket *bool, challenge *model.ChallengeKind) (*model.Voucher, error) {
+	return r.setVoucherGate(ctx, id, requireTicket, challenge)
+}
+
+// Block is the resolver for the block field.
+func (r *mutationResolver) Block(ctx context.Context, target model.BlockTarget, expiresInSeconds *int) (*model.Block, error) {
+	return r.block(ctx, target, expiresInSeconds)
+}
+
+// Unblock is the resolver for the unblock field.
+func (r *mutationResolver) Unblock(ctx context.Context, target model.BlockTarget) (bool, error) {
+	return r.unblock(ctx, target)
+}
+
 // DeadLetteredOrders is the resolver for the deadLetteredOrders field.
 func (r *queryResolver) DeadLetteredOrders(ctx context.Context, voucherID *int64, first *int, after *string) (*model.DeadLetteredOrderConnection, error) {
 	n, key, err := deadLetterPage(first, after)
@@ -46,4 +61,9 @@ func (r *queryResolver) Reconcile(ctx context.Context, voucherID *int64, repair 
 		return nil, err
 	}
 	return reconcileReportsToModel(reps), nil
+}
+
+// Blocks is the resolver for the blocks field.
+func (r *queryResolver) Blocks(ctx context.Context) ([]*model.Block, error) {
+	return r.blocks(ctx)
 }

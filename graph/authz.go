@@ -24,6 +24,10 @@ var adminFields = map[string]bool{
 	"deadLetteredOrders": true,
 	"reconciliation":     true,
 	"reconcile":          true,
+	"setVoucherGate":     true,
+	"block":              true,
+	"unblock":            true,
+	"blocks":             true,
 }
 
 // grabField is the hot-path mutation; an operation may hold one.

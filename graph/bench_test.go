@@ -61,20 +61,27 @@ func BenchmarkGrab(b *testing.B) {
 	impls := []struct {
 		name string
 		make func(rdb *redis.Client) (graph.Grabber, func())
+		// tickets: the voucher requires grab tickets, the handler has the
+		// gate and every grab carries its user's ticket.
+		tickets bool
 	}{
 		{"batched", func(rdb *redis.Client) (graph.Grabber, func()) {
 			r := actors.NewRouter(persistence.NewGrabs(rdb), testenv.MustOrderIDs(b, s.db), s.catalog, log, actors.Options{})
 			return r, r.Close
-		}},
+		}, false},
 		{"batched+rate-limits", func(rdb *redis.Client) (graph.Grabber, func()) {
 			r := actors.NewRouter(persistence.NewGrabs(rdb), testenv.MustOrderIDs(b, s.db), s.catalog, log, actors.Options{
 				Limits: persistence.NewRateLimits(rdb, 1000, 0, 0),
 			})
 			return r, r.Close
-		}},
+		}, false},
+		{"batched+tickets", func(rdb *redis.Client) (graph.Grabber, func()) {
+			r := actors.NewRouter(persistence.NewGrabs(rdb), testenv.MustOrderIDs(b, s.db), s.catalog, log, actors.Options{})
+			return r, r.Close
+		}, true},
 		{"per-request-reference", func(rdb *redis.Client) (graph.Grabber, func()) {
 			return &perRequest{grabs: persistence.NewGrabs(rdb), rdb: rdb}, func() {}
-		}},
+		}, false},
 	}
 	for _, phase := range []string{"in-stock", "sold-out"} {
 		for _, impl := range impls {
@@ -84,6 +91,7 @@ func BenchmarkGrab(b *testing.B) {
 				if phase == "sold-out" {
 					in["stock"] = 1
 				}
+				in["requireTicket"] = impl.tickets
 				v := s.createVoucher(b, in)
 				vid, _ := strconv.ParseInt(v.ID, 10, 64)
 				var cnt testenv.Counter
@@ -100,8 +108,17 @@ func BenchmarkGrab(b *testing.B) {
 						b.Fatalf("selling the last unit: %s", res.Code)
 					}
 				}
-				h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: grabber}, graph.HandlerOptions{Tokens: s.tokens, Log: log})
-				body, _ := json.Marshal(map[string]any{"query": grabMutation, "variables": map[string]any{"id": v.ID}})
+				resolver := &graph.Resolver{Catalog: s.catalog, Grabber: grabber}
+				bodies := make([][]byte, users)
+				for i := range bodies {
+					bodies[i], _ = json.Marshal(map[string]any{"query": grabMutation, "variables": map[string]any{"id": v.ID}})
+					if impl.tickets {
+						resolver.Gate = s.gate
+						ticket := s.gate.Tickets().Issue(int64(i+1), vid, time.Now().Add(time.Hour))
+						bodies[i], _ = json.Marshal(map[string]any{"query": ticketGrabMutation, "variables": map[string]any{"id": v.ID, "ticket": ticket}})
+					}
+				}
+				h := graph.NewHandler(resolver, graph.HandlerOptions{Tokens: s.tokens, Log: log})
 				want := map[string]string{"in-stock": `"OK"`, "sold-out": `"SOLD_OUT"`}[phase]
 				var next atomic.Int64
 				start, startTrips := cnt.Commands.Load(), cnt.RoundTrips.Load()
@@ -110,7 +127,7 @@ func BenchmarkGrab(b *testing.B) {
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
 						i := next.Add(1)
-						req := httptest.NewRequest(http.MethodPost, "/query", bytes.NewReader(body))
+						req := httptest.NewRequest(http.MethodPost, "/query", bytes.NewReader(bodies[i%users]))
 						req.Header.Set("Content-Type", "application/json")
 						req.Header.Set("Authorization", "Bearer "+tokens[i%users])
 						rec := httptest.NewRecorder()

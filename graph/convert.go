@@ -51,8 +51,20 @@ func newVoucherFromModel(in model.CreateVoucherInput) domain.NewVoucher {
 		BeginAt:      in.BeginAt,
 		EndAt:        in.EndAt,
 		PerUserLimit: in.PerUserLimit,
+		Gate:         gateFromModel(in.RequireTicket, in.Challenge),
 		Segments:     in.Segments,
 	}
+}
+
+func gateFromModel(requireTicket *bool, challenge *model.ChallengeKind) domain.Gate {
+	var g domain.Gate
+	if requireTicket != nil {
+		g.RequireTicket = *requireTicket
+	}
+	if challenge != nil {
+		g.Challenge = challengeFromModel(*challenge)
+	}
+	return g
 }
 
 func voucherToModel(v domain.Voucher) *model.Voucher {
@@ -71,12 +83,14 @@ func voucherToModel(v domain.Voucher) *model.Voucher {
 	if sk := v.Seckill; sk != nil {
 		out.Type = model.VoucherTypeSeckill
 		out.Seckill = &model.SeckillInfo{
-			InitialStock: sk.InitialStock,
-			Remaining:    sk.Remaining,
-			BeginAt:      sk.BeginAt,
-			EndAt:        sk.EndAt,
-			PerUserLimit: sk.PerUserLimit,
-			Segments:     sk.Segments,
+			InitialStock:  sk.InitialStock,
+			Remaining:     sk.Remaining,
+			BeginAt:       sk.BeginAt,
+			EndAt:         sk.EndAt,
+			PerUserLimit:  sk.PerUserLimit,
+			Segments:      sk.Segments,
+			RequireTicket: sk.Gate.RequireTicket,
+			Challenge:     challengeToModel(sk.Gate.Challenge),
 		}
 	}
 	return out

@@ -32,6 +32,7 @@ type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 type ResolverRoot interface {
 	Mutation() MutationResolver
 	Query() QueryResolver
+	SeckillInfo() SeckillInfoResolver
 	Subscription() SubscriptionResolver
 }
 
@@ -39,6 +40,13 @@ type DirectiveRoot struct {
 }
 
 type ComplexityRoot struct {
+	Block struct {
+		ExpiresAt func(childComplexity int) int
+		IP        func(childComplexity int) int
+		UserID    func(childComplexity int) int
+		VoucherID func(childComplexity int) int
+	}
+
 	DeadLetteredOrder struct {
 		At        func(childComplexity int) int
 		Detail    func(childComplexity int) int
@@ -68,14 +76,17 @@ type ComplexityRoot struct {
 
 	Mutation struct {
 		AddStock           func(childComplexity int, voucherID int64, amount int, requestID *string) int
+		Block              func(childComplexity int, target model.BlockTarget, expiresInSeconds *int) int
 		CancelOrder        func(childComplexity int, orderID int64) int
 		CreateRedPacket    func(childComplexity int, input model.CreateRedPacketInput) int
 		CreateVoucher      func(childComplexity int, input model.CreateVoucherInput) int
 		GrabRedPacket      func(childComplexity int, id int64) int
 		PayOrder           func(childComplexity int, orderID int64) int
-		SeckillVoucher     func(childComplexity int, voucherID int64, requestID *string) int
+		SeckillVoucher     func(childComplexity int, voucherID int64, requestID *string, ticket *string) int
+		SetVoucherGate     func(childComplexity int, id int64, requireTicket *bool, challenge *model.ChallengeKind) int
 		SetVoucherSegments func(childComplexity int, voucherID int64, segments int) int
 		SetVoucherStatus   func(childComplexity int, id int64, status model.VoucherStatus) int
+		Unblock            func(childComplexity int, target model.BlockTarget) int
 	}
 
 	PageInfo struct {
@@ -84,12 +95,16 @@ type ComplexityRoot struct {
 	}
 
 	Query struct {
+		Blocks             func(childComplexity int) int
 		DeadLetteredOrders func(childComplexity int, voucherID *int64, first *int, after *string) int
 		MyOrders           func(childComplexity int, first *int, after *string) int
 		Order              func(childComplexity int, id int64) int
 		Reconcile          func(childComplexity int, voucherID *int64, repair *bool) int
 		Reconciliation     func(childComplexity int, voucherID int64) int
 		RedPacket          func(childComplexity int, id int64) int
+		SeckillChallenge   func(childComplexity int, voucherID int64) int
+		SeckillTicket      func(childComplexity int, voucherID int64, challenge *string, nonce *string) int
+		ServerTime         func(childComplexity int) int
 		Stock              func(childComplexity int, voucherID int64) int
 		Voucher            func(childComplexity int, id int64) int
 		Vouchers           func(childComplexity int, shopID *int64, first *int, after *string) int
@@ -133,19 +148,34 @@ type ComplexityRoot struct {
 		TotalCents     func(childComplexity int) int
 	}
 
+	SeckillChallenge struct {
+		Challenge  func(childComplexity int) int
+		Difficulty func(childComplexity int) int
+		ExpiresAt  func(childComplexity int) int
+	}
+
 	SeckillInfo struct {
-		BeginAt      func(childComplexity int) int
-		EndAt        func(childComplexity int) int
-		InitialStock func(childComplexity int) int
-		PerUserLimit func(childComplexity int) int
-		Remaining    func(childComplexity int) int
-		Segments     func(childComplexity int) int
+		BeginAt       func(childComplexity int) int
+		Challenge     func(childComplexity int) int
+		EndAt         func(childComplexity int) int
+		EndsInMs      func(childComplexity int) int
+		InitialStock  func(childComplexity int) int
+		PerUserLimit  func(childComplexity int) int
+		Remaining     func(childComplexity int) int
+		RequireTicket func(childComplexity int) int
+		Segments      func(childComplexity int) int
+		StartsInMs    func(childComplexity int) int
 	}
 
 	SeckillResult struct {
 		Code    func(childComplexity int) int
 		Message func(childComplexity int) int
 		OrderID func(childComplexity int) int
+	}
+
+	SeckillTicket struct {
+		ExpiresAt func(childComplexity int) int
+		Ticket    func(childComplexity int) int
 	}
 
 	StockUpdate struct {
@@ -215,12 +245,15 @@ type MutationResolver interface {
 	CreateVoucher(ctx context.Context, input model.CreateVoucherInput) (*model.Voucher, error)
 	SetVoucherStatus(ctx context.Context, id int64, status model.VoucherStatus) (*model.Voucher, error)
 	AddStock(ctx context.Context, voucherID int64, amount int, requestID *string) (*model.StockUpdate, error)
-	SeckillVoucher(ctx context.Context, voucherID int64, requestID *string) (*model.SeckillResult, error)
+	SeckillVoucher(ctx context.Context, voucherID int64, requestID *string, ticket *string) (*model.SeckillResult, error)
 	PayOrder(ctx context.Context, orderID int64) (*model.VoucherOrder, error)
 	CancelOrder(ctx context.Context, orderID int64) (*model.VoucherOrder, error)
 	CreateRedPacket(ctx context.Context, input model.CreateRedPacketInput) (*model.RedPacket, error)
 	GrabRedPacket(ctx context.Context, id int64) (*model.GrabRedPacketResult, error)
 	SetVoucherSegments(ctx context.Context, voucherID int64, segments int) (*model.Voucher, error)
+	SetVoucherGate(ctx context.Context, id int64, requireTicket *bool, challenge *model.ChallengeKind) (*model.Voucher, error)
+	Block(ctx context.Context, target model.BlockTarget, expiresInSeconds *int) (*model.Block, error)
+	Unblock(ctx context.Context, target model.BlockTarget) (bool, error)
 }
 type QueryResolver interface {
 	Voucher(ctx context.Context, id int64) (*model.Voucher, error)
@@ -232,6 +265,14 @@ type QueryResolver interface {
 	DeadLetteredOrders(ctx context.Context, voucherID *int64, first *int, after *string) (*model.DeadLetteredOrderConnection, error)
 	Reconciliation(ctx context.Context, voucherID int64) (*model.Reconciliation, error)
 	Reconcile(ctx context.Context, voucherID *int64, repair *bool) ([]*model.ReconcileReport, error)
+	Blocks(ctx context.Context) ([]*model.Block, error)
+	ServerTime(ctx context.Context) (*time.Time, error)
+	SeckillChallenge(ctx context.Context, voucherID int64) (*model.SeckillChallenge, error)
+	SeckillTicket(ctx context.Context, voucherID int64, challenge *string, nonce *string) (*model.SeckillTicket, error)
+}
+type SeckillInfoResolver interface {
+	StartsInMs(ctx context.Context, obj *model.SeckillInfo) (int, error)
+	EndsInMs(ctx context.Context, obj *model.SeckillInfo) (int, error)
 }
 type SubscriptionResolver interface {
 	StockChanged(ctx context.Context, voucherID int64) (<-chan *model.StockUpdate, error)
@@ -255,6 +296,31 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 	ec := newExecutionContext(nil, e, nil)
 	_ = ec
 	switch typeName + "." + field {
+
+	case "Block.expiresAt":
+		if e.ComplexityRoot.Block.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Block.ExpiresAt(childComplexity), true
+	case "Block.ip":
+		if e.ComplexityRoot.Block.IP == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Block.IP(childComplexity), true
+	case "Block.userId":
+		if e.ComplexityRoot.Block.UserID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Block.UserID(childComplexity), true
+	case "Block.voucherId":
+		if e.ComplexityRoot.Block.VoucherID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Block.VoucherID(childComplexity), true
 
 	case "DeadLetteredOrder.at":
 		if e.ComplexityRoot.DeadLetteredOrder.At == nil {
@@ -361,6 +427,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.AddStock(childComplexity, args["voucherId"].(int64), args["amount"].(int), args["requestId"].(*string)), true
+	case "Mutation.block":
+		if e.ComplexityRoot.Mutation.Block == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_block_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.Block(childComplexity, args["target"].(model.BlockTarget), args["expiresInSeconds"].(*int)), true
 	case "Mutation.cancelOrder":
 		if e.ComplexityRoot.Mutation.CancelOrder == nil {
 			break
@@ -426,7 +503,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Mutation.SeckillVoucher(childComplexity, args["voucherId"].(int64), args["requestId"].(*string)), true
+		return e.ComplexityRoot.Mutation.SeckillVoucher(childComplexity, args["voucherId"].(int64), args["requestId"].(*string), args["ticket"].(*string)), true
+	case "Mutation.setVoucherGate":
+		if e.ComplexityRoot.Mutation.SetVoucherGate == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setVoucherGate_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetVoucherGate(childComplexity, args["id"].(int64), args["requireTicket"].(*bool), args["challenge"].(*model.ChallengeKind)), true
 	case "Mutation.setVoucherSegments":
 		if e.ComplexityRoot.Mutation.SetVoucherSegments == nil {
 			break
@@ -449,6 +537,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.SetVoucherStatus(childComplexity, args["id"].(int64), args["status"].(model.VoucherStatus)), true
+	case "Mutation.unblock":
+		if e.ComplexityRoot.Mutation.Unblock == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_unblock_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.Unblock(childComplexity, args["target"].(model.BlockTarget)), true
 
 	case "PageInfo.endCursor":
 		if e.ComplexityRoot.PageInfo.EndCursor == nil {
@@ -463,6 +562,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.PageInfo.HasNextPage(childComplexity), true
 
+	case "Query.blocks":
+		if e.ComplexityRoot.Query.Blocks == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.Blocks(childComplexity), true
 	case "Query.deadLetteredOrders":
 		if e.ComplexityRoot.Query.DeadLetteredOrders == nil {
 			break
@@ -530,6 +635,34 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.RedPacket(childComplexity, args["id"].(int64)), true
+	case "Query.seckillChallenge":
+		if e.ComplexityRoot.Query.SeckillChallenge == nil {
+			break
+		}
+
+		args, err := ec.field_Query_seckillChallenge_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.SeckillChallenge(childComplexity, args["voucherId"].(int64)), true
+	case "Query.seckillTicket":
+		if e.ComplexityRoot.Query.SeckillTicket == nil {
+			break
+		}
+
+		args, err := ec.field_Query_seckillTicket_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.SeckillTicket(childComplexity, args["voucherId"].(int64), args["challenge"].(*string), args["nonce"].(*string)), true
+	case "Query.serverTime":
+		if e.ComplexityRoot.Query.ServerTime == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.ServerTime(childComplexity), true
 	case "Query.stock":
 		if e.ComplexityRoot.Query.Stock == nil {
 			break
@@ -741,18 +874,49 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.RedPacket.TotalCents(childComplexity), true
 
+	case "SeckillChallenge.challenge":
+		if e.ComplexityRoot.SeckillChallenge.Challenge == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SeckillChallenge.Challenge(childComplexity), true
+	case "SeckillChallenge.difficulty":
+		if e.ComplexityRoot.SeckillChallenge.Difficulty == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SeckillChallenge.Difficulty(childComplexity), true
+	case "SeckillChallenge.expiresAt":
+		if e.ComplexityRoot.SeckillChallenge.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SeckillChallenge.ExpiresAt(childComplexity), true
+
 	case "SeckillInfo.beginAt":
 		if e.ComplexityRoot.SeckillInfo.BeginAt == nil {
 			break
 		}
 
 		return e.ComplexityRoot.SeckillInfo.BeginAt(childComplexity), true
+	case "SeckillInfo.challenge":
+		if e.ComplexityRoot.SeckillInfo.Challenge == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SeckillInfo.Challenge(childComplexity), true
 	case "SeckillInfo.endAt":
 		if e.ComplexityRoot.SeckillInfo.EndAt == nil {
 			break
 		}
 
 		return e.ComplexityRoot.SeckillInfo.EndAt(childComplexity), true
+	case "SeckillInfo.endsInMs":
+		if e.ComplexityRoot.SeckillInfo.EndsInMs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SeckillInfo.EndsInMs(childComplexity), true
 	case "SeckillInfo.initialStock":
 		if e.ComplexityRoot.SeckillInfo.InitialStock == nil {
 			break
@@ -771,12 +935,24 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.SeckillInfo.Remaining(childComplexity), true
+	case "SeckillInfo.requireTicket":
+		if e.ComplexityRoot.SeckillInfo.RequireTicket == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SeckillInfo.RequireTicket(childComplexity), true
 	case "SeckillInfo.segments":
 		if e.ComplexityRoot.SeckillInfo.Segments == nil {
 			break
 		}
 
 		return e.ComplexityRoot.SeckillInfo.Segments(childComplexity), true
+	case "SeckillInfo.startsInMs":
+		if e.ComplexityRoot.SeckillInfo.StartsInMs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SeckillInfo.StartsInMs(childComplexity), true
 
 	case "SeckillResult.code":
 		if e.ComplexityRoot.SeckillResult.Code == nil {
@@ -796,6 +972,19 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.SeckillResult.OrderID(childComplexity), true
+
+	case "SeckillTicket.expiresAt":
+		if e.ComplexityRoot.SeckillTicket.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SeckillTicket.ExpiresAt(childComplexity), true
+	case "SeckillTicket.ticket":
+		if e.ComplexityRoot.SeckillTicket.Ticket == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SeckillTicket.Ticket(childComplexity), true
 
 	case "StockUpdate.at":
 		if e.ComplexityRoot.StockUpdate.At == nil {
@@ -1027,6 +1216,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	opCtx := graphql.GetOperationContext(ctx)
 	ec := newExecutionContext(opCtx, e, make(chan graphql.DeferredResult))
 	inputUnmarshalMap := graphql.BuildUnmarshalerMap(
+		ec.unmarshalInputBlockTarget,
 		ec.unmarshalInputCreateRedPacketInput,
 		ec.unmarshalInputCreateVoucherInput,
 	)
@@ -1120,7 +1310,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "admin.graphqls" "schema.graphqls"
+//go:embed "admin.graphqls" "gate.graphqls" "schema.graphqls"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -1133,6 +1323,7 @@ func sourceData(filename string) string {
 
 var sources = []*ast.Source{
 	{Name: "admin.graphqls", Input: sourceData("admin.graphqls"), BuiltIn: false},
+	{Name: "gate.graphqls", Input: sourceData("gate.graphqls"), BuiltIn: false},
 	{Name: "schema.graphqls", Input: sourceData("schema.graphqls"), BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
@@ -1140,6 +1331,20 @@ var parsedSchema = gqlparser.MustLoadSchema(sources...)
 // childFields_* functions provide shared child field context lookups.
 // Each function is generated once per unique object type, deduplicating the
 // switch statements that were previously inlined in every fieldContext_* function.
+
+func (ec *executionContext) childFields_Block(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "userId":
+		return ec.fieldContext_Block_userId(ctx, field)
+	case "ip":
+		return ec.fieldContext_Block_ip(ctx, field)
+	case "voucherId":
+		return ec.fieldContext_Block_voucherId(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_Block_expiresAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Block", field.Name)
+}
 
 func (ec *executionContext) childFields_DeadLetteredOrder(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
@@ -1281,6 +1486,18 @@ func (ec *executionContext) childFields_RedPacket(ctx context.Context, field gra
 	return nil, fmt.Errorf("no field named %q was found under type RedPacket", field.Name)
 }
 
+func (ec *executionContext) childFields_SeckillChallenge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "challenge":
+		return ec.fieldContext_SeckillChallenge_challenge(ctx, field)
+	case "difficulty":
+		return ec.fieldContext_SeckillChallenge_difficulty(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_SeckillChallenge_expiresAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SeckillChallenge", field.Name)
+}
+
 func (ec *executionContext) childFields_SeckillInfo(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "initialStock":
@@ -1295,6 +1512,14 @@ func (ec *executionContext) childFields_SeckillInfo(ctx context.Context, field g
 		return ec.fieldContext_SeckillInfo_perUserLimit(ctx, field)
 	case "segments":
 		return ec.fieldContext_SeckillInfo_segments(ctx, field)
+	case "requireTicket":
+		return ec.fieldContext_SeckillInfo_requireTicket(ctx, field)
+	case "challenge":
+		return ec.fieldContext_SeckillInfo_challenge(ctx, field)
+	case "startsInMs":
+		return ec.fieldContext_SeckillInfo_startsInMs(ctx, field)
+	case "endsInMs":
+		return ec.fieldContext_SeckillInfo_endsInMs(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type SeckillInfo", field.Name)
 }
@@ -1309,6 +1534,16 @@ func (ec *executionContext) childFields_SeckillResult(ctx context.Context, field
 		return ec.fieldContext_SeckillResult_message(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type SeckillResult", field.Name)
+}
+
+func (ec *executionContext) childFields_SeckillTicket(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "ticket":
+		return ec.fieldContext_SeckillTicket_ticket(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_SeckillTicket_expiresAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SeckillTicket", field.Name)
 }
 
 func (ec *executionContext) childFields_StockUpdate(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1563,6 +1798,28 @@ func (ec *executionContext) field_Mutation_addStock_args(ctx context.Context, ra
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_block_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "target",
+		func(ctx context.Context, v any) (model.BlockTarget, error) {
+			return ec.unmarshalNBlockTarget2flashsaleᚋgraphᚋmodelᚐBlockTarget(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["target"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "expiresInSeconds",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["expiresInSeconds"] = arg1
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_cancelOrder_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -1652,6 +1909,44 @@ func (ec *executionContext) field_Mutation_seckillVoucher_args(ctx context.Conte
 		return nil, err
 	}
 	args["requestId"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "ticket",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["ticket"] = arg2
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_setVoucherGate_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (int64, error) {
+			return ec.unmarshalNID2int64(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "requireTicket",
+		func(ctx context.Context, v any) (*bool, error) {
+			return ec.unmarshalOBoolean2ᚖbool(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["requireTicket"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "challenge",
+		func(ctx context.Context, v any) (*model.ChallengeKind, error) {
+			return ec.unmarshalOChallengeKind2ᚖflashsaleᚋgraphᚋmodelᚐChallengeKind(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["challenge"] = arg2
 	return args, nil
 }
 
@@ -1696,6 +1991,20 @@ func (ec *executionContext) field_Mutation_setVoucherStatus_args(ctx context.Con
 		return nil, err
 	}
 	args["status"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_unblock_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "target",
+		func(ctx context.Context, v any) (model.BlockTarget, error) {
+			return ec.unmarshalNBlockTarget2flashsaleᚋgraphᚋmodelᚐBlockTarget(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["target"] = arg0
 	return args, nil
 }
 
@@ -1826,6 +2135,50 @@ func (ec *executionContext) field_Query_redPacket_args(ctx context.Context, rawA
 		return nil, err
 	}
 	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_seckillChallenge_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "voucherId",
+		func(ctx context.Context, v any) (int64, error) {
+			return ec.unmarshalNID2int64(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["voucherId"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_seckillTicket_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "voucherId",
+		func(ctx context.Context, v any) (int64, error) {
+			return ec.unmarshalNID2int64(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["voucherId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "challenge",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["challenge"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "nonce",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["nonce"] = arg2
 	return args, nil
 }
 
@@ -1974,6 +2327,98 @@ func (ec *executionContext) field___Type_fields_args(ctx context.Context, rawArg
 // endregion ***************************** args.gotpl *****************************
 
 // region    **************************** field.gotpl *****************************
+
+func (ec *executionContext) _Block_userId(ctx context.Context, field graphql.CollectedField, obj *model.Block) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Block_userId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UserID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int64) graphql.Marshaler {
+			return ec.marshalOID2ᚖint64(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Block_userId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Block", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _Block_ip(ctx context.Context, field graphql.CollectedField, obj *model.Block) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Block_ip(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.IP, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Block_ip(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Block", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Block_voucherId(ctx context.Context, field graphql.CollectedField, obj *model.Block) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Block_voucherId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.VoucherID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int64) graphql.Marshaler {
+			return ec.marshalOID2ᚖint64(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Block_voucherId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Block", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _Block_expiresAt(ctx context.Context, field graphql.CollectedField, obj *model.Block) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Block_expiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Block_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Block", field, false, false, errors.New("field of type Time does not have child fields"))
+}
 
 func (ec *executionContext) _DeadLetteredOrder_key(ctx context.Context, field graphql.CollectedField, obj *model.DeadLetteredOrder) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
@@ -2489,7 +2934,7 @@ func (ec *executionContext) _Mutation_seckillVoucher(ctx context.Context, field 
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().SeckillVoucher(ctx, fc.Args["voucherId"].(int64), fc.Args["requestId"].(*string))
+			return ec.Resolvers.Mutation().SeckillVoucher(ctx, fc.Args["voucherId"].(int64), fc.Args["requestId"].(*string), fc.Args["ticket"].(*string))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *model.SeckillResult) graphql.Marshaler {
@@ -2737,6 +3182,138 @@ func (ec *executionContext) fieldContext_Mutation_setVoucherSegments(ctx context
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_setVoucherSegments_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_setVoucherGate(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_setVoucherGate(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().SetVoucherGate(ctx, fc.Args["id"].(int64), fc.Args["requireTicket"].(*bool), fc.Args["challenge"].(*model.ChallengeKind))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Voucher) graphql.Marshaler {
+			return ec.marshalNVoucher2ᚖflashsaleᚋgraphᚋmodelᚐVoucher(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_setVoucherGate(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Voucher(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_setVoucherGate_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_block(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_block(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().Block(ctx, fc.Args["target"].(model.BlockTarget), fc.Args["expiresInSeconds"].(*int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Block) graphql.Marshaler {
+			return ec.marshalNBlock2ᚖflashsaleᚋgraphᚋmodelᚐBlock(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_block(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Block(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_block_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_unblock(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_unblock(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().Unblock(ctx, fc.Args["target"].(model.BlockTarget))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_unblock(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return nil, errors.New("field of type Boolean does not have child fields")
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_unblock_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -3179,6 +3756,149 @@ func (ec *executionContext) fieldContext_Query_reconcile(ctx context.Context, fi
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Query_reconcile_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_blocks(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_blocks(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().Blocks(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.Block) graphql.Marshaler {
+			return ec.marshalNBlock2ᚕᚖflashsaleᚋgraphᚋmodelᚐBlockᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_blocks(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Block(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_serverTime(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_serverTime(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().ServerTime(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalNTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_serverTime(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Query", field, true, true, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _Query_seckillChallenge(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_seckillChallenge(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().SeckillChallenge(ctx, fc.Args["voucherId"].(int64))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.SeckillChallenge) graphql.Marshaler {
+			return ec.marshalNSeckillChallenge2ᚖflashsaleᚋgraphᚋmodelᚐSeckillChallenge(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_seckillChallenge(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_SeckillChallenge(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_seckillChallenge_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_seckillTicket(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_seckillTicket(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().SeckillTicket(ctx, fc.Args["voucherId"].(int64), fc.Args["challenge"].(*string), fc.Args["nonce"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.SeckillTicket) graphql.Marshaler {
+			return ec.marshalNSeckillTicket2ᚖflashsaleᚋgraphᚋmodelᚐSeckillTicket(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_seckillTicket(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_SeckillTicket(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_seckillTicket_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -3928,6 +4648,75 @@ func (ec *executionContext) fieldContext_RedPacket_expiresAt(_ context.Context, 
 	return graphql.NewScalarFieldContext("RedPacket", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
+func (ec *executionContext) _SeckillChallenge_challenge(ctx context.Context, field graphql.CollectedField, obj *model.SeckillChallenge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SeckillChallenge_challenge(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Challenge, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SeckillChallenge_challenge(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SeckillChallenge", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _SeckillChallenge_difficulty(ctx context.Context, field graphql.CollectedField, obj *model.SeckillChallenge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SeckillChallenge_difficulty(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Difficulty, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SeckillChallenge_difficulty(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SeckillChallenge", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SeckillChallenge_expiresAt(ctx context.Context, field graphql.CollectedField, obj *model.SeckillChallenge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SeckillChallenge_expiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SeckillChallenge_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SeckillChallenge", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
 func (ec *executionContext) _SeckillInfo_initialStock(ctx context.Context, field graphql.CollectedField, obj *model.SeckillInfo) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -4066,6 +4855,98 @@ func (ec *executionContext) fieldContext_SeckillInfo_segments(_ context.Context,
 	return graphql.NewScalarFieldContext("SeckillInfo", field, false, false, errors.New("field of type Int does not have child fields"))
 }
 
+func (ec *executionContext) _SeckillInfo_requireTicket(ctx context.Context, field graphql.CollectedField, obj *model.SeckillInfo) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SeckillInfo_requireTicket(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RequireTicket, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SeckillInfo_requireTicket(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SeckillInfo", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _SeckillInfo_challenge(ctx context.Context, field graphql.CollectedField, obj *model.SeckillInfo) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SeckillInfo_challenge(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Challenge, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v model.ChallengeKind) graphql.Marshaler {
+			return ec.marshalNChallengeKind2flashsaleᚋgraphᚋmodelᚐChallengeKind(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SeckillInfo_challenge(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SeckillInfo", field, false, false, errors.New("field of type ChallengeKind does not have child fields"))
+}
+
+func (ec *executionContext) _SeckillInfo_startsInMs(ctx context.Context, field graphql.CollectedField, obj *model.SeckillInfo) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SeckillInfo_startsInMs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.SeckillInfo().StartsInMs(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SeckillInfo_startsInMs(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SeckillInfo", field, true, true, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SeckillInfo_endsInMs(ctx context.Context, field graphql.CollectedField, obj *model.SeckillInfo) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SeckillInfo_endsInMs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.SeckillInfo().EndsInMs(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SeckillInfo_endsInMs(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SeckillInfo", field, true, true, errors.New("field of type Int does not have child fields"))
+}
+
 func (ec *executionContext) _SeckillResult_code(ctx context.Context, field graphql.CollectedField, obj *model.SeckillResult) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -4133,6 +5014,52 @@ func (ec *executionContext) _SeckillResult_message(ctx context.Context, field gr
 }
 func (ec *executionContext) fieldContext_SeckillResult_message(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("SeckillResult", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _SeckillTicket_ticket(ctx context.Context, field graphql.CollectedField, obj *model.SeckillTicket) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SeckillTicket_ticket(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Ticket, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SeckillTicket_ticket(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SeckillTicket", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _SeckillTicket_expiresAt(ctx context.Context, field graphql.CollectedField, obj *model.SeckillTicket) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SeckillTicket_expiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SeckillTicket_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SeckillTicket", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
 func (ec *executionContext) _StockUpdate_voucherId(ctx context.Context, field graphql.CollectedField, obj *model.StockUpdate) (ret graphql.Marshaler) {
@@ -6081,6 +7008,50 @@ func (ec *executionContext) fieldContext___Type_isOneOf(_ context.Context, field
 
 // region    **************************** input.gotpl *****************************
 
+func (ec *executionContext) unmarshalInputBlockTarget(ctx context.Context, obj any) (model.BlockTarget, error) {
+	var it model.BlockTarget
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"userId", "ip", "voucherId"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "userId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("userId"))
+			data, err := ec.unmarshalOID2ᚖint64(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.UserID = data
+		case "ip":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("ip"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IP = data
+		case "voucherId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("voucherId"))
+			data, err := ec.unmarshalOID2ᚖint64(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.VoucherID = data
+		}
+	}
+	return it, nil
+}
+
 func (ec *executionContext) unmarshalInputCreateRedPacketInput(ctx context.Context, obj any) (model.CreateRedPacketInput, error) {
 	var it model.CreateRedPacketInput
 	if obj == nil {
@@ -6142,8 +7113,14 @@ func (ec *executionContext) unmarshalInputCreateVoucherInput(ctx context.Context
 	if _, present := asMap["segments"]; !present {
 		asMap["segments"] = 1
 	}
+	if _, present := asMap["requireTicket"]; !present {
+		asMap["requireTicket"] = false
+	}
+	if _, present := asMap["challenge"]; !present {
+		asMap["challenge"] = "NONE"
+	}
 
-	fieldsInOrder := [...]string{"shopId", "title", "subTitle", "rules", "payValue", "actualValue", "type", "stock", "beginAt", "endAt", "perUserLimit", "segments"}
+	fieldsInOrder := [...]string{"shopId", "title", "subTitle", "rules", "payValue", "actualValue", "type", "stock", "beginAt", "endAt", "perUserLimit", "segments", "requireTicket", "challenge"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -6234,6 +7211,20 @@ func (ec *executionContext) unmarshalInputCreateVoucherInput(ctx context.Context
 				return it, err
 			}
 			it.Segments = data
+		case "requireTicket":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("requireTicket"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.RequireTicket = data
+		case "challenge":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("challenge"))
+			data, err := ec.unmarshalOChallengeKind2ᚖflashsaleᚋgraphᚋmodelᚐChallengeKind(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Challenge = data
 		}
 	}
 	return it, nil
@@ -6246,6 +7237,59 @@ func (ec *executionContext) unmarshalInputCreateVoucherInput(ctx context.Context
 // endregion ************************** interface.gotpl ***************************
 
 // region    **************************** object.gotpl ****************************
+
+var blockImplementors = []string{"Block"}
+
+func (ec *executionContext) _Block(ctx context.Context, sel ast.SelectionSet, obj *model.Block) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, blockImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Block")
+		case "userId":
+			out.Values[i] = ec._Block_userId(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "ip":
+			out.Values[i] = ec._Block_ip(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "voucherId":
+			out.Values[i] = ec._Block_voucherId(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "expiresAt":
+			out.Values[i] = ec._Block_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
 
 var deadLetteredOrderImplementors = []string{"DeadLetteredOrder"}
 
@@ -6537,6 +7581,27 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "setVoucherGate":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_setVoucherGate(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "block":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_block(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "unblock":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_unblock(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -6807,6 +7872,94 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 					}
 				}()
 				res = ec._Query_reconcile(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "blocks":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_blocks(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "serverTime":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_serverTime(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "seckillChallenge":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_seckillChallenge(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "seckillTicket":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_seckillTicket(ctx, field)
 				if res == graphql.Null {
 					atomic.AddUint32(&fs.Invalids, 1)
 				}
@@ -7098,6 +8251,54 @@ func (ec *executionContext) _RedPacket(ctx context.Context, sel ast.SelectionSet
 	return out
 }
 
+var seckillChallengeImplementors = []string{"SeckillChallenge"}
+
+func (ec *executionContext) _SeckillChallenge(ctx context.Context, sel ast.SelectionSet, obj *model.SeckillChallenge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, seckillChallengeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("SeckillChallenge")
+		case "challenge":
+			out.Values[i] = ec._SeckillChallenge_challenge(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "difficulty":
+			out.Values[i] = ec._SeckillChallenge_difficulty(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "expiresAt":
+			out.Values[i] = ec._SeckillChallenge_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
 var seckillInfoImplementors = []string{"SeckillInfo"}
 
 func (ec *executionContext) _SeckillInfo(ctx context.Context, sel ast.SelectionSet, obj *model.SeckillInfo) graphql.Marshaler {
@@ -7113,33 +8314,119 @@ func (ec *executionContext) _SeckillInfo(ctx context.Context, sel ast.SelectionS
 		case "initialStock":
 			out.Values[i] = ec._SeckillInfo_initialStock(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "remaining":
 			out.Values[i] = ec._SeckillInfo_remaining(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "beginAt":
 			out.Values[i] = ec._SeckillInfo_beginAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "endAt":
 			out.Values[i] = ec._SeckillInfo_endAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "perUserLimit":
 			out.Values[i] = ec._SeckillInfo_perUserLimit(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "segments":
 			out.Values[i] = ec._SeckillInfo_segments(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "requireTicket":
+			out.Values[i] = ec._SeckillInfo_requireTicket(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "challenge":
+			out.Values[i] = ec._SeckillInfo_challenge(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "startsInMs":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._SeckillInfo_startsInMs(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "endsInMs":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._SeckillInfo_endsInMs(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -7185,6 +8472,49 @@ func (ec *executionContext) _SeckillResult(ctx context.Context, sel ast.Selectio
 			}
 		case "message":
 			out.Values[i] = ec._SeckillResult_message(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var seckillTicketImplementors = []string{"SeckillTicket"}
+
+func (ec *executionContext) _SeckillTicket(ctx context.Context, sel ast.SelectionSet, obj *model.SeckillTicket) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, seckillTicketImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("SeckillTicket")
+		case "ticket":
+			out.Values[i] = ec._SeckillTicket_ticket(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "expiresAt":
+			out.Values[i] = ec._SeckillTicket_expiresAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -8014,6 +9344,37 @@ func (ec *executionContext) ___Type(ctx context.Context, sel ast.SelectionSet, o
 
 // region    ***************************** type.gotpl *****************************
 
+func (ec *executionContext) marshalNBlock2ᚕᚖflashsaleᚋgraphᚋmodelᚐBlockᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.Block) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNBlock2ᚖflashsaleᚋgraphᚋmodelᚐBlock(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNBlock2ᚖflashsaleᚋgraphᚋmodelᚐBlock(ctx context.Context, sel ast.SelectionSet, v *model.Block) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._Block(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNBlockTarget2flashsaleᚋgraphᚋmodelᚐBlockTarget(ctx context.Context, v any) (model.BlockTarget, error) {
+	res, err := ec.unmarshalInputBlockTarget(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) unmarshalNBoolean2bool(ctx context.Context, v any) (bool, error) {
 	res, err := graphql.UnmarshalBoolean(v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -8028,6 +9389,16 @@ func (ec *executionContext) marshalNBoolean2bool(ctx context.Context, sel ast.Se
 		}
 	}
 	return res
+}
+
+func (ec *executionContext) unmarshalNChallengeKind2flashsaleᚋgraphᚋmodelᚐChallengeKind(ctx context.Context, v any) (model.ChallengeKind, error) {
+	var res model.ChallengeKind
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNChallengeKind2flashsaleᚋgraphᚋmodelᚐChallengeKind(ctx context.Context, sel ast.SelectionSet, v model.ChallengeKind) graphql.Marshaler {
+	return v
 }
 
 func (ec *executionContext) unmarshalNCreateRedPacketInput2flashsaleᚋgraphᚋmodelᚐCreateRedPacketInput(ctx context.Context, v any) (model.CreateRedPacketInput, error) {
@@ -8204,6 +9575,16 @@ func (ec *executionContext) marshalNRedPacket2ᚖflashsaleᚋgraphᚋmodelᚐRed
 	return ec._RedPacket(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNSeckillChallenge2ᚖflashsaleᚋgraphᚋmodelᚐSeckillChallenge(ctx context.Context, sel ast.SelectionSet, v *model.SeckillChallenge) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._SeckillChallenge(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNSeckillCode2flashsaleᚋgraphᚋmodelᚐSeckillCode(ctx context.Context, v any) (model.SeckillCode, error) {
 	var res model.SeckillCode
 	err := res.UnmarshalGQL(v)
@@ -8222,6 +9603,16 @@ func (ec *executionContext) marshalNSeckillResult2ᚖflashsaleᚋgraphᚋmodel�
 		return graphql.Null
 	}
 	return ec._SeckillResult(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNSeckillTicket2ᚖflashsaleᚋgraphᚋmodelᚐSeckillTicket(ctx context.Context, sel ast.SelectionSet, v *model.SeckillTicket) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._SeckillTicket(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNStockUpdate2ᚖflashsaleᚋgraphᚋmodelᚐStockUpdate(ctx context.Context, sel ast.SelectionSet, v *model.StockUpdate) graphql.Marshaler {
@@ -8287,6 +9678,28 @@ func (ec *executionContext) unmarshalNTime2timeᚐTime(ctx context.Context, v an
 func (ec *executionContext) marshalNTime2timeᚐTime(ctx context.Context, sel ast.SelectionSet, v time.Time) graphql.Marshaler {
 	_ = sel
 	res := model.MarshalTime(v)
+	if res == graphql.Null {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+	}
+	return res
+}
+
+func (ec *executionContext) unmarshalNTime2ᚖtimeᚐTime(ctx context.Context, v any) (*time.Time, error) {
+	res, err := model.UnmarshalTime(v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNTime2ᚖtimeᚐTime(ctx context.Context, sel ast.SelectionSet, v *time.Time) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	_ = sel
+	res := model.MarshalTime(*v)
 	if res == graphql.Null {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
@@ -8575,6 +9988,22 @@ func (ec *executionContext) marshalOBoolean2ᚖbool(ctx context.Context, sel ast
 	_ = ctx
 	res := graphql.MarshalBoolean(*v)
 	return res
+}
+
+func (ec *executionContext) unmarshalOChallengeKind2ᚖflashsaleᚋgraphᚋmodelᚐChallengeKind(ctx context.Context, v any) (*model.ChallengeKind, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(model.ChallengeKind)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOChallengeKind2ᚖflashsaleᚋgraphᚋmodelᚐChallengeKind(ctx context.Context, sel ast.SelectionSet, v *model.ChallengeKind) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
 }
 
 func (ec *executionContext) unmarshalOID2ᚖint64(ctx context.Context, v any) (*int64, error) {

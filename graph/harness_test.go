@@ -18,6 +18,7 @@ import (
 	"flashsale/graph"
 	"flashsale/internal/auth"
 	"flashsale/internal/catalog"
+	"flashsale/internal/gate"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -36,7 +37,15 @@ type testServer struct {
 	catalog *catalog.Service
 	router  *actors.Router
 	writer  *persistence.OrderWriter
+	// gate guards every grab; gateCalls counts the Redis commands of its
+	// request-path client (its pub/sub watcher has a client of its own).
+	gate      *gate.Service
+	gateCalls *testenv.Counter
 }
+
+// testGateOptions are the gate's options in tests (a release of a minute,
+// tickets of two minutes, a light proof of work).
+var testGateOptions = gate.Options{Key: gate.KeyFrom(testSecret), Difficulty: 8}
 
 func newServer(tb testing.TB) *testServer {
 	tb.Helper()
@@ -73,7 +82,14 @@ func newStallingServer(tb testing.TB, opts actors.Options) (*testServer, *testen
 // the grab scripts run on.
 func startServer(tb testing.TB, options func(*redis.Client) actors.Options, grabClient func(*testServer) redis.UniversalClient) *testServer {
 	tb.Helper()
-	s := &testServer{db: testenv.MustPostgres(tb), redis: testenv.MustRedis(tb), tokens: auth.NewTokens(testSecret)}
+	return startNode(tb, testenv.MustPostgres(tb), testenv.MustRedis(tb), options, grabClient, testGateOptions)
+}
+
+// startNode wires a server over a database and a Redis that other nodes
+// of the test may share.
+func startNode(tb testing.TB, db *bun.DB, rs *testenv.RedisServer, options func(*redis.Client) actors.Options, grabClient func(*testServer) redis.UniversalClient, gateOpts gate.Options) *testServer {
+	tb.Helper()
+	s := &testServer{db: db, redis: rs, tokens: auth.NewTokens(testSecret)}
 	s.rdb = s.redis.Client()
 	log := slog.New(slog.DiscardHandler)
 	s.catalog = catalog.New(persistence.NewVouchers(s.db), persistence.NewStock(s.rdb), log)
@@ -87,8 +103,16 @@ func startServer(tb testing.TB, options func(*redis.Client) actors.Options, grab
 	var bg sync.WaitGroup
 	bg.Go(func() { _ = s.writer.Run(ctx) })
 	bg.Go(func() { _ = persistence.NewStock(s.rdb).Watch(ctx, s.router.Changed, s.router.Resync) })
+	s.gateCalls = new(testenv.Counter)
+	gateRdb := s.redis.Client()
+	gateRdb.AddHook(s.gateCalls)
+	s.gate = gate.New(persistence.NewGate(gateRdb), persistence.NewVouchers(s.db), log, gateOpts)
+	if err := s.gate.Load(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	bg.Go(func() { s.gate.Run(ctx, persistence.NewGate(s.rdb)) })
 	tb.Cleanup(func() { s.router.Close(); cancel(); bg.Wait() })
-	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router, DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciler(s.db, s.rdb)}, graph.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: true})
+	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router, DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciler(s.db, s.rdb), Gate: s.gate}, graph.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: true})
 	s.client = client.New(h)
 	s.handler = h
 	return s

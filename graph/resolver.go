@@ -46,4 +46,7 @@ type Resolver struct {
 	Reconciliations Reconciliations
 	// Live serves the subscriptions; nil answers NOT_IMPLEMENTED.
 	Live Live
+	// Gate guards grabs (tickets, blocklists); nil lets every grab through
+	// to the router and answers the gate's fields NOT_IMPLEMENTED.
+	Gate Gate
 }

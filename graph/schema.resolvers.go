@@ -29,10 +29,13 @@ func (r *mutationResolver) AddStock(ctx context.Context, voucherID int64, amount
 }
 
 // SeckillVoucher is the resolver for the seckillVoucher field.
-func (r *mutationResolver) SeckillVoucher(ctx context.Context, voucherID int64, requestID *string) (*model.SeckillResult, error) {
+func (r *mutationResolver) SeckillVoucher(ctx context.Context, voucherID int64, requestID *string, ticket *string) (*model.SeckillResult, error) {
 	req, err := grabRequest(ctx, voucherID, requestID)
 	if err != nil {
 		return nil, err
+	}
+	if res, err := r.checkGrab(ctx, req, ticket); res != nil || err != nil {
+		return res, err
 	}
 	return seckillToModel(r.Grabber.Grab(ctx, req))
 }
@@ -103,6 +106,16 @@ func (r *queryResolver) RedPacket(ctx context.Context, id int64) (*model.RedPack
 	return nil, notImplemented("redPacket")
 }
 
+// StartsInMs is the resolver for the startsInMs field.
+func (r *seckillInfoResolver) StartsInMs(ctx context.Context, obj *model.SeckillInfo) (int, error) {
+	return msUntil(obj.BeginAt, r.now()), nil
+}
+
+// EndsInMs is the resolver for the endsInMs field.
+func (r *seckillInfoResolver) EndsInMs(ctx context.Context, obj *model.SeckillInfo) (int, error) {
+	return msUntil(obj.EndAt, r.now()), nil
+}
+
 // StockChanged is the resolver for the stockChanged field.
 func (r *subscriptionResolver) StockChanged(ctx context.Context, voucherID int64) (<-chan *model.StockUpdate, error) {
 	return r.stockChanged(ctx, voucherID)
@@ -119,11 +132,15 @@ func (r *Resolver) Mutation() MutationResolver { return &mutationResolver{r} }
 // Query returns QueryResolver implementation.
 func (r *Resolver) Query() QueryResolver { return &queryResolver{r} }
 
+// SeckillInfo returns SeckillInfoResolver implementation.
+func (r *Resolver) SeckillInfo() SeckillInfoResolver { return &seckillInfoResolver{r} }
+
 // Subscription returns SubscriptionResolver implementation.
 func (r *Resolver) Subscription() SubscriptionResolver { return &subscriptionResolver{r} }
 
 type (
 	mutationResolver     struct{ *Resolver }
 	queryResolver        struct{ *Resolver }
+	seckillInfoResolver  struct{ *Resolver }
 	subscriptionResolver struct{ *Resolver }
 )

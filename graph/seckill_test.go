@@ -22,6 +22,9 @@ type grabOutcome struct {
 	voucher string
 	code    string
 	orderID string
+	// ticket, if set, is sent with the grab; a grab with one may be
+	// refused with a GraphQL error, whose code is then its code.
+	ticket string
 }
 
 // grabAll sends every (user, voucher) grab through the GraphQL handler
@@ -44,7 +47,11 @@ func (s *testServer) grabAll(tb testing.TB, jobs []grabOutcome, workers int) []g
 		wg.Go(func() {
 			for i := range next {
 				j := &jobs[i]
-				body, _ := json.Marshal(map[string]any{"query": grabMutation, "variables": map[string]any{"id": j.voucher}})
+				query, vars := grabMutation, map[string]any{"id": j.voucher}
+				if j.ticket != "" {
+					query, vars["ticket"] = ticketGrabMutation, j.ticket
+				}
+				body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
 				req := httptest.NewRequest(http.MethodPost, "/query", bytes.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("Authorization", "Bearer "+token(j.user))
@@ -58,6 +65,10 @@ func (s *testServer) grabAll(tb testing.TB, jobs []grabOutcome, workers int) []g
 						}
 					}
 					Errors []gqlError
+				}
+				if err := json.Unmarshal(rec.Body.Bytes(), &resp); err == nil && len(resp.Errors) == 1 && j.ticket != "" {
+					j.code = resp.Errors[0].code()
+					continue
 				}
 				if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil || len(resp.Errors) > 0 {
 					tb.Errorf("grab: %v %+v %s", err, resp.Errors, rec.Body.String())

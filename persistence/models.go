@@ -38,6 +38,9 @@ type seckillRow struct {
 	BeginTime    time.Time `bun:"begin_time,notnull"`
 	EndTime      time.Time `bun:"end_time,notnull"`
 	Segments     int       `bun:"segments,notnull"`
+	// RequireTicket and Challenge are the voucher's grab gate (issue 14).
+	RequireTicket bool                 `bun:"require_ticket,notnull"`
+	Challenge     domain.ChallengeKind `bun:"challenge,notnull"`
 }
 
 // redisLoadRow is a tb_voucher_redis_load row: the load stamp of the load
@@ -123,6 +126,7 @@ func (r *voucherRow) toDomain() domain.Voucher {
 			BeginAt:      r.Seckill.BeginTime.UTC(),
 			EndAt:        r.Seckill.EndTime.UTC(),
 			Segments:     max(r.Seckill.Segments, 1),
+			Gate:         domain.Gate{RequireTicket: r.Seckill.RequireTicket, Challenge: r.Seckill.Challenge},
 		}
 	}
 	return v

@@ -62,13 +62,15 @@ func (s *Vouchers) create(ctx context.Context, in domain.NewVoucher, now time.Ti
 			return nil
 		}
 		row.Seckill = &seckillRow{
-			VoucherID:    row.ID,
-			InitialStock: *in.Stock,
-			Stock:        *in.Stock,
-			PerUserLimit: in.Limit(),
-			BeginTime:    in.BeginAt.UTC(),
-			EndTime:      in.EndAt.UTC(),
-			Segments:     in.SegmentCount(),
+			VoucherID:     row.ID,
+			InitialStock:  *in.Stock,
+			Stock:         *in.Stock,
+			PerUserLimit:  in.Limit(),
+			BeginTime:     in.BeginAt.UTC(),
+			EndTime:       in.EndAt.UTC(),
+			RequireTicket: in.Gate.RequireTicket,
+			Challenge:     in.Gate.Challenge,
+			Segments:      in.SegmentCount(),
 		}
 		if _, err := tx.NewInsert().Model(row.Seckill).Exec(ctx); err != nil {
 			return fmt.Errorf("insert tb_seckill_voucher: %w", err)
@@ -167,6 +169,60 @@ func (s *Vouchers) SetStatus(ctx context.Context, id int64, status domain.Vouche
 			return domain.Voucher{}, err
 		}
 		return domain.Voucher{}, fmt.Errorf("set voucher %d status: %w", id, err)
+	}
+	return s.Get(ctx, id)
+}
+
+// SetGate changes a seckill voucher's grab gate, only while the voucher is
+// paused: a running sale's rules do not change under its buyers, and every
+// node has re-read the gate (within its refresh) before the sale resumes.
+func (s *Vouchers) SetGate(ctx context.Context, id int64, change domain.GateChange, now time.Time) (domain.Voucher, error) {
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var row struct {
+			Status  domain.VoucherStatus `bun:"status"`
+			Seckill *int64               `bun:"voucher_id"`
+		}
+		q := tx.NewSelect().TableExpr("tb_voucher AS v").
+			ColumnExpr("v.status, s.voucher_id").
+			Join("LEFT JOIN tb_seckill_voucher AS s ON s.voucher_id = v.id").
+			Where("v.id = ?", id)
+		if IsPostgres(tx) {
+			q = q.For("NO KEY UPDATE OF v")
+		}
+		if err := q.Scan(ctx, &row); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return domain.NotFound("voucher", id)
+			}
+			return err
+		}
+		switch {
+		case row.Seckill == nil:
+			return domain.InvalidField("id", "voucher %d is not a SECKILL voucher: it has no grab gate", id)
+		case row.Status != domain.StatusPaused:
+			return domain.InvalidField("id", "voucher %d is not PAUSED: pause it (setVoucherStatus) before changing its grab gate", id)
+		}
+		upd := tx.NewUpdate().Table("tb_seckill_voucher").Where("voucher_id = ?", id)
+		if change.RequireTicket != nil {
+			upd = upd.Set("require_ticket = ?", *change.RequireTicket)
+		}
+		if change.Challenge != nil {
+			upd = upd.Set("challenge = ?", *change.Challenge)
+		}
+		if change.RequireTicket == nil && change.Challenge == nil {
+			return nil
+		}
+		if _, err := upd.Exec(ctx); err != nil {
+			return err
+		}
+		_, err := tx.NewUpdate().Table("tb_voucher").Set("update_time = ?", now.UTC().Truncate(time.Microsecond)).
+			Where("id = ?", id).Where("update_time < ?", now.UTC().Truncate(time.Microsecond)).Exec(ctx)
+		return err
+	})
+	if err != nil {
+		if c := domain.ErrorCode(err); c == domain.CodeNotFound || c == domain.CodeBadInput {
+			return domain.Voucher{}, err
+		}
+		return domain.Voucher{}, fmt.Errorf("set voucher %d gate: %w", id, err)
 	}
 	return s.Get(ctx, id)
 }

@@ -10,6 +10,22 @@ import (
 	"time"
 )
 
+type Block struct {
+	UserID *int64 `json:"userId,omitempty"`
+	// An address is shown as its /32 (or /128) network.
+	IP        *string `json:"ip,omitempty"`
+	VoucherID *int64  `json:"voucherId,omitempty"`
+	// Null: until unblocked.
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+}
+
+// Exactly one of userId and ip; voucherId null = every voucher.
+type BlockTarget struct {
+	UserID    *int64  `json:"userId,omitempty"`
+	IP        *string `json:"ip,omitempty"`
+	VoucherID *int64  `json:"voucherId,omitempty"`
+}
+
 type CreateRedPacketInput struct {
 	TotalCents int `json:"totalCents"`
 	Count      int `json:"count"`
@@ -34,6 +50,10 @@ type CreateVoucherInput struct {
 	PerUserLimit *int `json:"perUserLimit,omitempty"`
 	// SECKILL only: how many actor identities share the voucher's grabs (1 .. 64), so that a hot voucher's grabs spread over cluster members. Every segment sells from the one stock; a user always grabs through the same segment.
 	Segments *int `json:"segments,omitempty"`
+	// SECKILL only: grabs need a ticket from seckillTicket.
+	RequireTicket *bool `json:"requireTicket,omitempty"`
+	// SECKILL only: what seckillTicket asks to be solved first.
+	Challenge *ChallengeKind `json:"challenge,omitempty"`
 }
 
 type DeadLetteredOrder struct {
@@ -123,6 +143,16 @@ type RedPacket struct {
 	ExpiresAt      time.Time `json:"expiresAt"`
 }
 
+// Proof of work: find a nonce (printable text, e.g. decimal digits) such that
+// SHA-256 of challenge followed by nonce starts with difficulty zero bits
+// (`go run . solve CHALLENGE` prints one). A challenge is for the caller and
+// the voucher only, and is used up by the ticket it buys.
+type SeckillChallenge struct {
+	Challenge  string    `json:"challenge"`
+	Difficulty int       `json:"difficulty"`
+	ExpiresAt  time.Time `json:"expiresAt"`
+}
+
 type SeckillInfo struct {
 	InitialStock int       `json:"initialStock"`
 	Remaining    int       `json:"remaining"`
@@ -131,6 +161,14 @@ type SeckillInfo struct {
 	PerUserLimit int       `json:"perUserLimit"`
 	// How many segments (actor identities) share the voucher's grabs.
 	Segments int `json:"segments"`
+	// Whether a grab needs a ticket from seckillTicket.
+	RequireTicket bool `json:"requireTicket"`
+	// What seckillTicket asks to be solved first.
+	Challenge ChallengeKind `json:"challenge"`
+	// Milliseconds from the server's clock at this answer to beginAt (negative once begun; clamped to the Int range).
+	StartsInMs int `json:"startsInMs"`
+	// Milliseconds from the server's clock at this answer to endAt (negative once ended; clamped to the Int range).
+	EndsInMs int `json:"endsInMs"`
 }
 
 type SeckillResult struct {
@@ -138,6 +176,12 @@ type SeckillResult struct {
 	// Set when code = OK. The order is durable from this moment: it will reach the database.
 	OrderID *int64 `json:"orderId,omitempty"`
 	Message string `json:"message"`
+}
+
+// A grab ticket: for the caller and the voucher only, for as many grabs as the per-user limit allows, until expiresAt.
+type SeckillTicket struct {
+	Ticket    string    `json:"ticket"`
+	ExpiresAt time.Time `json:"expiresAt"`
 }
 
 type StockUpdate struct {
@@ -198,6 +242,62 @@ type VoucherOrderConnection struct {
 type VoucherOrderEdge struct {
 	Cursor string        `json:"cursor"`
 	Node   *VoucherOrder `json:"node"`
+}
+
+// What a ticket request must solve first.
+type ChallengeKind string
+
+const (
+	ChallengeKindNone ChallengeKind = "NONE"
+	ChallengeKindPow  ChallengeKind = "POW"
+)
+
+var AllChallengeKind = []ChallengeKind{
+	ChallengeKindNone,
+	ChallengeKindPow,
+}
+
+func (e ChallengeKind) IsValid() bool {
+	switch e {
+	case ChallengeKindNone, ChallengeKindPow:
+		return true
+	}
+	return false
+}
+
+func (e ChallengeKind) String() string {
+	return string(e)
+}
+
+func (e *ChallengeKind) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = ChallengeKind(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid ChallengeKind", str)
+	}
+	return nil
+}
+
+func (e ChallengeKind) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *ChallengeKind) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e ChallengeKind) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
 }
 
 type GrabCode string

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"flashsale/internal/gate"
 )
 
 // api speaks the service's public GraphQL contract over HTTP, as a client
@@ -50,6 +52,10 @@ func (e gqlError) code() string {
 // errNotSent marks a request that never reached the service (its
 // connection was refused): nothing can have happened.
 var errNotSent = errors.New("not sent")
+
+// errNoTicket marks a grab not sent because its user's grab ticket (or
+// the challenge before it) could not be had.
+var errNoTicket = errors.New("no grab ticket")
 
 // do posts one operation and decodes data into out. A GraphQL error is
 // returned as *gqlErrors; a transport failure wraps errNotSent when the
@@ -143,14 +149,21 @@ type grabAnswer struct {
 const (
 	grabQuery      = `mutation($v: ID!) { seckillVoucher(voucherId: $v) { code orderId } }`
 	grabQueryWithR = `mutation($v: ID!, $r: String) { seckillVoucher(voucherId: $v, requestId: $r) { code orderId } }`
+	grabQueryWithT = `mutation($v: ID!, $r: String, $t: String) { seckillVoucher(voucherId: $v, requestId: $r, ticket: $t) { code orderId } }`
 )
 
 // grab asks for one unit; requestID "" sends none (the schema may not
-// have the argument).
-func (a *api) grab(ctx context.Context, base, token, voucherID, requestID string) grabAnswer {
+// have the argument), ticket "" sends no grab ticket.
+func (a *api) grab(ctx context.Context, base, token, voucherID, requestID, ticket string) grabAnswer {
 	q, vars := grabQuery, map[string]any{"v": voucherID}
 	if requestID != "" {
 		q, vars["r"] = grabQueryWithR, requestID
+	}
+	if ticket != "" {
+		q, vars["t"] = grabQueryWithT, ticket
+		if requestID == "" {
+			vars["r"] = nil
+		}
 	}
 	var out struct {
 		SeckillVoucher struct {
@@ -172,6 +185,43 @@ func (a *api) grab(ctx context.Context, base, token, voucherID, requestID string
 type voucherSpec struct {
 	Stock, Limit int
 	Begin, End   time.Time
+	// RequireTicket makes every grab need a grab ticket (issue 14); POW
+	// makes a ticket need a solved proof-of-work challenge.
+	RequireTicket, POW bool
+}
+
+// ticket asks for the caller's grab ticket of a voucher and returns it
+// with its expiry; with pow it first asks for a challenge and solves it,
+// as a client does.
+func (a *api) ticket(ctx context.Context, base, token, voucherID string, pow bool) (string, time.Time, error) {
+	vars := map[string]any{"v": voucherID}
+	if pow {
+		const cq = `query($v: ID!) { seckillChallenge(voucherId: $v) { challenge } }`
+		var ch struct {
+			SeckillChallenge struct {
+				Challenge string `json:"challenge"`
+			} `json:"seckillChallenge"`
+		}
+		if err := a.do(ctx, base, token, cq, vars, &ch); err != nil {
+			return "", time.Time{}, fmt.Errorf("challenge: %w", err)
+		}
+		nonce, err := gate.Solve(ch.SeckillChallenge.Challenge, -1)
+		if err != nil {
+			return "", time.Time{}, fmt.Errorf("solve the challenge: %w", err)
+		}
+		vars["c"], vars["n"] = ch.SeckillChallenge.Challenge, nonce
+	}
+	const q = `query($v: ID!, $c: String, $n: String) { seckillTicket(voucherId: $v, challenge: $c, nonce: $n) { ticket expiresAt } }`
+	var out struct {
+		SeckillTicket struct {
+			Ticket    string    `json:"ticket"`
+			ExpiresAt time.Time `json:"expiresAt"`
+		} `json:"seckillTicket"`
+	}
+	if err := a.do(ctx, base, token, q, vars, &out); err != nil {
+		return "", time.Time{}, fmt.Errorf("grab ticket: %w", err)
+	}
+	return out.SeckillTicket.Ticket, out.SeckillTicket.ExpiresAt, nil
 }
 
 // createVoucher creates a seckill voucher as admin and returns its id.
@@ -181,6 +231,12 @@ func (a *api) createVoucher(ctx context.Context, base, admin string, v voucherSp
 		"shopId": "1", "title": "chaos", "payValue": 100, "actualValue": 200, "type": "SECKILL",
 		"stock": v.Stock, "perUserLimit": v.Limit,
 		"beginAt": v.Begin.UTC().Format(time.RFC3339), "endAt": v.End.UTC().Format(time.RFC3339),
+	}
+	if v.RequireTicket {
+		in["requireTicket"] = true
+	}
+	if v.POW {
+		in["challenge"] = "POW"
 	}
 	var out struct {
 		CreateVoucher struct{ ID string } `json:"createVoucher"`
@@ -249,7 +305,7 @@ func (a *api) supportsRequestID(ctx context.Context, base, token string) (bool, 
 	if err != nil && !errors.As(err, &ge) {
 		return false, fmt.Errorf("introspect schema: %w", err)
 	}
-	ans := a.grab(ctx, base, token, "0", "chaos-probe")
+	ans := a.grab(ctx, base, token, "0", "chaos-probe", "")
 	if errors.As(ans.Err, &ge) {
 		for _, g := range ge.list {
 			if strings.Contains(g.Message, "requestId") {

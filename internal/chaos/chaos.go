@@ -107,6 +107,8 @@ type runner struct {
 	requestIDs bool
 	// dead follows the dead letters of the round that runs.
 	dead *deadLetters
+	// tickets holds the grab tickets of the round that runs.
+	tickets *ticketBook
 }
 
 // Run runs cfg.Rounds rounds and prints each and then the table to
@@ -174,7 +176,7 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 		return res
 	}
 	now := time.Now()
-	spec := voucherSpec{Stock: p.stock, Limit: p.limit, Begin: now.Add(-time.Minute), End: now.Add(10 * time.Minute)}
+	spec := voucherSpec{Stock: p.stock, Limit: p.limit, Begin: now.Add(-time.Minute), End: now.Add(10 * time.Minute), RequireTicket: p.tickets, POW: p.pow}
 	var id string
 	for try := 0; try < 5; try++ {
 		if id, err = rn.api.createVoucher(ctx, rn.env.nodes[p.nodes[0]].Base, rn.env.admin, spec); err == nil {
@@ -192,6 +194,7 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 	}
 	res.plan = p
 	rn.dead = newDeadLetters(rn.env.db, p.voucher)
+	rn.tickets = newTicketBook(p.tickets, p.pow)
 
 	saleStart := time.Now()
 	answers, faultErrs := rn.sell(ctx, p, id)
@@ -246,8 +249,15 @@ func (rn *runner) print(r RoundResult) {
 	if r.Failed() {
 		verdict = "FAIL"
 	}
-	fmt.Fprintf(w, "round %4d  %-22s %-4s %5.1fs  stock %3d limit %d: %3d OK, %3d sold, %d lost, %d open, %d dead\n",
-		r.Round, r.Kind, verdict, r.Took.Seconds(), r.plan.stock, r.plan.limit, o.okAnswers, o.sold, o.lost, o.unsettled, o.dead)
+	tickets := ""
+	if r.plan.tickets {
+		tickets = ", tickets"
+	}
+	if r.plan.pow {
+		tickets += " + proof of work"
+	}
+	fmt.Fprintf(w, "round %4d  %-22s %-4s %5.1fs  stock %3d limit %d: %3d OK, %3d sold, %d lost, %d open, %d dead%s\n",
+		r.Round, r.Kind, verdict, r.Took.Seconds(), r.plan.stock, r.plan.limit, o.okAnswers, o.sold, o.lost, o.unsettled, o.dead, tickets)
 	if rn.cfg.Verbose || r.Failed() {
 		fmt.Fprintf(w, "      plan: %s\n", r.plan)
 		fmt.Fprintf(w, "      answers: %s; slowest %.2fs\n", summary(o.answers), o.maxTook.Seconds())

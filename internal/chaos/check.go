@@ -239,12 +239,18 @@ func judge(p plan, answers []answer, st state, requestIDs bool) outcome {
 		o.answers[a.phase+":"+a.label()]++
 		var ge *gqlErrors
 		var br *badResponse
+		if errors.Is(a.Err, errNoTicket) && len(p.faults) == 0 { // with every store up, a ticket is always to be had
+			o.add("ticket", "user %d got no grab ticket with no fault injected: %v", a.user, a.Err)
+		}
 		switch {
 		case errors.As(a.Err, &ge):
 			o.gqlErrors++
 			for _, c := range ge.codes() {
 				if !slices.Contains(documentedErrors, c) {
 					o.add("error", "user %d got an undocumented GraphQL error: %v", a.user, ge)
+				}
+				if c == "FORBIDDEN" { // every grab carries the user's own valid ticket when one is needed, and nobody is blocked
+					o.add("ticket", "user %d's grab was refused: %v", a.user, ge)
 				}
 			}
 		case errors.As(a.Err, &br):

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"testing"
@@ -24,6 +25,9 @@ func TestPlanDependsOnSeedAndRoundOnly(t *testing.T) {
 		}
 		if a.users*a.limit <= a.stock || len(a.attempts) <= a.stock {
 			t.Fatalf("round cannot sell out: %s", a)
+		}
+		if newPlan(42, 8, kinds, short).tickets == a.tickets {
+			t.Fatalf("short=%v: rounds 7 and 8 both sell with tickets=%v: a run of two rounds must sell both ways", short, a.tickets)
 		}
 	}
 }
@@ -115,6 +119,9 @@ func TestJudgeSeesEachBrokenPromise(t *testing.T) {
 		{"a SOLD_OUT sent after the sale to the key that sold", durable, append(slices.Clone(sold), sentAt(code(10, "a", codeSoldOut), soldAt.Add(time.Second))), soldClean, []string{"retry"}},
 		{"a SOLD_OUT to the same key sent before it sold (a former attempt)", durable, append(slices.Clone(sold), sentAt(code(10, "a", codeSoldOut), soldAt.Add(-time.Second))), soldClean, nil},
 		{"an undocumented error", durable, append(slices.Clone(sold), answer{attempt: attempt{user: 12}, grabAnswer: grabAnswer{Err: &gqlErrors{list: []gqlError{{Message: "x", Extensions: map[string]any{"code": "WEIRD"}}}}}}), clean, []string{"error"}},
+		{"a grab refused at the gate (its ticket was not accepted)", durable, append(slices.Clone(sold), answer{attempt: attempt{user: 12}, grabAnswer: grabAnswer{Err: &gqlErrors{list: []gqlError{{Message: "x", Extensions: map[string]any{"code": "FORBIDDEN"}}}}}}), clean, []string{"ticket"}},
+		{"a grab with no ticket to be had in a round without faults", durable, append(slices.Clone(sold), answer{attempt: attempt{user: 12}, grabAnswer: grabAnswer{Err: fmt.Errorf("%w: %w: x", errNotSent, errNoTicket)}}), clean, []string{"ticket"}},
+		{"the same where Redis was wiped", wiped, append(slices.Clone(sold), answer{attempt: attempt{user: 12}, grabAnswer: grabAnswer{Err: fmt.Errorf("%w: %w: x", errNotSent, errNoTicket)}}), clean, nil},
 		{"an undrained log", durable, sold, func() state { st := clean(); st.drained, st.logLeft = false, 3; return st }, []string{"not-drained"}},
 	}
 	for _, tc := range cases {

@@ -54,8 +54,10 @@ type env struct {
 // nodeSettings are the service's settings in every round: no rate limits
 // (they would answer RATE_LIMITED to the suite's bursts of one user), and a
 // short take-over of a killed node's order-log entries, so that a round
-// drains in seconds rather than the default 30.
+// drains in seconds rather than the default 30, and a light proof of work
+// (the suite's clients solve one per user in the rounds that ask it).
 var nodeSettings = map[string]string{
+	"POW_DIFFICULTY":       "10",
 	"RATE_USER_PER_SEC":    "0",
 	"RATE_VOUCHER_PER_SEC": "0",
 	"RATE_IP_PER_SEC":      "0",

@@ -96,6 +96,10 @@ type plan struct {
 	faults   []fault
 	// voucher is the voucher the round sells, once created.
 	voucher int64
+	// tickets: the voucher requires a grab ticket, which each client asks
+	// for (seckillTicket) before its first grab (issue 14); pow: and a
+	// ticket a solved proof-of-work challenge.
+	tickets, pow bool
 }
 
 // durable reports whether Redis keeps everything in this round: no fault
@@ -114,8 +118,8 @@ func (p plan) String() string {
 	for i, f := range p.faults {
 		fs[i] = f.String()
 	}
-	return fmt.Sprintf("stock %d, perUserLimit %d, %d users, %d attempts over %.1fs on nodes %v, faults [%s]",
-		p.stock, p.limit, p.users, len(p.attempts), p.window.Seconds(), p.nodes, strings.Join(fs, " "))
+	return fmt.Sprintf("stock %d, perUserLimit %d, %d users, %d attempts over %.1fs on nodes %v, tickets %s, proof of work %s, faults [%s]",
+		p.stock, p.limit, p.users, len(p.attempts), p.window.Seconds(), p.nodes, yesNo(p.tickets), yesNo(p.pow), strings.Join(fs, " "))
 }
 
 // kind is a fault scenario: which nodes sell and what breaks when.
@@ -237,6 +241,12 @@ func newPlan(seed int64, round int, ks []kind, short bool) plan {
 	r := rand.New(rand.NewPCG(uint64(seed), uint64(round)))
 	k := ks[round%len(ks)]
 	p := plan{round: round, kind: k.name}
+	// Every other round's voucher requires grab tickets (which ones
+	// depends on the seed), so that a run of two rounds or more sells
+	// both ways; it takes no draw of r, so every other part of a seed's
+	// plan stays what it was before tickets existed.
+	p.tickets = (uint64(seed)+uint64(round))%2 == 0
+	p.pow = p.tickets && (uint64(seed)+uint64(round))%4 == 0 // every other ticket round
 	if short {
 		p.stock = 5 + r.IntN(36)
 		p.window = between(r, 1500*time.Millisecond, 2500*time.Millisecond)

@@ -55,6 +55,8 @@ func (a answer) label() string {
 	switch {
 	case a.Code != "":
 		return a.Code
+	case errors.Is(a.Err, errNoTicket):
+		return "no-ticket"
 	case errors.Is(a.Err, errNotSent):
 		return "refused"
 	case errors.As(a.Err, &ge):
@@ -136,8 +138,17 @@ func (rn *runner) send(ctx context.Context, a attempt, voucherID, phase string) 
 	if rn.requestIDs {
 		key = a.key
 	}
+	base := rn.env.nodes[a.node].Base
+	ticket, err := rn.tickets.get(a.user, func(pow bool) (string, time.Time, error) { return rn.api.ticket(ctx, base, token, voucherID, pow) })
+	if err != nil {
+		// The grab was never sent: nothing can have happened. (%v: the
+		// ticket request's own GraphQL error, UNAVAILABLE while a store
+		// is down, is no answer to a grab.)
+		ans.Err = fmt.Errorf("%w: %w: %v", errNotSent, errNoTicket, err)
+		return ans
+	}
 	ans.sent = time.Now()
-	ans.grabAnswer = rn.api.grab(ctx, rn.env.nodes[a.node].Base, token, voucherID, key)
+	ans.grabAnswer = rn.api.grab(ctx, base, token, voucherID, key, ticket)
 	ans.took = time.Since(ans.sent)
 	return ans
 }
@@ -283,4 +294,46 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// ticketBook keeps each user's grab ticket for the round's voucher, when
+// it requires one: asked for (after solving a challenge, when pow) before
+// the user's first grab, as a client does, and again when it is about to
+// expire.
+type ticketBook struct {
+	needed bool
+	pow    bool
+	mu     sync.Mutex
+	byUser map[int64]bookedTicket
+}
+
+type bookedTicket struct {
+	ticket  string
+	expires time.Time
+}
+
+func newTicketBook(needed, pow bool) *ticketBook {
+	return &ticketBook{needed: needed, pow: pow, byUser: map[int64]bookedTicket{}}
+}
+
+// get returns the user's ticket ("" when the voucher needs none), asking
+// for one with fetch when it has none valid for the next ten seconds.
+func (b *ticketBook) get(user int64, fetch func(pow bool) (string, time.Time, error)) (string, error) {
+	if b == nil || !b.needed {
+		return "", nil
+	}
+	b.mu.Lock()
+	t, ok := b.byUser[user]
+	b.mu.Unlock()
+	if ok && time.Until(t.expires) > 10*time.Second {
+		return t.ticket, nil
+	}
+	ticket, expires, err := fetch(b.pow)
+	if err != nil {
+		return "", err
+	}
+	b.mu.Lock()
+	b.byUser[user] = bookedTicket{ticket: ticket, expires: expires}
+	b.mu.Unlock()
+	return ticket, nil
 }

@@ -115,6 +115,17 @@ type Config struct {
 	ShedQueueDepth  int
 	ShedGrabLatency time.Duration
 
+	// TicketSecret keys grab tickets and challenges (empty = derived from
+	// JWTSecret); TicketReleaseBefore, TicketTTL, ChallengeTTL,
+	// PowDifficulty and GateRefresh are the grab gate's (issue 14, see
+	// internal/gate).
+	TicketSecret        string
+	TicketReleaseBefore time.Duration
+	TicketTTL           time.Duration
+	ChallengeTTL        time.Duration
+	PowDifficulty       int
+	GateRefresh         time.Duration
+
 	Introspection bool // schema introspection on /query
 	Demo          bool // create a demo voucher and print tokens; default on in embedded mode
 }

@@ -12,6 +12,7 @@ import (
 	"flashsale/actors"
 	"flashsale/graph"
 	"flashsale/internal/auth"
+	"flashsale/internal/gate"
 	"flashsale/internal/orders"
 	"flashsale/persistence"
 )
@@ -250,6 +251,16 @@ var settings = []setting{
 	intVar("MAX_RESPONSE_BYTES", strconv.Itoa(graph.MaxAnswerBytesDefault), "largest GraphQL answer in bytes; a larger one is refused with an error", func(c *Config) *int { return &c.MaxResponseBytes }, positive),
 	intVar("WS_MAX_OPERATIONS", strconv.Itoa(graph.WebsocketMaxOperationsDefault), "operations running at once on one websocket; one more gets an error", func(c *Config) *int { return &c.WSMaxOperations }, positive),
 	boolVar("DEGRADE_TO_DB", "false", "while Redis is down (circuit breaker open), sell grabs from the database, one transaction each, at bounded concurrency; Redis is re-synced from the database when it returns", func(c *Config) *bool { return &c.DegradeToDB }),
+	secretVar("TICKET_SECRET", "key of grab tickets and proof-of-work challenges, the same on every node; default derived from JWT_SECRET", func(c *Config) *string { return &c.TicketSecret }),
+	durationVar("TICKET_RELEASE_BEFORE", gate.ReleaseBeforeDefault, "grab tickets (and challenges) are issued from this long before a sale begins until it ends", func(c *Config) *time.Duration { return &c.TicketReleaseBefore }).
+		checked(nonNegative(func(c Config) time.Duration { return c.TicketReleaseBefore })),
+	durationVar("TICKET_TTL", gate.TicketTTLDefault, "a grab ticket's lifetime", func(c *Config) *time.Duration { return &c.TicketTTL }).
+		checked(positiveDuration(func(c Config) time.Duration { return c.TicketTTL })),
+	durationVar("CHALLENGE_TTL", gate.ChallengeTTLDefault, "a proof-of-work challenge's lifetime", func(c *Config) *time.Duration { return &c.ChallengeTTL }).
+		checked(positiveDuration(func(c Config) time.Duration { return c.ChallengeTTL })),
+	intVar("POW_DIFFICULTY", strconv.Itoa(gate.DifficultyDefault), "leading zero bits of SHA-256(challenge+nonce) a proof of work needs (1-32; 16 takes a browser ~50-200 ms)", func(c *Config) *int { return &c.PowDifficulty }, difficulty),
+	durationVar("GATE_REFRESH", gate.RefreshDefault, "how often every node re-reads the blocklist and the cached vouchers' gates, besides pub/sub announcements", func(c *Config) *time.Duration { return &c.GateRefresh }).
+		checked(positiveDuration(func(c Config) time.Duration { return c.GateRefresh })),
 	boolVar("INTROSPECTION", "true", "allow schema introspection", func(c *Config) *bool { return &c.Introspection }),
 	boolVar("DEMO", "", "create a demo voucher and print tokens; default on when embedded", func(c *Config) *bool { return &c.Demo }).
 		derived(func(c *Config) { c.Demo = c.Embedded() }),
@@ -405,4 +416,31 @@ func positive(s string) (int, error) {
 		return 0, fmt.Errorf("want a whole number >= 1")
 	}
 	return n, nil
+}
+
+// difficulty is a proof of work's leading zero bits, 1 to gate.MaxDifficulty.
+func difficulty(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > gate.MaxDifficulty {
+		return 0, fmt.Errorf("want 1 to %d", gate.MaxDifficulty)
+	}
+	return n, nil
+}
+
+func nonNegative(d func(Config) time.Duration) func(Config) string {
+	return func(c Config) string {
+		if d(c) < 0 {
+			return "must not be negative"
+		}
+		return ""
+	}
+}
+
+func positiveDuration(d func(Config) time.Duration) func(Config) string {
+	return func(c Config) string {
+		if d(c) <= 0 {
+			return "must be positive"
+		}
+		return ""
+	}
 }

@@ -1,0 +1,178 @@
+package persistence
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"flashsale/domain"
+)
+
+// The grab gate's shared state (issue 14). Blocks are few and change
+// rarely, so every node keeps all of them in memory (internal/gate) and
+// re-reads the whole hash when told of a change; grabs never read it.
+const (
+	// blocksKey is a hash: field "<voucher id, 0 = all>|u:<user id>" or
+	// "<voucher id>|n:<prefix>", value the expiry in unix milliseconds
+	// (0 = until unblocked).
+	blocksKey = "flashsale:blocks"
+	// gateChannel announces "blocks" (the hash changed) or "voucher:<id>"
+	// (a voucher's gate changed); nodes re-read, never trust the payload.
+	gateChannel = "flashsale:gate-changed"
+	// usedChallengePrefix + the challenge's digest marks a solved
+	// challenge used, until the challenge expires.
+	usedChallengePrefix = "flashsale:pow-used:"
+)
+
+// Gate keeps the blocklist and the used challenges in Redis and announces
+// gate changes to every node.
+type Gate struct{ rdb redis.UniversalClient }
+
+// NewGate returns the gate store over rdb.
+func NewGate(rdb redis.UniversalClient) *Gate { return &Gate{rdb: rdb} }
+
+func blockField(b domain.Block) string {
+	if b.UserID > 0 {
+		return strconv.FormatInt(b.VoucherID, 10) + "|u:" + strconv.FormatInt(b.UserID, 10)
+	}
+	return strconv.FormatInt(b.VoucherID, 10) + "|n:" + b.Net.Masked().String()
+}
+
+func parseBlock(field, value string) (domain.Block, bool) {
+	voucher, target, ok := strings.Cut(field, "|")
+	if !ok {
+		return domain.Block{}, false
+	}
+	var b domain.Block
+	var err error
+	if b.VoucherID, err = strconv.ParseInt(voucher, 10, 64); err != nil {
+		return domain.Block{}, false
+	}
+	switch {
+	case strings.HasPrefix(target, "u:"):
+		if b.UserID, err = strconv.ParseInt(target[2:], 10, 64); err != nil {
+			return domain.Block{}, false
+		}
+	case strings.HasPrefix(target, "n:"):
+		if b.Net, err = netip.ParsePrefix(target[2:]); err != nil {
+			return domain.Block{}, false
+		}
+	default:
+		return domain.Block{}, false
+	}
+	ms, err := strconv.ParseInt(value, 10, 64)
+	if err != nil {
+		return domain.Block{}, false
+	}
+	if ms > 0 {
+		b.ExpiresAt = time.UnixMilli(ms).UTC()
+	}
+	return b, true
+}
+
+// Block adds (or replaces) a block and announces it.
+func (g *Gate) Block(ctx context.Context, b domain.Block) error {
+	var ms int64
+	if !b.ExpiresAt.IsZero() {
+		ms = b.ExpiresAt.UnixMilli()
+	}
+	_, err := g.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, blocksKey, blockField(b), ms)
+		p.Publish(ctx, gateChannel, "blocks")
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("block: %w", err)
+	}
+	return nil
+}
+
+// Unblock removes a block, reporting whether there was one, and announces it.
+func (g *Gate) Unblock(ctx context.Context, b domain.Block) (bool, error) {
+	var del *redis.IntCmd
+	_, err := g.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		del = p.HDel(ctx, blocksKey, blockField(b))
+		p.Publish(ctx, gateChannel, "blocks")
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("unblock: %w", err)
+	}
+	return del.Val() > 0, nil
+}
+
+// Blocks reads every block, expired ones included (the caller compares
+// expiries with its clock; an expired block is harmless and is removed by
+// unblock).
+func (g *Gate) Blocks(ctx context.Context) ([]domain.Block, error) {
+	all, err := g.rdb.HGetAll(ctx, blocksKey).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read blocks: %w", err)
+	}
+	out := make([]domain.Block, 0, len(all))
+	for f, v := range all {
+		if b, ok := parseBlock(f, v); ok {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+// AnnounceVoucher tells every node that a voucher's gate changed.
+func (g *Gate) AnnounceVoucher(ctx context.Context, voucherID int64) error {
+	if err := g.rdb.Publish(ctx, gateChannel, "voucher:"+strconv.FormatInt(voucherID, 10)).Err(); err != nil {
+		return fmt.Errorf("announce gate of voucher %d: %w", voucherID, err)
+	}
+	return nil
+}
+
+// UseChallenge marks a solved challenge (by its digest) used until it
+// expires, and reports whether it was unused: one SET NX.
+func (g *Gate) UseChallenge(ctx context.Context, digest string, until time.Time) (bool, error) {
+	ok, err := g.rdb.SetArgs(ctx, usedChallengePrefix+digest, "1", redis.SetArgs{Mode: "NX", ExpireAt: until}).Result()
+	if err == redis.Nil {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("use challenge: %w", err)
+	}
+	return ok == "OK", nil
+}
+
+// Watch calls blocks when the blocklist changed, voucher when a voucher's
+// gate did, and resync whenever the subscription is (re)established (a
+// message may have been missed). It returns when ctx ends.
+func (g *Gate) Watch(ctx context.Context, blocks func(), voucher func(id int64), resync func()) error {
+	ps := g.rdb.Subscribe(ctx, gateChannel)
+	defer ps.Close()
+	ch := ps.ChannelWithSubscriptions(redis.WithChannelSize(256))
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case msg, ok := <-ch:
+			if !ok {
+				return nil
+			}
+			switch m := msg.(type) {
+			case *redis.Subscription:
+				if m.Kind == "subscribe" {
+					resync()
+				}
+			case *redis.Message:
+				if m.Payload == "blocks" {
+					blocks()
+				} else if s, ok := strings.CutPrefix(m.Payload, "voucher:"); ok {
+					if id, err := strconv.ParseInt(s, 10, 64); err == nil {
+						voucher(id)
+					}
+				}
+			}
+		}
+	}
+}
