@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -188,9 +187,13 @@ func (s *clusterSale) setEntries(ps []*process) {
 }
 
 func grabWithKey(client *http.Client, base, token, voucherID, requestID string) (code, orderID string, err error) {
+	vars := map[string]any{"id": voucherID}
+	if requestID != "" {
+		vars["r"] = requestID
+	}
 	body, _ := json.Marshal(map[string]any{
 		"query":     `mutation($id: ID!, $r: String) { seckillVoucher(voucherId: $id, requestId: $r) { code orderId } }`,
-		"variables": map[string]any{"id": voucherID, "r": cmp.Or[any](requestID, nil)},
+		"variables": vars,
 	})
 	req, _ := http.NewRequest(http.MethodPost, base+"/query", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
