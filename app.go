@@ -65,6 +65,7 @@ type app struct {
 	router   *actors.Router
 	writer   *persistence.OrderWriter
 	orders   *ordersPart
+	redPkts  *redPacketsPart
 	live     *live.Service
 	listener net.Listener
 	http     *http.Server
@@ -217,9 +218,12 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	if a.orders, err = a.startOrders(bg, stock); err != nil {
 		return nil, err
 	}
+	if a.redPkts, err = a.startRedPackets(ctx, bg); err != nil {
+		return nil, err
+	}
 	a.live = a.startLive(bg)
 	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router, DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: persistence.NewReconciler(a.db, a.rdb),
-		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live}, graph.HandlerOptions{
+		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live, RedPackets: a.redPkts.service}, graph.HandlerOptions{
 		Tokens:                 a.tokens,
 		Log:                    log,
 		IPLimit:                limits,
@@ -375,6 +379,12 @@ func (a *app) drainOrderLog() bool {
 		a.log.Warn("orders still in the order log at shutdown; another node or the next start persists them", "err", err)
 		return false
 	}
+	if a.redPkts != nil {
+		if err := a.redPkts.writer.WaitDrained(ctx); err != nil {
+			a.log.Warn("red-packet grabs still in their order logs at shutdown; another node or the next start persists them", "err", err)
+			return false
+		}
+	}
 	return true
 }
 
@@ -404,6 +414,7 @@ func (a *app) stop() {
 	if a.cancelBackground != nil {
 		a.cancelBackground()
 		a.background.Wait()
+		a.redPkts.wait() // before the orders close the lock clients
 		a.orders.wait()
 	}
 	if a.probe != nil {

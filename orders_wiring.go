@@ -31,8 +31,10 @@ var (
 type ordersPart struct {
 	service    *orders.Service
 	reconciler *orders.Reconciler
-	locks      []*redis.Client
-	done       []<-chan struct{}
+	// locker runs the cluster-wide singletons (red-packet refunds too).
+	locker *lease.Redlock
+	locks  []*redis.Client
+	done   []<-chan struct{}
 }
 
 // startOrders wires the order services and starts their maintenance on bg;
@@ -53,6 +55,7 @@ func (a *app) startOrders(bg context.Context, stock *persistence.Stock) (*orders
 		nodes = []redis.UniversalClient{a.rdb}
 	}
 	locker := lease.New(nodes, 0, a.log)
+	p.locker = locker
 	store := persistence.NewOrders(a.db, a.rdb, a.log)
 	p.service = orders.New(store, a.catalog, orders.Config{PayTimeout: a.cfg.PayTimeout}, a.log)
 	p.reconciler = orders.NewReconciler(persistence.NewReconciler(a.db, a.rdb), stock, a.catalog, locker,

@@ -45,4 +45,6 @@ type Resolver struct {
 	Reconciliations Reconciliations
 	// Live serves the subscriptions; nil answers NOT_IMPLEMENTED.
 	Live Live
+	// RedPackets serves issue 12's fields; nil answers NOT_IMPLEMENTED.
+	RedPackets RedPackets
 }

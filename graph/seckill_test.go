@@ -1,12 +1,9 @@
 package graph_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"sync"
 	"testing"
@@ -44,12 +41,7 @@ func (s *testServer) grabAll(tb testing.TB, jobs []grabOutcome, workers int) []g
 		wg.Go(func() {
 			for i := range next {
 				j := &jobs[i]
-				body, _ := json.Marshal(map[string]any{"query": grabMutation, "variables": map[string]any{"id": j.voucher}})
-				req := httptest.NewRequest(http.MethodPost, "/query", bytes.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Authorization", "Bearer "+token(j.user))
-				rec := httptest.NewRecorder()
-				s.handler.ServeHTTP(rec, req)
+				rec := s.post(token(j.user), grabMutation, map[string]any{"id": j.voucher})
 				var resp struct {
 					Data struct {
 						SeckillVoucher struct {

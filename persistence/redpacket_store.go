@@ -181,37 +181,38 @@ func (s *RedPacketStore) Due(ctx context.Context, cutoff time.Time, limit int) (
 // the refund on the row with one conditional UPDATE (a second run, on any
 // node, changes nothing) and then removes the red packet's Redis state.
 // done is false while grabs are still on their way to the database;
-// cents is what this call refunded (0 when it was refunded before).
-func (s *RedPacketStore) Refund(ctx context.Context, id int64, now time.Time) (done bool, cents int64, err error) {
+// refunded tells whether this call recorded the refund (false when it was
+// refunded before), and cents what it refunded.
+func (s *RedPacketStore) Refund(ctx context.Context, id int64, now time.Time) (done, refunded bool, cents int64, err error) {
 	settled, err := s.redis.Settled(ctx, id, false)
 	if err != nil || !settled {
-		return false, 0, err
+		return false, false, 0, err
 	}
 	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		n, grabbed, err := s.grabbed(ctx, tx, id)
 		if err != nil {
 			return err
 		}
-		var refunded []int64
+		var rows []int64
 		err = tx.NewUpdate().Model((*redPacketRow)(nil)).
 			Set("refund_cents = total_cents - ?", grabbed).
 			Set("refund_count = count - ?", n).
 			Set("refund_time = ?", now.UTC()).
 			Where("id = ?", id).Where("refund_time IS NULL").
-			Returning("refund_cents").Scan(ctx, &refunded)
+			Returning("refund_cents").Scan(ctx, &rows)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		if len(refunded) == 1 {
-			cents = refunded[0]
+		if len(rows) == 1 {
+			refunded, cents = true, rows[0]
 		}
 		return nil
 	})
 	if err != nil {
-		return false, 0, fmt.Errorf("refund red packet %d: %w", id, err)
+		return false, false, 0, fmt.Errorf("refund red packet %d: %w", id, err)
 	}
 	if _, err := s.redis.Settled(ctx, id, true); err != nil {
-		return true, cents, err // refunded; the next run removes the state
+		return true, refunded, cents, err // refunded; the next run removes the state
 	}
-	return true, cents, nil
+	return true, refunded, cents, nil
 }

@@ -110,7 +110,7 @@ func TestRedPacketGrabsReachTheDatabaseAndTheRefundHappensOnce(t *testing.T) {
 		t.Fatalf("grab: %v %s", err, rpCodes(out))
 	}
 	// Not expired yet: nothing to refund.
-	if done, _, err := store.Refund(t.Context(), 3, time.Now()); err != nil || done {
+	if done, _, _, err := store.Refund(t.Context(), 3, time.Now()); err != nil || done {
 		t.Fatalf("refund before expiry: done %v err %v", done, err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -131,13 +131,13 @@ func TestRedPacketGrabsReachTheDatabaseAndTheRefundHappensOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 4 { // four racing refunds: one refunds, the others find it done
 		wg.Go(func() {
-			done, cents, err := store.Refund(context.Background(), 3, time.Now())
+			done, refunded, cents, err := store.Refund(context.Background(), 3, time.Now())
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil || !done {
 				t.Errorf("refund: done %v err %v", done, err)
 			}
-			if cents > 0 {
+			if refunded {
 				refunds = append(refunds, cents)
 			}
 		})
