@@ -176,6 +176,11 @@ type RedPacketLoad struct {
 // Load registers the red packet's order log and loads the red packet into
 // Redis unless Redis has it; loaded says whether it did.
 func (s *RedPacketRedis) Load(ctx context.Context, l RedPacketLoad) (loaded bool, err error) {
+	// The log and its group first, then its registration, as a voucher's
+	// preheat does: a writer never lists a log without its group.
+	if err := s.rdb.XGroupCreateMkStream(ctx, RedPacketLogKey(l.ID), RedPacketLogGroup, "0").Err(); err != nil && !isBusyGroup(err) {
+		return false, fmt.Errorf("create red packet %d log: %w", l.ID, err)
+	}
 	if err := s.rdb.SAdd(ctx, redPacketLogsKey, RedPacketLogKey(l.ID)).Err(); err != nil {
 		return false, fmt.Errorf("register red packet %d log: %w", l.ID, err)
 	}
