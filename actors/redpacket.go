@@ -27,10 +27,10 @@ type RedPacketStore interface {
 }
 
 // RedPacketLoader loads a red packet Redis does not have from the
-// database (persistence.RedPacketStore); found is false for an unknown or
-// expired one.
+// database (persistence.RedPacketStore) and returns its state: not Found
+// for an unknown id; an expired one is not loaded, and its state says so.
 type RedPacketLoader interface {
-	Load(ctx context.Context, id int64) (found bool, err error)
+	Load(ctx context.Context, id int64) (domain.RedPacketState, error)
 }
 
 var redPacketGrabs = prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -194,10 +194,7 @@ func (a *redPacketActor) activate() {
 	defer cancel()
 	st, err := a.p.store.State(ctx, a.id)
 	if err == nil && !st.Found {
-		var found bool
-		if found, err = a.p.loader.Load(ctx, a.id); err == nil && found {
-			st, err = a.p.store.State(ctx, a.id)
-		}
+		st, err = a.p.loader.Load(ctx, a.id)
 	}
 	if err != nil {
 		a.p.r.log.Warn("red packet actor cannot read its red packet", "red_packet", a.id, "err", err)
@@ -252,9 +249,19 @@ func (a *redPacketActor) onBatch(ctx actor.Context, d *rpBatchDone) {
 		for _, g := range d.batch {
 			a.answer(g, domain.RedPacketResult{Code: domain.RedPacketUnavailable})
 		}
-	} else if !d.out.State.Found && !a.state.ExpiresAt.IsZero() && a.reloaded(d.batch) {
-		// Redis lost the red packet and it is loaded again: the batch
-		// goes out again (nothing of it was granted).
+	} else if !d.out.State.Found && !a.state.ExpiresAt.IsZero() {
+		// Redis lost the red packet, or the refund removed it: loaded
+		// again, the batch goes out again (nothing of it was granted);
+		// past its expiry, the batch is EXPIRED, as is every grab after.
+		if !a.reloaded(d.batch) {
+			code := domain.RedPacketNotFoundCode
+			if a.state.Found {
+				code = domain.RedPacketExpired
+			}
+			for _, g := range d.batch {
+				a.answer(g, domain.RedPacketResult{Code: code})
+			}
+		}
 	} else {
 		a.state = d.out.State
 		for i, g := range d.batch {
@@ -276,10 +283,10 @@ func (a *redPacketActor) onBatch(ctx actor.Context, d *rpBatchDone) {
 }
 
 // reloaded loads the red packet again after Redis lost it and, if it is
-// found, puts batch back in front of the pending grabs.
+// found and not expired, puts batch back in front of the pending grabs.
 func (a *redPacketActor) reloaded(batch []*rpGrabMsg) bool {
 	a.activate()
-	if !a.state.Found {
+	if !a.state.Found || a.state.ExpiresAt.IsZero() || !time.Now().Before(a.state.ExpiresAt) {
 		return false
 	}
 	a.pending = append(batch, a.pending...)

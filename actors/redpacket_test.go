@@ -16,7 +16,7 @@ import (
 
 // redPackets starts a router's red-packet sequencer on its own client,
 // whose commands cnt counts, and creates a red packet of the amounts.
-func (e *env) redPackets(tb testing.TB, cnt *testenv.Counter, amounts []int64, ttl time.Duration) (*actors.RedPackets, int64) {
+func (e *env) redPackets(tb testing.TB, cnt *testenv.Counter, amounts []int64, ttl time.Duration) (*actors.RedPackets, int64, *persistence.RedPacketStore) {
 	tb.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr()})
 	rdb.AddHook(cnt)
@@ -33,7 +33,18 @@ func (e *env) redPackets(tb testing.TB, cnt *testenv.Counter, amounts []int64, t
 	if err := store.Create(context.Background(), rp, amounts); err != nil {
 		tb.Fatal(err)
 	}
-	return r.RedPackets(rds, store), rp.ID
+	return r.RedPackets(rds, store), rp.ID, store
+}
+
+// redPacketWriter runs a red-packet writer until the test ends.
+func (e *env) redPacketWriter(tb testing.TB) *persistence.RedPacketWriter {
+	tb.Helper()
+	w := persistence.NewRedPacketWriter(e.db, e.rdb, quiet, persistence.LogConsumerOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	tb.Cleanup(func() { cancel(); <-done })
+	return w
 }
 
 // TestEmptyRedPacketIsAnsweredWithoutRedis: once a batch told the actor
@@ -44,7 +55,7 @@ func TestEmptyRedPacketIsAnsweredWithoutRedis(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	var cnt testenv.Counter
-	p, id := e.redPackets(t, &cnt, []int64{3, 2, 1}, time.Hour)
+	p, id, _ := e.redPackets(t, &cnt, []int64{3, 2, 1}, time.Hour)
 	for u := int64(1); u <= 3; u++ {
 		if res := p.Grab(t.Context(), id, u, ""); res.Code != domain.RedPacketOK {
 			t.Fatalf("user %d: %+v", u, res)
@@ -81,12 +92,8 @@ func TestRedPacketSurvivesRedisLosingItsData(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	var cnt testenv.Counter
-	p, id := e.redPackets(t, &cnt, []int64{4, 3, 2, 1}, time.Hour)
-	w := persistence.NewRedPacketWriter(e.db, e.rdb, quiet, persistence.LogConsumerOptions{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	p, id, _ := e.redPackets(t, &cnt, []int64{4, 3, 2, 1}, time.Hour)
+	w := e.redPacketWriter(t)
 	if res := p.Grab(t.Context(), id, 1, ""); res.Code != domain.RedPacketOK || res.AmountCents != 4 {
 		t.Fatalf("user 1: %+v", res)
 	}
@@ -103,5 +110,40 @@ func TestRedPacketSurvivesRedisLosingItsData(t *testing.T) {
 	}
 	if res := p.Grab(t.Context(), id, 2, ""); res.Code != domain.RedPacketOK || res.AmountCents != 3 {
 		t.Fatalf("user 2 after the loss: %+v, want OK with 3", res)
+	}
+}
+
+// TestRefundedRedPacketAnswersExpired: after the expiry and after the
+// refund removed its Redis state, grabs answer EXPIRED, keyed or not, on
+// the node whose actor knew the red packet and on one whose actor loads
+// it from the database.
+func TestRefundedRedPacketAnswersExpired(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var cnt testenv.Counter
+	p, id, store := e.redPackets(t, &cnt, []int64{2, 1}, 300*time.Millisecond)
+	w := e.redPacketWriter(t)
+	if res := p.Grab(t.Context(), id, 1, ""); res.Code != domain.RedPacketOK {
+		t.Fatalf("user 1: %+v", res)
+	}
+	time.Sleep(400 * time.Millisecond)
+	if res := p.Grab(t.Context(), id, 2, "k"); res.Code != domain.RedPacketExpired {
+		t.Fatalf("after the expiry: %+v, want EXPIRED", res)
+	}
+	wctx, wcancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer wcancel()
+	if err := w.WaitDrained(wctx); err != nil {
+		t.Fatal(err)
+	}
+	if done, refunded, _, err := store.Refund(t.Context(), id, time.Now()); err != nil || !done || !refunded {
+		t.Fatalf("refund: %v %v %v", done, refunded, err)
+	}
+	other := e.router(t, nil, actors.Options{}).RedPackets(persistence.NewRedPacketRedis(e.rdb), store)
+	for name, rp := range map[string]*actors.RedPackets{"the same node": p, "another node": other} {
+		for _, key := range []string{"", "k2"} {
+			if res := rp.Grab(t.Context(), id, 3, key); res.Code != domain.RedPacketExpired {
+				t.Fatalf("%s, key %q, after the refund: %+v, want EXPIRED", name, key, res)
+			}
+		}
 	}
 }

@@ -133,33 +133,37 @@ func (s *RedPacketStore) grabbed(ctx context.Context, db bun.IDB, id int64) (int
 
 // Load loads a red packet Redis does not have (lost with its data, or a
 // node died between the commit and the push) from the database: its
-// packets not grabbed yet and the users who grabbed. found is false for
-// an unknown id, and for a red packet past its expiry, which the refund
-// settles from the database alone.
-func (s *RedPacketStore) Load(ctx context.Context, id int64) (found bool, err error) {
+// packets not grabbed yet and the users who grabbed. It returns what a
+// sequencer may cache: not Found for an unknown id; for a red packet past
+// its expiry (or refunded) its expiry and nothing left, without loading
+// it (the refund settles it from the database alone).
+func (s *RedPacketStore) Load(ctx context.Context, id int64) (domain.RedPacketState, error) {
 	var row redPacketRow
 	if err := s.db.NewSelect().Model(&row).Where("id = ?", id).Scan(ctx); errors.Is(err, sql.ErrNoRows) {
-		return false, nil
+		return domain.RedPacketState{}, nil
 	} else if err != nil {
-		return false, fmt.Errorf("read red packet %d: %w", id, err)
+		return domain.RedPacketState{}, fmt.Errorf("read red packet %d: %w", id, err)
 	}
+	st := domain.RedPacketState{Found: true, ExpiresAt: row.ExpireTime}
 	if row.RefundTime != nil || !time.Now().Before(row.ExpireTime) {
-		return false, nil
+		return st, nil
 	}
 	l := RedPacketLoad{ID: id, ExpiresAt: row.ExpireTime}
 	if err := s.db.NewSelect().Model(&l.Grabbed).Where("red_packet_id = ?", id).Scan(ctx); err != nil {
-		return false, fmt.Errorf("read grabs of red packet %d: %w", id, err)
+		return domain.RedPacketState{}, fmt.Errorf("read grabs of red packet %d: %w", id, err)
 	}
-	err = s.db.NewSelect().Model(&l.Packets).Where("red_packet_id = ?", id).
+	err := s.db.NewSelect().Model(&l.Packets).Where("red_packet_id = ?", id).
 		Where("seq NOT IN (SELECT seq FROM tb_red_packet_grab WHERE red_packet_id = ?)", id).
 		Order("seq").Scan(ctx)
 	if err != nil {
-		return false, fmt.Errorf("read packets of red packet %d: %w", id, err)
+		return domain.RedPacketState{}, fmt.Errorf("read packets of red packet %d: %w", id, err)
 	}
 	if _, err := s.redis.Load(ctx, l); err != nil {
-		return false, err
+		return domain.RedPacketState{}, err
 	}
-	return true, nil
+	// What Redis holds now (a grab may already have taken a packet, or
+	// another node loaded it first).
+	return s.redis.State(ctx, id)
 }
 
 // Due lists up to limit red packets expired before cutoff and not yet

@@ -174,14 +174,14 @@ func TestRedPacketLoadRestoresWhatRedisLost(t *testing.T) {
 	if err := rdb.FlushDB(t.Context()).Err(); err != nil { // the test's own redis-server
 		t.Fatal(err)
 	}
-	if found, err := store.Load(t.Context(), 4); err != nil || !found {
-		t.Fatalf("load: %v %v", found, err)
+	if st, err := store.Load(t.Context(), 4); err != nil || !st.Found || st.Left != 3 {
+		t.Fatalf("load: %+v %v", st, err)
 	}
 	out, err := r.Grab(t.Context(), 4, []domain.RedPacketGrab{{RequestID: "b", UserID: 1}, {RequestID: "c", UserID: 2}})
 	if err != nil || rpCodes(out) != "ALREADY_GRABBED:4 OK:3 " {
 		t.Fatalf("after reload: %v %s", err, rpCodes(out))
 	}
-	if found, err := store.Load(t.Context(), 99); err != nil || found {
-		t.Fatalf("load of an unknown id: %v %v", found, err)
+	if st, err := store.Load(t.Context(), 99); err != nil || st.Found {
+		t.Fatalf("load of an unknown id: %+v %v", st, err)
 	}
 }
