@@ -46,13 +46,16 @@ type RedPackets struct {
 	loader RedPacketLoader
 
 	mu     sync.RWMutex
-	actors map[int64]*actor.PID
+	actors map[int64]*voucherRef // the same handle as a voucher's activation
 }
 
 // RedPackets returns the router's red-packet sequencer, whose actors run
-// in the router's actor system (Router.Close stops them).
+// in the router's actor system; its passivation loop ends, and its actors
+// stop, with Router.Close.
 func (r *Router) RedPackets(store RedPacketStore, loader RedPacketLoader) *RedPackets {
-	return &RedPackets{r: r, store: store, loader: loader, actors: map[int64]*actor.PID{}}
+	p := &RedPackets{r: r, store: store, loader: loader, actors: map[int64]*voucherRef{}}
+	go p.passivate()
+	return p
 }
 
 // rpGrabMsg is one red-packet grab waiting for its answer.
@@ -60,6 +63,7 @@ type rpGrabMsg struct {
 	grab  domain.RedPacketGrab
 	keyed bool
 	reply chan domain.RedPacketResult
+	ref   *voucherRef
 }
 
 // Grab grabs a packet of the red packet for the user; requestID is the
@@ -96,18 +100,13 @@ func (p *RedPackets) grab(ctx context.Context, id, userID int64, requestID strin
 }
 
 // send enqueues msg for the red packet's actor, spawning it if needed,
-// under the lock an idle actor takes to forget itself (see Router.send).
+// under the lock passivation takes (see Router.send).
 func (p *RedPackets) send(id int64, msg *rpGrabMsg) bool {
-	if p.r.load.queued.Add(1) > int64(p.r.opts.QueueBound) {
-		p.r.load.queued.Add(-1)
-		return false
-	}
 	p.mu.RLock()
-	pid := p.actors[id]
-	if pid != nil {
-		p.r.system.Root.Send(pid, msg)
+	if ref := p.actors[id]; ref != nil {
+		ok := p.enqueue(ref, msg)
 		p.mu.RUnlock()
-		return true
+		return ok
 	}
 	p.mu.RUnlock()
 	p.mu.Lock()
@@ -115,31 +114,76 @@ func (p *RedPackets) send(id int64, msg *rpGrabMsg) bool {
 	p.r.mu.RLock()
 	closed := p.r.closed
 	p.r.mu.RUnlock()
-	if closed || (p.actors[id] == nil && len(p.actors) >= p.r.opts.MaxActors) {
-		p.r.load.queued.Add(-1)
+	ref := p.actors[id]
+	switch {
+	case closed:
+		return false
+	case ref == nil && len(p.actors) >= p.r.opts.MaxActors:
+		actorsFull.Inc()
+		return false
+	case ref == nil:
+		ref = &voucherRef{}
+		a := &redPacketActor{p: p, ref: ref, id: id}
+		ref.pid = p.r.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
+		p.actors[id] = ref
+	}
+	return p.enqueue(ref, msg)
+}
+
+func (p *RedPackets) enqueue(ref *voucherRef, msg *rpGrabMsg) bool {
+	if ref.queued.Add(1) > int64(p.r.opts.QueueBound) {
+		ref.queued.Add(-1)
 		return false
 	}
-	if p.actors[id] == nil {
-		a := &redPacketActor{p: p, id: id}
-		p.actors[id] = p.r.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
-	}
-	p.r.system.Root.Send(p.actors[id], msg)
+	p.r.load.queued.Add(1)
+	ref.lastUsed.Store(time.Now().UnixNano())
+	msg.ref = ref
+	p.r.system.Root.Send(ref.pid, msg)
 	return true
 }
 
-// forget removes the red packet's actor, if pid is still it.
-func (p *RedPackets) forget(id int64, pid *actor.PID) {
-	p.mu.Lock()
-	if cur := p.actors[id]; cur != nil && cur.Equal(pid) {
-		delete(p.actors, id)
+// Active reports whether this node has an actor for the red packet.
+func (p *RedPackets) Active(id int64) bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.actors[id] != nil
+}
+
+// passivate stops the actors idle for IdleTimeout (an unknown id's after
+// unknownIdle), as the router does for vouchers: only one with no grab
+// queued or in flight, removed from the map first under the lock every
+// send takes, so no grab can reach a stopped actor. (Not protoactor's
+// ReceiveTimeout: its timer races with the mailbox under -race.)
+func (p *RedPackets) passivate() {
+	tick := time.NewTicker(max(min(p.r.opts.IdleTimeout, unknownIdle)/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.r.stop:
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		p.mu.Lock()
+		for id, ref := range p.actors {
+			idle := p.r.opts.IdleTimeout
+			if ref.unknown.Load() {
+				idle = min(unknownIdle, idle)
+			}
+			if ref.queued.Load() == 0 && ref.lastUsed.Load() < now.Add(-idle).UnixNano() {
+				delete(p.actors, id)
+				p.r.system.Root.Poison(ref.pid)
+			}
+		}
+		p.mu.Unlock()
 	}
-	p.mu.Unlock()
 }
 
 // redPacketActor sequences the grabs of one red packet, one script call
 // in flight at a time, like voucherActor.
 type redPacketActor struct {
 	p        *RedPackets
+	ref      *voucherRef
 	id       int64
 	state    domain.RedPacketState
 	pending  []*rpGrabMsg
@@ -158,11 +202,6 @@ func (a *redPacketActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.activate()
-		if a.state.Found {
-			ctx.SetReceiveTimeout(a.p.r.opts.IdleTimeout)
-		} else {
-			ctx.SetReceiveTimeout(min(unknownIdle, a.p.r.opts.IdleTimeout)) // see unknownIdle
-		}
 	case *rpGrabMsg:
 		if res, ok := a.known(m, time.Now()); ok {
 			a.answer(m, res)
@@ -172,11 +211,6 @@ func (a *redPacketActor) Receive(ctx actor.Context) {
 		a.flush(ctx)
 	case *rpBatchDone:
 		a.onBatch(ctx, m)
-	case *actor.ReceiveTimeout:
-		if !a.inflight && len(a.pending) == 0 {
-			a.p.forget(a.id, ctx.Self()) // no grab reaches it after this
-			ctx.Poison(ctx.Self())
-		}
 	case *actor.Stopping:
 		for _, g := range a.pending {
 			a.answer(g, domain.RedPacketResult{Code: domain.RedPacketUnavailable})
@@ -202,6 +236,7 @@ func (a *redPacketActor) activate() {
 		return
 	}
 	a.state = st
+	a.ref.unknown.Store(!st.Found) // passivated soon (see unknownIdle)
 }
 
 // known answers a grab from memory when the cached state decides it. A
@@ -264,6 +299,7 @@ func (a *redPacketActor) onBatch(ctx actor.Context, d *rpBatchDone) {
 		}
 	} else {
 		a.state = d.out.State
+		a.ref.unknown.Store(!a.state.Found)
 		for i, g := range d.batch {
 			a.answer(g, d.out.Results[i])
 		}
@@ -295,6 +331,7 @@ func (a *redPacketActor) reloaded(batch []*rpGrabMsg) bool {
 
 func (a *redPacketActor) answer(g *rpGrabMsg, res domain.RedPacketResult) {
 	g.reply <- res // buffered: never blocks
+	g.ref.queued.Add(-1)
 	a.p.r.load.queued.Add(-1)
 }
 

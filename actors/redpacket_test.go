@@ -16,12 +16,12 @@ import (
 
 // redPackets starts a router's red-packet sequencer on its own client,
 // whose commands cnt counts, and creates a red packet of the amounts.
-func (e *env) redPackets(tb testing.TB, cnt *testenv.Counter, amounts []int64, ttl time.Duration) (*actors.RedPackets, int64, *persistence.RedPacketStore) {
+func (e *env) redPackets(tb testing.TB, cnt *testenv.Counter, amounts []int64, ttl time.Duration, opts ...actors.Options) (*actors.RedPackets, int64, *persistence.RedPacketStore) {
 	tb.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr()})
 	rdb.AddHook(cnt)
 	tb.Cleanup(func() { _ = rdb.Close() })
-	r := e.router(tb, nil, actors.Options{})
+	r := e.router(tb, nil, append(opts, actors.Options{})[0])
 	rds := persistence.NewRedPacketRedis(rdb)
 	store := persistence.NewRedPacketStore(e.db, rds)
 	var total int64
@@ -145,5 +145,46 @@ func TestRefundedRedPacketAnswersExpired(t *testing.T) {
 				t.Fatalf("%s, key %q, after the refund: %+v, want EXPIRED", name, key, res)
 			}
 		}
+	}
+}
+
+// TestIdleRedPacketActorsArePassivated: an idle red packet's actor stops
+// and leaves the map, and grabs in bursts around its idle timeout (some
+// arriving while it retires) are all answered, none lost to a stopping
+// actor; a new actor goes on where the old one stopped.
+func TestIdleRedPacketActorsArePassivated(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var cnt testenv.Counter
+	amounts := make([]int64, 400)
+	for i := range amounts {
+		amounts[i] = 1
+	}
+	const idle = 100 * time.Millisecond
+	p, id, _ := e.redPackets(t, &cnt, amounts, time.Hour, actors.Options{IdleTimeout: idle})
+	user := int64(0)
+	for burst := range 8 {
+		var wg sync.WaitGroup
+		for range 20 {
+			user++
+			u := user
+			wg.Go(func() {
+				if res := p.Grab(context.Background(), id, u, ""); res.Code != domain.RedPacketOK {
+					t.Errorf("burst %d, user %d: %+v", burst, u, res)
+				}
+			})
+		}
+		wg.Wait()
+		time.Sleep(idle + time.Duration(burst-4)*5*time.Millisecond) // around the timeout
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Active(id) {
+		if time.Now().After(deadline) {
+			t.Fatal("idle red-packet actor never passivated")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if res := p.Grab(t.Context(), id, 1, ""); res.Code != domain.RedPacketAlreadyGrabbed {
+		t.Fatalf("after passivation, user 1: %+v, want ALREADY_GRABBED", res)
 	}
 }
