@@ -71,6 +71,7 @@ type app struct {
 	writer   *persistence.OrderWriter
 	orders   *ordersPart
 	locks    lockPart
+	redPkts  *redPacketsPart
 	live     *live.Service
 	gate     *gate.Service
 	listener net.Listener
@@ -247,12 +248,15 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	if a.orders, err = a.startOrders(bg, stock); err != nil {
 		return nil, err
 	}
+	if a.redPkts, err = a.startRedPackets(ctx, bg); err != nil {
+		return nil, err
+	}
 	a.live = a.startLive(bg)
 	if a.gate, err = a.startGate(ctx, bg, secret); err != nil {
 		return nil, err
 	}
 	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router, DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: persistence.NewReconciler(a.db, a.rdb),
-		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live, Gate: a.gate}, graph.HandlerOptions{
+		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live, Gate: a.gate, RedPackets: a.redPkts.service}, graph.HandlerOptions{
 		Tokens:                 a.tokens,
 		Log:                    log,
 		IPLimit:                limits,
@@ -435,6 +439,12 @@ func (a *app) drainOrderLog() bool {
 		a.log.Warn("orders still in the order log at shutdown; another node or the next start persists them", "err", err)
 		return false
 	}
+	if a.redPkts != nil {
+		if err := a.redPkts.writer.WaitDrained(ctx); err != nil {
+			a.log.Warn("red-packet grabs still in their order logs at shutdown; another node or the next start persists them", "err", err)
+			return false
+		}
+	}
 	return true
 }
 
@@ -464,6 +474,7 @@ func (a *app) stop() {
 	if a.cancelBackground != nil {
 		a.cancelBackground()
 		a.background.Wait()
+		a.redPkts.wait() // before the orders close the lock clients
 		a.orders.wait()
 	}
 	a.locks.close() // after the router and the maintenance: their leases are released

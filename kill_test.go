@@ -64,6 +64,21 @@ func (p *process) grab(client *http.Client, token, voucherID string) (code, orde
 	return grabWithKey(client, p.Base, token, voucherID, "")
 }
 
+// killRig gives a kill test the service binary, its own Redis and
+// database, the environment of a node on them and its token issuer.
+func killRig(t *testing.T) (bin string, redisSrv *testenv.RedisServer, dbURL string, env map[string]string, tokens *auth.Tokens) {
+	t.Helper()
+	bin = buildBinary(t)
+	redisSrv = testenv.MustRedis(t)
+	dbURL = testenv.MustPostgresURL(t)
+	const secret = "kill-test-secret"
+	env = map[string]string{
+		"REDIS_URL": redisSrv.URL(), "DATABASE_URL": dbURL, "JWT_SECRET": secret,
+		"ORDER_LOG_CLAIM_IDLE": "1s", "LOG_LEVEL": "warn",
+	}
+	return bin, redisSrv, dbURL, env, auth.NewTokens(secret)
+}
+
 // TestKillDashNineLosesNoOrder kills the service with SIGKILL in the middle
 // of a sale, right after it has answered OKs, restarts it, and checks that
 // every order it answered OK reaches the database exactly once and that
@@ -73,15 +88,7 @@ func TestKillDashNineLosesNoOrder(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the service as a process")
 	}
-	bin := buildBinary(t)
-	redisSrv := testenv.MustRedis(t)
-	dbURL := testenv.MustPostgresURL(t)
-	const secret = "kill-test-secret"
-	env := map[string]string{
-		"REDIS_URL": redisSrv.URL(), "DATABASE_URL": dbURL, "JWT_SECRET": secret,
-		"ORDER_LOG_CLAIM_IDLE": "1s", "LOG_LEVEL": "warn",
-	}
-	tokens := auth.NewTokens(secret)
+	bin, redisSrv, dbURL, env, tokens := killRig(t)
 	admin, _ := tokens.Issue(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, time.Hour)
 	first := startProcess(t, bin, env)
 	const stock = 3000

@@ -28,7 +28,9 @@ var (
 type ordersPart struct {
 	service    *orders.Service
 	reconciler *orders.Reconciler
-	done       []<-chan struct{}
+	// locker runs the cluster-wide singletons (red-packet refunds too).
+	locker *lease.Redlock
+	done   []<-chan struct{}
 }
 
 // startOrders wires the order services and starts their maintenance on bg;
@@ -36,6 +38,7 @@ type ordersPart struct {
 func (a *app) startOrders(bg context.Context, stock *persistence.Stock) (*ordersPart, error) {
 	p := &ordersPart{}
 	locker := a.locks.redlock
+	p.locker = locker
 	store := persistence.NewOrders(a.db, a.rdb, a.log)
 	p.service = orders.New(store, a.catalog, orders.Config{PayTimeout: a.cfg.PayTimeout}, a.log)
 	p.reconciler = orders.NewReconciler(persistence.NewReconciler(a.db, a.rdb), stock, a.catalog, locker,

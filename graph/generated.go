@@ -80,7 +80,7 @@ type ComplexityRoot struct {
 		CancelOrder        func(childComplexity int, orderID int64) int
 		CreateRedPacket    func(childComplexity int, input model.CreateRedPacketInput) int
 		CreateVoucher      func(childComplexity int, input model.CreateVoucherInput) int
-		GrabRedPacket      func(childComplexity int, id int64) int
+		GrabRedPacket      func(childComplexity int, id int64, requestID *string) int
 		PayOrder           func(childComplexity int, orderID int64) int
 		SeckillVoucher     func(childComplexity int, voucherID int64, requestID *string, ticket *string) int
 		SetVoucherGate     func(childComplexity int, id int64, requireTicket *bool, challenge *model.ChallengeKind) int
@@ -249,7 +249,7 @@ type MutationResolver interface {
 	PayOrder(ctx context.Context, orderID int64) (*model.VoucherOrder, error)
 	CancelOrder(ctx context.Context, orderID int64) (*model.VoucherOrder, error)
 	CreateRedPacket(ctx context.Context, input model.CreateRedPacketInput) (*model.RedPacket, error)
-	GrabRedPacket(ctx context.Context, id int64) (*model.GrabRedPacketResult, error)
+	GrabRedPacket(ctx context.Context, id int64, requestID *string) (*model.GrabRedPacketResult, error)
 	SetVoucherSegments(ctx context.Context, voucherID int64, segments int) (*model.Voucher, error)
 	SetVoucherGate(ctx context.Context, id int64, requireTicket *bool, challenge *model.ChallengeKind) (*model.Voucher, error)
 	Block(ctx context.Context, target model.BlockTarget, expiresInSeconds *int) (*model.Block, error)
@@ -481,7 +481,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Mutation.GrabRedPacket(childComplexity, args["id"].(int64)), true
+		return e.ComplexityRoot.Mutation.GrabRedPacket(childComplexity, args["id"].(int64), args["requestId"].(*string)), true
 	case "Mutation.payOrder":
 		if e.ComplexityRoot.Mutation.PayOrder == nil {
 			break
@@ -1873,6 +1873,14 @@ func (ec *executionContext) field_Mutation_grabRedPacket_args(ctx context.Contex
 		return nil, err
 	}
 	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "requestId",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["requestId"] = arg1
 	return args, nil
 }
 
@@ -3110,7 +3118,7 @@ func (ec *executionContext) _Mutation_grabRedPacket(ctx context.Context, field g
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().GrabRedPacket(ctx, fc.Args["id"].(int64))
+			return ec.Resolvers.Mutation().GrabRedPacket(ctx, fc.Args["id"].(int64), fc.Args["requestId"].(*string))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *model.GrabRedPacketResult) graphql.Marshaler {

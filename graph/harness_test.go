@@ -1,10 +1,12 @@
 package graph_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"flashsale/internal/auth"
 	"flashsale/internal/catalog"
 	"flashsale/internal/gate"
+	"flashsale/internal/redpackets"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -41,6 +44,8 @@ type testServer struct {
 	// request-path client (its pub/sub watcher has a client of its own).
 	gate      *gate.Service
 	gateCalls *testenv.Counter
+	// rpWriter persists red-packet grabs.
+	rpWriter *persistence.RedPacketWriter
 }
 
 // testGateOptions are the gate's options in tests (a release of a minute,
@@ -97,11 +102,17 @@ func startNode(tb testing.TB, db *bun.DB, rs *testenv.RedisServer, options func(
 	if grabClient != nil {
 		grabs = grabClient(s)
 	}
-	s.router = actors.NewRouter(persistence.NewGrabs(grabs), testenv.MustOrderIDs(tb, s.db), s.catalog, log, options(s.rdb))
+	ids := testenv.MustOrderIDs(tb, s.db)
+	s.router = actors.NewRouter(persistence.NewGrabs(grabs), ids, s.catalog, log, options(s.rdb))
 	s.writer = persistence.NewOrderWriter(s.db, s.rdb, log, persistence.OrderWriterOptions{})
+	rds := persistence.NewRedPacketRedis(s.rdb)
+	rpStore := persistence.NewRedPacketStore(s.db, rds)
+	redPackets := redpackets.New(rpStore, ids, s.router.RedPackets(rds, rpStore))
+	s.rpWriter = persistence.NewRedPacketWriter(s.db, s.rdb, log, persistence.LogConsumerOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
 	bg.Go(func() { _ = s.writer.Run(ctx) })
+	bg.Go(func() { _ = s.rpWriter.Run(ctx) })
 	bg.Go(func() { _ = persistence.NewStock(s.rdb).Watch(ctx, s.router.Changed, s.router.Resync) })
 	s.gateCalls = new(testenv.Counter)
 	gateRdb := s.redis.Client()
@@ -112,7 +123,7 @@ func startNode(tb testing.TB, db *bun.DB, rs *testenv.RedisServer, options func(
 	}
 	bg.Go(func() { s.gate.Run(ctx, persistence.NewGate(s.rdb)) })
 	tb.Cleanup(func() { s.router.Close(); cancel(); bg.Wait() })
-	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router, DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciler(s.db, s.rdb), Gate: s.gate}, graph.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: true})
+	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router, DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciler(s.db, s.rdb), Gate: s.gate, RedPackets: redPackets}, graph.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: true})
 	s.client = client.New(h)
 	s.handler = h
 	return s
@@ -184,6 +195,18 @@ func (s *testServer) do(tb testing.TB, token, query string, vars map[string]any,
 		}
 	}
 	return errs
+}
+
+// post sends one operation straight to the handler over HTTP (no client:
+// the rush tests send thousands from many goroutines).
+func (s *testServer) post(token, query string, vars map[string]any) *httptest.ResponseRecorder {
+	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
+	req := httptest.NewRequest(http.MethodPost, "/query", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	rec := httptest.NewRecorder()
+	s.handler.ServeHTTP(rec, req)
+	return rec
 }
 
 // mustDo is do for operations that must succeed.

@@ -54,21 +54,6 @@ func TestExpensiveRequestsAreRejected(t *testing.T) {
 	}
 }
 
-func TestLaterFieldsSayNotImplemented(t *testing.T) {
-	t.Parallel()
-	s := newServer(t)
-	user := s.token(t, 2, auth.RoleUser)
-	for _, tc := range []struct{ field, op string }{
-		{"createRedPacket", `mutation { createRedPacket(input: {totalCents: 100, count: 2}) { id } }`},
-		{"grabRedPacket", `mutation { grabRedPacket(id: "1") { code } }`},
-		{"redPacket", `{ redPacket(id: "1") { id } }`},
-	} {
-		t.Run(tc.field+" is not implemented", func(t *testing.T) {
-			wantCode(t, s.do(t, user, tc.op, nil, nil), "NOT_IMPLEMENTED")
-		})
-	}
-}
-
 func TestInternalErrorsHideTheirCause(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)

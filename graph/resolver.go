@@ -49,4 +49,6 @@ type Resolver struct {
 	// Gate guards grabs (tickets, blocklists); nil lets every grab through
 	// to the router and answers the gate's fields NOT_IMPLEMENTED.
 	Gate Gate
+	// RedPackets serves issue 12's fields; nil answers NOT_IMPLEMENTED.
+	RedPackets RedPackets
 }

@@ -52,12 +52,12 @@ func (r *mutationResolver) CancelOrder(ctx context.Context, orderID int64) (*mod
 
 // CreateRedPacket is the resolver for the createRedPacket field.
 func (r *mutationResolver) CreateRedPacket(ctx context.Context, input model.CreateRedPacketInput) (*model.RedPacket, error) {
-	return nil, notImplemented("createRedPacket")
+	return r.createRedPacket(ctx, input)
 }
 
 // GrabRedPacket is the resolver for the grabRedPacket field.
-func (r *mutationResolver) GrabRedPacket(ctx context.Context, id int64) (*model.GrabRedPacketResult, error) {
-	return nil, notImplemented("grabRedPacket")
+func (r *mutationResolver) GrabRedPacket(ctx context.Context, id int64, requestID *string) (*model.GrabRedPacketResult, error) {
+	return r.grabRedPacket(ctx, id, requestID)
 }
 
 // Voucher is the resolver for the voucher field.
@@ -103,7 +103,7 @@ func (r *queryResolver) MyOrders(ctx context.Context, first *int, after *string)
 
 // RedPacket is the resolver for the redPacket field.
 func (r *queryResolver) RedPacket(ctx context.Context, id int64) (*model.RedPacket, error) {
-	return nil, notImplemented("redPacket")
+	return r.redPacket(ctx, id)
 }
 
 // StartsInMs is the resolver for the startsInMs field.

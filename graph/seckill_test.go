@@ -1,12 +1,9 @@
 package graph_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"sync"
 	"testing"
@@ -51,12 +48,7 @@ func (s *testServer) grabAll(tb testing.TB, jobs []grabOutcome, workers int) []g
 				if j.ticket != "" {
 					query, vars["ticket"] = ticketGrabMutation, j.ticket
 				}
-				body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
-				req := httptest.NewRequest(http.MethodPost, "/query", bytes.NewReader(body))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Authorization", "Bearer "+token(j.user))
-				rec := httptest.NewRecorder()
-				s.handler.ServeHTTP(rec, req)
+				rec := s.post(token(j.user), query, vars)
 				var resp struct {
 					Data struct {
 						SeckillVoucher struct {

@@ -108,13 +108,20 @@ func (w *OrderWriter) DeadLetter(ctx context.Context, dead []DeadEntry) error {
 		w.log.ErrorContext(ctx, "order refused by the database, dead-lettered",
 			"log", e.Log, "entry", e.ID, "reason", row.Reason, "detail", row.Detail)
 	}
+	return insertDeadLetters(ctx, w.db, rows)
+}
+
+// insertDeadLetters records dead-lettered entries of any order log (a
+// voucher's or a red packet's), each once by its key, and counts the new
+// ones in flashsale_orders_dead_total.
+func insertDeadLetters(ctx context.Context, db bun.IDB, rows []deadLetterRow) error {
 	if len(rows) == 0 {
 		return nil
 	}
 	var added []string
-	err := w.db.NewInsert().Model(&rows).On("CONFLICT (key) DO NOTHING").Returning("key").Scan(ctx, &added)
+	err := db.NewInsert().Model(&rows).On("CONFLICT (key) DO NOTHING").Returning("key").Scan(ctx, &added)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return fmt.Errorf("dead-letter %d orders: %w", len(rows), err)
+		return fmt.Errorf("dead-letter %d entries: %w", len(rows), err)
 	}
 	fresh := make(map[string]bool, len(added))
 	for _, k := range added {

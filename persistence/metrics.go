@@ -61,13 +61,14 @@ var (
 	// batch, an activation's claim, and a batch's pipelined rate limits.
 	scriptDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "flashsale", Name: "redis_script_duration_seconds",
-		Help:    "Time of one Redis script call (or pipeline of them), by script: grab, claim, rate_limit.",
+		Help:    "Time of one Redis script call (or pipeline of them), by script: grab, claim, rate_limit, red_packet_grab.",
 		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5},
 	}, []string{"script"})
 	// The script timers, looked up once rather than by label per call.
 	grabScriptDuration      = scriptDuration.WithLabelValues("grab")
 	claimScriptDuration     = scriptDuration.WithLabelValues("claim")
 	rateLimitScriptDuration = scriptDuration.WithLabelValues("rate_limit")
+	redPacketScriptDuration = scriptDuration.WithLabelValues("red_packet_grab")
 	redisErrors             = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "flashsale", Name: "redis_errors_total",
 		Help: "Redis commands that failed (not counting a missing key or a script to be loaded), by class: script, stream, ping, other.",

@@ -45,17 +45,21 @@ type orderEntry struct {
 	stamp string
 }
 
+// entryInt reads an integer field of an order-log entry (of a voucher or
+// a red packet).
+func entryInt(v map[string]any, k string) (int64, error) {
+	s, _ := v[k].(string)
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("field %s=%q", k, s)
+	}
+	return n, nil
+}
+
 // decodeOrderEntry reads an order-log entry's fields; now is the row's
 // update time. An error means the entry is no order at all (malformed).
 func decodeOrderEntry(v map[string]any, now time.Time) (orderEntry, error) {
-	field := func(k string) (int64, error) {
-		s, _ := v[k].(string)
-		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("field %s=%q", k, s)
-		}
-		return n, nil
-	}
+	field := func(k string) (int64, error) { return entryInt(v, k) }
 	var e orderEntry
 	o := &e.order
 	var err error

@@ -195,13 +195,21 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 	res.plan = p
 	rn.dead = newDeadLetters(rn.env.db, p.voucher)
 	rn.tickets = newTicketBook(p.tickets, p.pow)
+	rpID, err := rn.createRedPacket(ctx, p)
+	if err != nil {
+		res.Err = err
+		return res
+	}
 
 	saleStart := time.Now()
+	rpGrabs := rn.grabRedPackets(ctx, p, rpID) // the same users, moments and faults
 	answers, faultErrs := rn.sell(ctx, p, id)
+	rpAnswers := <-rpGrabs
 	hctx, hcancel = context.WithTimeout(ctx, 45*time.Second)
 	healErr := rn.env.heal(hctx)
 	hcancel()
 	answers = append(answers, rn.settle(ctx, p, id, answers)...)
+	rpAnswers = append(rpAnswers, rn.settleRedPackets(ctx, rpID, rpAnswers)...)
 	drained, left := rn.drain(ctx, p, saleStart, p.voucher)
 	var okIDs []int64
 	for _, a := range answers {
@@ -216,6 +224,13 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 	}
 	st.drained, st.logLeft = drained, left
 	res.outcome = judge(p, answers, st, rn.requestIDs)
+	rpState, err := rn.drainRedPacket(ctx, rpID)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	judgeRedPacket(&res.outcome, p.durable(), rpAnswers, rpState)
+	res.outcome.rpOK = len(rpState.grabs)
 	for _, err := range faultErrs {
 		res.outcome.add("fault", "%v", err)
 	}
@@ -256,8 +271,8 @@ func (rn *runner) print(r RoundResult) {
 	if r.plan.pow {
 		tickets += " + proof of work"
 	}
-	fmt.Fprintf(w, "round %4d  %-22s %-4s %5.1fs  stock %3d limit %d: %3d OK, %3d sold, %d lost, %d open, %d dead%s\n",
-		r.Round, r.Kind, verdict, r.Took.Seconds(), r.plan.stock, r.plan.limit, o.okAnswers, o.sold, o.lost, o.unsettled, o.dead, tickets)
+	fmt.Fprintf(w, "round %4d  %-22s %-4s %5.1fs  stock %3d limit %d: %3d OK, %3d sold, %d lost, %d open, %d dead%s; red packet: %d grabbed\n",
+		r.Round, r.Kind, verdict, r.Took.Seconds(), r.plan.stock, r.plan.limit, o.okAnswers, o.sold, o.lost, o.unsettled, o.dead, tickets, o.rpOK)
 	if rn.cfg.Verbose || r.Failed() {
 		fmt.Fprintf(w, "      plan: %s\n", r.plan)
 		fmt.Fprintf(w, "      answers: %s; slowest %.2fs\n", summary(o.answers), o.maxTook.Seconds())

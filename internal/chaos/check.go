@@ -207,6 +207,7 @@ type outcome struct {
 	unavail    int // UNAVAILABLE answers
 	maxTook    time.Duration
 	answers    map[string]int // answers by code or error, for -v
+	rpOK       int            // packets of the round's red packet in the database
 }
 
 func (o *outcome) add(check, format string, args ...any) {

@@ -45,6 +45,10 @@ type Config struct {
 	// ReconcileInterval how often the background reconciliation does.
 	PayTimeoutInterval time.Duration
 	ReconcileInterval  time.Duration
+	// RedPacketRefundInterval is how often one node refunds expired red
+	// packets; RedPacketRefundGrace how long after expiry it waits.
+	RedPacketRefundInterval time.Duration
+	RedPacketRefundGrace    time.Duration
 
 	ClusterProvider        string // test, automanaged, etcd
 	ClusterName            string

@@ -14,6 +14,7 @@ import (
 	"flashsale/internal/auth"
 	"flashsale/internal/gate"
 	"flashsale/internal/orders"
+	"flashsale/internal/redpackets"
 	"flashsale/persistence"
 )
 
@@ -133,6 +134,8 @@ var settings = []setting{
 	durationVar("PAY_TIMEOUT", orders.PayTimeoutDefault, "unpaid orders are cancelled after this", func(c *Config) *time.Duration { return &c.PayTimeout }),
 	durationVar("PAY_TIMEOUT_INTERVAL", orders.TimeoutIntervalDefault, "how often one node looks for unpaid orders past PAY_TIMEOUT", func(c *Config) *time.Duration { return &c.PayTimeoutInterval }),
 	durationVar("RECONCILE_INTERVAL", orders.ReconcileIntervalDefault, "how often one node reconciles every seckill voucher (drift metric and log)", func(c *Config) *time.Duration { return &c.ReconcileInterval }),
+	durationVar("RED_PACKET_REFUND_INTERVAL", redpackets.RefundIntervalDefault, "how often one node refunds expired red packets", func(c *Config) *time.Duration { return &c.RedPacketRefundInterval }),
+	durationVar("RED_PACKET_REFUND_GRACE", redpackets.RefundGraceDefault, "how long after its expiry a red packet is refunded (room for clock skew)", func(c *Config) *time.Duration { return &c.RedPacketRefundGrace }),
 
 	stringVar("CLUSTER_PROVIDER", "test", "test, automanaged or etcd", func(c *Config) *string { return &c.ClusterProvider }).
 		checked(func(c Config) string {

@@ -146,3 +146,10 @@ func (s *Sweeper) runOnce(ctx context.Context) (int, error) {
 	}
 	return n, err
 }
+
+// Every is the maintenance services' lifecycle for services of other
+// packages (red-packet refunds): once runs every interval under the named
+// lease until ctx ends; the channel closes when it has stopped.
+func Every(ctx context.Context, interval time.Duration, locker Locker, name string, log *slog.Logger, once func(ctx context.Context) error) <-chan struct{} {
+	return every(ctx, interval, locker, name, log, once)
+}

@@ -1,0 +1,295 @@
+package persistence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"flashsale/domain"
+)
+
+// The Redis keys of a red packet share the hash tag {rp<ID>}, as a
+// voucher's share {v<ID>}, so that one script reaches all of them:
+//
+//	{rp<ID>}:meta     hash: expire (unix ms), left (cents not grabbed yet)
+//	{rp<ID>}:packets  list: the packets not grabbed yet, "seq:amount"
+//	{rp<ID>}:users    hash: user id -> "seq:amount:request id" of their packet
+//	{rp<ID>}:log      stream: the red packet's order log, read by the
+//	                  red-packet writer's group
+//
+// The registry redPacketLogsKey lists the logs the red-packet writer reads.
+func redPacketTag(id int64) string { return "{rp" + strconv.FormatInt(id, 10) + "}" }
+
+func redPacketKeys(id int64) []string {
+	t := redPacketTag(id)
+	return []string{t + ":meta", t + ":packets", t + ":users", t + ":log"}
+}
+
+// RedPacketLogKey is the key of a red packet's order log.
+func RedPacketLogKey(id int64) string { return redPacketTag(id) + ":log" }
+
+// redPacketIDFromLog is the red packet whose order log key s is.
+func redPacketIDFromLog(s string) (int64, bool) {
+	var id int64
+	if _, err := fmt.Sscanf(s, "{rp%d}:log", &id); err != nil {
+		return 0, false
+	}
+	return id, true
+}
+
+const (
+	// redPacketLogsKey is the registry of red-packet order logs.
+	redPacketLogsKey = "flashsale:redpacket-logs"
+	// RedPacketLogGroup is the consumer group of every red-packet log.
+	RedPacketLogGroup = "persist"
+)
+
+// More fields of an order-log entry, for a grabbed packet; the user,
+// request and time fields are the voucher order's (orderlog_entry.go).
+const (
+	EntryRedPacketID = "p" // red packet id
+	EntryPacketSeq   = "q" // which packet (its seq)
+	EntryAmount      = "a" // its amount, in cents
+)
+
+// redPacketKeep is how long a red packet's state outlives its expiry in
+// Redis if no refund removes it first (a cluster down for that long):
+// the refund needs only the database.
+const redPacketKeep = 24 * time.Hour
+
+// loadRedPacketScript loads a red packet into Redis unless it is there:
+// its metadata, its packets not grabbed yet and the users who grabbed.
+// KEYS: meta, packets, users. ARGV: expire ms, keep-until ms, left cents,
+// packet count n, n packets "seq:amount", then "user" "seq:amount:req"
+// pairs. Returns 1 if it loaded, 0 if the red packet was there.
+var loadRedPacketScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local n = tonumber(ARGV[4])
+for i = 5, 4 + n do
+  redis.call('RPUSH', KEYS[2], ARGV[i])
+end
+for i = 5 + n, #ARGV, 2 do
+  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+end
+redis.call('HSET', KEYS[1], 'expire', ARGV[1], 'left', ARGV[3])
+for i = 1, 3 do
+  redis.call('PEXPIREAT', KEYS[i], ARGV[2])
+end
+return 1
+`)
+
+// Red-packet grab codes as the script returns them.
+var redPacketScriptCodes = []domain.RedPacketCode{
+	domain.RedPacketOK, domain.RedPacketEmpty, domain.RedPacketAlreadyGrabbed, domain.RedPacketExpired,
+}
+
+// grabRedPacketScript grabs for a batch of users atomically (seed 004's
+// script, batched like the voucher's grabScript). For each grab in order:
+// a user who grabbed before hears OK with their packet if it is the same
+// request (a retry), else ALREADY_GRABBED; after the expiry (Redis TIME)
+// EXPIRED; else a packet is popped (EMPTY if none is left), the user
+// recorded with it, the cents left lowered and the packet appended to the
+// red packet's order log, in one atomic step. No fencing token: the users
+// hash makes a grab idempotent per user, so two activations of the
+// sequencer can never give one user two packets nor one packet twice.
+//
+// KEYS: meta, packets, users, log. ARGV: red packet id, then (request id,
+// user id) per grab. Returns {state, expire ms, packets left, code1,
+// amount1, ...} with state 0 = done, 1 = red packet not in Redis.
+var grabRedPacketScript = redis.NewScript(`
+local expire = tonumber(redis.call('HGET', KEYS[1], 'expire') or '')
+if not expire then return {1, 0, 0} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_s = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+local out = {0, expire, 0}
+for i = 2, #ARGV, 2 do
+  local req, user = ARGV[i], ARGV[i + 1]
+  local prev = redis.call('HGET', KEYS[3], user)
+  if prev then
+    local _, amount, preq = string.match(prev, '^(%d+):(%d+):(.*)$')
+    if preq == req then out[#out + 1] = 0 else out[#out + 1] = 2 end
+    out[#out + 1] = amount
+  elseif now >= expire then
+    out[#out + 1] = 3
+    out[#out + 1] = '0'
+  else
+    local p = redis.call('LPOP', KEYS[2])
+    if not p then
+      out[#out + 1] = 1
+      out[#out + 1] = '0'
+    else
+      local seq, amount = string.match(p, '^(%d+):(%d+)$')
+      redis.call('HSET', KEYS[3], user, p .. ':' .. req)
+      redis.call('HINCRBY', KEYS[1], 'left', '-' .. amount)
+      redis.call('XADD', KEYS[4], '*', '` + EntryRedPacketID + `', ARGV[1], '` + EntryPacketSeq + `', seq,
+        '` + EntryUserID + `', user, '` + EntryAmount + `', amount, '` + EntryTime + `', now_s, '` + EntryRequestID + `', req)
+      out[#out + 1] = 0
+      out[#out + 1] = amount
+    end
+  end
+end
+out[3] = redis.call('LLEN', KEYS[2])
+return out
+`)
+
+// settleRedPacketScript tells whether a red packet is settled in Redis:
+// expired by Redis's clock (so no grab can append to its log any more) and
+// its order log empty (every grab persisted). With ARGV[1] = 1 it then
+// removes the red packet's state. KEYS: meta, packets, users, log.
+// Returns 1 if settled (or not in Redis at all), 0 if it must wait.
+var settleRedPacketScript = redis.NewScript(`
+local expire = tonumber(redis.call('HGET', KEYS[1], 'expire') or '')
+if expire then
+  local t = redis.call('TIME')
+  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) < expire then return 0 end
+end
+if redis.call('EXISTS', KEYS[4]) == 1 and redis.call('XLEN', KEYS[4]) > 0 then return 0 end
+if ARGV[1] == '1' then
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+end
+return 1
+`)
+
+// RedPacketRedis is the Redis side of red packets: their load, the grab
+// script and the live state.
+type RedPacketRedis struct {
+	rdb redis.UniversalClient
+}
+
+// NewRedPacketRedis returns the red packets' Redis store.
+func NewRedPacketRedis(rdb redis.UniversalClient) *RedPacketRedis { return &RedPacketRedis{rdb: rdb} }
+
+// RedPacketLoad is what Load puts in Redis: the packets not grabbed yet
+// and the users who grabbed one, as the database has them.
+type RedPacketLoad struct {
+	ID        int64
+	ExpiresAt time.Time
+	Packets   []PacketRow // not grabbed yet, in the order they are to be handed out
+	Grabbed   []GrabRow
+}
+
+// Load registers the red packet's order log and loads the red packet into
+// Redis unless Redis has it; loaded says whether it did.
+func (s *RedPacketRedis) Load(ctx context.Context, l RedPacketLoad) (loaded bool, err error) {
+	// The log and its group first, then its registration, as a voucher's
+	// preheat does: a writer never lists a log without its group.
+	if err := s.rdb.XGroupCreateMkStream(ctx, RedPacketLogKey(l.ID), RedPacketLogGroup, "0").Err(); err != nil && !isBusyGroup(err) {
+		return false, fmt.Errorf("create red packet %d log: %w", l.ID, err)
+	}
+	if err := s.rdb.SAdd(ctx, redPacketLogsKey, RedPacketLogKey(l.ID)).Err(); err != nil {
+		return false, fmt.Errorf("register red packet %d log: %w", l.ID, err)
+	}
+	var left int64
+	args := make([]any, 0, 4+len(l.Packets)+2*len(l.Grabbed))
+	for _, p := range l.Packets {
+		left += p.AmountCents
+	}
+	args = append(args, l.ExpiresAt.UnixMilli(), l.ExpiresAt.Add(redPacketKeep).UnixMilli(), left, len(l.Packets))
+	for _, p := range l.Packets {
+		args = append(args, strconv.Itoa(p.Seq)+":"+strconv.FormatInt(p.AmountCents, 10))
+	}
+	for _, g := range l.Grabbed {
+		args = append(args, g.UserID, strconv.Itoa(g.Seq)+":"+strconv.FormatInt(g.AmountCents, 10)+":"+deref(g.RequestID))
+	}
+	n, err := loadRedPacketScript.Run(ctx, s.rdb, redPacketKeys(l.ID)[:3], args...).Int()
+	if err != nil {
+		return false, fmt.Errorf("load red packet %d into redis: %w", l.ID, err)
+	}
+	return n == 1, nil
+}
+
+// Grab runs one batch of grabs through the grab script.
+func (s *RedPacketRedis) Grab(ctx context.Context, id int64, grabs []domain.RedPacketGrab) (domain.RedPacketBatch, error) {
+	args := make([]any, 0, 1+2*len(grabs))
+	args = append(args, id)
+	for _, g := range grabs {
+		args = append(args, g.RequestID, g.UserID)
+	}
+	seen := time.Now()
+	raw, err := grabRedPacketScript.Run(ctx, s.rdb, redPacketKeys(id), args...).Slice()
+	redPacketScriptDuration.Observe(time.Since(seen).Seconds())
+	if err != nil {
+		return domain.RedPacketBatch{}, fmt.Errorf("grab batch of red packet %d: %w", id, err)
+	}
+	if len(raw) < 3 {
+		return domain.RedPacketBatch{}, fmt.Errorf("grab batch of red packet %d: script returned %d values", id, len(raw))
+	}
+	if state, _ := raw[0].(int64); state == 1 {
+		res := make([]domain.RedPacketResult, len(grabs))
+		for i := range res {
+			res[i].Code = domain.RedPacketNotFoundCode
+		}
+		return domain.RedPacketBatch{Results: res}, nil
+	}
+	if len(raw) != 3+2*len(grabs) {
+		return domain.RedPacketBatch{}, fmt.Errorf("grab batch of red packet %d: script returned %d values for %d grabs", id, len(raw), len(grabs))
+	}
+	expire, _ := raw[1].(int64)
+	left, _ := raw[2].(int64)
+	out := domain.RedPacketBatch{
+		State:   domain.RedPacketState{Found: true, ExpiresAt: time.UnixMilli(expire), Left: int(left)},
+		Results: make([]domain.RedPacketResult, len(grabs)),
+	}
+	for i := range grabs {
+		code, _ := raw[3+2*i].(int64)
+		if code < 0 || int(code) >= len(redPacketScriptCodes) {
+			return domain.RedPacketBatch{}, fmt.Errorf("grab batch of red packet %d: unknown code %d", id, code)
+		}
+		amount, _ := raw[4+2*i].(string)
+		out.Results[i].Code = redPacketScriptCodes[code]
+		out.Results[i].AmountCents, _ = strconv.ParseInt(amount, 10, 64)
+	}
+	return out, nil
+}
+
+// State reads what a sequencer caches about a red packet.
+func (s *RedPacketRedis) State(ctx context.Context, id int64) (domain.RedPacketState, error) {
+	st, _, err := s.live(ctx, id)
+	return st, err
+}
+
+// Live reads the red packet's packets and cents left; found is false when
+// Redis does not have it.
+func (s *RedPacketRedis) Live(ctx context.Context, id int64) (count int, cents int64, found bool, err error) {
+	st, cents, err := s.live(ctx, id)
+	return st.Left, cents, st.Found, err
+}
+
+func (s *RedPacketRedis) live(ctx context.Context, id int64) (domain.RedPacketState, int64, error) {
+	keys := redPacketKeys(id)
+	pipe := s.rdb.Pipeline()
+	meta := pipe.HMGet(ctx, keys[0], "expire", "left")
+	n := pipe.LLen(ctx, keys[1])
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return domain.RedPacketState{}, 0, fmt.Errorf("read red packet %d: %w", id, err)
+	}
+	v := meta.Val()
+	exp, _ := v[0].(string)
+	ms, err := strconv.ParseInt(exp, 10, 64)
+	if err != nil {
+		return domain.RedPacketState{}, 0, nil
+	}
+	left, _ := v[1].(string)
+	cents, _ := strconv.ParseInt(left, 10, 64)
+	return domain.RedPacketState{Found: true, ExpiresAt: time.UnixMilli(ms), Left: int(n.Val())}, cents, nil
+}
+
+// Settled tells whether a red packet is settled in Redis (expired by
+// Redis's clock, every grab persisted), and with remove then removes its
+// state.
+func (s *RedPacketRedis) Settled(ctx context.Context, id int64, remove bool) (bool, error) {
+	flag := "0"
+	if remove {
+		flag = "1"
+	}
+	n, err := settleRedPacketScript.Run(ctx, s.rdb, redPacketKeys(id), flag).Int()
+	if err != nil {
+		return false, fmt.Errorf("settle red packet %d in redis: %w", id, err)
+	}
+	return n == 1, nil
+}

@@ -1,0 +1,222 @@
+package persistence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"flashsale/domain"
+)
+
+// redPacketRow is a tb_red_packet row.
+type redPacketRow struct {
+	bun.BaseModel `bun:"table:tb_red_packet"`
+
+	ID          int64      `bun:"id,pk"`
+	CreatorID   int64      `bun:"creator_id,notnull"`
+	TotalCents  int64      `bun:"total_cents,notnull"`
+	Count       int        `bun:"count,notnull"`
+	ExpireTime  time.Time  `bun:"expire_time,notnull"`
+	CreateTime  time.Time  `bun:"create_time,notnull"`
+	RefundCents *int64     `bun:"refund_cents"`
+	RefundCount *int       `bun:"refund_count"`
+	RefundTime  *time.Time `bun:"refund_time"`
+}
+
+// PacketRow is a tb_red_packet_part row: one packet of a red packet.
+type PacketRow struct {
+	bun.BaseModel `bun:"table:tb_red_packet_part"`
+
+	RedPacketID int64 `bun:"red_packet_id,pk"`
+	Seq         int   `bun:"seq,pk"`
+	AmountCents int64 `bun:"amount_cents,notnull"`
+}
+
+// GrabRow is a tb_red_packet_grab row: a grabbed packet.
+type GrabRow struct {
+	bun.BaseModel `bun:"table:tb_red_packet_grab"`
+
+	RedPacketID int64     `bun:"red_packet_id,pk"`
+	Seq         int       `bun:"seq,pk"`
+	UserID      int64     `bun:"user_id,notnull"`
+	AmountCents int64     `bun:"amount_cents,notnull"`
+	GrabTime    time.Time `bun:"grab_time,notnull"`
+	RequestID   *string   `bun:"request_id"`
+}
+
+// RedPacketStore keeps red packets in the database and Redis: a red
+// packet and all its packets are committed before any is pushed into
+// Redis, so Redis only ever holds packets the database knows.
+type RedPacketStore struct {
+	db    *bun.DB
+	redis *RedPacketRedis
+}
+
+// NewRedPacketStore returns the red packets' store.
+func NewRedPacketStore(db *bun.DB, rdb *RedPacketRedis) *RedPacketStore {
+	return &RedPacketStore{db: db, redis: rdb}
+}
+
+// Create commits the red packet and its packets (amounts[i] is packet i),
+// then loads it into Redis.
+func (s *RedPacketStore) Create(ctx context.Context, rp domain.RedPacket, amounts []int64) error {
+	row := redPacketRow{ID: rp.ID, CreatorID: rp.CreatorID, TotalCents: rp.TotalCents, Count: rp.Count,
+		ExpireTime: rp.ExpiresAt.UTC(), CreateTime: rp.CreatedAt.UTC()}
+	parts := make([]PacketRow, len(amounts))
+	for i, a := range amounts {
+		parts[i] = PacketRow{RedPacketID: rp.ID, Seq: i, AmountCents: a}
+	}
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewInsert().Model(&row).Exec(ctx); err != nil {
+			return err
+		}
+		// Chunks keep each statement under the drivers' parameter limits.
+		for i := 0; i < len(parts); i += 2000 {
+			chunk := parts[i:min(i+2000, len(parts))]
+			if _, err := tx.NewInsert().Model(&chunk).Exec(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("create red packet %d: %w", rp.ID, err)
+	}
+	_, err = s.redis.Load(ctx, RedPacketLoad{ID: rp.ID, ExpiresAt: rp.ExpiresAt, Packets: parts})
+	return err
+}
+
+// Get reads a red packet; Remaining* come from Redis while it has the red
+// packet, else from the database (what was not grabbed, or refunded).
+func (s *RedPacketStore) Get(ctx context.Context, id int64) (domain.RedPacket, error) {
+	var row redPacketRow
+	if err := s.db.NewSelect().Model(&row).Where("id = ?", id).Scan(ctx); errors.Is(err, sql.ErrNoRows) {
+		return domain.RedPacket{}, domain.RedPacketNotFound(id)
+	} else if err != nil {
+		return domain.RedPacket{}, fmt.Errorf("read red packet %d: %w", id, err)
+	}
+	rp := domain.RedPacket{ID: row.ID, CreatorID: row.CreatorID, TotalCents: row.TotalCents, Count: row.Count,
+		ExpiresAt: row.ExpireTime, CreatedAt: row.CreateTime, Refunded: row.RefundTime}
+	if row.RefundTime == nil {
+		n, cents, found, err := s.redis.Live(ctx, id)
+		if err == nil && found {
+			rp.RemainingCount, rp.RemainingCents = n, cents
+			return rp, nil
+		}
+	}
+	n, cents, err := s.grabbed(ctx, s.db, id)
+	if err != nil {
+		return domain.RedPacket{}, err
+	}
+	rp.RemainingCount, rp.RemainingCents = row.Count-n, row.TotalCents-cents
+	return rp, nil
+}
+
+// grabbed counts a red packet's persisted grabs and their cents.
+func (s *RedPacketStore) grabbed(ctx context.Context, db bun.IDB, id int64) (int, int64, error) {
+	var sum struct {
+		N     int   `bun:"n"`
+		Cents int64 `bun:"cents"`
+	}
+	err := db.NewSelect().TableExpr("tb_red_packet_grab").
+		ColumnExpr("COUNT(*) AS n, COALESCE(SUM(amount_cents), 0) AS cents").
+		Where("red_packet_id = ?", id).Scan(ctx, &sum)
+	if err != nil {
+		return 0, 0, fmt.Errorf("count grabs of red packet %d: %w", id, err)
+	}
+	return sum.N, sum.Cents, nil
+}
+
+// Load loads a red packet Redis does not have (lost with its data, or a
+// node died between the commit and the push) from the database: its
+// packets not grabbed yet and the users who grabbed. It returns what a
+// sequencer may cache: not Found for an unknown id; for a red packet past
+// its expiry (or refunded) its expiry and nothing left, without loading
+// it (the refund settles it from the database alone).
+func (s *RedPacketStore) Load(ctx context.Context, id int64) (domain.RedPacketState, error) {
+	var row redPacketRow
+	if err := s.db.NewSelect().Model(&row).Where("id = ?", id).Scan(ctx); errors.Is(err, sql.ErrNoRows) {
+		return domain.RedPacketState{}, nil
+	} else if err != nil {
+		return domain.RedPacketState{}, fmt.Errorf("read red packet %d: %w", id, err)
+	}
+	st := domain.RedPacketState{Found: true, ExpiresAt: row.ExpireTime}
+	if row.RefundTime != nil || !time.Now().Before(row.ExpireTime) {
+		return st, nil
+	}
+	l := RedPacketLoad{ID: id, ExpiresAt: row.ExpireTime}
+	if err := s.db.NewSelect().Model(&l.Grabbed).Where("red_packet_id = ?", id).Scan(ctx); err != nil {
+		return domain.RedPacketState{}, fmt.Errorf("read grabs of red packet %d: %w", id, err)
+	}
+	err := s.db.NewSelect().Model(&l.Packets).Where("red_packet_id = ?", id).
+		Where("seq NOT IN (SELECT seq FROM tb_red_packet_grab WHERE red_packet_id = ?)", id).
+		Order("seq").Scan(ctx)
+	if err != nil {
+		return domain.RedPacketState{}, fmt.Errorf("read packets of red packet %d: %w", id, err)
+	}
+	if _, err := s.redis.Load(ctx, l); err != nil {
+		return domain.RedPacketState{}, err
+	}
+	// What Redis holds now (a grab may already have taken a packet, or
+	// another node loaded it first).
+	return s.redis.State(ctx, id)
+}
+
+// Due lists up to limit red packets expired before cutoff and not yet
+// refunded, oldest first.
+func (s *RedPacketStore) Due(ctx context.Context, cutoff time.Time, limit int) ([]int64, error) {
+	var ids []int64
+	err := s.db.NewSelect().Model((*redPacketRow)(nil)).Column("id").
+		Where("refund_time IS NULL").Where("expire_time <= ?", cutoff.UTC()).
+		Order("expire_time").Limit(int64(limit)).Scan(ctx, &ids)
+	if err != nil {
+		return nil, fmt.Errorf("list red packets due for refund: %w", err)
+	}
+	return ids, nil
+}
+
+// Refund refunds an expired red packet's unclaimed packets to its creator,
+// once: when Redis says it is settled (expired by Redis's clock, every
+// grab persisted), it records
+// the refund on the row with one conditional UPDATE (a second run, on any
+// node, changes nothing) and then removes the red packet's Redis state.
+// done is false while grabs are still on their way to the database;
+// refunded tells whether this call recorded the refund (false when it was
+// refunded before), and cents what it refunded.
+func (s *RedPacketStore) Refund(ctx context.Context, id int64, now time.Time) (done, refunded bool, cents int64, err error) {
+	settled, err := s.redis.Settled(ctx, id, false)
+	if err != nil || !settled {
+		return false, false, 0, err
+	}
+	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		n, grabbed, err := s.grabbed(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		var rows []int64
+		err = tx.NewUpdate().Model((*redPacketRow)(nil)).
+			Set("refund_cents = total_cents - ?", grabbed).
+			Set("refund_count = count - ?", n).
+			Set("refund_time = ?", now.UTC()).
+			Where("id = ?", id).Where("refund_time IS NULL").
+			Returning("refund_cents").Scan(ctx, &rows)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if len(rows) == 1 {
+			refunded, cents = true, rows[0]
+		}
+		return nil
+	})
+	if err != nil {
+		return false, false, 0, fmt.Errorf("refund red packet %d: %w", id, err)
+	}
+	if _, err := s.redis.Settled(ctx, id, true); err != nil {
+		return true, refunded, cents, err // refunded; the next run removes the state
+	}
+	return true, refunded, cents, nil
+}
