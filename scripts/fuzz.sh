@@ -16,6 +16,7 @@ fi
 # package target
 targets=(
   ./internal/auth FuzzVerifyHeader
+  ./internal/auth FuzzFastPathAgreesWithTheParser
   ./graph/model FuzzUnmarshalID
   ./graph FuzzDecodeCursor
   ./graph FuzzQueryBody
