@@ -112,15 +112,17 @@ func listeningInodes(table string, port int, into map[string]bool) {
 type redisCounters struct {
 	commands int64
 	cpu      time.Duration
+	// calls counts each command's calls, those run inside scripts too.
+	calls map[string]int64
 }
 
 // readRedis reads INFO stats and cpu.
 func readRedis(ctx context.Context, rdb *redis.Client) (redisCounters, error) {
-	info, err := rdb.Info(ctx, "stats", "cpu").Result()
+	info, err := rdb.Info(ctx, "stats", "cpu", "commandstats").Result()
 	if err != nil {
 		return redisCounters{}, err
 	}
-	var c redisCounters
+	c := redisCounters{calls: map[string]int64{}}
 	for line := range strings.SplitSeq(info, "\n") {
 		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
 		if !ok {
@@ -132,6 +134,12 @@ func readRedis(ctx context.Context, rdb *redis.Client) (redisCounters, error) {
 		case "used_cpu_sys", "used_cpu_user":
 			s, _ := strconv.ParseFloat(v, 64)
 			c.cpu += time.Duration(s * float64(time.Second))
+		default:
+			// cmdstat_get:calls=12,usec=...
+			if name, ok := strings.CutPrefix(k, "cmdstat_"); ok {
+				calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+				c.calls[name], _ = strconv.ParseInt(calls, 10, 64)
+			}
 		}
 	}
 	return c, nil

@@ -155,11 +155,16 @@ type Report struct {
 	// Redis's CPU time and commands over the attack per request.
 	RedisCPUPerRequest      *time.Duration `json:"redisCpuPerRequest,omitempty"`
 	RedisCommandsPerRequest *float64       `json:"redisCommandsPerRequest,omitempty"`
-	Violations              []Violation    `json:"violations"`
-	Timeline                []Bucket       `json:"timeline"`
-	Notes                   []string       `json:"notes,omitempty"`
+	// RedisCommands are the most called commands per request, those run
+	// inside scripts included.
+	RedisCommands []CommandRate `json:"redisCommands,omitempty"`
+	Violations    []Violation   `json:"violations"`
+	Timeline      []Bucket      `json:"timeline"`
+	Notes         []string      `json:"notes,omitempty"`
 	// Outcomes are every answer, for checks and plots; not in JSON.
 	Outcomes []Outcome `json:"-"`
+	// Observed is what the stores said, as checked.
+	Observed Observed `json:"-"`
 }
 
 // Run runs one sale: creates it, attacks it, then checks it. An error is
@@ -249,6 +254,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			rep.Rows, rep.DBLag = &n, lag
 		}
 	}
+	rep.Observed = obs
 	rep.Violations = Check(outs, rep.Expect, obs)
 	return rep, nil
 }
@@ -409,6 +415,7 @@ func (m *meters) stop(ctx context.Context, rep *Report, requests int) {
 			// The two INFO calls of this measurement are not the target's.
 			n := float64(c.commands-m.redis0.commands-1) / float64(requests)
 			rep.RedisCPUPerRequest, rep.RedisCommandsPerRequest = &d, &n
+			rep.RedisCommands = topCommands(m.redis0.calls, c.calls, requests, 6)
 		}
 	}
 }
@@ -478,4 +485,28 @@ func readRows(ctx context.Context, db *sql.DB, saleID string, redPacket bool) ([
 		rows = append(rows, r)
 	}
 	return rows, errors.Join(rs.Err())
+}
+
+// CommandRate is how often one Redis command ran per request.
+type CommandRate struct {
+	Command    string  `json:"command"`
+	PerRequest float64 `json:"perRequest"`
+}
+
+// topCommands returns the n commands called most between before and
+// after, per request.
+func topCommands(before, after map[string]int64, requests, n int) []CommandRate {
+	var rates []CommandRate
+	for cmd, calls := range after {
+		if d := calls - before[cmd]; d > 0 && cmd != "info" {
+			rates = append(rates, CommandRate{cmd, float64(d) / float64(requests)})
+		}
+	}
+	sort.Slice(rates, func(i, j int) bool {
+		if rates[i].PerRequest != rates[j].PerRequest {
+			return rates[i].PerRequest > rates[j].PerRequest
+		}
+		return rates[i].Command < rates[j].Command
+	})
+	return rates[:min(n, len(rates))]
 }

@@ -57,7 +57,7 @@ func TestTimelineCountsAnswersPerSliceByWhenTheyCame(t *testing.T) {
 	outs := []Outcome{
 		{Sent: t0, Latency: 10 * time.Millisecond},
 		{Sent: t0.Add(50 * time.Millisecond), Latency: 10 * time.Millisecond},
-		{Sent: t0.Add(90 * time.Millisecond), Latency: 20 * time.Millisecond}, // answered at 110 ms
+		{Sent: t0.Add(90 * time.Millisecond), Latency: 20 * time.Millisecond},  // answered at 110 ms
 		{Sent: t0.Add(150 * time.Millisecond), Latency: 50 * time.Millisecond}, // answered at 200 ms: the last
 	}
 	got := Timeline(outs, 100*time.Millisecond)

@@ -101,16 +101,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var reports []*sale.Report
-	var failed []string
+	var cleanups []func()
+	// Every target is started first and every scenario then runs on each
+	// in turn, so that the targets meet the same machine at about the
+	// same time.
+	var endpoints []sale.Endpoint
+	defer func() {
+		for _, c := range cleanups {
+			c()
+		}
+	}()
 	for _, target := range split(o.targets) {
 		ep, cleanup, err := endpoint(ctx, target, o, stderr)
 		if err != nil {
 			return fmt.Errorf("target %s: %w", target, err)
 		}
-		for _, sc := range split(o.scenarios) {
+		cleanups = append(cleanups, cleanup)
+		endpoints = append(endpoints, ep)
+	}
+	var reports []*sale.Report
+	var failed []string
+	for _, sc := range split(o.scenarios) {
+		for _, ep := range endpoints {
 			if ctx.Err() != nil {
-				break
+				return ctx.Err()
 			}
 			if ep.API == sale.Plain && sc == sale.RedPacket {
 				fmt.Fprintf(stderr, "%s: skipped red-packet: the reference designs have no red packets\n", ep.Name)
@@ -129,7 +143,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				continue
 			}
 			if err != nil {
-				cleanup()
 				return fmt.Errorf("%s %s: %w", ep.Name, sc, err)
 			}
 			reports = append(reports, rep)
@@ -137,7 +150,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				failed = append(failed, ep.Name+" "+sc)
 			}
 		}
-		cleanup()
 	}
 	if o.jsonOut {
 		enc := json.NewEncoder(stdout)

@@ -37,6 +37,13 @@ func printSummary(w io.Writer, reps []*sale.Report) {
 			fmt.Fprintf(w, "; %d rows in Postgres", *r.Rows)
 		}
 		fmt.Fprintln(w)
+		if len(r.RedisCommands) > 0 {
+			cmds := make([]string, len(r.RedisCommands))
+			for i, c := range r.RedisCommands {
+				cmds[i] = fmt.Sprintf("%s %.3f", c.Command, c.PerRequest)
+			}
+			fmt.Fprintln(w, "  redis calls per request (scripts' inner calls included):", strings.Join(cmds, ", "))
+		}
 		for _, n := range r.Notes {
 			fmt.Fprintln(w, "  note:", n)
 		}
