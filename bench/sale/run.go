@@ -209,6 +209,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		targets = append(targets, a.grabTarget(url, rep.SaleID, userTokens[user], user, attempt, redPacket, cfg.RequestIDs, runTag))
 	}
 
+	var rowCounter *rowWatch
+	if ep.DatabaseURL != "" && !ep.NoStock {
+		if rowCounter, err = watchRows(ctx, ep.DatabaseURL, rep.SaleID, redPacket); err != nil {
+			return nil, err
+		}
+		defer rowCounter.close()
+	}
 	meter := startMeters(ctx, ep, rep)
 	outs, elapsed := attack(cfg, targets)
 	meter.stop(ctx, rep, len(outs))
@@ -244,8 +251,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			rep.Remaining, obs.Remaining = &n, &n
 		}
 	}
-	if ep.DatabaseURL != "" && !ep.NoStock {
-		rows, lag, err := waitRows(ctx, ep.DatabaseURL, rep.SaleID, redPacket, outs, cfg.LagTimeout)
+	if rowCounter != nil {
+		rows, lag, err := rowCounter.wait(ctx, outs, cfg.LagTimeout)
 		if err != nil {
 			rep.Notes = append(rep.Notes, "database check failed: "+err.Error())
 		} else {
@@ -420,15 +427,99 @@ func (m *meters) stop(ctx context.Context, rep *Report, requests int) {
 	}
 }
 
-// waitRows polls the database until it holds a row for every OK answer
-// (or timeout), then returns the sale's rows and how long after the last
-// OK answer they were all there.
-func waitRows(ctx context.Context, dbURL, saleID string, redPacket bool, outs []Outcome, timeout time.Duration) ([]Row, *time.Duration, error) {
+// rowWatch counts a sale's rows in the database every rowPoll from
+// before the attack, so that the moment they are all there is seen even
+// when it comes before the attack ends.
+type rowWatch struct {
+	db             *sql.DB
+	countQuery, id string
+	redPacket      bool
+	stop           chan struct{}
+	done           chan struct{}
+	mu             sync.Mutex
+	samples        []rowSample
+	err            error
+}
+
+type rowSample struct {
+	at    time.Time
+	count int
+}
+
+const rowPoll = 20 * time.Millisecond
+
+func watchRows(ctx context.Context, dbURL, saleID string, redPacket bool) (*rowWatch, error) {
 	db, err := sql.Open("pgx", dbURL)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	defer db.Close()
+	w := &rowWatch{db: db, id: saleID, redPacket: redPacket, stop: make(chan struct{}), done: make(chan struct{}),
+		countQuery: `SELECT count(*) FROM tb_voucher_order WHERE voucher_id = $1`}
+	if redPacket {
+		w.countQuery = `SELECT count(*) FROM tb_red_packet_grab WHERE red_packet_id = $1`
+	}
+	go w.run(ctx)
+	return w, nil
+}
+
+func (w *rowWatch) run(ctx context.Context) {
+	defer close(w.done)
+	t := time.NewTicker(rowPoll)
+	defer t.Stop()
+	for {
+		var n int
+		err := w.db.QueryRowContext(ctx, w.countQuery, w.id).Scan(&n)
+		w.mu.Lock()
+		if err != nil {
+			w.err = fmt.Errorf("count rows: %w", err)
+		} else {
+			w.samples = append(w.samples, rowSample{time.Now(), n})
+		}
+		w.mu.Unlock()
+		if err != nil {
+			return
+		}
+		select {
+		case <-w.stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// complete returns when the first sample with at least n rows was taken.
+func (w *rowWatch) complete(n int) (time.Time, bool, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, s := range w.samples {
+		if s.count >= n {
+			return s.at, true, nil
+		}
+	}
+	return time.Time{}, false, w.err
+}
+
+// stopPolling stops the sampling and waits for it; idempotent.
+func (w *rowWatch) stopPolling() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+}
+
+func (w *rowWatch) close() {
+	w.stopPolling()
+	w.db.Close()
+}
+
+// wait waits until the database holds a row for every OK answer (or
+// timeout), then returns the sale's rows and how long after the last OK
+// answer they were all there (to within rowPoll).
+func (w *rowWatch) wait(ctx context.Context, outs []Outcome, timeout time.Duration) ([]Row, *time.Duration, error) {
 	var lastOK time.Time
 	ok := 0
 	for _, o := range outs {
@@ -439,20 +530,16 @@ func waitRows(ctx context.Context, dbURL, saleID string, redPacket bool, outs []
 			}
 		}
 	}
-	countQuery := `SELECT count(*) FROM tb_voucher_order WHERE voucher_id = $1`
-	if redPacket {
-		countQuery = `SELECT count(*) FROM tb_red_packet_grab WHERE red_packet_id = $1`
-	}
 	deadline := time.Now().Add(timeout)
 	var lag *time.Duration
 	for {
-		var n int
-		if err := db.QueryRowContext(ctx, countQuery, saleID).Scan(&n); err != nil {
-			return nil, nil, fmt.Errorf("count rows: %w", err)
+		at, found, err := w.complete(ok)
+		if err != nil {
+			return nil, nil, err
 		}
-		if n >= ok {
+		if found {
 			if ok > 0 {
-				d := max(time.Since(lastOK), 0)
+				d := max(at.Sub(lastOK), 0)
 				lag = &d
 			}
 			break
@@ -460,9 +547,10 @@ func waitRows(ctx context.Context, dbURL, saleID string, redPacket bool, outs []
 		if time.Now().After(deadline) {
 			break // the checker reports the missing rows
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(rowPoll)
 	}
-	rows, err := readRows(ctx, db, saleID, redPacket)
+	w.stopPolling()
+	rows, err := readRows(ctx, w.db, w.id, w.redPacket)
 	return rows, lag, err
 }
 

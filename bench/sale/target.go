@@ -151,8 +151,11 @@ func (a api) createRedPacket(ctx context.Context, token string, totalCents int64
 	err := a.graphql(ctx, token, `mutation($in: CreateRedPacketInput!) { createRedPacket(input: $in) { id } }`,
 		map[string]any{"in": map[string]any{"totalCents": totalCents, "count": count, "expiresInSeconds": 3600}}, &out)
 	if err != nil {
-		if strings.Contains(err.Error(), "Cannot query field") || strings.Contains(err.Error(), "Unknown type") {
-			return "", fmt.Errorf("%w: its schema does not know createRedPacket/grabRedPacket: %v", ErrNoRedPackets, err)
+		switch msg := err.Error(); {
+		case strings.Contains(msg, "Cannot query field") || strings.Contains(msg, "Unknown type"):
+			return "", fmt.Errorf("%w: its schema does not know createRedPacket/grabRedPacket (%v)", ErrNoRedPackets, err)
+		case strings.Contains(msg, "NOT_IMPLEMENTED"):
+			return "", fmt.Errorf("%w: its schema has createRedPacket but the target answers that it is not implemented (%v)", ErrNoRedPackets, err)
 		}
 		return "", fmt.Errorf("create red packet: %w", err)
 	}
