@@ -29,6 +29,19 @@ func CPUTime(pid int) (time.Duration, error) {
 	return parseStatCPU(string(b))
 }
 
+// cpuTimes is the CPU time of several processes together.
+func cpuTimes(pids []int) (time.Duration, error) {
+	var sum time.Duration
+	for _, pid := range pids {
+		d, err := CPUTime(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
+}
+
 func parseStatCPU(stat string) (time.Duration, error) {
 	// The command name may hold spaces and parentheses: fields start
 	// after the last ')'.

@@ -12,6 +12,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -54,6 +55,9 @@ type Config struct {
 	Stock int
 	// PerUserLimit defaults to 1.
 	PerUserLimit int
+	// Segments, when above zero, splits the service's voucher into this
+	// many stock segments (its createVoucher's segments).
+	Segments int
 	// Concurrency is the number of requests in flight at most.
 	Concurrency int
 	// Rate, when above zero, fires requests at this many per second
@@ -148,9 +152,10 @@ type Report struct {
 	// DBLag is from the last OK answer to the moment the database held a
 	// row for every OK; nil when not measured.
 	DBLag *time.Duration `json:"dbLag,omitempty"`
-	// PID and CPUPerRequest: the target process's user+system time over
-	// the attack divided by the requests.
-	PID           int            `json:"pid,omitempty"`
+	// PIDs and CPUPerRequest: the target processes' user+system time over
+	// the attack (all local nodes of a cluster together) divided by the
+	// requests.
+	PIDs          []int          `json:"pids,omitempty"`
 	CPUPerRequest *time.Duration `json:"cpuPerRequest,omitempty"`
 	// Redis's CPU time and commands over the attack per request.
 	RedisCPUPerRequest      *time.Duration `json:"redisCpuPerRequest,omitempty"`
@@ -187,7 +192,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Expect.TotalCents = int64(cfg.Stock) * 100
 		rep.SaleID, err = a.createRedPacket(ctx, admin, rep.Expect.TotalCents, cfg.Stock)
 	} else {
-		rep.SaleID, err = a.createVoucher(ctx, admin, cfg.Stock, cfg.PerUserLimit)
+		rep.SaleID, err = a.createVoucher(ctx, admin, cfg.Stock, cfg.PerUserLimit, cfg.Segments)
 	}
 	if err != nil {
 		return nil, err
@@ -262,7 +267,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	rep.Observed = obs
-	rep.Violations = Check(outs, rep.Expect, obs)
+	rep.Violations = append([]Violation{}, Check(outs, rep.Expect, obs)...)
 	return rep, nil
 }
 
@@ -373,7 +378,7 @@ func progress(cfg Config, total int, start time.Time, done, ok *atomic.Int64) fu
 
 // meters measure the target's CPU and Redis over the attack.
 type meters struct {
-	pid     int
+	pids    []int
 	cpu0    time.Duration
 	cpuOK   bool
 	rdb     *redis.Client
@@ -382,13 +387,19 @@ type meters struct {
 }
 
 func startMeters(ctx context.Context, ep Endpoint, rep *Report) *meters {
-	m := &meters{pid: ep.PID}
-	if m.pid == 0 {
-		m.pid = PIDByURL(ep.URLs[0])
+	m := &meters{}
+	if ep.PID != 0 {
+		m.pids = []int{ep.PID}
+	} else {
+		for _, u := range ep.URLs {
+			if pid := PIDByURL(u); pid != 0 && !slices.Contains(m.pids, pid) {
+				m.pids = append(m.pids, pid)
+			}
+		}
 	}
-	if m.pid != 0 {
+	if len(m.pids) > 0 {
 		var err error
-		m.cpu0, err = CPUTime(m.pid)
+		m.cpu0, err = cpuTimes(m.pids)
 		m.cpuOK = err == nil
 	}
 	if !m.cpuOK {
@@ -410,9 +421,9 @@ func (m *meters) stop(ctx context.Context, rep *Report, requests int) {
 		return
 	}
 	if m.cpuOK {
-		if cpu, err := CPUTime(m.pid); err == nil {
+		if cpu, err := cpuTimes(m.pids); err == nil {
 			d := (cpu - m.cpu0) / time.Duration(requests)
-			rep.PID, rep.CPUPerRequest = m.pid, &d
+			rep.PIDs, rep.CPUPerRequest = m.pids, &d
 		}
 	}
 	if m.rdb != nil {

@@ -113,7 +113,7 @@ func (a api) graphql(ctx context.Context, token, query string, vars map[string]a
 
 // createVoucher puts a seckill voucher with stock units on sale and
 // returns its id.
-func (a api) createVoucher(ctx context.Context, admin string, stock, perUser int) (string, error) {
+func (a api) createVoucher(ctx context.Context, admin string, stock, perUser, segments int) (string, error) {
 	if a.ep.API == Plain {
 		var out struct{ ID string }
 		if err := a.post(ctx, a.ep.URLs[0]+"/vouchers", admin, map[string]int{"stock": stock}, &out); err != nil {
@@ -126,6 +126,9 @@ func (a api) createVoucher(ctx context.Context, admin string, stock, perUser int
 		"shopId": "1", "title": "seckill-bench", "payValue": 100, "actualValue": 1000,
 		"type": "SECKILL", "stock": stock, "perUserLimit": perUser,
 		"beginAt": now.Add(-time.Minute).Format(time.RFC3339), "endAt": now.Add(time.Hour).Format(time.RFC3339),
+	}
+	if segments > 0 {
+		in["segments"] = segments
 	}
 	var out struct {
 		CreateVoucher struct{ ID string } `json:"createVoucher"`

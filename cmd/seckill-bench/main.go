@@ -54,7 +54,7 @@ type options struct {
 	concurrency, rate               int
 	maxDuration                     time.Duration
 	secret, databaseURL, redisURL   string
-	pid                             int
+	pid, segments                   int
 	requestIDs, jsonOut             bool
 	plot                            string
 }
@@ -70,6 +70,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.attempts, "attempts", 0, "grabs per user (0: the scenario's, 1 or 2)")
 	fs.IntVar(&o.stock, "stock", 0, "units on sale (0: the scenario's: sold-out users/100, in-stock one per grab, else users/2)")
 	fs.IntVar(&o.perUser, "per-user-limit", 1, "orders one user may hold")
+	fs.IntVar(&o.segments, "segments", 0, "the service's voucher split into this many stock segments (0: the service's default)")
 	fs.IntVar(&o.concurrency, "concurrency", 64, "requests in flight at most")
 	fs.IntVar(&o.rate, "rate", 0, "requests per second (0: as fast as --concurrency allows)")
 	fs.DurationVar(&o.maxDuration, "max-duration", 20*time.Second, "stop each attack after this")
@@ -135,7 +136,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				continue
 			}
 			cfg := sale.Config{Endpoint: ep, Scenario: sc, Users: o.users, Attempts: o.attempts, Stock: o.stock,
-				PerUserLimit: o.perUser, Concurrency: o.concurrency, Rate: o.rate, MaxDuration: o.maxDuration,
+				PerUserLimit: o.perUser, Segments: o.segments, Concurrency: o.concurrency, Rate: o.rate, MaxDuration: o.maxDuration,
 				Secret: o.secret, RequestIDs: o.requestIDs, Progress: stderr}
 			rep, err := sale.Run(ctx, cfg)
 			if errors.Is(err, sale.ErrNoRedPackets) {
