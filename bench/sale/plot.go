@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"slices"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -13,22 +14,42 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// Plot draws each report's throughput (top) and p50/p99 latency (bottom)
-// over time since its first request, one colour per report, as a PNG.
+// Plot draws throughput (top row) and p50/p99 latency (bottom row) over
+// time since each sale's first request, one column per scenario and one
+// colour per target, as a PNG.
 func Plot(w io.Writer, reps []*Report) error {
-	rps := plot.New()
-	rps.Title.Text = "Throughput"
-	rps.X.Label.Text = "seconds since the first request"
-	rps.Y.Label.Text = "answers / s"
-	lat := plot.New()
-	lat.Title.Text = "Latency (solid p50, dashed p99)"
-	lat.X.Label.Text = "seconds since the first request"
-	lat.Y.Label.Text = "ms"
-	for i, r := range reps {
+	var scenarios, targets []string
+	for _, r := range reps {
+		if !slices.Contains(scenarios, r.Scenario) {
+			scenarios = append(scenarios, r.Scenario)
+		}
+		if !slices.Contains(targets, r.Target) {
+			targets = append(targets, r.Target)
+		}
+	}
+	if len(scenarios) == 0 {
+		return fmt.Errorf("plot: no sales")
+	}
+	plots := [][]*plot.Plot{make([]*plot.Plot, len(scenarios)), make([]*plot.Plot, len(scenarios))}
+	for i, sc := range scenarios {
+		rps, lat := plot.New(), plot.New()
+		rps.Title.Text = sc + ": throughput"
+		rps.Y.Label.Text = "answers / s"
+		lat.Title.Text = sc + ": latency (solid p50, dashed p99)"
+		lat.Y.Label.Text = "ms"
+		for _, p := range []*plot.Plot{rps, lat} {
+			p.X.Label.Text = "seconds since the first request"
+			p.Y.Min = 0
+			p.Legend.Top = true
+		}
+		plots[0][i], plots[1][i] = rps, lat
+	}
+	for _, r := range reps {
 		if len(r.Timeline) == 0 {
 			continue
 		}
-		name := r.Target + " " + r.Scenario
+		col := slices.Index(scenarios, r.Scenario)
+		c := plotutil.Color(slices.Index(targets, r.Target))
 		tp, p50, p99 := make(plotter.XYs, len(r.Timeline)), make(plotter.XYs, len(r.Timeline)), make(plotter.XYs, len(r.Timeline))
 		for j, b := range r.Timeline {
 			x := b.At.Seconds()
@@ -36,28 +57,25 @@ func Plot(w io.Writer, reps []*Report) error {
 			p50[j] = plotter.XY{X: x, Y: float64(b.P50.Microseconds()) / 1000}
 			p99[j] = plotter.XY{X: x, Y: float64(b.P99.Microseconds()) / 1000}
 		}
-		c := plotutil.Color(i)
-		if err := addLine(rps, tp, c, false, name); err != nil {
+		if err := addLine(plots[0][col], tp, c, false, r.Target); err != nil {
 			return err
 		}
-		if err := addLine(lat, p50, c, false, name+" p50"); err != nil {
+		if err := addLine(plots[1][col], p50, c, false, r.Target); err != nil {
 			return err
 		}
-		if err := addLine(lat, p99, c, true, ""); err != nil {
+		if err := addLine(plots[1][col], p99, c, true, ""); err != nil {
 			return err
 		}
 	}
-	rps.Y.Min, lat.Y.Min = 0, 0
-	rps.Legend.Top = true
-	lat.Legend.Top = true
-	img := vgimg.New(vg.Points(900), vg.Points(800))
+	img := vgimg.New(vg.Points(float64(520*len(scenarios))), vg.Points(760))
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadX: vg.Points(10), PadY: vg.Points(10),
-		PadTop: vg.Points(10), PadBottom: vg.Points(10), PadLeft: vg.Points(10), PadRight: vg.Points(10)}
-	plots := [][]*plot.Plot{{rps}, {lat}}
+	pad := vg.Points(10)
+	tiles := draw.Tiles{Rows: 2, Cols: len(scenarios), PadX: pad, PadY: pad, PadTop: pad, PadBottom: pad, PadLeft: pad, PadRight: pad}
 	canvases := plot.Align(plots, tiles, dc)
 	for i := range plots {
-		plots[i][0].Draw(canvases[i][0])
+		for j := range plots[i] {
+			plots[i][j].Draw(canvases[i][j])
+		}
 	}
 	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
 		return fmt.Errorf("write plot: %w", err)
