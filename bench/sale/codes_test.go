@@ -1,6 +1,7 @@
 package sale
 
 import (
+	"os"
 	"reflect"
 	"testing"
 )
@@ -62,5 +63,12 @@ func TestParseStatCPUAddsUserAndSystemTime(t *testing.T) {
 	got, err := parseStatCPU(stat)
 	if err != nil || got.Seconds() != 3 {
 		t.Errorf("parseStatCPU = %v, %v; want 3s", got, err)
+	}
+}
+
+func TestRSSReadsThisProcess(t *testing.T) {
+	n, err := RSS(os.Getpid())
+	if err != nil || n < 1<<20 {
+		t.Errorf("RSS = %d, %v; want at least 1 MB", n, err)
 	}
 }

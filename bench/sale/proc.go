@@ -42,6 +42,21 @@ func cpuTimes(pids []int) (time.Duration, error) {
 	return sum, nil
 }
 
+// RSS is a process's resident set size, from /proc/<pid>/status.
+func RSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
 func parseStatCPU(stat string) (time.Duration, error) {
 	// The command name may hold spaces and parentheses: fields start
 	// after the last ')'.

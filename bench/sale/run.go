@@ -12,6 +12,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -157,6 +158,13 @@ type Report struct {
 	// requests.
 	PIDs          []int          `json:"pids,omitempty"`
 	CPUPerRequest *time.Duration `json:"cpuPerRequest,omitempty"`
+	// GeneratorCPUPerRequest is this process's own CPU time (the load
+	// generator's, and the checks' running alongside) per request: on a
+	// shared machine it is taken from the target.
+	GeneratorCPUPerRequest *time.Duration `json:"generatorCpuPerRequest,omitempty"`
+	// RSSBytes is the target processes' resident memory after the
+	// attack, together.
+	RSSBytes int64 `json:"rssBytes,omitempty"`
 	// Redis's CPU time and commands over the attack per request.
 	RedisCPUPerRequest      *time.Duration `json:"redisCpuPerRequest,omitempty"`
 	RedisCommandsPerRequest *float64       `json:"redisCommandsPerRequest,omitempty"`
@@ -379,6 +387,7 @@ func progress(cfg Config, total int, start time.Time, done, ok *atomic.Int64) fu
 // meters measure the target's CPU and Redis over the attack.
 type meters struct {
 	pids    []int
+	self0   time.Duration
 	cpu0    time.Duration
 	cpuOK   bool
 	rdb     *redis.Client
@@ -388,6 +397,7 @@ type meters struct {
 
 func startMeters(ctx context.Context, ep Endpoint, rep *Report) *meters {
 	m := &meters{}
+	m.self0, _ = CPUTime(os.Getpid())
 	if ep.PID != 0 {
 		m.pids = []int{ep.PID}
 	} else {
@@ -420,10 +430,19 @@ func (m *meters) stop(ctx context.Context, rep *Report, requests int) {
 	if requests == 0 {
 		return
 	}
+	if self, err := CPUTime(os.Getpid()); err == nil && m.self0 > 0 {
+		d := (self - m.self0) / time.Duration(requests)
+		rep.GeneratorCPUPerRequest = &d
+	}
 	if m.cpuOK {
 		if cpu, err := cpuTimes(m.pids); err == nil {
 			d := (cpu - m.cpu0) / time.Duration(requests)
 			rep.PIDs, rep.CPUPerRequest = m.pids, &d
+		}
+		for _, pid := range m.pids {
+			if n, err := RSS(pid); err == nil {
+				rep.RSSBytes += n
+			}
 		}
 	}
 	if m.rdb != nil {

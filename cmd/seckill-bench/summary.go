@@ -12,16 +12,16 @@ import (
 
 func printSummary(w io.Writer, reps []*sale.Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "target\tscenario\trequests\trps\tp50\tp90\tp99\tmax\tcpu/req\tredis cpu/req\tredis cmds/req\tdb lag\tchecks")
+	fmt.Fprintln(tw, "target\tscenario\trequests\trps\tp50\tp90\tp99\tmax\tcpu/req\tbench cpu/req\tredis cpu/req\tredis cmds/req\tdb lag\tchecks")
 	for _, r := range reps {
 		checks := "ok"
 		if len(r.Violations) > 0 {
 			checks = fmt.Sprintf("%d VIOLATIONS", len(r.Violations))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			r.Target, r.Scenario, r.Requests, r.RPS,
 			ms(r.Latency.P50), ms(r.Latency.P90), ms(r.Latency.P99), ms(r.Latency.Max),
-			us(r.CPUPerRequest), us(r.RedisCPUPerRequest), num(r.RedisCommandsPerRequest), sec(r.DBLag), checks)
+			us(r.CPUPerRequest), us(r.GeneratorCPUPerRequest), us(r.RedisCPUPerRequest), num(r.RedisCommandsPerRequest), sec(r.DBLag), checks)
 	}
 	tw.Flush()
 	for _, r := range reps {
@@ -35,6 +35,9 @@ func printSummary(w io.Writer, reps []*sale.Report) {
 		}
 		if r.Rows != nil {
 			fmt.Fprintf(w, "; %d rows in Postgres", *r.Rows)
+		}
+		if r.RSSBytes > 0 {
+			fmt.Fprintf(w, "; RSS after %.0f MB", float64(r.RSSBytes)/(1<<20))
 		}
 		fmt.Fprintln(w)
 		if len(r.RedisCommands) > 0 {
