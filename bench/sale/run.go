@@ -388,6 +388,7 @@ func progress(cfg Config, total int, start time.Time, done, ok *atomic.Int64) fu
 type meters struct {
 	pids    []int
 	self0   time.Duration
+	selfOK  bool
 	cpu0    time.Duration
 	cpuOK   bool
 	rdb     *redis.Client
@@ -397,7 +398,8 @@ type meters struct {
 
 func startMeters(ctx context.Context, ep Endpoint, rep *Report) *meters {
 	m := &meters{}
-	m.self0, _ = CPUTime(os.Getpid())
+	self0, err := CPUTime(os.Getpid())
+	m.self0, m.selfOK = self0, err == nil
 	if ep.PID != 0 {
 		m.pids = []int{ep.PID}
 	} else {
@@ -430,7 +432,7 @@ func (m *meters) stop(ctx context.Context, rep *Report, requests int) {
 	if requests == 0 {
 		return
 	}
-	if self, err := CPUTime(os.Getpid()); err == nil && m.self0 > 0 {
+	if self, err := CPUTime(os.Getpid()); err == nil && m.selfOK {
 		d := (self - m.self0) / time.Duration(requests)
 		rep.GeneratorCPUPerRequest = &d
 	}
