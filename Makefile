@@ -47,3 +47,10 @@ fuzz:
 .PHONY: cluster-demo
 cluster-demo:
 	scripts/cluster-demo.sh
+
+# One measured flash sale on this machine: the service, the seeds'
+# reference design and the plain-HTTP ceiling, same run, checked
+# (docs/BENCHMARKS.md). make bench-sale USERS=20000 SCENARIOS=sold-out,in-stock
+.PHONY: bench-sale
+bench-sale:
+	./scripts/bench-sale.sh

@@ -1,0 +1,74 @@
+package sale
+
+import (
+	"os"
+	"reflect"
+	"testing"
+)
+
+func TestParseAnswerReadsEveryTargetsShape(t *testing.T) {
+	tests := []struct {
+		name    string
+		body    string
+		code    string
+		orderID string
+		cents   int64
+	}{
+		{"service OK", `{"data":{"seckillVoucher":{"code":"OK","orderId":"4242"}}}`, "OK", "4242", 0},
+		{"service sold out", `{"data":{"seckillVoucher":{"code":"SOLD_OUT","orderId":null}}}`, "SOLD_OUT", "", 0},
+		{"service error by code", `{"errors":[{"message":"slow down","extensions":{"code":"RATE_LIMITED","retryAfterMs":100}}],"data":null}`, "error:RATE_LIMITED", "", 0},
+		{"service error without code", `{"errors":[{"message":"Cannot query field \"grabRedPacket\" on type \"Mutation\"."}]}`, `error:Cannot query field "grabRedPacket" on type "Mutation".`, "", 0},
+		{"red packet OK", `{"data":{"grabRedPacket":{"code":"OK","amountCents":37}}}`, "OK", "", 37},
+		{"reference OK", `{"code":"OK","orderId":"99"}`, "OK", "99", 0},
+		{"reference limit", `{"code":"LIMIT_REACHED"}`, "LIMIT_REACHED", "", 0},
+		{"html error page", `<html>502</html>`, LabelUnreadable, "", 0},
+		{"JSON without a code", `{"data":{"seckillVoucher":null}}`, LabelUnreadable, "", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			code, id, cents := ParseAnswer([]byte(tc.body))
+			if code != tc.code || id != tc.orderID || cents != tc.cents {
+				t.Errorf("ParseAnswer = %q, %q, %d; want %q, %q, %d", code, id, cents, tc.code, tc.orderID, tc.cents)
+			}
+		})
+	}
+}
+
+func TestCountCodesMostFrequentFirst(t *testing.T) {
+	var outs []Outcome
+	for code, n := range map[string]int{"OK": 2, "SOLD_OUT": 5, "LIMIT_REACHED": 2, "error:RATE_LIMITED": 1} {
+		for range n {
+			outs = append(outs, Outcome{Code: code})
+		}
+	}
+	got := CountCodes(outs)
+	want := []CodeCount{{"SOLD_OUT", 5}, {"LIMIT_REACHED", 2}, {"OK", 2}, {"error:RATE_LIMITED", 1}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("CountCodes = %v, want %v", got, want)
+	}
+}
+
+func TestRequestKeyRoundTrips(t *testing.T) {
+	for _, base := range []string{"http://127.0.0.1:1/query", "http://h/seckill/7?x=1"} {
+		u, a, ok := userAttempt(requestKey(base, 123, 4))
+		if !ok || u != 123 || a != 4 {
+			t.Errorf("%s: got user %d attempt %d ok %v", base, u, a, ok)
+		}
+	}
+}
+
+func TestParseStatCPUAddsUserAndSystemTime(t *testing.T) {
+	// A command name with spaces and a parenthesis, utime 250, stime 50 ticks.
+	stat := "4242 (my (odd) proc) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 50 0 0 20 0 12 0 100 0 0"
+	got, err := parseStatCPU(stat)
+	if err != nil || got.Seconds() != 3 {
+		t.Errorf("parseStatCPU = %v, %v; want 3s", got, err)
+	}
+}
+
+func TestRSSReadsThisProcess(t *testing.T) {
+	n, err := RSS(os.Getpid())
+	if err != nil || n < 1<<20 {
+		t.Errorf("RSS = %d, %v; want at least 1 MB", n, err)
+	}
+}

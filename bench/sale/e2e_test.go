@@ -1,0 +1,108 @@
+package sale_test
+
+import (
+	"database/sql"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"flashsale/bench/reference"
+	"flashsale/bench/sale"
+	"flashsale/internal/auth"
+	"flashsale/internal/testenv"
+)
+
+const secret = "seckill-bench-e2e-secret"
+
+// TestTinySaleIsCheckedOnServiceAndReference runs one small sale (50
+// units, 200 users, two attempts each) against the service as a process
+// and the seeds' reference design, through the library the command uses,
+// and checks that the checker passes both and catches an oversell slipped
+// into the answers.
+func TestTinySaleIsCheckedOnServiceAndReference(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Redis, Postgres databases and the service")
+	}
+	rs := testenv.MustRedis(t)
+
+	dir := t.TempDir()
+	bin, err := testenv.BuildService(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcDB := testenv.MustPostgresURL(t)
+	svc, err := testenv.StartService(t.Context(), bin, map[string]string{
+		"REDIS_URL": rs.URL(), "DATABASE_URL": svcDB, "JWT_SECRET": secret, "LOG_LEVEL": "warn",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Kill)
+
+	refDB := testenv.MustPostgresURL(t)
+	db, err := sql.Open("pgx", refDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	rdb := rs.Client()
+	ref := reference.New(reference.Config{Redis: rdb, DB: db, Tokens: auth.NewTokens(secret), Prefix: "ref:"})
+	if err := ref.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	go ref.Run(t.Context())
+	hs := httptest.NewServer(ref.Handler())
+	t.Cleanup(hs.Close)
+
+	endpoints := []sale.Endpoint{
+		{Name: "service", API: sale.GraphQL, URLs: []string{svc.Base}, DatabaseURL: svcDB, RedisURL: rs.URL()},
+		{Name: "reference", API: sale.Plain, URLs: []string{hs.URL}, DatabaseURL: refDB, PID: os.Getpid()},
+	}
+	for _, ep := range endpoints {
+		t.Run(ep.Name, func(t *testing.T) {
+			rep, err := sale.Run(t.Context(), sale.Config{
+				Endpoint: ep, Scenario: sale.Mixed, Users: 200, Attempts: 2, Stock: 50,
+				Concurrency: 16, Secret: secret, RequestIDs: true, LagTimeout: 10 * time.Second,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Violations) > 0 {
+				t.Fatalf("an honest sale broke promises: %v (codes %v)", rep.Violations, rep.Codes)
+			}
+			if rep.Requests != 400 || rep.OK != 50 {
+				t.Errorf("%d requests, %d OK; want 400, 50 (codes %v)", rep.Requests, rep.OK, rep.Codes)
+			}
+			if rep.Remaining == nil || *rep.Remaining != 0 || rep.Rows == nil || *rep.Rows != 50 || rep.DBLag == nil {
+				t.Errorf("remaining %v, rows %v, lag %v; want 0, 50 and a lag", deref(rep.Remaining), deref(rep.Rows), rep.DBLag)
+			}
+			if rep.Latency.P50 <= 0 || rep.Latency.Max < rep.Latency.P99 || rep.RPS <= 0 {
+				t.Errorf("latency %+v, rps %v", rep.Latency, rep.RPS)
+			}
+			if rep.CPUPerRequest == nil {
+				t.Errorf("no CPU per request measured (notes %v)", rep.Notes)
+			}
+
+			// One more OK, with an order id nobody stored: an oversell the
+			// target would have hidden.
+			doctored := append(slices.Clone(rep.Outcomes), sale.Outcome{User: 1, Code: "OK", OrderID: strconv.Itoa(1 << 40)})
+			got := map[string]bool{}
+			for _, v := range sale.Check(doctored, rep.Expect, rep.Observed) {
+				got[v.Rule] = true
+			}
+			if !got["oversell"] || !got["lost-order"] {
+				t.Errorf("doctored oversell not caught: rules %v", got)
+			}
+		})
+	}
+}
+
+func deref(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}

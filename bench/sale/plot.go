@@ -1,0 +1,101 @@
+package sale
+
+import (
+	"fmt"
+	"image/color"
+	"io"
+	"slices"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// Plot draws throughput (top row) and p50/p99 latency (bottom row) over
+// time since each sale's first request, one column per scenario and one
+// colour per target, as a PNG.
+func Plot(w io.Writer, reps []*Report) error {
+	var scenarios, targets []string
+	for _, r := range reps {
+		if !slices.Contains(scenarios, r.Scenario) {
+			scenarios = append(scenarios, r.Scenario)
+		}
+		if !slices.Contains(targets, r.Target) {
+			targets = append(targets, r.Target)
+		}
+	}
+	if len(scenarios) == 0 {
+		return fmt.Errorf("plot: no sales")
+	}
+	plots := [][]*plot.Plot{make([]*plot.Plot, len(scenarios)), make([]*plot.Plot, len(scenarios))}
+	for i, sc := range scenarios {
+		rps, lat := plot.New(), plot.New()
+		rps.Title.Text = sc + ": throughput"
+		rps.Y.Label.Text = "answers / s"
+		lat.Title.Text = sc + ": latency (solid p50, dashed p99)"
+		lat.Y.Label.Text = "ms"
+		for _, p := range []*plot.Plot{rps, lat} {
+			p.X.Label.Text = "seconds since the first request"
+			p.Y.Min = 0
+			p.Legend.Top = true
+		}
+		plots[0][i], plots[1][i] = rps, lat
+	}
+	for _, r := range reps {
+		if len(r.Timeline) == 0 {
+			continue
+		}
+		col := slices.Index(scenarios, r.Scenario)
+		c := plotutil.Color(slices.Index(targets, r.Target))
+		tp, p50, p99 := make(plotter.XYs, len(r.Timeline)), make(plotter.XYs, len(r.Timeline)), make(plotter.XYs, len(r.Timeline))
+		for j, b := range r.Timeline {
+			x := b.At.Seconds()
+			tp[j] = plotter.XY{X: x, Y: b.RPS}
+			p50[j] = plotter.XY{X: x, Y: float64(b.P50.Microseconds()) / 1000}
+			p99[j] = plotter.XY{X: x, Y: float64(b.P99.Microseconds()) / 1000}
+		}
+		if err := addLine(plots[0][col], tp, c, false, r.Target); err != nil {
+			return err
+		}
+		if err := addLine(plots[1][col], p50, c, false, r.Target); err != nil {
+			return err
+		}
+		if err := addLine(plots[1][col], p99, c, true, ""); err != nil {
+			return err
+		}
+	}
+	img := vgimg.New(vg.Points(float64(520*len(scenarios))), vg.Points(760))
+	dc := draw.New(img)
+	pad := vg.Points(10)
+	tiles := draw.Tiles{Rows: 2, Cols: len(scenarios), PadX: pad, PadY: pad, PadTop: pad, PadBottom: pad, PadLeft: pad, PadRight: pad}
+	canvases := plot.Align(plots, tiles, dc)
+	for i := range plots {
+		for j := range plots[i] {
+			plots[i][j].Draw(canvases[i][j])
+		}
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
+		return fmt.Errorf("write plot: %w", err)
+	}
+	return nil
+}
+
+func addLine(p *plot.Plot, xys plotter.XYs, c color.Color, dashed bool, legend string) error {
+	l, err := plotter.NewLine(xys)
+	if err != nil {
+		return fmt.Errorf("plot line: %w", err)
+	}
+	l.Color = c
+	l.Width = vg.Points(1.5)
+	if dashed {
+		l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	}
+	p.Add(l)
+	if legend != "" {
+		p.Legend.Add(legend, l)
+	}
+	return nil
+}

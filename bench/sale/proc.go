@@ -1,0 +1,174 @@
+package sale
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// clockTicks is Linux's USER_HZ, the unit of /proc/<pid>/stat's times
+// (100 on every architecture Go supports).
+const clockTicks = 100
+
+// CPUTime is the user plus system time pid has used so far, from
+// /proc/<pid>/stat (fields 14 and 15, after the command name).
+func CPUTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseStatCPU(string(b))
+}
+
+// cpuTimes is the CPU time of several processes together.
+func cpuTimes(pids []int) (time.Duration, error) {
+	var sum time.Duration
+	for _, pid := range pids {
+		d, err := CPUTime(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
+}
+
+// RSS is a process's resident set size, from /proc/<pid>/status.
+func RSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+func parseStatCPU(stat string) (time.Duration, error) {
+	// The command name may hold spaces and parentheses: fields start
+	// after the last ')'.
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("unexpected /proc stat line")
+	}
+	f := strings.Fields(stat[i+1:])
+	// f[0] is field 3 (state): utime is field 14, stime 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short /proc stat line")
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("bad /proc stat times")
+	}
+	return time.Duration(ut+st) * time.Second / clockTicks, nil
+}
+
+// PIDByURL finds the local process listening on the port of rawURL, when
+// its host is this machine's loopback; 0 when there is none or /proc
+// does not say.
+func PIDByURL(rawURL string) int {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return 0
+	}
+	host, portText, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return 0
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return 0
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return 0
+	}
+	inodes := map[string]bool{}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		listeningInodes(f, port, inodes)
+	}
+	if len(inodes) == 0 {
+		return 0
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range procs {
+		link, err := os.Readlink(fd)
+		if err != nil || !strings.HasPrefix(link, "socket:[") {
+			continue
+		}
+		if inodes[strings.TrimSuffix(strings.TrimPrefix(link, "socket:["), "]")] {
+			pid, _ := strconv.Atoi(strings.Split(fd, "/")[2])
+			return pid
+		}
+	}
+	return 0
+}
+
+// listeningInodes adds the inodes of sockets listening on port, from a
+// /proc/net/tcp table.
+func listeningInodes(table string, port int, into map[string]bool) {
+	f, err := os.Open(table)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	want := fmt.Sprintf(":%04X", port)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		// local_address rem_address st ... inode (field 9); 0A = LISTEN.
+		if len(fs) > 9 && strings.HasSuffix(fs[1], want) && fs[3] == "0A" {
+			into[fs[9]] = true
+		}
+	}
+}
+
+// redisCounters are what Redis says it has done so far.
+type redisCounters struct {
+	commands int64
+	cpu      time.Duration
+	// calls counts each command's calls, those run inside scripts too.
+	calls map[string]int64
+}
+
+// readRedis reads INFO stats and cpu.
+func readRedis(ctx context.Context, rdb *redis.Client) (redisCounters, error) {
+	info, err := rdb.Info(ctx, "stats", "cpu", "commandstats").Result()
+	if err != nil {
+		return redisCounters{}, err
+	}
+	c := redisCounters{calls: map[string]int64{}}
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "total_commands_processed":
+			c.commands, _ = strconv.ParseInt(v, 10, 64)
+		case "used_cpu_sys", "used_cpu_user":
+			s, _ := strconv.ParseFloat(v, 64)
+			c.cpu += time.Duration(s * float64(time.Second))
+		default:
+			// cmdstat_get:calls=12,usec=...
+			if name, ok := strings.CutPrefix(k, "cmdstat_"); ok {
+				calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+				c.calls[name], _ = strconv.ParseInt(calls, 10, 64)
+			}
+		}
+	}
+	return c, nil
+}

@@ -1,0 +1,209 @@
+// Command seckill-bench runs flash sales against the service and the
+// reference designs from outside, as users would, then checks what they
+// answered and stored and prints throughput, latency, codes and costs.
+//
+//	seckill-bench --target service,reference,ceiling --scenario sold-out,in-stock \
+//	    --url http://127.0.0.1:8080 --users 20000 --plot docs/bench.png
+//
+// "reference" and "ceiling" are started here as child processes (this
+// binary's `serve` subcommand) on free loopback ports; the reference gets
+// a database of its own on the Postgres server of DATABASE_URL and keys
+// of its own in REDIS_URL. See docs/BENCHMARKS.md.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"flashsale/bench/sale"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		err = serve(ctx, os.Args[2:])
+	} else {
+		err = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "seckill-bench:", err)
+		if errors.Is(err, errViolations) {
+			os.Exit(1)
+		}
+		os.Exit(2)
+	}
+}
+
+// errViolations makes the exit status 1: a sale broke a promise.
+var errViolations = errors.New("invariant violations (see above)")
+
+type options struct {
+	targets, scenarios, urls        string
+	users, attempts, stock, perUser int
+	concurrency, rate               int
+	maxDuration                     time.Duration
+	secret, databaseURL, redisURL   string
+	pid, segments                   int
+	requestIDs, jsonOut             bool
+	plot                            string
+}
+
+func parse(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("seckill-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.targets, "target", "service", "comma-separated targets, each run in turn: service (the --url nodes), reference, ceiling, or a service URL")
+	fs.StringVar(&o.scenarios, "scenario", sale.SoldOut, "comma-separated scenarios: "+strings.Join(sale.Scenarios, ", "))
+	fs.StringVar(&o.urls, "url", envOr("SECKILL_URL", "http://127.0.0.1:8080"), "the service's base URL(s), comma-separated; the cluster scenario goes round robin over them (env SECKILL_URL)")
+	fs.IntVar(&o.users, "users", 2000, "distinct users")
+	fs.IntVar(&o.attempts, "attempts", 0, "grabs per user (0: the scenario's, 1 or 2)")
+	fs.IntVar(&o.stock, "stock", 0, "units on sale (0: the scenario's: sold-out users/100, in-stock one per grab, else users/2)")
+	fs.IntVar(&o.perUser, "per-user-limit", 1, "orders one user may hold")
+	fs.IntVar(&o.segments, "segments", 0, "the service's voucher split into this many stock segments (0: the service's default)")
+	fs.IntVar(&o.concurrency, "concurrency", 64, "requests in flight at most")
+	fs.IntVar(&o.rate, "rate", 0, "requests per second (0: as fast as --concurrency allows)")
+	fs.DurationVar(&o.maxDuration, "max-duration", 20*time.Second, "stop each attack after this")
+	fs.StringVar(&o.secret, "jwt-secret", os.Getenv("JWT_SECRET"), "HS256 secret of the targets (env JWT_SECRET)")
+	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "the service's Postgres, read for its orders; the reference gets a database of its own on the same server (env DATABASE_URL)")
+	fs.StringVar(&o.redisURL, "redis-url", os.Getenv("REDIS_URL"), "the service's Redis, measured (CPU, commands per request); the reference uses it too, under keys of its own (env REDIS_URL)")
+	fs.IntVar(&o.pid, "pid", 0, "the service's process id for CPU per request (0: found by its port when local)")
+	fs.BoolVar(&o.requestIDs, "request-ids", true, "send a requestId (idempotency key) with each service grab")
+	fs.BoolVar(&o.jsonOut, "json", false, "print the reports as JSON instead of a table")
+	fs.StringVar(&o.plot, "plot", "", "write throughput and latency over time to this PNG")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.secret == "" {
+		return o, errors.New("a JWT secret is needed: --jwt-secret or JWT_SECRET")
+	}
+	return o, nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	var cleanups []func()
+	// Every target is started first and every scenario then runs on each
+	// in turn, so that the targets meet the same machine at about the
+	// same time.
+	var endpoints []sale.Endpoint
+	defer func() {
+		for _, c := range cleanups {
+			c()
+		}
+	}()
+	for _, target := range split(o.targets) {
+		ep, cleanup, err := endpoint(ctx, target, o, stderr)
+		if err != nil {
+			return fmt.Errorf("target %s: %w", target, err)
+		}
+		cleanups = append(cleanups, cleanup)
+		endpoints = append(endpoints, ep)
+	}
+	var reports []*sale.Report
+	var failed []string
+	for _, sc := range split(o.scenarios) {
+		for _, ep := range endpoints {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if ep.API == sale.Plain && sc == sale.RedPacket {
+				fmt.Fprintf(stderr, "%s: skipped red-packet: the reference designs have no red packets\n", ep.Name)
+				continue
+			}
+			if sc == sale.Cluster && len(ep.URLs) < 2 {
+				fmt.Fprintf(stderr, "%s: skipped cluster: it needs two or more --url nodes\n", ep.Name)
+				continue
+			}
+			cfg := sale.Config{Endpoint: ep, Scenario: sc, Users: o.users, Attempts: o.attempts, Stock: o.stock,
+				PerUserLimit: o.perUser, Segments: o.segments, Concurrency: o.concurrency, Rate: o.rate, MaxDuration: o.maxDuration,
+				Secret: o.secret, RequestIDs: o.requestIDs, Progress: stderr}
+			rep, err := sale.Run(ctx, cfg)
+			if errors.Is(err, sale.ErrNoRedPackets) {
+				fmt.Fprintf(stderr, "%s: red-packet not run: %v\n", ep.Name, err)
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", ep.Name, sc, err)
+			}
+			reports = append(reports, rep)
+			if len(rep.Violations) > 0 {
+				failed = append(failed, ep.Name+" "+sc)
+			}
+		}
+	}
+	if o.jsonOut {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(map[string]any{"reports": reports, "ratios": ratios(reports)}); err != nil {
+			return err
+		}
+	} else {
+		printSummary(stdout, reports)
+	}
+	if o.plot != "" {
+		f, err := os.Create(o.plot)
+		if err != nil {
+			return err
+		}
+		if err := sale.Plot(f, reports); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%w: %s", errViolations, strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+func split(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// endpoint resolves a --target word: the service, or a reference design
+// started here for the run.
+func endpoint(ctx context.Context, target string, o options, stderr io.Writer) (sale.Endpoint, func(), error) {
+	nothing := func() {}
+	switch target {
+	case "service":
+		return sale.Endpoint{Name: "service", API: sale.GraphQL, URLs: split(o.urls), DatabaseURL: o.databaseURL,
+			PID: o.pid, RedisURL: o.redisURL}, nothing, nil
+	case "reference", "ceiling":
+		return startReference(ctx, target, o, stderr)
+	}
+	if strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://") {
+		return sale.Endpoint{Name: "service", API: sale.GraphQL, URLs: []string{strings.TrimSuffix(target, "/")},
+			DatabaseURL: o.databaseURL, PID: o.pid, RedisURL: o.redisURL}, nothing, nil
+	}
+	return sale.Endpoint{}, nil, fmt.Errorf("unknown target %q: service, reference, ceiling or a URL", target)
+}

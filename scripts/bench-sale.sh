@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# One measured comparison on this machine (docs/BENCHMARKS.md, "Load tool
+# and reference designs"): a private redis-server on a random loopback
+# port, a fresh Postgres database for the service, the service built and
+# started, then seckill-bench runs each scenario against the service, the
+# seeds' reference design and the plain-HTTP ceiling in turn, checks every
+# sale and prints the table, the ratios and a plot. Everything it started
+# or created is removed at the end.
+#
+# Settings (environment): USERS (20000), CONCURRENCY (64), SCENARIOS
+# (sold-out,in-stock), TARGETS (service,reference,ceiling), PLOT
+# (docs/bench-sale.png; empty for none), BENCH_FLAGS (more flags, e.g.
+# --json or --rate 5000). Postgres comes from TEST_DATABASE_URL, else
+# scripts/test-services.sh finds or sets one up.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+USERS=${USERS:-20000}
+CONCURRENCY=${CONCURRENCY:-64}
+SCENARIOS=${SCENARIOS:-sold-out,in-stock}
+TARGETS=${TARGETS:-service,reference,ceiling}
+PLOT=${PLOT-docs/bench-sale.png}
+
+if [ -z "${TEST_DATABASE_URL:-}" ]; then
+	eval "$(scripts/test-services.sh)"
+fi
+admin=$TEST_DATABASE_URL
+
+work=$(mktemp -d)
+pids=()
+db=""
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+	if [ -n "$db" ]; then psql -q "$admin" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true; fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+echo "bench-sale: building" >&2
+go build -o "$work/flashsale" .
+go build -o "$work/seckill-bench" ./cmd/seckill-bench
+
+rport=$(free_port)
+redis-server --port "$rport" --bind 127.0.0.1 --save '' --dir "$work" \
+	--appendonly yes --appendfsync everysec --loglevel warning >"$work/redis.log" 2>&1 &
+pids+=($!)
+redis_url="redis://127.0.0.1:$rport/0"
+
+db="seckill_bench_$(date +%s)_$$"
+psql -q "$admin" -c "CREATE DATABASE $db" >/dev/null
+db_url=$(python3 -c 'import sys, urllib.parse as u; p=u.urlparse(sys.argv[1]); print(p._replace(path="/"+sys.argv[2]).geturl())' "$admin" "$db")
+
+secret=$(head -c 24 /dev/urandom | base64)
+sport=$(free_port)
+REDIS_URL=$redis_url DATABASE_URL=$db_url JWT_SECRET=$secret HTTP_ADDR=127.0.0.1:$sport LOG_LEVEL=warn \
+	"$work/flashsale" >"$work/service.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+	curl -fsS "http://127.0.0.1:$sport/readyz" >/dev/null 2>&1 && break
+	sleep 0.2
+done
+curl -fsS "http://127.0.0.1:$sport/readyz" >/dev/null || { cat "$work/service.log" >&2; exit 1; }
+
+echo "bench-sale: $(nproc) cores, $(uname -sr), load generator on the same machine" >&2
+plot_flag=()
+if [ -n "$PLOT" ]; then plot_flag=(--plot "$PLOT"); fi
+# shellcheck disable=SC2086 # BENCH_FLAGS is a list of flags
+"$work/seckill-bench" --target "$TARGETS" --scenario "$SCENARIOS" \
+	--url "http://127.0.0.1:$sport" --users "$USERS" --concurrency "$CONCURRENCY" \
+	--jwt-secret "$secret" --redis-url "$redis_url" --database-url "$db_url" \
+	"${plot_flag[@]}" ${BENCH_FLAGS:-}
