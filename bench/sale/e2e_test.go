@@ -36,6 +36,7 @@ func TestTinySaleIsCheckedOnServiceAndReference(t *testing.T) {
 	svcDB := testenv.MustPostgresURL(t)
 	svc, err := testenv.StartService(t.Context(), bin, map[string]string{
 		"REDIS_URL": rs.URL(), "DATABASE_URL": svcDB, "JWT_SECRET": secret, "LOG_LEVEL": "warn",
+		"POW_DIFFICULTY": "8", // the tool solves one proof of work per user before the attack
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +98,45 @@ func TestTinySaleIsCheckedOnServiceAndReference(t *testing.T) {
 				t.Errorf("doctored oversell not caught: rules %v", got)
 			}
 		})
+	}
+}
+
+// TestTicketedSaleTakesTicketsFirst runs a sale of a voucher that requires
+// grab tickets and a proof of work (issue 14): the tool solves each user's
+// challenge, takes their ticket before the attack and sends it with every
+// grab, so the sale is exact and no grab is refused.
+func TestTicketedSaleTakesTicketsFirst(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Redis, a Postgres database and the service")
+	}
+	rs := testenv.MustRedis(t)
+	bin, err := testenv.BuildService(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcDB := testenv.MustPostgresURL(t)
+	svc, err := testenv.StartService(t.Context(), bin, map[string]string{
+		"REDIS_URL": rs.URL(), "DATABASE_URL": svcDB, "JWT_SECRET": secret, "LOG_LEVEL": "warn", "POW_DIFFICULTY": "8",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Kill)
+	rep, err := sale.Run(t.Context(), sale.Config{
+		Endpoint: sale.Endpoint{Name: "service", API: sale.GraphQL, URLs: []string{svc.Base}, DatabaseURL: svcDB},
+		Scenario: sale.Mixed, Users: 120, Attempts: 2, Stock: 40, Concurrency: 16, Secret: secret,
+		RequestIDs: true, LagTimeout: 10 * time.Second, Tickets: true, Challenge: "POW",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Violations) > 0 || rep.OK != 40 {
+		t.Fatalf("%d OK, violations %v (codes %v)", rep.OK, rep.Violations, rep.Codes)
+	}
+	for _, c := range rep.Codes {
+		if c.Code != "OK" && c.Code != "SOLD_OUT" && c.Code != "LIMIT_REACHED" {
+			t.Errorf("%d grabs answered %s: tickets not sent or refused", c.Count, c.Code)
+		}
 	}
 }
 

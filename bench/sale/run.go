@@ -71,6 +71,12 @@ type Config struct {
 	// RequestIDs sends each attempt's requestId (the service's
 	// idempotency key) with the grab.
 	RequestIDs bool
+	// Tickets makes the service's voucher require grab tickets (issue
+	// 14): every user asks seckillTicket for one before the attack, and
+	// sends it with each grab. Challenge "POW" adds a proof of work
+	// before each ticket, solved here (gate.Solve).
+	Tickets   bool
+	Challenge string
 	// LagTimeout bounds the wait for orders to reach the database
 	// (default 60 s).
 	LagTimeout time.Duration
@@ -200,7 +206,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Expect.TotalCents = int64(cfg.Stock) * 100
 		rep.SaleID, err = a.createRedPacket(ctx, admin, rep.Expect.TotalCents, cfg.Stock)
 	} else {
-		rep.SaleID, err = a.createVoucher(ctx, admin, cfg.Stock, cfg.PerUserLimit, cfg.Segments)
+		rep.SaleID, err = a.createVoucher(ctx, admin, cfg.Stock, cfg.PerUserLimit, cfg.Segments, cfg.Tickets, cfg.Challenge)
 	}
 	if err != nil {
 		return nil, err
@@ -214,12 +220,25 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 	}
+	var tickets []string
+	if cfg.Tickets && !redPacket && ep.API == GraphQL {
+		began := time.Now()
+		if tickets, err = a.tickets(ctx, rep.SaleID, userTokens, cfg.Challenge, cfg.Concurrency); err != nil {
+			return nil, err
+		}
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d grab tickets taken before the attack in %s (challenge %q)",
+			len(tickets), time.Since(began).Round(time.Millisecond), cfg.Challenge))
+	}
 	targets := make([]vegeta.Target, 0, cfg.Users*cfg.Attempts)
 	runTag := strconv.FormatInt(base, 36)
 	for i := range cfg.Users * cfg.Attempts {
 		user, attempt := i%cfg.Users, i/cfg.Users
 		url := ep.URLs[i%len(ep.URLs)]
-		targets = append(targets, a.grabTarget(url, rep.SaleID, userTokens[user], user, attempt, redPacket, cfg.RequestIDs, runTag))
+		t := a.grabTarget(url, rep.SaleID, userTokens[user], user, attempt, redPacket, cfg.RequestIDs, runTag)
+		if tickets != nil {
+			t.Body = ticketBody(rep.SaleID, tickets[user], cfg.RequestIDs, fmt.Sprintf("%s-%d-%d", runTag, user, attempt))
+		}
+		targets = append(targets, t)
 	}
 
 	var rowCounter *rowWatch

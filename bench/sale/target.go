@@ -9,9 +9,13 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"flashsale/internal/gate"
 )
 
 // API is the language a target speaks.
@@ -113,7 +117,7 @@ func (a api) graphql(ctx context.Context, token, query string, vars map[string]a
 
 // createVoucher puts a seckill voucher with stock units on sale and
 // returns its id.
-func (a api) createVoucher(ctx context.Context, admin string, stock, perUser, segments int) (string, error) {
+func (a api) createVoucher(ctx context.Context, admin string, stock, perUser, segments int, tickets bool, challenge string) (string, error) {
 	if a.ep.API == Plain {
 		var out struct{ ID string }
 		if err := a.post(ctx, a.ep.URLs[0]+"/vouchers", admin, map[string]int{"stock": stock}, &out); err != nil {
@@ -129,6 +133,12 @@ func (a api) createVoucher(ctx context.Context, admin string, stock, perUser, se
 	}
 	if segments > 0 {
 		in["segments"] = segments
+	}
+	if tickets {
+		in["requireTicket"] = true
+		if challenge != "" {
+			in["challenge"] = challenge
+		}
 	}
 	var out struct {
 		CreateVoucher struct{ ID string } `json:"createVoucher"`
@@ -210,4 +220,83 @@ func (a api) grabTarget(base, id, token string, user, attempt int, redPacket, re
 		body, _ = json.Marshal(map[string]any{"query": grabQueryNoKey, "variables": map[string]any{"v": id}})
 	}
 	return vegeta.Target{Method: http.MethodPost, URL: requestKey(base+"/query", user, attempt), Header: h, Body: body}
+}
+
+// ticketGrabQuery is a grab with a grab ticket (issue 14).
+const ticketGrabQuery = `mutation($v: ID!, $r: String, $t: String) { seckillVoucher(voucherId: $v, requestId: $r, ticket: $t) { code orderId } }`
+
+// ticketBody is the body of a grab that carries ticket.
+func ticketBody(voucherID, ticket string, requestIDs bool, key string) []byte {
+	vars := map[string]any{"v": voucherID, "t": ticket}
+	if requestIDs {
+		vars["r"] = key
+	}
+	body, _ := json.Marshal(map[string]any{"query": ticketGrabQuery, "variables": vars})
+	return body
+}
+
+// tickets takes one grab ticket per user (their tokens in order), solving
+// the proof of work first when the voucher asks for one, with workers
+// requests at once. It fails at the first refusal: a load run without
+// tickets would only measure FORBIDDEN.
+func (a api) tickets(ctx context.Context, voucherID string, tokens []string, challenge string, workers int) ([]string, error) {
+	out := make([]string, len(tokens))
+	var next atomic.Int64
+	var first error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range max(workers, 1) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(tokens) || ctx.Err() != nil {
+					return
+				}
+				t, err := a.ticket(ctx, voucherID, tokens[i], challenge)
+				if err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+					return
+				}
+				out[i] = t
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, fmt.Errorf("grab tickets: %w", first)
+	}
+	return out, nil
+}
+
+func (a api) ticket(ctx context.Context, voucherID, token, challenge string) (string, error) {
+	vars := map[string]any{"v": voucherID}
+	query := `query($v: ID!) { seckillTicket(voucherId: $v) { ticket } }`
+	if strings.EqualFold(challenge, "POW") {
+		var ch struct {
+			SeckillChallenge struct {
+				Challenge  string `json:"challenge"`
+				Difficulty int    `json:"difficulty"`
+			} `json:"seckillChallenge"`
+		}
+		if err := a.graphql(ctx, token, `query($v: ID!) { seckillChallenge(voucherId: $v) { challenge difficulty } }`, vars, &ch); err != nil {
+			return "", fmt.Errorf("challenge: %w", err)
+		}
+		nonce, err := gate.Solve(ch.SeckillChallenge.Challenge, ch.SeckillChallenge.Difficulty)
+		if err != nil {
+			return "", fmt.Errorf("solve the challenge: %w", err)
+		}
+		vars["c"], vars["n"] = ch.SeckillChallenge.Challenge, nonce
+		query = `query($v: ID!, $c: String, $n: String) { seckillTicket(voucherId: $v, challenge: $c, nonce: $n) { ticket } }`
+	}
+	var out struct {
+		SeckillTicket struct{ Ticket string } `json:"seckillTicket"`
+	}
+	if err := a.graphql(ctx, token, query, vars, &out); err != nil {
+		return "", err
+	}
+	return out.SeckillTicket.Ticket, nil
 }

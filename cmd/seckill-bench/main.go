@@ -56,6 +56,8 @@ type options struct {
 	secret, databaseURL, redisURL   string
 	pid, segments                   int
 	requestIDs, jsonOut             bool
+	tickets                         bool
+	challenge                       string
 	plot                            string
 }
 
@@ -79,6 +81,8 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.redisURL, "redis-url", os.Getenv("REDIS_URL"), "the service's Redis, measured (CPU, commands per request); the reference uses it too, under keys of its own (env REDIS_URL)")
 	fs.IntVar(&o.pid, "pid", 0, "the service's process id for CPU per request (0: found by its port when local)")
 	fs.BoolVar(&o.requestIDs, "request-ids", true, "send a requestId (idempotency key) with each service grab")
+	fs.BoolVar(&o.tickets, "tickets", false, "the service's voucher requires grab tickets: each user takes one before the attack and sends it with every grab")
+	fs.StringVar(&o.challenge, "challenge", "", "with --tickets: POW puts a proof of work before each ticket (solved by the tool, before the attack)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the reports as JSON instead of a table")
 	fs.StringVar(&o.plot, "plot", "", "write throughput and latency over time to this PNG")
 	if err := fs.Parse(args); err != nil {
@@ -137,7 +141,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 			cfg := sale.Config{Endpoint: ep, Scenario: sc, Users: o.users, Attempts: o.attempts, Stock: o.stock,
 				PerUserLimit: o.perUser, Segments: o.segments, Concurrency: o.concurrency, Rate: o.rate, MaxDuration: o.maxDuration,
-				Secret: o.secret, RequestIDs: o.requestIDs, Progress: stderr}
+				Secret: o.secret, RequestIDs: o.requestIDs, Progress: stderr,
+				Tickets: o.tickets, Challenge: strings.ToUpper(o.challenge)}
 			rep, err := sale.Run(ctx, cfg)
 			if errors.Is(err, sale.ErrNoRedPackets) {
 				fmt.Fprintf(stderr, "%s: red-packet not run: %v\n", ep.Name, err)
