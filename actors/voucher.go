@@ -337,6 +337,10 @@ func (a *voucherActor) reroute(g *grabMsg) {
 	}
 	key := a.key()
 	if c := a.r.cluster; c != nil && !c.Local(key) {
+		if !g.take() { // its caller gave up: it must never reach Redis now
+			g.deliver(domain.GrabResult{Code: domain.SeckillUnavailable}, 0)
+			return
+		}
 		go func() { // the segment moved: hand the grab to its new host
 			res, segs := c.request(key, g)
 			g.deliver(res, segs)
