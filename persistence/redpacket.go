@@ -140,7 +140,8 @@ return out
 // settleRedPacketScript tells whether a red packet is settled in Redis:
 // expired by Redis's clock (so no grab can append to its log any more) and
 // its order log empty (every grab persisted). With ARGV[1] = 1 it then
-// removes the red packet's state. KEYS: meta, packets, users, log.
+// removes the red packet's state. KEYS: meta, packets, users, log,
+// returned.
 // Returns 1 if settled (or not in Redis at all), 0 if it must wait.
 var settleRedPacketScript = redis.NewScript(`
 local expire = tonumber(redis.call('HGET', KEYS[1], 'expire') or '')
@@ -150,7 +151,7 @@ if expire then
 end
 if redis.call('EXISTS', KEYS[4]) == 1 and redis.call('XLEN', KEYS[4]) > 0 then return 0 end
 if ARGV[1] == '1' then
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[5])
 end
 return 1
 `)
@@ -287,7 +288,7 @@ func (s *RedPacketRedis) Settled(ctx context.Context, id int64, remove bool) (bo
 	if remove {
 		flag = "1"
 	}
-	n, err := settleRedPacketScript.Run(ctx, s.rdb, redPacketKeys(id), flag).Int()
+	n, err := settleRedPacketScript.Run(ctx, s.rdb, append(redPacketKeys(id), redPacketTag(id)+":returned"), flag).Int()
 	if err != nil {
 		return false, fmt.Errorf("settle red packet %d in redis: %w", id, err)
 	}

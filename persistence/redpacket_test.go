@@ -185,3 +185,54 @@ func TestRedPacketLoadRestoresWhatRedisLost(t *testing.T) {
 		t.Fatalf("load of an unknown id: %+v %v", st, err)
 	}
 }
+
+// A grab the writer still held when Redis lost its data reaches the
+// database after Redis was loaded again without it. The packets Redis then
+// hands out twice are settled by the database: a packet it holds for
+// another user stays with that user, and a packet refused because its
+// grabber already has one goes back among the unclaimed ones, so no money
+// vanishes (the fault suite's seed 407107706, round 7).
+func TestRefusedGrabsPacketGoesBackToItsRedPacket(t *testing.T) {
+	t.Parallel()
+	db, rdb, r, store := redPacketStores(t)
+	newRedPacket(t, store, 5, []int64{40, 30, 20, 10}, time.Hour)
+	ctx := t.Context()
+	if _, err := r.Grab(ctx, 5, []domain.RedPacketGrab{{RequestID: "a", UserID: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	// The writer reads user 1's grab (packet 0) and cannot commit it yet.
+	held, err := rdb.XRange(ctx, persistence.RedPacketLogKey(5), "-", "+").Result()
+	if err != nil || len(held) != 1 {
+		t.Fatalf("log: %v %v", held, err)
+	}
+	if err := rdb.FlushDB(ctx).Err(); err != nil { // Redis loses its data (the test's own server)
+		t.Fatal(err)
+	}
+	if st, err := store.Load(ctx, 5); err != nil || st.Left != 4 {
+		t.Fatalf("reload: %+v %v", st, err)
+	}
+	w := persistence.NewRedPacketWriter(db, rdb, slog.New(slog.DiscardHandler), persistence.LogConsumerOptions{})
+	if _, err := w.Handle(ctx, []persistence.LogEntry{{Log: persistence.RedPacketLogKey(5), ID: held[0].ID, Values: held[0].Values}}); err != nil {
+		t.Fatal(err) // now user 1's packet 0 is in the database
+	}
+	// Redis, loaded without it, hands packet 0 to user 2 and packet 1 to
+	// user 1, who has one already.
+	if out, err := r.Grab(ctx, 5, []domain.RedPacketGrab{{RequestID: "b", UserID: 2}, {RequestID: "c", UserID: 1}}); err != nil || rpCodes(out) != "OK:40 OK:30 " {
+		t.Fatalf("grabs after the reload: %v %s", err, rpCodes(out))
+	}
+	rw := startRedPacketWriter(t, db, rdb)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := rw.WaitDrained(wctx); err != nil {
+		t.Fatal(err)
+	}
+	var inDB []int64
+	if err := db.NewSelect().Model((*persistence.GrabRow)(nil)).Column("amount_cents").Where("red_packet_id = 5").Scan(ctx, &inDB); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := rdb.LRange(ctx, "{rp5}:packets", 0, -1).Result()
+	leftCents, _ := rdb.HGet(ctx, "{rp5}:meta", "left").Int64()
+	if len(inDB) != 1 || len(inDB)+len(left) != 4 || leftCents != 60 {
+		t.Fatalf("database %v + redis %v (%d cents left): want packet 0 in the database and the 3 others unclaimed (60 cents)", inDB, left, leftCents)
+	}
+}

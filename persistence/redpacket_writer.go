@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -204,6 +205,47 @@ func refusable(err error) bool {
 	return isConstraintViolation(err) || errors.As(err, &taken)
 }
 
+// returnPacketScript puts a packet whose grab the database refused back
+// among the red packet's unclaimed packets, once per refused log entry,
+// if Redis holds the red packet and not the packet already.
+// KEYS: meta, packets, returned (set of entry ids). ARGV: entry id,
+// "seq:amount", amount. Returns 1 if it returned the packet.
+var returnPacketScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then return 0 end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[3], ttl) end
+if redis.call('LPOS', KEYS[2], ARGV[2]) then return 0 end
+redis.call('RPUSH', KEYS[2], ARGV[2])
+redis.call('HINCRBY', KEYS[1], 'left', ARGV[3])
+return 1
+`)
+
+// returnPacket gives a refused grab's packet back to the red packet when
+// no grab in the database holds it. Redis handed it to a user the database
+// already knew with another packet (a grab the writer still held when
+// Redis lost its data, loaded again without it): the packet belongs to
+// nobody and must not vanish with the refused grab (found by the fault
+// suite, seed 407107706, round 7). A packet the database holds for
+// another user stays with that user.
+func (w *RedPacketWriter) returnPacket(ctx context.Context, entryID string, g GrabRow) error {
+	held, err := w.db.NewSelect().Model((*GrabRow)(nil)).Where("red_packet_id = ? AND seq = ?", g.RedPacketID, g.Seq).Exists(ctx)
+	if err != nil || held {
+		return err
+	}
+	keys := redPacketKeys(g.RedPacketID)
+	packet := strconv.Itoa(g.Seq) + ":" + strconv.FormatInt(g.AmountCents, 10)
+	n, err := returnPacketScript.Run(ctx, w.rdb, []string{keys[0], keys[1], redPacketTag(g.RedPacketID) + ":returned"},
+		entryID, packet, g.AmountCents).Int()
+	if err != nil {
+		return fmt.Errorf("return packet %d of red packet %d: %w", g.Seq, g.RedPacketID, err)
+	}
+	if n == 1 {
+		w.log.WarnContext(ctx, "a refused grab's packet went back to its red packet", "red_packet", g.RedPacketID, "packet", g.Seq)
+	}
+	return nil
+}
+
 // DeadLetter records refused red-packet grabs in tb_order_dead_letter.
 func (w *RedPacketWriter) DeadLetter(ctx context.Context, dead []DeadEntry) error {
 	rows := make([]deadLetterRow, 0, len(dead))
@@ -218,7 +260,17 @@ func (w *RedPacketWriter) DeadLetter(ctx context.Context, dead []DeadEntry) erro
 		w.log.ErrorContext(ctx, "red-packet grab refused by the database, dead-lettered",
 			"log", d.Entry.Log, "entry", d.Entry.ID, "reason", row.Reason, "detail", row.Detail)
 	}
-	return insertDeadLetters(ctx, w.db, rows)
+	if err := insertDeadLetters(ctx, w.db, rows); err != nil {
+		return err
+	}
+	for _, d := range dead {
+		if g, err := decodeGrabEntry(d.Entry.Values); err == nil {
+			if err := w.returnPacket(ctx, d.Entry.Log+"/"+d.Entry.ID, g); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // prune drops from the registry the logs of red packets that are
