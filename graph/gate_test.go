@@ -340,6 +340,16 @@ func TestTicketCheckAddsNoRedisCall(t *testing.T) {
 	}
 	// Nor does a blocked caller's grab or ticket request.
 	s.mustDo(t, s.admin(t), `mutation { block(target: {userId: "1001"}) { userId } }`, nil, nil)
+	// The block's own announcement comes back to this node and makes it
+	// re-read the blocklist (3 commands, at any moment in the next
+	// milliseconds): wait until that is done, so the measurement below
+	// counts the refused caller's requests alone.
+	for last, still := s.gateCalls.Commands.Load(), 0; still < 10; still++ {
+		time.Sleep(20 * time.Millisecond)
+		if n := s.gateCalls.Commands.Load(); n != last {
+			last, still = n, 0
+		}
+	}
 	r0, g0 = grabCalls.Commands.Load(), s.gateCalls.Commands.Load()
 	if code := s.grab(t, 1001, gated.ID, tickets[1], ""); code != "FORBIDDEN" {
 		t.Fatalf("a blocked user's grab: %s", code)
