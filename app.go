@@ -263,6 +263,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		FloodPerSec:            cfg.ShedIPPerSec,
 		Shed:                   graph.LoadShedding{Gauge: a.router, QueueDepth: cfg.ShedQueueDepth, GrabLatency: cfg.ShedGrabLatency},
 		Introspection:          cfg.Introspection,
+		CompiledGrabs:          cfg.CompiledGrabs,
 		Limits:                 graph.Limits{MaxAnswerBytes: int64(cfg.MaxResponseBytes)},
 		WebsocketMaxOperations: cfg.WSMaxOperations,
 	})

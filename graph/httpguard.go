@@ -69,7 +69,7 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			g.reject(w, r, status, "%s", msg)
 			return
 		}
-		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		r.Body, r.ContentLength = &guardedBody{Reader: bytes.NewReader(body), b: body}, int64(len(body))
 	case r.Method == http.MethodGet:
 		if status, msg := checkGET(r.Context(), r.URL.RawQuery, g.maxTokens, g.persisted); status != 0 {
 			if status == http.StatusMethodNotAllowed {

@@ -131,6 +131,9 @@ type Config struct {
 	GateRefresh         time.Duration
 
 	Introspection bool // schema introspection on /query
+	// CompiledGrabs answers known grab documents without gqlgen's
+	// executor, with the same bytes (graph.compiledGrabs).
+	CompiledGrabs bool
 	Demo          bool // create a demo voucher and print tokens; default on in embedded mode
 }
 
