@@ -181,9 +181,10 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		return nil, fmt.Errorf("order ids: %w", err)
 	}
 
-	limits := persistence.NewRateLimits(a.rdb, cfg.RateUserPerSec, cfg.RateVoucherPerSec, cfg.RateIPPerSec)
+	limits := persistence.NewRateLimits(a.rdb, cfg.RateVoucherPerSec, cfg.RateIPPerSec)
 	routerOpts := actors.Options{
 		Limits:      limits,
+		UserRate:    cfg.RateUserPerSec,
 		BatchSize:   cfg.GrabBatchSize,
 		QueueBound:  cfg.GrabQueueBound,
 		GrabTimeout: cfg.GrabTimeout,

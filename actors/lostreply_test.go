@@ -103,23 +103,23 @@ func (s *onceStale) Grab(ctx context.Context, voucherID int64, seg int, fence in
 	return s.recordingStore.Grab(ctx, voucherID, seg, fence, g)
 }
 
-// onePerUser admits each user's first grab and limits every later one.
-type onePerUser struct {
+// onePerIP admits each address's first grab and limits every later one.
+type onePerIP struct {
 	mu   sync.Mutex
-	seen map[int64]bool
+	seen map[string]bool
 }
 
-func (l *onePerUser) Enabled() bool { return true }
+func (l *onePerIP) Enabled() bool { return true }
 
-func (l *onePerUser) Admit(_ context.Context, _ int64, checks []domain.RateCheck) ([]time.Duration, error) {
+func (l *onePerIP) Admit(_ context.Context, _ int64, checks []domain.RateCheck) ([]time.Duration, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	waits := make([]time.Duration, len(checks))
 	for i, c := range checks {
-		if l.seen[c.UserID] {
+		if l.seen[c.IP] {
 			waits[i] = time.Second
 		}
-		l.seen[c.UserID] = true
+		l.seen[c.IP] = true
 	}
 	return waits, nil
 }
@@ -129,9 +129,9 @@ func (l *onePerUser) Admit(_ context.Context, _ int64, checks []domain.RateCheck
 func TestAReroutedGrabIsNotRateLimitedAgain(t *testing.T) {
 	t.Parallel()
 	st := &onceStale{}
-	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{Limits: &onePerUser{seen: map[int64]bool{}}})
+	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{Limits: &onePerIP{seen: map[string]bool{}}})
 	t.Cleanup(r.Close)
-	if got := r.Grab(t.Context(), domain.GrabRequest{VoucherID: 1, UserID: 1}); got.Code != domain.SeckillOK || !st.soldTo(1) {
+	if got := r.Grab(t.Context(), domain.GrabRequest{VoucherID: 1, UserID: 1, ClientIP: "10.1.1.1"}); got.Code != domain.SeckillOK || !st.soldTo(1) {
 		t.Fatalf("re-routed grab: %s, want OK", got.Code)
 	}
 }

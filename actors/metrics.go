@@ -62,6 +62,10 @@ var (
 		Namespace: "flashsale", Name: "segment_lease_lost_total",
 		Help: "Segment activations that stopped because their lease could not be extended.",
 	})
+	userRateRefusals = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "flashsale", Name: "user_rate_limit_refusals_total",
+		Help: "Grabs turned away by the per-user rate limit (RATE_USER_PER_SEC), which segment activations keep in memory; the limits shared in Redis count in rate_limit_refusals_total.",
+	})
 )
 
 // grabCodes are each code's series, looked up once here rather than by
@@ -74,7 +78,7 @@ var grabCodes = map[domain.SeckillCode]struct {
 
 func init() {
 	prometheus.MustRegister(grabsTotal, grabDuration, batchSize, actorsAlive, actorsFull,
-		segmentsHosted, placementShare, clusterMembers, remoteGrabs, leaseRefusals, leaseLosses)
+		segmentsHosted, placementShare, clusterMembers, remoteGrabs, leaseRefusals, leaseLosses, userRateRefusals)
 	for _, c := range []domain.SeckillCode{domain.SeckillOK, domain.SeckillNotFound, domain.SeckillNotStarted,
 		domain.SeckillEnded, domain.SeckillPaused, domain.SeckillSoldOut, domain.SeckillLimitReached,
 		domain.SeckillUnavailable, domain.SeckillRateLimited} {

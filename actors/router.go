@@ -67,8 +67,9 @@ type Preheater interface {
 	EnsurePreheated(ctx context.Context, voucherID int64) (found bool, err error)
 }
 
-// Limits admits grabs under the configured rate limits
-// (persistence.RateLimits), one pipelined round trip per batch.
+// Limits admits grabs under the rate limits shared in Redis
+// (persistence.RateLimits: per voucher, per client IP), one pipelined
+// round trip per batch.
 type Limits interface {
 	Enabled() bool
 	Admit(ctx context.Context, voucherID int64, checks []domain.RateCheck) ([]time.Duration, error)
@@ -119,8 +120,14 @@ type Options struct {
 	// flood of them would grow memory without bound.
 	MaxActors int
 	// Limits, if set, rate-limits the grabs that reach Redis (those
-	// answered from memory cost nothing and are not limited).
+	// answered from memory cost nothing and are not limited) by the limits
+	// shared in Redis: per voucher and per client IP.
 	Limits Limits
+	// UserRate, if positive, is the grabs per second each user may make
+	// for a voucher (RATE_USER_PER_SEC), counted in the memory of the
+	// user's segment activation (see userRates); like Limits, it applies
+	// to the grabs that reach Redis.
+	UserRate int
 	// Sold, if set, is told the voucher after every batch that sold a
 	// unit (live.Service.Sold, which coalesces its announcements). It
 	// runs on the actor and must not block.
@@ -389,7 +396,7 @@ func (r *Router) send(key segKey, msg *grabMsg) bool {
 			return false
 		}
 		ref = &voucherRef{}
-		a := &voucherActor{r: r, ref: ref, id: key.voucher, seg: key.seg}
+		a := &voucherActor{r: r, ref: ref, id: key.voucher, seg: key.seg, rates: newUserRates(r.opts.UserRate)}
 		ref.pid = r.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
 		r.vouchers[key] = ref
 		segmentsHosted.Set(float64(len(r.vouchers)))

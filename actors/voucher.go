@@ -31,6 +31,9 @@ type grabMsg struct {
 	// re-routed after a stale batch is not limited again (an answer of
 	// RATE_LIMITED could hide a sale of its earlier attempt).
 	admitted bool
+	// rated is set once the per-user limit (userRates) admitted it, for
+	// the same reason.
+	rated bool
 	// state is grabWaiting until the actor puts the grab in a script call
 	// (grabTaken) or the caller gives up first (grabAbandoned); whoever
 	// moves it first decides, so a caller told UNAVAILABLE after a timeout
@@ -118,6 +121,8 @@ type voucherActor struct {
 	pending    []*grabMsg
 	inflight   bool
 	wantReload bool
+	// rates is the per-user rate limit of this activation (nil: off).
+	rates *userRates
 }
 
 // Receive implements actor.Actor.
@@ -431,13 +436,26 @@ func (a *voucherActor) drain(ctx actor.Context) {
 // the actor's goroutine; the outcome comes back as a batchDone message.
 func (a *voucherActor) flush(ctx actor.Context) {
 	batch := make([]*grabMsg, 0, min(len(a.pending), a.r.opts.BatchSize))
+	now := time.Now().UnixNano()
 	n := 0
 	for ; n < len(a.pending) && len(batch) < a.r.opts.BatchSize; n++ {
-		if g := a.pending[n]; g.take() {
-			batch = append(batch, g)
-		} else {
+		g := a.pending[n]
+		// A grab in a script call before may have sold: its request id
+		// decides it, never a limit (see grabMsg.admitted).
+		sent := g.sent()
+		if !g.take() {
 			a.answer(g, domain.GrabResult{Code: domain.SeckillUnavailable}) // nobody reads it
+			continue
 		}
+		if a.rates != nil && !g.rated && !sent {
+			if wait := a.rates.take(g.user, now); wait > 0 {
+				userRateRefusals.Inc()
+				a.answer(g, domain.GrabResult{Code: domain.SeckillRateLimited, RetryAfter: wait})
+				continue
+			}
+			g.rated = true
+		}
+		batch = append(batch, g)
 	}
 	rest := copy(a.pending, a.pending[n:])
 	clear(a.pending[rest:])
@@ -646,7 +664,7 @@ func (r *Router) admit(ctx context.Context, voucherID int64, batch []*grabMsg) (
 	var checked []int
 	for i, g := range batch {
 		if !g.admitted {
-			checks = append(checks, domain.RateCheck{UserID: g.user, IP: g.ip})
+			checks = append(checks, domain.RateCheck{IP: g.ip})
 			checked = append(checked, i)
 		}
 	}

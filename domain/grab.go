@@ -56,9 +56,8 @@ type BatchOutcome struct {
 	Results []GrabResult
 }
 
-// RateCheck is one grab to admit under the rate limits: the user and, for
-// the per-IP limit, the client's address ("" skips that limit).
+// RateCheck is one grab to admit under the rate limits shared in Redis:
+// for the per-IP limit, the client's address ("" skips that limit).
 type RateCheck struct {
-	UserID int64
-	IP     string
+	IP string
 }

@@ -171,7 +171,7 @@ func TestHostileRequestsAreRefusedCheaply(t *testing.T) {
 func TestIPFloodIsRefusedBeforeParsing(t *testing.T) {
 	s := newServer(t)
 	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router}, graph.HandlerOptions{
-		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), IPLimit: persistence.NewRateLimits(s.rdb, 0, 0, 2),
+		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), IPLimit: persistence.NewRateLimits(s.rdb, 0, 2),
 	})
 	const ip = "203.0.113.50"
 	malformed := "{ vouchers { " + strings.Repeat("id ", 1900)

@@ -71,7 +71,7 @@ func BenchmarkGrab(b *testing.B) {
 		}, false},
 		{"batched+rate-limits", func(rdb *redis.Client) (graph.Grabber, func()) {
 			r := actors.NewRouter(persistence.NewGrabs(rdb), testenv.MustOrderIDs(b, s.db), s.catalog, log, actors.Options{
-				Limits: persistence.NewRateLimits(rdb, 1000, 0, 0),
+				UserRate: 1000,
 			})
 			return r, r.Close
 		}, false},

@@ -18,7 +18,7 @@ import (
 func TestGrabsOverTheUserRateAreRateLimited(t *testing.T) {
 	t.Parallel()
 	s := newServerWith(t, func(rdb *redis.Client) actors.Options {
-		return actors.Options{Limits: persistence.NewRateLimits(rdb, 2, 0, 0)}
+		return actors.Options{UserRate: 2}
 	})
 	in := seckillInput(1, 100)
 	in["perUserLimit"] = 50
@@ -74,7 +74,7 @@ func TestRequestsOverTheIPRateAreRateLimited(t *testing.T) {
 	s := newServer(t)
 	v := s.createVoucher(t, seckillInput(1, 100))
 	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router}, graph.HandlerOptions{
-		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), IPLimit: persistence.NewRateLimits(s.rdb, 0, 0, 2),
+		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), IPLimit: persistence.NewRateLimits(s.rdb, 0, 2),
 	})
 	send := func(ip, token, query string) []string {
 		_, codes := post(t, h, ip, token, query)

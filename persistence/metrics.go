@@ -75,7 +75,7 @@ var (
 	}, []string{"op"})
 	rateLimited = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "flashsale", Name: "rate_limit_refusals_total",
-		Help: "Grabs or requests turned away by a rate limit, by the limit: user, ip, voucher, ip_request (before parsing).",
+		Help: "Grabs or requests turned away by a rate limit shared in Redis, by the limit: ip, voucher, ip_request (before parsing). The per-user limit counts in user_rate_limit_refusals_total.",
 	}, []string{"kind"})
 	fallbackGrabs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "flashsale", Name: "fallback_grab_total",

@@ -13,29 +13,32 @@ import (
 	"flashsale/domain"
 )
 
-// RateLimits are the grab limits of the configuration (RATE_*_PER_SEC),
+// RateLimits are the limits of the configuration that several segments or
+// nodes draw on together (RATE_VOUCHER_PER_SEC, RATE_IP_PER_SEC),
 // enforced with redis_rate's GCRA so that every node shares them. A zero
-// rate switches that limit off.
+// rate switches that limit off. The per-user limit (RATE_USER_PER_SEC)
+// needs no Redis: a user's grabs for a voucher all reach one segment
+// activation, which counts them in memory (actors.Options.UserRate).
 type RateLimits struct {
-	rdb                        redis.UniversalClient
-	limiter                    *redis_rate.Limiter // for single checks (AllowIP)
-	perUser, perVoucher, perIP redis_rate.Limit
+	rdb               redis.UniversalClient
+	limiter           *redis_rate.Limiter // for single checks (AllowIP)
+	perVoucher, perIP redis_rate.Limit
 }
 
 // NewRateLimits returns the limits; rates are per second.
-func NewRateLimits(rdb redis.UniversalClient, perUser, perVoucher, perIP int) *RateLimits {
+func NewRateLimits(rdb redis.UniversalClient, perVoucher, perIP int) *RateLimits {
 	lim := func(rate int) redis_rate.Limit {
 		if rate <= 0 {
 			return redis_rate.Limit{}
 		}
 		return redis_rate.PerSecond(rate)
 	}
-	return &RateLimits{rdb: rdb, limiter: redis_rate.NewLimiter(rdb), perUser: lim(perUser), perVoucher: lim(perVoucher), perIP: lim(perIP)}
+	return &RateLimits{rdb: rdb, limiter: redis_rate.NewLimiter(rdb), perVoucher: lim(perVoucher), perIP: lim(perIP)}
 }
 
 // Enabled reports whether any limit is on.
 func (l *RateLimits) Enabled() bool {
-	return l != nil && !(l.perUser.IsZero() && l.perVoucher.IsZero() && l.perIP.IsZero())
+	return l != nil && !(l.perVoucher.IsZero() && l.perIP.IsZero())
 }
 
 // IPEnabled reports whether the per-IP limit is on.
@@ -62,7 +65,7 @@ func (l *RateLimits) AllowIP(ctx context.Context, ip string) (time.Duration, err
 // Admit checks a batch of grabs of one voucher against every limit in ONE
 // pipelined round trip and returns, per grab, 0 if admitted or how long to
 // wait before retrying. The voucher limit admits, in batch order, as many of
-// the grabs the user and IP limits let through as it allows.
+// the grabs the IP limit lets through as it allows.
 //
 // redis_rate runs one script per key and reads its reply at once; to
 // pipeline them we run the limiter twice: a recording pass collects the
@@ -77,13 +80,10 @@ func (l *RateLimits) Admit(ctx context.Context, voucherID int64, checks []domain
 		grab  int // -1: the voucher's AllowAtMost for the whole batch
 		key   string
 		limit redis_rate.Limit
-		kind  string // the metric's label: user, ip or voucher
+		kind  string // the metric's label: ip or voucher
 	}
 	var calls []limitCall
 	for i, c := range checks {
-		if !l.perUser.IsZero() {
-			calls = append(calls, limitCall{i, "u:" + strconv.FormatInt(c.UserID, 10), l.perUser, "user"})
-		}
 		if !l.perIP.IsZero() && c.IP != "" {
 			calls = append(calls, limitCall{i, "ip:" + c.IP, l.perIP, "ip"})
 		}

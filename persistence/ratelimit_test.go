@@ -17,25 +17,26 @@ func TestRateLimitsAdmitABatchInOneRoundTrip(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	var trips testenv.Counter
 	rdb.AddHook(&trips)
-	lim := persistence.NewRateLimits(rdb, 2, 5, 3)
+	lim := persistence.NewRateLimits(rdb, 5, 3)
 	// Cold: Redis does not have redis_rate's scripts yet; a second pipeline
 	// sends their source (go-redis may also re-handshake the connection).
-	if _, err := lim.Admit(t.Context(), 41, []domain.RateCheck{{UserID: 99, IP: "10.9.9.9"}}); err != nil {
+	if _, err := lim.Admit(t.Context(), 41, []domain.RateCheck{{IP: "10.9.9.9"}}); err != nil {
 		t.Fatal(err)
 	}
 	trips.RoundTrips.Store(0)
 
-	// user 1 x3 (burst 2), user 2 x2 from one IP with user 3 x2 (IP burst 3),
-	// 7 grabs in all against a voucher burst of 5.
+	// 3 grabs from one IP and 4 from another (IP burst 3), 7 in all
+	// against a voucher burst of 5: the IP limit refuses the 7th, and the
+	// voucher's 5 slots go to the first 5 the IP limit let through.
 	checks := []domain.RateCheck{
-		{UserID: 1, IP: "10.0.0.1"}, {UserID: 1, IP: "10.0.0.1"}, {UserID: 1, IP: "10.0.0.1"},
-		{UserID: 2, IP: "10.0.0.9"}, {UserID: 2, IP: "10.0.0.9"}, {UserID: 3, IP: "10.0.0.9"}, {UserID: 3, IP: "10.0.0.9"},
+		{IP: "10.0.0.1"}, {IP: "10.0.0.1"}, {IP: "10.0.0.1"},
+		{IP: "10.0.0.9"}, {IP: "10.0.0.9"}, {IP: "10.0.0.9"}, {IP: "10.0.0.9"},
 	}
 	waits, err := lim.Admit(t.Context(), 42, checks)
 	if err != nil {
 		t.Fatal(err)
 	}
-	admitted := []bool{true, true, false, true, true, true, false}
+	admitted := []bool{true, true, true, true, true, false, false}
 	for i, w := range waits {
 		if (w == 0) != admitted[i] {
 			t.Fatalf("grab %d: wait %s, admitted want %v (all: %v)", i, w, admitted[i], waits)
@@ -46,7 +47,7 @@ func TestRateLimitsAdmitABatchInOneRoundTrip(t *testing.T) {
 	}
 
 	t.Run("voucher limit admits the first grabs of a batch", func(t *testing.T) {
-		lim := persistence.NewRateLimits(rdb, 0, 3, 0)
+		lim := persistence.NewRateLimits(rdb, 3, 0)
 		waits, err := lim.Admit(t.Context(), 43, make([]domain.RateCheck, 5))
 		if err != nil {
 			t.Fatal(err)
@@ -61,14 +62,14 @@ func TestRateLimitsAdmitABatchInOneRoundTrip(t *testing.T) {
 		if err := rdb.ScriptFlush(t.Context()).Err(); err != nil {
 			t.Fatal(err)
 		}
-		waits, err := persistence.NewRateLimits(rdb, 1, 0, 0).Admit(t.Context(), 44, []domain.RateCheck{{UserID: 77}, {UserID: 77}})
+		waits, err := persistence.NewRateLimits(rdb, 0, 1).Admit(t.Context(), 44, []domain.RateCheck{{IP: "10.7.7.7"}, {IP: "10.7.7.7"}})
 		if err != nil || waits[0] != 0 || waits[1] == 0 {
 			t.Fatalf("after SCRIPT FLUSH: %v %v", waits, err)
 		}
 	})
 	t.Run("all limits off admits without a round trip", func(t *testing.T) {
 		before := trips.RoundTrips.Load()
-		waits, err := persistence.NewRateLimits(rdb, 0, 0, 0).Admit(t.Context(), 45, make([]domain.RateCheck, 3))
+		waits, err := persistence.NewRateLimits(rdb, 0, 0).Admit(t.Context(), 45, make([]domain.RateCheck, 3))
 		if err != nil || waits[0] != 0 || trips.RoundTrips.Load() != before {
 			t.Fatalf("%v %v", waits, err)
 		}

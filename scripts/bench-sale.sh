@@ -8,7 +8,9 @@
 # or created is removed at the end.
 #
 # Settings (environment): USERS (20000), CONCURRENCY (64), SCENARIOS
-# (sold-out,in-stock), TARGETS (service,reference,ceiling), PLOT
+# (sold-out,in-stock), TARGETS (service,reference,ceiling), GQLGEN (1: also
+# start the same build with GRAPHQL_COMPILED_GRABS=false on the same Redis
+# and database and measure it as target "gqlgen"; 0: not), PLOT
 # (docs/bench-sale.png; empty for none), BENCH_FLAGS (more flags, e.g.
 # --json or --rate 5000). Postgres comes from TEST_DATABASE_URL, else
 # scripts/test-services.sh finds or sets one up.
@@ -62,6 +64,19 @@ for _ in $(seq 100); do
 	sleep 0.2
 done
 curl -fsS "http://127.0.0.1:$sport/readyz" >/dev/null || { cat "$work/service.log" >&2; exit 1; }
+
+if [ "${GQLGEN:-1}" = 1 ]; then
+	gport=$(free_port)
+	REDIS_URL=$redis_url DATABASE_URL=$db_url JWT_SECRET=$secret HTTP_ADDR=127.0.0.1:$gport LOG_LEVEL=warn \
+		GRAPHQL_COMPILED_GRABS=false "$work/flashsale" >"$work/gqlgen.log" 2>&1 &
+	pids+=($!)
+	for _ in $(seq 100); do
+		curl -fsS "http://127.0.0.1:$gport/readyz" >/dev/null 2>&1 && break
+		sleep 0.2
+	done
+	curl -fsS "http://127.0.0.1:$gport/readyz" >/dev/null || { cat "$work/gqlgen.log" >&2; exit 1; }
+	TARGETS="$TARGETS,gqlgen=http://127.0.0.1:$gport"
+fi
 
 echo "bench-sale: $(nproc) cores, $(uname -sr), load generator on the same machine" >&2
 plot_flag=()

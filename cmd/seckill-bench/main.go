@@ -206,9 +206,15 @@ func endpoint(ctx context.Context, target string, o options, stderr io.Writer) (
 	case "reference", "ceiling":
 		return startReference(ctx, target, o, stderr)
 	}
-	if strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://") {
-		return sale.Endpoint{Name: "service", API: sale.GraphQL, URLs: []string{strings.TrimSuffix(target, "/")},
+	// name=URL: another service node under a name of its own, e.g. the
+	// same build with a setting changed, measured in the same run.
+	name, url := "service", target
+	if n, u, ok := strings.Cut(target, "="); ok && n != "" && !strings.Contains(n, "/") {
+		name, url = n, u
+	}
+	if strings.HasPrefix(url, "http://") || strings.HasPrefix(url, "https://") {
+		return sale.Endpoint{Name: name, API: sale.GraphQL, URLs: []string{strings.TrimSuffix(url, "/")},
 			DatabaseURL: o.databaseURL, PID: o.pid, RedisURL: o.redisURL}, nothing, nil
 	}
-	return sale.Endpoint{}, nil, fmt.Errorf("unknown target %q: service, reference, ceiling or a URL", target)
+	return sale.Endpoint{}, nil, fmt.Errorf("unknown target %q: service, reference, ceiling, a URL or name=URL", target)
 }

@@ -62,7 +62,8 @@ func printSummary(w io.Writer, reps []*sale.Report) {
 	}
 }
 
-// ratios compares the service with each reference design, per scenario.
+// ratios compares the service with each other target of the run (the
+// reference designs, other named service nodes), per scenario.
 func ratios(reps []*sale.Report) []string {
 	var out []string
 	for _, s := range reps {
