@@ -55,26 +55,28 @@ psql -q "$admin" -c "CREATE DATABASE $db" >/dev/null
 db_url=$(python3 -c 'import sys, urllib.parse as u; p=u.urlparse(sys.argv[1]); print(p._replace(path="/"+sys.argv[2]).geturl())' "$admin" "$db")
 
 secret=$(head -c 24 /dev/urandom | base64)
-sport=$(free_port)
-REDIS_URL=$redis_url DATABASE_URL=$db_url JWT_SECRET=$secret HTTP_ADDR=127.0.0.1:$sport LOG_LEVEL=warn \
-	"$work/flashsale" >"$work/service.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do
-	curl -fsS "http://127.0.0.1:$sport/readyz" >/dev/null 2>&1 && break
-	sleep 0.2
-done
-curl -fsS "http://127.0.0.1:$sport/readyz" >/dev/null || { cat "$work/service.log" >&2; exit 1; }
 
-if [ "${GQLGEN:-1}" = 1 ]; then
-	gport=$(free_port)
-	REDIS_URL=$redis_url DATABASE_URL=$db_url JWT_SECRET=$secret HTTP_ADDR=127.0.0.1:$gport LOG_LEVEL=warn \
-		GRAPHQL_COMPILED_GRABS=false "$work/flashsale" >"$work/gqlgen.log" 2>&1 &
+# start_service NAME PORT [VAR=VALUE...]: the service on the bench's Redis
+# and database, waited for until ready.
+start_service() {
+	local name=$1 port=$2
+	shift 2
+	env REDIS_URL="$redis_url" DATABASE_URL="$db_url" JWT_SECRET="$secret" HTTP_ADDR="127.0.0.1:$port" LOG_LEVEL=warn \
+		"$@" "$work/flashsale" >"$work/$name.log" 2>&1 &
 	pids+=($!)
 	for _ in $(seq 100); do
-		curl -fsS "http://127.0.0.1:$gport/readyz" >/dev/null 2>&1 && break
+		curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && return 0
 		sleep 0.2
 	done
-	curl -fsS "http://127.0.0.1:$gport/readyz" >/dev/null || { cat "$work/gqlgen.log" >&2; exit 1; }
+	cat "$work/$name.log" >&2
+	exit 1
+}
+
+sport=$(free_port)
+start_service service "$sport"
+if [ "${GQLGEN:-1}" = 1 ]; then
+	gport=$(free_port)
+	start_service gqlgen "$gport" GRAPHQL_COMPILED_GRABS=false
 	TARGETS="$TARGETS,gqlgen=http://127.0.0.1:$gport"
 fi
 
