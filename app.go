@@ -76,6 +76,7 @@ type app struct {
 	gate     *gate.Service
 	listener net.Listener
 	http     *http.Server
+	profiler *profiler // PPROF_ADDR only
 	// cancelRequests ends every request's context; stop calls it last,
 	// after the HTTP server has let its open requests finish.
 	cancelRequests context.CancelFunc
@@ -283,6 +284,9 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	if a.listener, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, &config.Error{Var: "HTTP_ADDR", Msg: err.Error()}
 	}
+	if a.profiler, err = startProfiler(cfg.PprofAddr, a.log); err != nil {
+		return nil, err
+	}
 	requests, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancelRequests = cancelRequests
 	a.closeWebsockets = func() int { cancelRequests(); return -1 }
@@ -458,6 +462,7 @@ func (a *app) stop() {
 	if a.listener != nil { // Shutdown closed it already if serve ran; a second Close is harmless
 		_ = a.listener.Close()
 	}
+	a.profiler.close()
 	if a.router != nil {
 		a.router.Drain()
 	}

@@ -12,7 +12,9 @@
 # start the same build with GRAPHQL_COMPILED_GRABS=false on the same Redis
 # and database and measure it as target "gqlgen"; 0: not), PLOT
 # (docs/bench-sale.png; empty for none), BENCH_FLAGS (more flags, e.g.
-# --json or --rate 5000). Postgres comes from TEST_DATABASE_URL, else
+# --json or --rate 5000), PROFILE (a path prefix: the service serves
+# PPROF_ADDR and each service attack's CPU profile is written to
+# <prefix>-<scenario>.pprof). Postgres comes from TEST_DATABASE_URL, else
 # scripts/test-services.sh finds or sets one up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,7 +75,14 @@ start_service() {
 }
 
 sport=$(free_port)
-start_service service "$sport"
+profile_flags=()
+if [ -n "${PROFILE:-}" ]; then
+	pport=$(free_port)
+	start_service service "$sport" PPROF_ADDR="127.0.0.1:$pport"
+	profile_flags=(--profile-url "http://127.0.0.1:$pport" --profile "$PROFILE")
+else
+	start_service service "$sport"
+fi
 if [ "${GQLGEN:-1}" = 1 ]; then
 	gport=$(free_port)
 	start_service gqlgen "$gport" GRAPHQL_COMPILED_GRABS=false
@@ -87,4 +96,4 @@ if [ -n "$PLOT" ]; then plot_flag=(--plot "$PLOT"); fi
 "$work/seckill-bench" --target "$TARGETS" --scenario "$SCENARIOS" \
 	--url "http://127.0.0.1:$sport" --users "$USERS" --concurrency "$CONCURRENCY" \
 	--jwt-secret "$secret" --redis-url "$redis_url" --database-url "$db_url" \
-	"${plot_flag[@]}" ${BENCH_FLAGS:-}
+	"${plot_flag[@]}" "${profile_flags[@]}" ${BENCH_FLAGS:-}

@@ -82,6 +82,10 @@ type Config struct {
 	LagTimeout time.Duration
 	// Progress, when set, gets a live progress line.
 	Progress io.Writer
+	// OnAttack, when set, is called as the attack starts (after users,
+	// tokens and the voucher are ready), e.g. to start a CPU profile of
+	// the target.
+	OnAttack func()
 }
 
 // Defaults fills in the scenario's stock and attempts where unset.
@@ -323,6 +327,9 @@ func attack(cfg Config, targets []vegeta.Target) ([]Outcome, time.Duration) {
 	var ok atomic.Int64
 	var done atomic.Int64
 	start := time.Now()
+	if cfg.OnAttack != nil {
+		cfg.OnAttack()
+	}
 	stopProgress := progress(cfg, len(targets), start, &done, &ok)
 	var last time.Time
 	for res := range attacker.Attack(targeter, pacer, cfg.MaxDuration, cfg.Endpoint.Name) {

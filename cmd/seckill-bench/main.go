@@ -59,6 +59,8 @@ type options struct {
 	tickets                         bool
 	challenge                       string
 	plot                            string
+	profileURL, profile             string
+	profileFor                      time.Duration
 }
 
 func parse(args []string, stderr io.Writer) (options, error) {
@@ -76,6 +78,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.concurrency, "concurrency", 64, "requests in flight at most")
 	fs.IntVar(&o.rate, "rate", 0, "requests per second (0: as fast as --concurrency allows)")
 	fs.DurationVar(&o.maxDuration, "max-duration", 20*time.Second, "stop each attack after this")
+	fs.StringVar(&o.profileURL, "profile-url", "", "the service's PPROF_ADDR as a URL (http://127.0.0.1:6060): with --profile, a CPU profile of each attack on target service is taken from it")
+	fs.StringVar(&o.profile, "profile", "", "write each service attack's CPU profile to <this>-<scenario>.pprof (needs --profile-url)")
+	fs.DurationVar(&o.profileFor, "profile-seconds", 5*time.Second, "how long each CPU profile runs from the attack's start")
 	fs.StringVar(&o.secret, "jwt-secret", os.Getenv("JWT_SECRET"), "HS256 secret of the targets (env JWT_SECRET)")
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "the service's Postgres, read for its orders; the reference gets a database of its own on the same server (env DATABASE_URL)")
 	fs.StringVar(&o.redisURL, "redis-url", os.Getenv("REDIS_URL"), "the service's Redis, measured (CPU, commands per request); the reference uses it too, under keys of its own (env REDIS_URL)")
@@ -143,7 +148,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				PerUserLimit: o.perUser, Segments: o.segments, Concurrency: o.concurrency, Rate: o.rate, MaxDuration: o.maxDuration,
 				Secret: o.secret, RequestIDs: o.requestIDs, Progress: stderr,
 				Tickets: o.tickets, Challenge: strings.ToUpper(o.challenge)}
+			var prof *cpuProfile
+			if o.profile != "" && o.profileURL != "" && ep.Name == "service" {
+				prof = &cpuProfile{url: o.profileURL, seconds: o.profileFor, out: o.profile + "-" + sc + ".pprof"}
+				cfg.OnAttack = func() { prof.start(ctx) }
+			}
 			rep, err := sale.Run(ctx, cfg)
+			if perr := prof.wait(); perr != nil {
+				fmt.Fprintf(stderr, "%s %s: no CPU profile: %v\n", ep.Name, sc, perr)
+			}
 			if errors.Is(err, sale.ErrNoRedPackets) {
 				fmt.Fprintf(stderr, "%s: red-packet not run: %v\n", ep.Name, err)
 				continue

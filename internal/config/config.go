@@ -131,6 +131,8 @@ type Config struct {
 	GateRefresh         time.Duration
 
 	Introspection bool // schema introspection on /query
+	// PprofAddr, if set, serves Go's profiles on a listener of its own.
+	PprofAddr string
 	// CompiledGrabs answers known grab documents without gqlgen's
 	// executor, with the same bytes (graph.compiledGrabs).
 	CompiledGrabs bool

@@ -265,6 +265,7 @@ var settings = []setting{
 	durationVar("GATE_REFRESH", gate.RefreshDefault, "how often every node re-reads the blocklist and the cached vouchers' gates, besides pub/sub announcements", func(c *Config) *time.Duration { return &c.GateRefresh }).
 		checked(positiveDuration(func(c Config) time.Duration { return c.GateRefresh })),
 	boolVar("INTROSPECTION", "true", "allow schema introspection", func(c *Config) *bool { return &c.Introspection }),
+	stringVar("PPROF_ADDR", "", "serve Go's profiles (/debug/pprof/) on this address, a listener of its own; keep it private (empty = off)", func(c *Config) *string { return &c.PprofAddr }),
 	boolVar("GRAPHQL_COMPILED_GRABS", "true", "answer plain seckillVoucher documents on the compiled path (the same answers as gqlgen's, a fraction of the CPU)", func(c *Config) *bool { return &c.CompiledGrabs }),
 	boolVar("DEMO", "", "create a demo voucher and print tokens; default on when embedded", func(c *Config) *bool { return &c.Demo }).
 		derived(func(c *Config) { c.Demo = c.Embedded() }),
