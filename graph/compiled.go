@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"mime"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/99designs/gqlgen/graphql"
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -44,9 +47,9 @@ import (
 // anything has been counted or charged, so it is answered as it always
 // was.
 type compiledGrabs struct {
-	next     http.Handler
 	schema   *ast.Schema
 	mutation MutationResolver
+	tokens   *auth.Tokens
 	present  graphql.ErrorPresenterFunc
 	recover  graphql.RecoverFunc
 	flood    *floodShedder // nil: off
@@ -55,8 +58,16 @@ type compiledGrabs struct {
 	// fills: a hash-only request names its text there.
 	persisted graphql.Cache[string]
 	// plans maps a document's text to its plan, or to nil for a text that
-	// is not a plain grab, so that neither is parsed twice.
+	// is not a plain grab, so that neither is parsed twice. last is the
+	// plan used last, compared with a request's text in place, without
+	// decoding it: in a sale, clients send one document.
 	plans *lru.Cache[string, *grabPlan]
+	last  atomic.Pointer[textPlan]
+}
+
+type textPlan struct {
+	text string
+	plan *grabPlan
 }
 
 // compiledServed counts the answers the compiled path wrote; grab_total
@@ -84,18 +95,19 @@ var (
 	persistedMarker = []byte("persistedQuery")
 )
 
-func newCompiledGrabs(next http.Handler, es graphql.ExecutableSchema, mutation MutationResolver, present graphql.ErrorPresenterFunc, rec graphql.RecoverFunc, flood *floodShedder, lim Limits, persisted graphql.Cache[string]) *compiledGrabs {
+func newCompiledGrabs(es graphql.ExecutableSchema, mutation MutationResolver, tokens *auth.Tokens, present graphql.ErrorPresenterFunc, rec graphql.RecoverFunc, flood *floodShedder, lim Limits, persisted graphql.Cache[string]) *compiledGrabs {
 	plans, err := lru.New[string, *grabPlan](compiledCacheSize)
 	if err != nil {
 		panic(err) // only for a non-positive size
 	}
-	return &compiledGrabs{next: next, schema: es.Schema(), mutation: mutation, present: present, recover: rec, flood: flood, lim: lim, persisted: persisted, plans: plans}
+	return &compiledGrabs{schema: es.Schema(), mutation: mutation, tokens: tokens, present: present, recover: rec, flood: flood, lim: lim, persisted: persisted, plans: plans}
 }
 
-// grabParams is the part of a GraphQL-over-HTTP body the compiled path
-// reads. encoding/json matches keys as gqlgen's decoder does (the same
-// struct tags, case-insensitive, the last duplicate wins).
-type grabParams struct {
+// persistedParams is a body that names a persisted query by its hash,
+// read with encoding/json (as gqlgen reads it: the same struct tags,
+// case-insensitive, the last duplicate wins); this shape is rare enough
+// not to need scanGrabBody's speed.
+type persistedParams struct {
 	Query         string                     `json:"query"`
 	OperationName string                     `json:"operationName"`
 	Variables     map[string]json.RawMessage `json:"variables"`
@@ -107,58 +119,92 @@ type grabParams struct {
 	} `json:"extensions"`
 }
 
-var grabParamsPool = sync.Pool{New: func() any { return new(grabParams) }}
+var grabBodyPool = sync.Pool{New: func() any { return new(grabBody) }}
 
-func (c *compiledGrabs) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !c.serve(w, r) {
-		c.next.ServeHTTP(w, r)
-	}
-}
-
-// serve answers r if its plan covers it and reports whether it did; it
-// changes nothing (and reads the body only from the guard's copy) when it
-// does not.
-func (c *compiledGrabs) serve(w http.ResponseWriter, r *http.Request) bool {
-	body, ok := r.Body.(*guardedBody)
-	if !ok || r.Method != http.MethodPost || !(bytes.Contains(body.b, grabMarker) || bytes.Contains(body.b, persistedMarker)) {
+// serve answers a POST body (read whole by the request guard) if a plan
+// covers it, and reports whether it did. When it does not, it has changed
+// and charged nothing, and the guard hands the request to gqlgen. A body
+// it answers was scanned whole as valid JSON.
+func (c *compiledGrabs) serve(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	if !bytes.Contains(body, grabMarker) && !bytes.Contains(body, persistedMarker) {
 		return false
 	}
-	p := grabParamsPool.Get().(*grabParams)
+	gb := grabBodyPool.Get().(*grabBody)
 	defer func() {
-		*p = grabParams{}
-		grabParamsPool.Put(p)
+		gb.reset()
+		grabBodyPool.Put(gb)
 	}()
-	if json.Unmarshal(body.b, p) != nil {
-		return false
-	}
-	text := p.Query
-	if ext := p.Extensions; ext != nil && ext.PersistedQuery != nil {
-		// Registering (text and hash) is gqlgen's; a hash alone names a
-		// text it registered, and a wrong version is its to refuse.
-		if text != "" || ext.PersistedQuery.Version != 1 || c.persisted == nil {
+	var plan *grabPlan
+	if scanGrabBody(body, gb) {
+		if gb.queryTok == nil {
 			return false
 		}
-		if text, ok = c.persisted.Get(r.Context(), ext.PersistedQuery.Hash); !ok {
-			return false
-		}
-	}
-	plan := c.plan(text)
-	if plan == nil || (p.OperationName != "" && p.OperationName != plan.name) {
+		plan = c.planFor(gb)
+	} else if plan = c.persistedPlan(r.Context(), body, gb); plan == nil {
 		return false
 	}
-	args, ok := plan.args(p.Variables)
+	if plan == nil || (gb.opName != "" && gb.opName != plan.name) {
+		return false
+	}
+	args, ok := plan.args(gb)
 	if !ok {
 		return false
 	}
-	c.run(w, r, plan, args)
+	ctx := r.Context()
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		ctx = context.WithValue(ctx, clientIPKey{}, host)
+	}
+	if h := r.Header.Get("Authorization"); h != "" {
+		id, err := c.tokens.VerifyHeader(h)
+		ctx = auth.WithIdentity(ctx, id, err)
+	}
+	c.run(ctx, w, r, plan, args)
 	return true
+}
+
+// planFor returns the plan of the body's text: the last plan when the
+// text is the same bytes, else the cache's (compiling it the first time).
+func (c *compiledGrabs) planFor(gb *grabBody) *grabPlan {
+	if last := c.last.Load(); last != nil && !gb.escaped && string(gb.queryTok[1:len(gb.queryTok)-1]) == last.text {
+		return last.plan
+	}
+	text, ok := decodeString(gb.queryTok, gb.escaped)
+	if !ok {
+		return nil
+	}
+	plan := c.plan(text)
+	if plan != nil {
+		c.last.Store(&textPlan{text: text, plan: plan})
+	}
+	return plan
+}
+
+// persistedPlan reads a body that names a registered persisted query by
+// its hash alone, filling gb's operation name and variables. Registering
+// one (text and hash) is gqlgen's, and so is a body of any other shape.
+func (c *compiledGrabs) persistedPlan(ctx context.Context, body []byte, gb *grabBody) *grabPlan {
+	if c.persisted == nil || !bytes.Contains(body, persistedMarker) {
+		return nil
+	}
+	var p persistedParams
+	if json.Unmarshal(body, &p) != nil || p.Query != "" || p.Extensions == nil || p.Extensions.PersistedQuery == nil || p.Extensions.PersistedQuery.Version != 1 {
+		return nil
+	}
+	text, ok := c.persisted.Get(ctx, p.Extensions.PersistedQuery.Hash)
+	if !ok {
+		return nil
+	}
+	gb.opName = p.OperationName
+	for name, raw := range p.Variables {
+		gb.vars = append(gb.vars, rawVar{name: []byte(name), raw: raw})
+	}
+	return c.plan(text)
 }
 
 // run answers a grab the plan covers: the checks of admission and
 // operationPolicy that apply to a grab, in their order, then the resolver.
-func (c *compiledGrabs) run(w http.ResponseWriter, r *http.Request, plan *grabPlan, args grabArgs) {
+func (c *compiledGrabs) run(ctx context.Context, w http.ResponseWriter, r *http.Request, plan *grabPlan, args grabArgs) {
 	compiledServed.Inc()
-	ctx := r.Context()
 	ct := responseContentType(r)
 	if c.flood != nil {
 		if ok, wait := c.flood.allow(clientIP(ctx)); !ok {
@@ -474,26 +520,24 @@ func compileArg(a *ast.Argument, vars map[string]*ast.VariableDefinition, dst *p
 // args resolves the plan's arguments from the request's variables, as
 // gqlgen coerces them; false when a value is one it would refuse or
 // coerce differently (it then answers the request itself).
-func (p *grabPlan) args(vars map[string]json.RawMessage) (grabArgs, bool) {
+func (p *grabPlan) args(gb *grabBody) (grabArgs, bool) {
 	var out grabArgs
 	if p.voucher.variable == "" {
 		out.voucherID = p.voucher.id
 	} else {
-		raw, ok := vars[p.voucher.variable]
+		raw, ok := gb.lookup(p.voucher.variable)
 		if !ok {
 			return out, false
 		}
-		id, ok := idValue(raw)
-		if !ok {
+		if out.voucherID, ok = idValue(raw); !ok {
 			return out, false
 		}
-		out.voucherID = id
 	}
 	var ok bool
-	if out.requestID, ok = p.requestID.string(vars); !ok {
+	if out.requestID, ok = p.requestID.string(gb); !ok {
 		return out, false
 	}
-	if out.ticket, ok = p.ticket.string(vars); !ok {
+	if out.ticket, ok = p.ticket.string(gb); !ok {
 		return out, false
 	}
 	return out, true
@@ -501,35 +545,55 @@ func (p *grabPlan) args(vars map[string]json.RawMessage) (grabArgs, bool) {
 
 // string resolves a String argument: a literal, absent, or a variable
 // that holds a JSON string (or null, or is missing, when it may be null).
-func (a planArg) string(vars map[string]json.RawMessage) (*string, bool) {
+func (a planArg) string(gb *grabBody) (*string, bool) {
 	if a.variable == "" {
 		return a.str, true
 	}
-	raw, ok := vars[a.variable]
+	raw, ok := gb.lookup(a.variable)
 	if !ok || string(raw) == "null" {
 		return nil, !a.nonNull
 	}
-	if len(raw) == 0 || raw[0] != '"' {
+	if len(raw) < 2 || raw[0] != '"' {
 		return nil, false
 	}
-	var s string
-	if json.Unmarshal(raw, &s) != nil {
+	s, ok := decodeString(raw, needsDecoding(raw))
+	if !ok {
 		return nil, false
 	}
 	return &s, true
 }
 
-// idValue reads an ID variable: a JSON string or an integer, in the one
-// spelling model.UnmarshalID accepts.
-func idValue(raw json.RawMessage) (int64, bool) {
+// needsDecoding reports a string token with an escape or a byte outside
+// ASCII.
+func needsDecoding(tok []byte) bool {
+	for _, c := range tok[1 : len(tok)-1] {
+		if c == '\\' || c >= 0x80 {
+			return true
+		}
+	}
+	return false
+}
+
+// idValue reads an ID variable as model.UnmarshalID does (a JSON string
+// or an integer, a positive decimal in its one spelling): the common
+// case, plain digits, without allocating; anything else through
+// UnmarshalID itself.
+func idValue(raw []byte) (int64, bool) {
+	digits := raw
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
+		digits = raw[1 : len(raw)-1]
+	}
+	if id, ok := canonicalID(digits); ok {
+		return id, true
+	}
 	if len(raw) == 0 {
 		return 0, false
 	}
 	var v any
 	switch raw[0] {
 	case '"':
-		var s string
-		if json.Unmarshal(raw, &s) != nil {
+		s, ok := decodeString(raw, needsDecoding(raw))
+		if !ok {
 			return 0, false
 		}
 		v = s
@@ -540,6 +604,26 @@ func idValue(raw json.RawMessage) (int64, bool) {
 	}
 	id, err := model.UnmarshalID(v)
 	return id, err == nil
+}
+
+// canonicalID parses a positive decimal without sign or leading zero that
+// fits in an int64: exactly what model.UnmarshalID accepts of digits.
+func canonicalID(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 19 || b[0] < '1' || b[0] > '9' {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := int64(c - '0')
+		if n > (math.MaxInt64-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
+	}
+	return n, true
 }
 
 // render writes the grab's data object, as gqlgen's field set would.
@@ -571,13 +655,3 @@ func (p *grabPlan) render(buf *bytes.Buffer, res *model.SeckillResult) {
 	}
 	buf.WriteString("}}")
 }
-
-// guardedBody is a POST body the request guard has read whole: gqlgen
-// reads it as any body, and the compiled path looks at its bytes without
-// copying them.
-type guardedBody struct {
-	*bytes.Reader
-	b []byte
-}
-
-func (guardedBody) Close() error { return nil }

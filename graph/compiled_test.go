@@ -373,3 +373,28 @@ func BenchmarkGrabLayer(b *testing.B) {
 		})
 	}
 }
+
+// FuzzCompiledGrabAnswersAsGqlgen sends any body to the twin handlers of
+// TestCompiledGrabAnswersAsGqlgen: whichever path answers, a client must
+// not be able to tell them apart.
+func FuzzCompiledGrabAnswersAsGqlgen(f *testing.F) {
+	tokens := auth.NewTokens("compiled-test-secret-0123456789")
+	user, err := tokens.Issue(auth.Identity{UserID: 42, Role: auth.RoleUser}, time.Hour)
+	if err != nil {
+		f.Fatal(err)
+	}
+	compiled, gqlgen := twinHandlers(f, tokens, 0)
+	for _, seed := range []string{
+		body(`mutation($v: ID!) { seckillVoucher(voucherId: $v) { code orderId message } }`, map[string]any{"v": "1"}),
+		body(`mutation Grab($v: ID!, $r: String, $t: String) { seckillVoucher(voucherId: $v, requestId: $r, ticket: $t) { __typename message code orderId } }`, map[string]any{"v": "9", "r": "k", "t": "forged"}, "operationName", "Grab"),
+		body(`mutation { g: seckillVoucher(voucherId: 7) { c: code } }`, nil),
+		`{"query":"mutation($v: ID!) { seckillVoucher(voucherId: $v) { code } }","variables":{"v":1e0}}`,
+		`{"query":"mutation($v: ID!) { seckillVoucher(voucherId: $v) { code } }","variables":{"v":"2","v":"99"}}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		req := twinRequest{body: string(b), authorization: "Bearer " + user}
+		sameAnswer(t, send(compiled, req), send(gqlgen, req))
+	})
+}

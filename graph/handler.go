@@ -149,14 +149,13 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	srv.Use(extension.FixedComplexityLimit(lim.MaxComplexity))
 	srv.Use(depthLimit{max: lim.MaxDepth, introspectionMax: lim.MaxIntrospectionDepth})
 	srv.Use(answerCap{max: lim.MaxAnswerBytes})
-	// The compiled path reads the guard's copy of the body, so it sits
-	// outside the body limit (which the guard has applied already).
-	gql := http.MaxBytesHandler(srv, lim.MaxBodyBytes)
+	var fast *compiledGrabs
 	if opts.CompiledGrabs {
-		gql = newCompiledGrabs(gql, es, r.Mutation(), present, recoverPanic(opts.Log), flood, lim, persisted)
+		fast = newCompiledGrabs(es, r.Mutation(), opts.Tokens, present, recoverPanic(opts.Log), flood, lim, persisted)
 	}
 	return requestGuard{
-		next:        withClientIP(opts.Tokens.Middleware(gql)),
+		next:        http.MaxBytesHandler(withClientIP(opts.Tokens.Middleware(srv)), lim.MaxBodyBytes),
+		fast:        fast,
 		present:     present,
 		maxURLQuery: int(lim.MaxBodyBytes),
 		maxBody:     lim.MaxBodyBytes,

@@ -32,9 +32,11 @@ import (
 // transports route any Upgrade header there (curl --http2 sends
 // "Upgrade: h2c" with a plain POST).
 //
-// POST application/json, the hot path, costs a header comparison, a copy
-// of its (small) body and a validity scan here; only GET requests are
-// parsed twice, and GET is not the hot path.
+// POST application/json, the hot path, costs a header comparison and a
+// copy of its (small) body here; a grab the compiled path covers is
+// answered from that copy (compiledGrabs), anything else gets a validity
+// scan and goes on to gqlgen. Only GET requests are parsed twice, and GET
+// is not the hot path.
 type requestGuard struct {
 	next        http.Handler
 	present     graphql.ErrorPresenterFunc
@@ -44,6 +46,9 @@ type requestGuard struct {
 	// persisted is the automatic-persisted-query cache, to find the
 	// operation a GET names by its hash alone.
 	persisted graphql.Cache[string]
+	// fast, if set, answers the grab documents it covers (compiledGrabs)
+	// before anything else reads the body.
+	fast *compiledGrabs
 }
 
 func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -69,7 +74,14 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			g.reject(w, r, status, "%s", msg)
 			return
 		}
-		r.Body, r.ContentLength = &guardedBody{Reader: bytes.NewReader(body), b: body}, int64(len(body))
+		if g.fast != nil && g.fast.serve(w, r, body) {
+			return // a grab the compiled path answered: its body was valid JSON
+		}
+		if !json.Valid(body) {
+			g.reject(w, r, http.StatusBadRequest, "%s", badBodyMessage)
+			return
+		}
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	case r.Method == http.MethodGet:
 		if status, msg := checkGET(r.Context(), r.URL.RawQuery, g.maxTokens, g.persisted); status != 0 {
 			if status == http.StatusMethodNotAllowed {
@@ -87,10 +99,11 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.next.ServeHTTP(w, r)
 }
 
-// readBody reads a POST body whole, at most maxBody bytes, and checks it
-// is exactly one JSON value: gqlgen decodes the first value and would run
-// it whatever follows. A malformed body gets gqlgen's (tidied) answer, so
-// the client hears the same either way.
+// readBody reads a POST body whole, at most maxBody bytes. ServeHTTP then
+// checks it is exactly one JSON value (unless the compiled path answered
+// it, having scanned it whole): gqlgen decodes the first value and would
+// run it whatever follows. A malformed body gets gqlgen's (tidied)
+// answer, so the client hears the same either way.
 func (g requestGuard) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, string) {
 	tooLarge := fmt.Sprintf("the request body is over %d bytes", g.maxBody)
 	if r.ContentLength > g.maxBody {
@@ -103,8 +116,6 @@ func (g requestGuard) readBody(w http.ResponseWriter, r *http.Request) ([]byte, 
 		return nil, http.StatusRequestEntityTooLarge, tooLarge
 	case err != nil:
 		return nil, http.StatusBadRequest, "the request body could not be read"
-	case !json.Valid(body):
-		return nil, http.StatusBadRequest, badBodyMessage
 	}
 	return body, 0, ""
 }

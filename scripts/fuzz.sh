@@ -21,6 +21,8 @@ targets=(
   ./graph FuzzDecodeCursor
   ./graph FuzzQueryBody
   ./graph FuzzQueryVariables
+  ./graph FuzzScanGrabBodyAgreesWithEncodingJSON
+  ./graph FuzzCompiledGrabAnswersAsGqlgen
 )
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
