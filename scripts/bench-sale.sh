@@ -12,7 +12,8 @@
 # start the same build with GRAPHQL_COMPILED_GRABS=false on the same Redis
 # and database and measure it as target "gqlgen"; 0: not), PLOT
 # (docs/bench-sale.png; empty for none), BENCH_FLAGS (more flags, e.g.
-# --json or --rate 5000), PROFILE (a path prefix: the service serves
+# --json or --rate 5000), SERVICE_ENV (settings for the service, e.g.
+# "GOGC=200 GOMEMLIMIT=150MiB"), PROFILE (a path prefix: the service serves
 # PPROF_ADDR and each service attack's CPU profile is written to
 # <prefix>-<scenario>.pprof). Postgres comes from TEST_DATABASE_URL, else
 # scripts/test-services.sh finds or sets one up.
@@ -78,14 +79,17 @@ sport=$(free_port)
 profile_flags=()
 if [ -n "${PROFILE:-}" ]; then
 	pport=$(free_port)
-	start_service service "$sport" PPROF_ADDR="127.0.0.1:$pport"
+	# shellcheck disable=SC2086 # SERVICE_ENV is a list of settings
+	start_service service "$sport" PPROF_ADDR="127.0.0.1:$pport" ${SERVICE_ENV:-}
 	profile_flags=(--profile-url "http://127.0.0.1:$pport" --profile "$PROFILE")
 else
-	start_service service "$sport"
+	# shellcheck disable=SC2086
+	start_service service "$sport" ${SERVICE_ENV:-}
 fi
 if [ "${GQLGEN:-1}" = 1 ]; then
 	gport=$(free_port)
-	start_service gqlgen "$gport" GRAPHQL_COMPILED_GRABS=false
+	# shellcheck disable=SC2086
+	start_service gqlgen "$gport" GRAPHQL_COMPILED_GRABS=false ${SERVICE_ENV:-}
 	TARGETS="$TARGETS,gqlgen=http://127.0.0.1:$gport"
 fi
 
