@@ -54,3 +54,13 @@ cluster-demo:
 .PHONY: bench-sale
 bench-sale:
 	./scripts/bench-sale.sh
+
+# The fixed-rate growth run (issue 13): one sale at RATE grabs/s for ten
+# minutes against the service alone, its goroutines, RSS and live heap
+# sampled every 30 s into SAMPLE (docs/BENCHMARKS.md).
+SOAK_RATE ?= 500
+.PHONY: soak
+soak:
+	USERS=$$(( $(SOAK_RATE) * 600 )) SCENARIOS=sold-out TARGETS=service GQLGEN=0 PLOT= \
+		SAMPLE=$${SAMPLE:-soak-samples.txt} BENCH_FLAGS="--rate $(SOAK_RATE) --max-duration 10m" \
+		./scripts/bench-sale.sh

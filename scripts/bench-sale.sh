@@ -13,7 +13,10 @@
 # and database and measure it as target "gqlgen"; 0: not), PLOT
 # (docs/bench-sale.png; empty for none), BENCH_FLAGS (more flags, e.g.
 # --json or --rate 5000), SERVICE_ENV (settings for the service, e.g.
-# "GOGC=200 GOMEMLIMIT=150MiB"), PROFILE (a path prefix: the service serves
+# "GOGC=200 GOMEMLIMIT=150MiB"), SAMPLE (a file: every SAMPLE_EVERY
+# seconds, 30 by default, the service's goroutines, RSS and live heap are
+# appended to it, for the fixed-rate growth run; see docs/BENCHMARKS.md),
+# PROFILE (a path prefix: the service serves
 # PPROF_ADDR and each service attack's CPU profile is written to
 # <prefix>-<scenario>.pprof). Postgres comes from TEST_DATABASE_URL, else
 # scripts/test-services.sh finds or sets one up.
@@ -91,6 +94,22 @@ if [ "${GQLGEN:-1}" = 1 ]; then
 	# shellcheck disable=SC2086
 	start_service gqlgen "$gport" GRAPHQL_COMPILED_GRABS=false ${SERVICE_ENV:-}
 	TARGETS="$TARGETS,gqlgen=http://127.0.0.1:$gport"
+fi
+
+if [ -n "${SAMPLE:-}" ]; then
+	# One line per sample: seconds since the start, goroutines, RSS bytes,
+	# live heap bytes (the service's own Prometheus metrics).
+	(
+		t0=$(date +%s)
+		while sleep "${SAMPLE_EVERY:-30}"; do
+			m=$(curl -fsS "http://127.0.0.1:$sport/metrics" 2>/dev/null) || continue
+			printf '%s %s %s %s\n' "$(($(date +%s) - t0))" \
+				"$(awk '$1 == "go_goroutines" {print $2}' <<<"$m")" \
+				"$(awk '$1 == "process_resident_memory_bytes" {printf "%.0f", $2}' <<<"$m")" \
+				"$(awk '$1 == "go_memstats_heap_inuse_bytes" {printf "%.0f", $2}' <<<"$m")"
+		done
+	) >>"$SAMPLE" &
+	pids+=($!)
 fi
 
 echo "bench-sale: $(nproc) cores, $(uname -sr), load generator on the same machine" >&2

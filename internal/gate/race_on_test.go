@@ -2,6 +2,6 @@
 
 package gate
 
-// raceEnabled: the race detector slows every memory access several-fold,
-// so CPU budgets are not asserted under it.
+// raceEnabled: the race detector changes allocation counts (sync.Pool
+// drops items at random under it), so they are not asserted under it.
 const raceEnabled = true
