@@ -235,7 +235,7 @@ func (c *compiledGrabs) run(ctx context.Context, w http.ResponseWriter, r *http.
 		c.writeErrors(ctx, w, ct, ast.Path{ast.PathName(plan.key)}, err)
 		return
 	}
-	w.Header().Set("Content-Type", ct)
+	w.Header()["Content-Type"] = ct
 	_, _ = w.Write(out)
 }
 
@@ -299,7 +299,7 @@ func (p *grabPlan) locate(err error) error {
 // presenter, on the grab's path when it came from the resolver (so data
 // is null, the field being non-null), or on no path when the operation
 // was refused before it ran.
-func (c *compiledGrabs) writeErrors(ctx context.Context, w http.ResponseWriter, contentType string, path ast.Path, err error) {
+func (c *compiledGrabs) writeErrors(ctx context.Context, w http.ResponseWriter, contentType []string, path ast.Path, err error) {
 	var gqlErr *gqlerror.Error
 	switch {
 	case errors.As(err, &gqlErr):
@@ -313,7 +313,7 @@ func (c *compiledGrabs) writeErrors(ctx context.Context, w http.ResponseWriter, 
 	if mErr != nil {
 		b = []byte(`{"errors":[{"message":"internal error","extensions":{"code":"INTERNAL"}}],"data":null}`)
 	}
-	w.Header().Set("Content-Type", contentType)
+	w.Header()["Content-Type"] = contentType
 	_, _ = w.Write(b)
 }
 
@@ -334,15 +334,13 @@ func needsHTMLEscape(b []byte) bool {
 }
 
 // responseContentType is the Content-Type gqlgen's POST transport answers
-// with for the request's Accept header (its default configuration).
-func responseContentType(r *http.Request) string {
-	const (
-		plain   = "application/json"
-		graphQL = "application/graphql-response+json"
-	)
+// with for the request's Accept header (its default configuration), as a
+// header value shared by every answer (net/http only reads it), so that
+// setting it allocates nothing.
+func responseContentType(r *http.Request) []string {
 	accept := r.Header.Get("Accept")
 	if accept == "" {
-		return plain
+		return plainJSON
 	}
 	for part := range strings.SplitSeq(accept, ",") {
 		mediaType, _, err := mime.ParseMediaType(strings.TrimSpace(part))
@@ -351,13 +349,18 @@ func responseContentType(r *http.Request) string {
 		}
 		switch mediaType {
 		case "*/*", "application/*", "application/json":
-			return plain
-		case graphQL:
-			return graphQL
+			return plainJSON
+		case graphQLJSON[0]:
+			return graphQLJSON
 		}
 	}
-	return graphQL
+	return graphQLJSON
 }
+
+var (
+	plainJSON   = []string{"application/json"}
+	graphQLJSON = []string{"application/graphql-response+json"}
+)
 
 // plan returns the text's plan, compiling it the first time; nil when
 // the text is not a grab document the compiled path covers.

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -69,7 +70,9 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			g.reject(w, r, http.StatusUnsupportedMediaType, "a POST request must have Content-Type application/json")
 			return
 		}
-		body, status, msg := g.readBody(w, r)
+		buf := bodyBuffers.Get().(*bytes.Buffer)
+		defer putBodyBuffer(buf) // after gqlgen, below, has read it
+		body, status, msg := g.readBody(w, r, buf)
 		if status != 0 {
 			g.reject(w, r, status, "%s", msg)
 			return
@@ -104,20 +107,33 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // it, having scanned it whole): gqlgen decodes the first value and would
 // run it whatever follows. A malformed body gets gqlgen's (tidied)
 // answer, so the client hears the same either way.
-func (g requestGuard) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, string) {
-	tooLarge := fmt.Sprintf("the request body is over %d bytes", g.maxBody)
+func (g requestGuard) readBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) ([]byte, int, string) {
+	tooLarge := func() string { return fmt.Sprintf("the request body is over %d bytes", g.maxBody) }
 	if r.ContentLength > g.maxBody {
-		return nil, http.StatusRequestEntityTooLarge, tooLarge
+		return nil, http.StatusRequestEntityTooLarge, tooLarge()
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.maxBody))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, g.maxBody))
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		return nil, http.StatusRequestEntityTooLarge, tooLarge
+		return nil, http.StatusRequestEntityTooLarge, tooLarge()
 	case err != nil:
 		return nil, http.StatusBadRequest, "the request body could not be read"
 	}
-	return body, 0, ""
+	return buf.Bytes(), 0, ""
+}
+
+// bodyBuffers hold POST bodies while their request is served: a grab's
+// body is a few hundred bytes, read on every request of a sale.
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// putBodyBuffer returns a buffer to the pool unless a large body grew it
+// (up to MAX_BODY_BYTES): the pool keeps small ones only.
+func putBodyBuffer(b *bytes.Buffer) {
+	if b.Cap() <= 16<<10 {
+		b.Reset()
+		bodyBuffers.Put(b)
+	}
 }
 
 // isWebsocketHandshake reports a websocket opening handshake (RFC 6455
