@@ -179,7 +179,6 @@ func TestMetricsAfterASale(t *testing.T) {
 		{"batch sizes: every grab that reached Redis", `flashsale_grab_batch_size_sum`, ge(stock), fmt.Sprintf(">= %d", stock)},
 		{"script latency: grab", `flashsale_redis_script_duration_seconds_count{script="grab"}`, gt(0), "> 0"},
 		{"script latency: claim", `flashsale_redis_script_duration_seconds_count{script="claim"}`, gt(0), "> 0"},
-		{"script latency: rate limits", `flashsale_redis_script_duration_seconds_count{script="rate_limit"}`, gt(0), "> 0"},
 		{"redis errors: none in a healthy sale", `flashsale_redis_errors_total{op="script"}`, eq(0), "0"},
 		{"redis errors: stream class exposed", `flashsale_redis_errors_total{op="stream"}`, eq(0), "0"},
 		{"redis errors: other commands", `flashsale_redis_errors_total{op="other"}`, eq(0), "0"},
@@ -194,7 +193,7 @@ func TestMetricsAfterASale(t *testing.T) {
 		{"dead letters by reason", `flashsale_orders_dead_total{reason="over_stock"}`, eq(0), "0"},
 		{"actors alive", `flashsale_actors_alive`, ge(1), ">= 1"},
 		{"subscriptions open", `flashsale_subscriptions_open`, eq(0), "0"},
-		{"rate-limit refusals: user", `flashsale_rate_limit_refusals_total{kind="user"}`, eq(1), "1"},
+		{"rate-limit refusals: user (counted in memory)", `flashsale_user_rate_limit_refusals_total`, eq(1), "1"},
 		{"rate-limit refusals: voucher", `flashsale_rate_limit_refusals_total{kind="voucher"}`, eq(0), "0"},
 		{"breaker state", `flashsale_breaker_state{store="redis"}`, eq(0), "0 (closed)"},
 	} {

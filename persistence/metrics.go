@@ -94,7 +94,7 @@ func init() {
 	for _, reason := range []string{DeadOverStock, DeadOverUserLimit, DeadIDCollision, DeadDuplicateRequest, DeadLostLoad, DeadUnknownVoucher, DeadMalformed, DeadRefused} {
 		ordersDead.WithLabelValues(reason)
 	}
-	for _, kind := range []string{"user", "ip", "voucher", "ip_request"} {
+	for _, kind := range []string{"ip", "voucher", "ip_request"} {
 		rateLimited.WithLabelValues(kind)
 	}
 }
