@@ -59,14 +59,17 @@ type compiledGrabs struct {
 	persisted graphql.Cache[string]
 	// plans maps a document's text to its plan, or to nil for a text that
 	// is not a plain grab, so that neither is parsed twice. last is the
-	// plan used last, compared with a request's text in place, without
-	// decoding it: in a sale, clients send one document.
+	// plan used last, compared with a request's string token in place,
+	// without decoding it: in a sale, clients send one document.
 	plans *lru.Cache[string, *grabPlan]
 	last  atomic.Pointer[textPlan]
 }
 
+// textPlan is a plan with the string token (quotes and escapes as sent)
+// its text last came in: a client's pretty-printed document holds
+// escapes, and comparing the token needs no decoding.
 type textPlan struct {
-	text string
+	tok  string
 	plan *grabPlan
 }
 
@@ -140,8 +143,11 @@ func (c *compiledGrabs) serve(w http.ResponseWriter, r *http.Request, body []byt
 			return false
 		}
 		plan = c.planFor(gb)
-	} else if plan = c.persistedPlan(r.Context(), body, gb); plan == nil {
-		return false
+	} else {
+		gb.reset() // what the scan read before it gave up
+		if plan = c.persistedPlan(r.Context(), body, gb); plan == nil {
+			return false
+		}
 	}
 	if plan == nil || (gb.opName != "" && gb.opName != plan.name) {
 		return false
@@ -165,7 +171,7 @@ func (c *compiledGrabs) serve(w http.ResponseWriter, r *http.Request, body []byt
 // planFor returns the plan of the body's text: the last plan when the
 // text is the same bytes, else the cache's (compiling it the first time).
 func (c *compiledGrabs) planFor(gb *grabBody) *grabPlan {
-	if last := c.last.Load(); last != nil && !gb.escaped && string(gb.queryTok[1:len(gb.queryTok)-1]) == last.text {
+	if last := c.last.Load(); last != nil && string(gb.queryTok) == last.tok {
 		return last.plan
 	}
 	text, ok := decodeString(gb.queryTok, gb.escaped)
@@ -174,7 +180,7 @@ func (c *compiledGrabs) planFor(gb *grabBody) *grabPlan {
 	}
 	plan := c.plan(text)
 	if plan != nil {
-		c.last.Store(&textPlan{text: text, plan: plan})
+		c.last.Store(&textPlan{tok: string(gb.queryTok), plan: plan})
 	}
 	return plan
 }

@@ -139,6 +139,18 @@ func (c *Config) Defaults() error {
 	return nil
 }
 
+// DurablePerSecond is the sale's OK orders over the time from the first
+// request until the database held every one of them (the attack and the
+// DB lag): what a shop sees, since an order counts once it is stored. A
+// design that answers fast and writes later is charged for the later;
+// false when the lag was not measured or nothing sold.
+func (r *Report) DurablePerSecond() (float64, bool) {
+	if r.DBLag == nil || r.OK == 0 {
+		return 0, false
+	}
+	return float64(r.OK) / (r.Elapsed + *r.DBLag).Seconds(), true
+}
+
 // Report is what a sale showed.
 type Report struct {
 	Target   string `json:"target"`

@@ -12,16 +12,20 @@ import (
 
 func printSummary(w io.Writer, reps []*sale.Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "target\tscenario\trequests\trps\tp50\tp90\tp99\tmax\tcpu/req\tbench cpu/req\tredis cpu/req\tredis cmds/req\tdb lag\tchecks")
+	fmt.Fprintln(tw, "target\tscenario\trequests\trps\tp50\tp90\tp99\tmax\tcpu/req\tbench cpu/req\tredis cpu/req\tredis cmds/req\tdb lag\tdurable/s\tchecks")
 	for _, r := range reps {
 		checks := "ok"
 		if len(r.Violations) > 0 {
 			checks = fmt.Sprintf("%d VIOLATIONS", len(r.Violations))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		durable := "-"
+		if d, ok := r.DurablePerSecond(); ok {
+			durable = fmt.Sprintf("%.0f", d)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			r.Target, r.Scenario, r.Requests, r.RPS,
 			ms(r.Latency.P50), ms(r.Latency.P90), ms(r.Latency.P99), ms(r.Latency.Max),
-			us(r.CPUPerRequest), us(r.GeneratorCPUPerRequest), us(r.RedisCPUPerRequest), num(r.RedisCommandsPerRequest), sec(r.DBLag), checks)
+			us(r.CPUPerRequest), us(r.GeneratorCPUPerRequest), us(r.RedisCPUPerRequest), num(r.RedisCommandsPerRequest), sec(r.DBLag), durable, checks)
 	}
 	tw.Flush()
 	for _, r := range reps {
@@ -78,6 +82,11 @@ func ratios(reps []*sale.Report) []string {
 				float64(s.Latency.P99)/float64(max(r.Latency.P99, 1)))
 			if s.CPUPerRequest != nil && r.CPUPerRequest != nil && *r.CPUPerRequest > 0 {
 				line += fmt.Sprintf(", cpu/req %.2f×", float64(*s.CPUPerRequest)/float64(*r.CPUPerRequest))
+			}
+			if sd, ok := s.DurablePerSecond(); ok {
+				if rd, ok := r.DurablePerSecond(); ok && rd > 0 {
+					line += fmt.Sprintf(", durable orders/s %.2f×", sd/rd)
+				}
 			}
 			out = append(out, line)
 		}
