@@ -141,6 +141,13 @@ func (rig *clusterRig) sale(voucherID string, users, attempts int, entries []*pr
 				tok, _ := rig.tokens.Issue(auth.Identity{UserID: u, Role: auth.RoleUser}, time.Hour)
 				req := fmt.Sprintf("a%d", attempt)
 				var code, id string
+				// A segment whose member died answers UNAVAILABLE until its
+				// lease expires (SEGMENT_LEASE_TTL, 3 s) and a new member
+				// takes it (up to the TTL and a second more), longer under
+				// -race on a busy machine: a client retrying with the same
+				// requestId for 30 s learns the first outcome, which counting
+				// tries (21, about 3 s) did not always reach.
+				giveUp := time.Now().Add(30 * time.Second)
 				for try := 0; ; try++ {
 					s.mu.Lock()
 					p := s.entries[int(u+int64(try))%len(s.entries)]
@@ -149,7 +156,8 @@ func (rig *clusterRig) sale(voucherID string, users, attempts int, entries []*pr
 					if code, id, err = grabWithKey(client, p.Base, tok, voucherID, req); err == nil && code != "UNAVAILABLE" {
 						break
 					}
-					if try >= 20 {
+					if time.Now().After(giveUp) {
+						rig.t.Logf("user %d gave up after %d tries: last answer %q, error %v", u, try+1, code, err)
 						code = "UNAVAILABLE"
 						break
 					}
