@@ -414,14 +414,6 @@ func postReport(t *testing.T, base, token, query string) map[string]any {
 	t.Helper()
 	start := time.Now()
 	for {
-		body, _ := json.Marshal(map[string]any{"query": query})
-		req, _ := http.NewRequest(http.MethodPost, base+"/query", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var out struct {
 			Data   map[string]any `json:"data"`
 			Errors []struct {
@@ -429,11 +421,7 @@ func postReport(t *testing.T, base, token, query string) map[string]any {
 				Extensions map[string]any `json:"extensions"`
 			} `json:"errors"`
 		}
-		err = json.NewDecoder(resp.Body).Decode(&out)
-		resp.Body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
+		postGraphQL(t, base, token, map[string]any{"query": query}, &out)
 		if len(out.Errors) == 0 {
 			if waited := time.Since(start); waited > 0 {
 				t.Logf("report answered after %v", waited.Round(time.Millisecond))

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -241,22 +240,14 @@ func TestMetricsAfterASale(t *testing.T) {
 // rate-limited grab is a RATE_LIMITED error, not data).
 func grabCode(t *testing.T, base, token, voucherID string) string {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"query": `mutation($id: ID!) { seckillVoucher(voucherId: $id) { code } }`, "variables": map[string]any{"id": voucherID}})
-	req, _ := http.NewRequest(http.MethodPost, base+"/query", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var out struct {
 		Data   *struct{ SeckillVoucher *struct{ Code string } }
 		Errors []struct{ Extensions struct{ Code string } }
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		t.Fatal(err)
-	}
+	postGraphQL(t, base, token, map[string]any{
+		"query":     `mutation($id: ID!) { seckillVoucher(voucherId: $id) { code } }`,
+		"variables": map[string]any{"id": voucherID},
+	}, &out)
 	if len(out.Errors) > 0 {
 		return out.Errors[0].Extensions.Code
 	}

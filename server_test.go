@@ -102,9 +102,11 @@ func startStoppableService(t *testing.T, env map[string]string) (base, admin, ba
 	return "", "", "", nil
 }
 
-func postQuery(t *testing.T, base, token, query string) map[string]any {
+// postGraphQL posts one GraphQL request (its JSON payload) to base with a
+// bearer token and decodes the answer into out.
+func postGraphQL(t *testing.T, base, token string, payload map[string]any, out any) {
 	t.Helper()
-	body, _ := json.Marshal(map[string]any{"query": query})
+	body, _ := json.Marshal(payload)
 	req, _ := http.NewRequest(http.MethodPost, base+"/query", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
@@ -113,10 +115,15 @@ func postQuery(t *testing.T, base, token, query string) map[string]any {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var out map[string]any
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func postQuery(t *testing.T, base, token, query string) map[string]any {
+	t.Helper()
+	var out map[string]any
+	postGraphQL(t, base, token, map[string]any{"query": query}, &out)
 	if out["errors"] != nil {
 		t.Fatalf("errors: %v", out["errors"])
 	}
