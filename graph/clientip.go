@@ -13,11 +13,17 @@ type clientIPKey struct{}
 // proxy should apply the per-IP limit itself.
 func withClientIP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-			r = r.WithContext(context.WithValue(r.Context(), clientIPKey{}, host))
-		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(withRemoteIP(r.Context(), r.RemoteAddr)))
 	})
+}
+
+// withRemoteIP is withClientIP for a context alone (the compiled grab
+// path, which passes its context on without cloning the request).
+func withRemoteIP(ctx context.Context, remoteAddr string) context.Context {
+	if host, _, err := net.SplitHostPort(remoteAddr); err == nil {
+		return context.WithValue(ctx, clientIPKey{}, host)
+	}
+	return ctx
 }
 
 func clientIP(ctx context.Context) string {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"mime"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -156,13 +155,9 @@ func (c *compiledGrabs) serve(w http.ResponseWriter, r *http.Request, body []byt
 	if !ok {
 		return false
 	}
-	ctx := r.Context()
-	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
-		ctx = context.WithValue(ctx, clientIPKey{}, host)
-	}
+	ctx := withRemoteIP(r.Context(), r.RemoteAddr)
 	if h := r.Header.Get("Authorization"); h != "" {
-		id, err := c.tokens.VerifyHeader(h)
-		ctx = auth.WithIdentity(ctx, id, err)
+		ctx = c.tokens.WithHeader(ctx, h)
 	}
 	c.run(ctx, w, r, plan, args)
 	return true

@@ -262,6 +262,14 @@ func (t *Tokens) VerifyHeader(h string) (Identity, error) {
 	return t.Verify(strings.TrimSpace(token))
 }
 
+// WithHeader verifies an Authorization header's token and returns ctx
+// carrying the identity or the verification error, as Middleware does for
+// a request (FromContext reads it).
+func (t *Tokens) WithHeader(ctx context.Context, header string) context.Context {
+	id, err := t.VerifyHeader(header)
+	return WithIdentity(ctx, id, err)
+}
+
 // Middleware authenticates each HTTP request's Authorization header and
 // stores the outcome in its context. It rejects nothing itself: which
 // operations need which role is the GraphQL layer's decision, and a
@@ -269,8 +277,7 @@ func (t *Tokens) VerifyHeader(h string) (Identity, error) {
 func (t *Tokens) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if h := r.Header.Get("Authorization"); h != "" {
-			id, err := t.VerifyHeader(h)
-			r = r.WithContext(WithIdentity(r.Context(), id, err))
+			r = r.WithContext(t.WithHeader(r.Context(), h))
 		}
 		next.ServeHTTP(w, r)
 	})
