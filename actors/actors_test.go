@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -366,6 +367,50 @@ func TestRedisLosingItsDataReactivatesTheVoucher(t *testing.T) {
 		Group("user_id").Scan(t.Context(), &perUser)
 	if err != nil || len(perUser) != 10 || slices.Max(perUser) != 1 {
 		t.Fatalf("orders per user in the database: %v (%v), want 10 users with one each", perUser, err)
+	}
+}
+
+// TestRedisLosingTheVoucherButNotItsFenceReactivatesIt: the voucher's
+// keys go (evicted, say) but its fencing token stays, so the next script
+// call passes the fence check and itself reports the voucher missing. Its
+// grabs must be re-routed to a new activation that reloads the voucher
+// from the database, never answered NOT_FOUND.
+func TestRedisLosingTheVoucherButNotItsFenceReactivatesIt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.live(t, 10, 1)
+	r := e.router(t, nil, actors.Options{})
+	w := e.writer(t)
+	for u := int64(1); u <= 4; u++ {
+		if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: u}).Code; c != domain.SeckillOK {
+			t.Fatalf("before the loss, user %d: %s", u, c)
+		}
+	}
+	drained(t, w)
+	keys, err := e.rdb.Keys(t.Context(), "{v"+strconv.FormatInt(id, 10)+"}*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if !strings.Contains(k, ":fence") {
+			if err := e.rdb.Del(t.Context(), k).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for u := int64(5); ; {
+		c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: u}).Code
+		if c == domain.SeckillOK {
+			break
+		}
+		if c != domain.SeckillUnavailable || time.Now().After(deadline) { // the reload holds its sales a moment
+			t.Fatalf("after the loss, user %d of a voucher with 6 units left: %s", u, c)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 1}).Code; c != domain.SeckillLimitReached {
+		t.Fatalf("after the reload, user 1 who holds an order: %s", c)
 	}
 }
 

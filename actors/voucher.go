@@ -78,6 +78,18 @@ type batchDone struct {
 	err      error
 	// dbSold counts the units the database fallback sold in this batch.
 	dbSold int
+	// answered: the batch's goroutine already gave every grab its result
+	// (final says when it may).
+	answered bool
+}
+
+// final reports whether the outcome answers each grab of the batch for
+// good, whatever the actor's state: the script ran under the newest fence
+// and found the voucher, or the rate limits turned every grab away before
+// it. A failed call, a stale fence and a vanished voucher are the actor's
+// to handle (onBatch): their grabs may be re-routed, not answered.
+func (d *batchDone) final() bool {
+	return d.err == nil && !d.out.Stale && (!d.scripted || d.out.State.Found)
 }
 
 // reload asks the actor to re-read the voucher's state from Redis.
@@ -466,13 +478,24 @@ func (a *voucherActor) flush(ctx actor.Context) {
 	a.inflight = true
 	batchSize.Observe(float64(len(batch)))
 	self, fence, view := ctx.Self(), a.fence, domain.RedisView{Remaining: a.state.Remaining, SeenAt: a.state.SeenAt}
+	key, segments := a.key(), a.state.Segments
 	go func() {
 		var d *batchDone
 		if h := a.r.opts.Redis; h != nil && !h.Usable() {
 			d = a.r.redisDown(a.id, view, batch)
 		} else {
-			out, scripted, err := a.r.runBatch(a.key(), fence, batch)
+			out, scripted, err := a.r.runBatch(key, fence, batch)
 			d = &batchDone{batch: batch, out: out, scripted: scripted, err: err}
+			if d.final() {
+				// The callers hear their answers now, not after one more
+				// hop through the actor's mailbox; the actor takes the
+				// outcome's news when batchDone reaches it.
+				for i, g := range batch {
+					g.deliver(out.Results[i], segments)
+					a.r.unqueue(g)
+				}
+				d.answered = true
+			}
 		}
 		a.r.system.Root.Send(self, d)
 	}()
@@ -527,7 +550,9 @@ func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
 		sold := d.dbSold > 0
 		for i, g := range d.batch {
 			sold = sold || d.out.Results[i].Code == domain.SeckillOK
-			a.answer(g, d.out.Results[i])
+			if !d.answered {
+				a.answer(g, d.out.Results[i])
+			}
 		}
 		if sold && a.r.opts.Sold != nil {
 			a.r.opts.Sold(a.id)
@@ -547,8 +572,14 @@ func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
 
 func (a *voucherActor) answer(g *grabMsg, res domain.GrabResult) {
 	g.deliver(res, a.state.Segments)
+	a.r.unqueue(g)
+}
+
+// unqueue counts an answered grab out of its voucher's and the node's
+// queues.
+func (r *Router) unqueue(g *grabMsg) {
 	g.ref.queued.Add(-1)
-	a.r.load.queued.Add(-1)
+	r.load.queued.Add(-1)
 }
 
 // runBatch admits the batch under the rate limits (one pipelined round
