@@ -118,7 +118,10 @@ func Migrate(ctx context.Context, db *bun.DB) error {
 	if err := migrations.Discover(sub); err != nil {
 		return fmt.Errorf("migrate: discover: %w", err)
 	}
-	m := migrate.NewMigrator(db, migrations, migrate.WithMarkAppliedOnSuccess(true))
+	// The migration files are Go templates: a statement only one dialect
+	// runs sits in {{if .Postgres}}.
+	m := migrate.NewMigrator(db, migrations, migrate.WithMarkAppliedOnSuccess(true),
+		migrate.WithTemplateData(struct{ Postgres bool }{IsPostgres(db)}))
 	if err := m.Init(ctx); err != nil {
 		return fmt.Errorf("migrate: init: %w", err)
 	}

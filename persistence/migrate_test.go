@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/uptrace/bun"
@@ -106,4 +107,28 @@ func TestMigrateConcurrentlyFromSeveralProcesses(t *testing.T) {
 	}
 	db := testenv.MustOpen(t, url)
 	assertSchema(t, db)
+}
+
+// TestOrderTablesCheckNoForeignKeyPerRow: on Postgres the tables the order
+// writer fills per order carry no foreign key (migration 20261123000001,
+// docs/DECISIONS.md "No foreign keys on the order tables"); the voucher's
+// seckill row keeps its own, and the writer refuses an order of an
+// unknown voucher itself (TestOrderWriterDeadLettersImpossibleOrders).
+func TestOrderTablesCheckNoForeignKeyPerRow(t *testing.T) {
+	t.Parallel()
+	db := testenv.MustPostgres(t)
+	var tables []string
+	err := db.NewSelect().TableExpr("pg_constraint").ColumnExpr("conrelid::regclass::text").
+		Where("contype = 'f'").Order("conname").Scan(t.Context(), &tables)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, per := range []string{"tb_voucher_order", "tb_voucher_user", "tb_stock_ledger"} {
+		if slices.Contains(tables, per) {
+			t.Errorf("%s has a foreign key: Postgres checks it on every order", per)
+		}
+	}
+	if !slices.Contains(tables, "tb_seckill_voucher") {
+		t.Errorf("tb_seckill_voucher lost its foreign key to tb_voucher (tables with keys: %v)", tables)
+	}
 }

@@ -192,8 +192,9 @@ func (w *OrderWriter) persist(ctx context.Context, entries []pendingOrder) error
 // attemptInsert runs one transaction inserting rows, under its own
 // deadline (AttemptTimeout): a database that stops answering without
 // closing the connection fails the attempt instead of hanging the writer.
-// Orders that adopt refuses (sold from a lost Redis load, see adopt) are
-// marked bad and the transaction is tried again without them.
+// Orders the transaction refuses for good (refusedOrders: of no seckill
+// voucher, or sold from a lost Redis load, see adopt) are marked bad and
+// the transaction is tried again without them.
 func (w *OrderWriter) attemptInsert(ctx context.Context, rows []orderRow, byID map[int64][]*pendingOrder) error {
 	for {
 		actx, cancel := context.WithTimeout(ctx, w.attempt)
@@ -201,16 +202,15 @@ func (w *OrderWriter) attemptInsert(ctx context.Context, rows []orderRow, byID m
 			return w.insertOrders(ctx, tx, rows, byID)
 		})
 		cancel()
-		var lost *lostOrders
-		if !errors.As(err, &lost) {
+		var refused *refusedOrders
+		if !errors.As(err, &refused) {
 			return err
 		}
 		keep := rows[:0:0]
 		for _, r := range rows {
-			if lost.ids[r.ID] {
+			if refused.ids[r.ID] {
 				for _, e := range byID[r.ID] {
-					e.bad = refuse(DeadLostLoad, fmt.Errorf("order %d was sold from a Redis load of voucher %d that was lost, "+
-						"and the reload from the database already sells again", r.ID, r.VoucherID))
+					e.bad = refuse(refused.reason, refused.explain(r))
 				}
 			} else {
 				keep = append(keep, r)
@@ -222,10 +222,23 @@ func (w *OrderWriter) attemptInsert(ctx context.Context, rows []orderRow, byID m
 	}
 }
 
-// lostOrders aborts a transaction holding orders that can no longer be
-// returned to their voucher's reloaded stock.
-type lostOrders struct{ ids map[int64]bool }
+// refusedOrders aborts a transaction holding orders that cannot be
+// persisted, for one reason: DeadUnknownVoucher (no seckill voucher by
+// that id) or DeadLostLoad (sold from a Redis load that was lost and can
+// no longer be taken back).
+type refusedOrders struct {
+	reason string
+	ids    map[int64]bool
+}
 
-func (l *lostOrders) Error() string {
-	return fmt.Sprintf("%d orders of a lost redis load can no longer be taken back", len(l.ids))
+func (l *refusedOrders) explain(r orderRow) error {
+	if l.reason == DeadUnknownVoucher {
+		return fmt.Errorf("order %d names voucher %d, which is no seckill voucher", r.ID, r.VoucherID)
+	}
+	return fmt.Errorf("order %d was sold from a Redis load of voucher %d that was lost, "+
+		"and the reload from the database already sells again", r.ID, r.VoucherID)
+}
+
+func (l *refusedOrders) Error() string {
+	return fmt.Sprintf("%d orders refused: %s", len(l.ids), l.reason)
 }

@@ -26,8 +26,10 @@ func TestOrderWriterDeadLettersImpossibleOrders(t *testing.T) {
 	now := time.Now()
 	// As Redis could only produce after losing its data: a second live
 	// order for user 1 (limit 1), an id already used by another order, and
-	// two more orders than the stock left; plus a malformed entry.
+	// two more orders than the stock left, an order of a voucher the
+	// database does not know; plus a malformed entry.
 	entry(entryValues(9_000_001, 1, v.ID, now, 1)...)
+	entry(entryValues(9_000_004, 60, 987_654_321, now, 1)...)
 	entry(entryValues(sold[0], 777, v.ID, now, 1)...)
 	entry(entryValues(9_000_002, 50, v.ID, now, 1)...)
 	entry(entryValues(9_000_003, 51, v.ID, now, 1)...)
@@ -46,7 +48,10 @@ func TestOrderWriterDeadLettersImpossibleOrders(t *testing.T) {
 			t.Fatalf("dead letter without its reason or origin: %+v", d)
 		}
 	}
-	want := map[string]int{persistence.DeadOverUserLimit: 1, persistence.DeadIDCollision: 1, persistence.DeadOverStock: 1, persistence.DeadMalformed: 1}
+	want := map[string]int{
+		persistence.DeadOverUserLimit: 1, persistence.DeadIDCollision: 1, persistence.DeadOverStock: 1,
+		persistence.DeadUnknownVoucher: 1, persistence.DeadMalformed: 1,
+	}
 	if !maps.Equal(reasons, want) {
 		t.Fatalf("dead letters by reason %v, want %v", reasons, want)
 	}

@@ -79,7 +79,7 @@ return {#fresh}
 // runs inside the transaction, before the commit, so that a crash cannot
 // persist an order and forget to adopt it; a retried transaction adopts
 // nothing twice. Orders that can no longer be adopted abort the
-// transaction with lostOrders: they are dead-lettered, never persisted
+// transaction with refusedOrders: they are dead-lettered, never persisted
 // beside units that were sold again.
 func (w *OrderWriter) adopt(ctx context.Context, inserted []int64, rowByID map[int64]*orderRow, byID map[int64][]*pendingOrder, locked map[int64]lockedVoucher) error {
 	perVoucher := map[int64][]any{}
@@ -91,7 +91,7 @@ func (w *OrderWriter) adopt(ctx context.Context, inserted []int64, rowByID map[i
 		}
 		perVoucher[o.VoucherID] = append(perVoucher[o.VoucherID], o.ID, o.UserID, deref(o.RequestID))
 	}
-	lost := &lostOrders{ids: map[int64]bool{}}
+	lost := &refusedOrders{reason: DeadLostLoad, ids: map[int64]bool{}}
 	for v, triples := range perVoucher {
 		args := append([]any{locked[v].stamp}, triples...)
 		keys := []string{metaKey(v), stockKey(v), usersKey(v), adoptedKey(v), reqKey(v)}
