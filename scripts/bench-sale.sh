@@ -13,12 +13,16 @@
 # and database and measure it as target "gqlgen"; 0: not), PLOT
 # (docs/bench-sale.png; empty for none), BENCH_FLAGS (more flags, e.g.
 # --json or --rate 5000), SERVICE_ENV (settings for the service, e.g.
-# "GOGC=200 GOMEMLIMIT=150MiB"), SAMPLE (a file: every SAMPLE_EVERY
+# "GOGC=200 GOMEMLIMIT=150MiB"), ALT_ENV (settings: also start the same
+# build with these on the same Redis and database and measure it as target
+# "alt", to compare settings in one run), SAMPLE (a file: every SAMPLE_EVERY
 # seconds, 30 by default, the service's goroutines, RSS and live heap are
 # appended to it, for the fixed-rate growth run; see docs/BENCHMARKS.md),
 # PROFILE (a path prefix: the service serves
 # PPROF_ADDR and each service attack's CPU profile is written to
-# <prefix>-<scenario>.pprof). Postgres comes from TEST_DATABASE_URL, else
+# <prefix>-<scenario>.pprof), REDIS_STATS (a file: the bench Redis's
+# INFO commandstats after the run, to see which commands its CPU went to).
+# Postgres comes from TEST_DATABASE_URL, else
 # scripts/test-services.sh finds or sets one up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -96,6 +100,13 @@ if [ "${GQLGEN:-1}" = 1 ]; then
 	TARGETS="$TARGETS,gqlgen=http://127.0.0.1:$gport"
 fi
 
+if [ -n "${ALT_ENV:-}" ]; then
+	aport=$(free_port)
+	# shellcheck disable=SC2086
+	start_service alt "$aport" ${SERVICE_ENV:-} $ALT_ENV
+	TARGETS="$TARGETS,alt=http://127.0.0.1:$aport"
+fi
+
 if [ -n "${SAMPLE:-}" ]; then
 	# One line per sample: seconds since the start, goroutines, RSS bytes,
 	# live heap bytes (the service's own Prometheus metrics).
@@ -120,3 +131,6 @@ if [ -n "$PLOT" ]; then plot_flag=(--plot "$PLOT"); fi
 	--url "http://127.0.0.1:$sport" --users "$USERS" --concurrency "$CONCURRENCY" \
 	--jwt-secret "$secret" --redis-url "$redis_url" --database-url "$db_url" \
 	"${plot_flag[@]}" "${profile_flags[@]}" ${BENCH_FLAGS:-}
+if [ -n "${REDIS_STATS:-}" ]; then
+	redis-cli -p "$rport" INFO commandstats | tr -d '\r' >"$REDIS_STATS"
+fi

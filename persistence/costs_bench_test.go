@@ -1,0 +1,138 @@
+package persistence_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"flashsale/bench/sale"
+	"flashsale/domain"
+	"flashsale/internal/testenv"
+	"flashsale/persistence"
+)
+
+// BenchmarkOrderCosts measures the CPU one sold order costs the machine
+// outside the service's request handling, as docs/BENCHMARKS.md uses it
+// for the floor of an in-stock grab: the grab script's Redis CPU per grab
+// at a rush's batch size, and the order writer's CPU per stored order in
+// Redis (reading, acknowledging and deleting the log), in Postgres (the
+// order, the live-order counter and the ledger row, batched) and in this
+// process. Redis is a private redis-server with the append-only file on,
+// as in the load tool's runs; Postgres is the test server, whose
+// processes' CPU is read from /proc, so it must run on this machine and
+// nothing else should use it meanwhile. One op is one order.
+//
+//	go test -run '^$' -bench BenchmarkOrderCosts -benchtime 20000x ./persistence/
+func BenchmarkOrderCosts(b *testing.B) {
+	db, srv := testenv.MustPostgres(b), testenv.MustRedis(b)
+	rdb := srv.Client()
+	ctx := context.Background()
+	if err := rdb.ConfigSet(ctx, "appendonly", "yes").Err(); err != nil {
+		b.Fatal(err)
+	}
+	const batch = 20 // about the script's batch size under a rush (docs/BENCHMARKS.md)
+	var user int64
+	b.Run("grab-script", func(b *testing.B) {
+		v := testenv.MustVoucher(b, db, rdb, testenv.VoucherSpec{Stock: b.N, Limit: 1})
+		g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(b, db)
+		fence, _, err := g.Claim(ctx, v.ID, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r0 := redisCPU(b, rdb)
+		b.ResetTimer()
+		for left := b.N; left > 0; left -= batch {
+			n := min(left, batch)
+			users := make([]int64, n)
+			for i := range users {
+				user++
+				users[i] = user
+			}
+			out, err := g.Grab(ctx, v.ID, 0, fence, grabs(b, ids, users...))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if out.Results[n-1].Code != domain.SeckillOK {
+				b.Fatalf("grab answered %s", out.Results[n-1].Code)
+			}
+		}
+		b.StopTimer()
+		b.ReportMetric(perOp(redisCPU(b, rdb)-r0, b.N), "redis-µs/grab")
+	})
+	b.Run("order-writer", func(b *testing.B) {
+		v := testenv.MustVoucher(b, db, rdb, testenv.VoucherSpec{Stock: b.N, Limit: 1})
+		sold := sell(b, db, rdb, v.ID, users(int(user)+1, b.N))
+		user += int64(b.N)
+		if len(sold) != b.N {
+			b.Fatalf("sold %d of %d", len(sold), b.N)
+		}
+		r0, p0, s0 := redisCPU(b, rdb), postgresCPU(b), selfCPU(b)
+		b.ResetTimer()
+		w := runWriter(b, db, rdb, persistence.OrderWriterOptions{})
+		drained(b, w, 5*time.Minute)
+		b.StopTimer()
+		b.ReportMetric(perOp(redisCPU(b, rdb)-r0, b.N), "redis-µs/order")
+		b.ReportMetric(perOp(postgresCPU(b)-p0, b.N), "postgres-µs/order")
+		b.ReportMetric(perOp(selfCPU(b)-s0, b.N), "writer-µs/order")
+		assertPersisted(b, db, v, sold)
+	})
+}
+
+func perOp(d time.Duration, n int) float64 { return float64(d.Nanoseconds()) / 1000 / float64(n) }
+
+// redisCPU is the CPU time the Redis server has used (INFO cpu).
+func redisCPU(tb testing.TB, rdb redis.UniversalClient) time.Duration {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var sum float64
+	for line := range strings.SplitSeq(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_sys" || k == "used_cpu_user" {
+			f, _ := strconv.ParseFloat(v, 64)
+			sum += f
+		}
+	}
+	return time.Duration(sum * float64(time.Second))
+}
+
+// postgresCPU is the CPU time of every process of this machine named
+// postgres (the server and its backends).
+func postgresCPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	comms, _ := filepath.Glob("/proc/[0-9]*/comm")
+	var sum time.Duration
+	found := false
+	for _, c := range comms {
+		name, err := os.ReadFile(c)
+		if err != nil || strings.TrimSpace(string(name)) != "postgres" {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(c)))
+		if d, err := sale.CPUTime(pid); err == nil {
+			sum, found = sum+d, true
+		}
+	}
+	if !found {
+		tb.Skip("no local postgres process to measure")
+	}
+	return sum
+}
+
+func selfCPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	d, err := sale.CPUTime(os.Getpid())
+	if err != nil {
+		tb.Fatal(fmt.Errorf("own CPU time: %w", err))
+	}
+	return d
+}
