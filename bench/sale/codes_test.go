@@ -66,6 +66,19 @@ func TestParseStatCPUAddsUserAndSystemTime(t *testing.T) {
 	}
 }
 
+func TestParseMachineCPUCountsBusyTimeOnly(t *testing.T) {
+	// user 100, nice 20, system 30, idle 9000, iowait 500, irq 40,
+	// softirq 10, steal 700 ticks: busy is 200 ticks.
+	stat := "cpu  100 20 30 9000 500 40 10 700 0 0\ncpu0 50 10 15 4500 250 20 5 350 0 0\n"
+	got, err := parseMachineCPU(stat)
+	if err != nil || got.Seconds() != 2 {
+		t.Errorf("parseMachineCPU = %v, %v; want 2s", got, err)
+	}
+	if _, err := parseMachineCPU("intr 1 2 3\n"); err == nil {
+		t.Error("a /proc/stat without its cpu line was read")
+	}
+}
+
 func TestRSSReadsThisProcess(t *testing.T) {
 	n, err := RSS(os.Getpid())
 	if err != nil || n < 1<<20 {

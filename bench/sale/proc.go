@@ -42,6 +42,64 @@ func cpuTimes(pids []int) (time.Duration, error) {
 	return sum, nil
 }
 
+// MachineCPU is the CPU time every core of this machine has spent busy
+// so far (user, nice, system, irq and softirq of /proc/stat's cpu line;
+// not idle, iowait or time stolen by a hypervisor).
+func MachineCPU() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	return parseMachineCPU(string(b))
+}
+
+func parseMachineCPU(stat string) (time.Duration, error) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, fmt.Errorf("unexpected /proc/stat cpu line %q", line)
+	}
+	var busy int64
+	for _, i := range []int{1, 2, 3, 6, 7} { // user nice system (idle iowait) irq softirq
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("bad /proc/stat field %q", f[i])
+		}
+		busy += n
+	}
+	return time.Duration(busy) * time.Second / clockTicks, nil
+}
+
+// PostgresCPU is the CPU time of every process of this machine named
+// postgres (a local server and its backends); false when there is none.
+func PostgresCPU() (time.Duration, bool) {
+	comms, _ := filepath.Glob("/proc/[0-9]*/comm")
+	var sum time.Duration
+	found := false
+	for _, c := range comms {
+		name, err := os.ReadFile(c)
+		if err != nil || strings.TrimSpace(string(name)) != "postgres" {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(c)))
+		if d, err := CPUTime(pid); err == nil {
+			sum, found = sum+d, true
+		}
+	}
+	return sum, found
+}
+
+// isLocal reports whether rawURL's host is this machine's loopback.
+func isLocal(rawURL string) bool {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return false
+	}
+	host := u.Hostname()
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
+}
+
 // RSS is a process's resident set size, from /proc/<pid>/status.
 func RSS(pid int) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))

@@ -184,6 +184,16 @@ type Report struct {
 	// generator's, and the checks' running alongside) per request: on a
 	// shared machine it is taken from the target.
 	GeneratorCPUPerRequest *time.Duration `json:"generatorCpuPerRequest,omitempty"`
+	// DBCPUPerRequest is the CPU time of the local Postgres server's
+	// processes over the attack per request (when the target's database
+	// is on this machine): the orders it stores meanwhile, and the tool's
+	// own row counts every 20 ms.
+	DBCPUPerRequest *time.Duration `json:"dbCpuPerRequest,omitempty"`
+	// MachineCPUPerRequest is the busy time of all this machine's cores
+	// over the attack per request: target, Redis, Postgres, the load
+	// generator and anything else running. On a saturated machine the
+	// rps is about cores / this.
+	MachineCPUPerRequest *time.Duration `json:"machineCpuPerRequest,omitempty"`
 	// RSSBytes is the target processes' resident memory after the
 	// attack, together.
 	RSSBytes int64 `json:"rssBytes,omitempty"`
@@ -432,12 +442,21 @@ type meters struct {
 	rdb     *redis.Client
 	redis0  redisCounters
 	redisOK bool
+	db0     time.Duration
+	dbOK    bool
+	mach0   time.Duration
+	machOK  bool
 }
 
 func startMeters(ctx context.Context, ep Endpoint, rep *Report) *meters {
 	m := &meters{}
 	self0, err := CPUTime(os.Getpid())
 	m.self0, m.selfOK = self0, err == nil
+	mach0, err := MachineCPU()
+	m.mach0, m.machOK = mach0, err == nil
+	if ep.DatabaseURL != "" && isLocal(ep.DatabaseURL) {
+		m.db0, m.dbOK = PostgresCPU()
+	}
 	if ep.PID != 0 {
 		m.pids = []int{ep.PID}
 	} else {
@@ -473,6 +492,14 @@ func (m *meters) stop(ctx context.Context, rep *Report, requests int) {
 	if self, err := CPUTime(os.Getpid()); err == nil && m.selfOK {
 		d := (self - m.self0) / time.Duration(requests)
 		rep.GeneratorCPUPerRequest = &d
+	}
+	if mach, err := MachineCPU(); err == nil && m.machOK {
+		d := (mach - m.mach0) / time.Duration(requests)
+		rep.MachineCPUPerRequest = &d
+	}
+	if db, ok := PostgresCPU(); ok && m.dbOK {
+		d := (db - m.db0) / time.Duration(requests)
+		rep.DBCPUPerRequest = &d
 	}
 	if m.cpuOK {
 		if cpu, err := cpuTimes(m.pids); err == nil {

@@ -12,7 +12,7 @@ import (
 
 func printSummary(w io.Writer, reps []*sale.Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "target\tscenario\trequests\trps\tp50\tp90\tp99\tmax\tcpu/req\tbench cpu/req\tredis cpu/req\tredis cmds/req\tdb lag\tdurable/s\tchecks")
+	fmt.Fprintln(tw, "target\tscenario\trequests\trps\tp50\tp90\tp99\tmax\tcpu/req\tbench cpu/req\tredis cpu/req\tdb cpu/req\tmachine cpu/req\tredis cmds/req\tdb lag\tdurable/s\tchecks")
 	for _, r := range reps {
 		checks := "ok"
 		if len(r.Violations) > 0 {
@@ -22,10 +22,10 @@ func printSummary(w io.Writer, reps []*sale.Report) {
 		if d, ok := r.DurablePerSecond(); ok {
 			durable = fmt.Sprintf("%.0f", d)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			r.Target, r.Scenario, r.Requests, r.RPS,
 			ms(r.Latency.P50), ms(r.Latency.P90), ms(r.Latency.P99), ms(r.Latency.Max),
-			us(r.CPUPerRequest), us(r.GeneratorCPUPerRequest), us(r.RedisCPUPerRequest), num(r.RedisCommandsPerRequest), sec(r.DBLag), durable, checks)
+			us(r.CPUPerRequest), us(r.GeneratorCPUPerRequest), us(r.RedisCPUPerRequest), us(r.DBCPUPerRequest), us(r.MachineCPUPerRequest), num(r.RedisCommandsPerRequest), sec(r.DBLag), durable, checks)
 	}
 	tw.Flush()
 	for _, r := range reps {
@@ -82,6 +82,9 @@ func ratios(reps []*sale.Report) []string {
 				float64(s.Latency.P99)/float64(max(r.Latency.P99, 1)))
 			if s.CPUPerRequest != nil && r.CPUPerRequest != nil && *r.CPUPerRequest > 0 {
 				line += fmt.Sprintf(", cpu/req %.2f×", float64(*s.CPUPerRequest)/float64(*r.CPUPerRequest))
+			}
+			if s.MachineCPUPerRequest != nil && r.MachineCPUPerRequest != nil && *r.MachineCPUPerRequest > 0 {
+				line += fmt.Sprintf(", machine cpu/req %.2f×", float64(*s.MachineCPUPerRequest)/float64(*r.MachineCPUPerRequest))
 			}
 			if sd, ok := s.DurablePerSecond(); ok {
 				if rd, ok := r.DurablePerSecond(); ok && rd > 0 {
