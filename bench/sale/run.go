@@ -277,6 +277,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	meter := startMeters(ctx, ep, rep)
 	outs, elapsed := attack(cfg, targets)
 	meter.stop(ctx, rep, len(outs))
+	if rowCounter != nil {
+		rowCounter.attackOver()
+	}
 	for i := range outs {
 		outs[i].User += int(base)
 	}
@@ -524,10 +527,16 @@ func (m *meters) stop(ctx context.Context, rep *Report, requests int) {
 	}
 }
 
-// rowWatch counts a sale's rows in the database every rowPoll from
-// before the attack, so that the moment they are all there is seen even
-// when it comes before the attack ends.
+// rowWatch counts a sale's rows in the database from before the attack,
+// so that the moment they are all there is seen even when it comes before
+// the attack ends: every rowPoll, but while the attack runs at most one
+// twentieth of the time (a count over a table that grows by tens of
+// thousands of rows takes milliseconds, and polling it every rowPoll
+// took CPU from a target that stores its orders during the attack, not
+// from one that stores them after).
 type rowWatch struct {
+	// attacking is set until attackOver.
+	attacking      atomic.Bool
 	db             *sql.DB
 	countQuery, id string
 	redPacket      bool
@@ -555,17 +564,32 @@ func watchRows(ctx context.Context, dbURL, saleID string, redPacket bool) (*rowW
 	if redPacket {
 		w.countQuery = `SELECT count(*) FROM tb_red_packet_grab WHERE red_packet_id = $1`
 	}
+	w.attacking.Store(true)
 	go w.run(ctx)
 	return w, nil
 }
 
+// attackOver lets the watch poll every rowPoll again.
+func (w *rowWatch) attackOver() { w.attacking.Store(false) }
+
+// pollShare is the most of one core's time the counts may take while the
+// attack runs.
+const pollShare = 20
+
 func (w *rowWatch) run(ctx context.Context) {
 	defer close(w.done)
-	t := time.NewTicker(rowPoll)
+	t := time.NewTimer(0)
 	defer t.Stop()
+	<-t.C
 	for {
 		var n int
+		began := time.Now()
 		err := w.db.QueryRowContext(ctx, w.countQuery, w.id).Scan(&n)
+		next := rowPoll
+		if w.attacking.Load() {
+			next = max(rowPoll, pollShare*time.Since(began))
+		}
+		t.Reset(next)
 		w.mu.Lock()
 		if err != nil {
 			w.err = fmt.Errorf("count rows: %w", err)
@@ -615,7 +639,8 @@ func (w *rowWatch) close() {
 
 // wait waits until the database holds a row for every OK answer (or
 // timeout), then returns the sale's rows and how long after the last OK
-// answer they were all there (to within rowPoll).
+// answer they were all there (to within rowPoll once the attack is over,
+// to within the poll interval of the moment while it ran).
 func (w *rowWatch) wait(ctx context.Context, outs []Outcome, timeout time.Duration) ([]Row, *time.Duration, error) {
 	var lastOK time.Time
 	ok := 0
