@@ -27,29 +27,11 @@ func (s *Stock) Announce(ctx context.Context, voucherID int64) error {
 // channel, and resync whenever the subscription is (re)established, since
 // announcements made while it was down are lost. It returns when ctx ends.
 func (s *Stock) Watch(ctx context.Context, changed func(voucherID int64), resync func()) error {
-	ps := s.rdb.Subscribe(ctx, eventsChannel)
-	defer ps.Close()
-	ch := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case msg, ok := <-ch:
-			if !ok {
-				return nil
-			}
-			switch m := msg.(type) {
-			case *redis.Subscription:
-				if m.Kind == "subscribe" {
-					resync()
-				}
-			case *redis.Message:
-				if id, ok := voucherIDFromKey(m.Payload); ok {
-					changed(id)
-				}
-			}
+	return watch(ctx, s.rdb, 1024, func(string) { resync() }, func(m *redis.Message) {
+		if id, ok := voucherIDFromKey(m.Payload); ok {
+			changed(id)
 		}
-	}
+	}, eventsChannel)
 }
 
 // voucherIDFromKey reads the id out of a key "{v<ID>}:...".

@@ -148,31 +148,13 @@ func (g *Gate) UseChallenge(ctx context.Context, digest string, until time.Time)
 // gate did, and resync whenever the subscription is (re)established (a
 // message may have been missed). It returns when ctx ends.
 func (g *Gate) Watch(ctx context.Context, blocks func(), voucher func(id int64), resync func()) error {
-	ps := g.rdb.Subscribe(ctx, gateChannel)
-	defer ps.Close()
-	ch := ps.ChannelWithSubscriptions(redis.WithChannelSize(256))
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case msg, ok := <-ch:
-			if !ok {
-				return nil
-			}
-			switch m := msg.(type) {
-			case *redis.Subscription:
-				if m.Kind == "subscribe" {
-					resync()
-				}
-			case *redis.Message:
-				if m.Payload == "blocks" {
-					blocks()
-				} else if s, ok := strings.CutPrefix(m.Payload, "voucher:"); ok {
-					if id, err := strconv.ParseInt(s, 10, 64); err == nil {
-						voucher(id)
-					}
-				}
+	return watch(ctx, g.rdb, 256, func(string) { resync() }, func(m *redis.Message) {
+		if m.Payload == "blocks" {
+			blocks()
+		} else if s, ok := strings.CutPrefix(m.Payload, "voucher:"); ok {
+			if id, err := strconv.ParseInt(s, 10, 64); err == nil {
+				voucher(id)
 			}
 		}
-	}
+	}, gateChannel)
 }

@@ -46,36 +46,23 @@ func (l *Live) PublishStock(ctx context.Context, voucherIDs []int64) error {
 // order with every order announced, and resync whenever the subscription
 // is (re)established. It returns when ctx ends.
 func (l *Live) Watch(ctx context.Context, stock, order func(id int64), resync func()) error {
-	ps := l.rdb.Subscribe(ctx, stockChannel, orderChannel, eventsChannel)
-	defer ps.Close()
-	ch := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case msg, ok := <-ch:
-			if !ok {
-				return nil
-			}
-			switch m := msg.(type) {
-			case *redis.Subscription:
-				if m.Kind == "subscribe" && m.Channel == eventsChannel {
-					resync()
-				}
-			case *redis.Message:
-				switch m.Channel {
-				case eventsChannel:
-					if id, ok := voucherIDFromKey(m.Payload); ok {
-						stock(id)
-					}
-				case stockChannel:
-					eachID(m.Payload, stock)
-				case orderChannel:
-					eachID(m.Payload, order)
-				}
-			}
+	subscribed := func(channel string) {
+		if channel == eventsChannel {
+			resync()
 		}
 	}
+	return watch(ctx, l.rdb, 1024, subscribed, func(m *redis.Message) {
+		switch m.Channel {
+		case eventsChannel:
+			if id, ok := voucherIDFromKey(m.Payload); ok {
+				stock(id)
+			}
+		case stockChannel:
+			eachID(m.Payload, stock)
+		case orderChannel:
+			eachID(m.Payload, order)
+		}
+	}, stockChannel, orderChannel, eventsChannel)
 }
 
 // announceOrders tells every node's subscribers that these orders changed.
