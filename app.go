@@ -475,6 +475,9 @@ func (a *app) stop() {
 	if a.cancelRequests != nil {
 		a.cancelRequests()
 	}
+	if a.breaker != nil {
+		a.breaker.Close() // a re-sync after an outage uses the router and the database
+	}
 	if a.router != nil {
 		a.router.Close()
 	}
@@ -511,10 +514,10 @@ const breakerProbeInterval = 250 * time.Millisecond
 // way, then re-syncs from the database every voucher the fallback sold
 // (Redis's load does not know those sales); then every actor reloads what
 // it cached. An error keeps grabs off Redis and is retried.
-func (a *app) afterRedisOutage() error {
+func (a *app) afterRedisOutage(ctx context.Context) error {
 	if a.cfg.DegradeToDB {
 		a.fallback.Barrier()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if err := a.catalog.ResyncDBSold(ctx); err != nil {
 			return err

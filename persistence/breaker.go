@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -75,8 +76,8 @@ type BreakerOptions struct {
 	// OnClose runs (in a goroutine of its own) each time the breaker closes
 	// again after an outage, again while it fails; Usable is false until
 	// it succeeded, so that no grab uses Redis before it is re-synced (see
-	// the database fallback).
-	OnClose func() error
+	// the database fallback). Its context ends at Close.
+	OnClose func(ctx context.Context) error
 }
 
 // Breaker is a circuit breaker around the request-path Redis client,
@@ -90,10 +91,18 @@ type BreakerOptions struct {
 type Breaker struct {
 	cb      *gobreaker.CircuitBreaker[struct{}]
 	log     *slog.Logger
-	onClose func() error
+	onClose func(ctx context.Context) error
 	// resyncing counts the OnClose runs under way: from the moment the
 	// breaker closes after an outage until the re-sync succeeded.
 	resyncing atomic.Int32
+	// ctx ends at Close; resyncs holds the re-sync goroutines, which Close
+	// waits for. closed (under mu) keeps a state change after Close from
+	// starting another.
+	ctx     context.Context
+	cancel  context.CancelFunc
+	mu      sync.Mutex
+	closed  bool
+	resyncs sync.WaitGroup
 }
 
 // NewBreaker returns a breaker for the stock Redis.
@@ -105,6 +114,7 @@ func NewBreaker(log *slog.Logger, opts BreakerOptions) *Breaker {
 		opts.Open = BreakerOpenDefault
 	}
 	b := &Breaker{log: log, onClose: opts.OnClose}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        "redis",
 		MaxRequests: 1,
@@ -125,26 +135,53 @@ func (b *Breaker) changed(_ string, from, to gobreaker.State) {
 	breakerState.WithLabelValues("redis").Set(float64(to))
 	b.log.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
 	if to == gobreaker.StateClosed && b.onClose != nil {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.closed {
+			return
+		}
 		b.resyncing.Add(1)
+		b.resyncs.Add(1)
 		go b.resync()
 	}
 }
 
-// resync runs OnClose until it succeeds, or until the breaker leaves the
-// closed state (the next close runs it again).
+// resync runs OnClose until it succeeds, until the breaker leaves the
+// closed state (the next close runs it again), or until Close.
+// A re-sync cut short by Close leaves the breaker unusable.
 func (b *Breaker) resync() {
-	defer b.resyncing.Add(-1)
+	defer b.resyncs.Done()
 	for {
-		err := b.onClose()
+		err := b.onClose(b.ctx)
 		if err == nil {
+			b.resyncing.Add(-1)
+			return
+		}
+		if b.ctx.Err() != nil {
 			return
 		}
 		b.log.Error("re-sync after the redis outage failed; retrying", "err", err)
 		if b.cb.State() != gobreaker.StateClosed {
+			b.resyncing.Add(-1)
 			return
 		}
-		time.Sleep(250 * time.Millisecond)
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
+}
+
+// Close stops a re-sync under way (its OnClose sees its context end) and
+// waits for it; none starts after. Usable stays false if one was cut
+// short: Redis was never re-synced.
+func (b *Breaker) Close() {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	b.cancel()
+	b.resyncs.Wait()
 }
 
 // Usable reports whether grabs may use Redis: the breaker is closed and no

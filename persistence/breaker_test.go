@@ -26,7 +26,7 @@ func TestBreakerOpensOnOutagesAndRecoversByItself(t *testing.T) {
 	release := make(chan struct{})
 	b := persistence.NewBreaker(slog.New(slog.DiscardHandler), persistence.BreakerOptions{
 		Open: 100 * time.Millisecond,
-		OnClose: func() error {
+		OnClose: func(context.Context) error {
 			<-release
 			resyncs.Add(1)
 			return nil
@@ -91,5 +91,67 @@ func TestBreakerOpensOnOutagesAndRecoversByItself(t *testing.T) {
 	testenv.WaitFor(t, "usable after the re-sync", b.Usable)
 	if n := resyncs.Load(); n != 1 {
 		t.Fatalf("%d re-syncs, want 1", n)
+	}
+}
+
+// TestBreakerCloseEndsAFailingResync: a re-sync after an outage that keeps
+// failing (the database is down, say) retries for as long as the breaker
+// stays closed; Close at shutdown must end it, cancel the attempt under way
+// and wait for it, so that it never runs against stores already closed.
+func TestBreakerCloseEndsAFailingResync(t *testing.T) {
+	t.Parallel()
+	proxy := testenv.MustProxy(t, testenv.MustRedis(t).Addr())
+	var attempts atomic.Int32
+	var running atomic.Int32
+	b := persistence.NewBreaker(slog.New(slog.DiscardHandler), persistence.BreakerOptions{
+		Open: 100 * time.Millisecond,
+		OnClose: func(ctx context.Context) error {
+			running.Add(1)
+			defer running.Add(-1)
+			attempts.Add(1)
+			select { // a slow attempt: Close must cut it short
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(50 * time.Millisecond):
+				return errors.New("database down")
+			}
+		},
+	})
+	c := redis.NewClient(persistence.RequestClientOptions(redis.Options{Addr: proxy.Addr()}, 0))
+	c.AddHook(b)
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	proxy.Stall()
+	for i := 0; i < persistence.BreakerFailuresDefault; i++ {
+		_ = c.Ping(ctx).Err()
+	}
+	if !b.Down() {
+		t.Fatal("breaker not open after a stall")
+	}
+	proxy.Down()
+	proxy.Up()
+	proxy.Resume()
+	watchCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go b.Watch(watchCtx, 20*time.Millisecond, func(ctx context.Context) error { return c.Ping(ctx).Err() })
+	testenv.WaitFor(t, "two failed re-sync attempts", func() bool { return attempts.Load() >= 2 })
+
+	closed := make(chan struct{})
+	go func() { b.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(3 * time.Second):
+		t.Fatal("Close did not return while a re-sync kept failing")
+	}
+	if n := running.Load(); n != 0 {
+		t.Fatalf("%d re-sync attempts still running after Close", n)
+	}
+	after := attempts.Load()
+	time.Sleep(400 * time.Millisecond) // more than one retry pause
+	if n := attempts.Load(); n != after {
+		t.Fatalf("re-sync went on after Close: %d attempts, then %d", after, n)
+	}
+	if b.Usable() {
+		t.Fatal("usable although the re-sync never succeeded")
 	}
 }
