@@ -34,10 +34,11 @@ func (w *OrderWriter) insertOrders(ctx context.Context, tx bun.Tx, rows []orderR
 	// The voucher's seckill row, locked above, is the guard of the
 	// voucher's existence: the order tables have no foreign key (migration
 	// 20261123000001: three per-row key checks were about a third of an
-	// order's database CPU).
+	// order's database CPU). Only a seckill row gives a limit (at least 1;
+	// a Redis load alone gives none).
 	unknown := &refusedOrders{reason: DeadUnknownVoucher, ids: map[int64]bool{}}
 	for _, r := range rows {
-		if _, ok := locked[r.VoucherID]; !ok {
+		if locked[r.VoucherID].limit < 1 {
 			unknown.ids[r.ID] = true
 		}
 	}
