@@ -97,6 +97,17 @@ func (e *env) live(tb testing.TB, stock, limit int) int64 {
 	return e.voucher(tb, stock, limit, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
 }
 
+// mustSell grabs the voucher once for each user and fails the test unless
+// each is sold.
+func mustSell(tb testing.TB, r *actors.Router, voucherID int64, users ...int64) {
+	tb.Helper()
+	for _, u := range users {
+		if c := r.Grab(context.Background(), domain.GrabRequest{VoucherID: voucherID, UserID: u}).Code; c != domain.SeckillOK {
+			tb.Fatalf("user %d: %s, want OK", u, c)
+		}
+	}
+}
+
 func TestSoldOutIsAnsweredWithoutRedis(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -333,11 +344,7 @@ func TestRedisLosingItsDataReactivatesTheVoucher(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { _ = persistence.NewStock(e.rdb).Watch(ctx, r.Changed, r.Resync) }()
-	for u := int64(1); u <= 4; u++ {
-		if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: u}).Code; c != domain.SeckillOK {
-			t.Fatalf("before the restart, user %d: %s", u, c)
-		}
-	}
+	mustSell(t, r, id, 1, 2, 3, 4)
 	drained(t, w)
 	e.redis.Restart() // empty: the voucher is gone from Redis
 
@@ -381,11 +388,7 @@ func TestRedisLosingTheVoucherButNotItsFenceReactivatesIt(t *testing.T) {
 	id := e.live(t, 10, 1)
 	r := e.router(t, nil, actors.Options{})
 	w := e.writer(t)
-	for u := int64(1); u <= 4; u++ {
-		if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: u}).Code; c != domain.SeckillOK {
-			t.Fatalf("before the loss, user %d: %s", u, c)
-		}
-	}
+	mustSell(t, r, id, 1, 2, 3, 4)
 	drained(t, w)
 	keys, err := e.rdb.Keys(t.Context(), "{v"+strconv.FormatInt(id, 10)+"}*").Result()
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -105,27 +104,14 @@ func redisCPU(tb testing.TB, rdb redis.UniversalClient) time.Duration {
 	return time.Duration(sum * float64(time.Second))
 }
 
-// postgresCPU is the CPU time of every process of this machine named
-// postgres (the server and its backends).
+// postgresCPU is the local Postgres server's CPU time (sale.PostgresCPU).
 func postgresCPU(tb testing.TB) time.Duration {
 	tb.Helper()
-	comms, _ := filepath.Glob("/proc/[0-9]*/comm")
-	var sum time.Duration
-	found := false
-	for _, c := range comms {
-		name, err := os.ReadFile(c)
-		if err != nil || strings.TrimSpace(string(name)) != "postgres" {
-			continue
-		}
-		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(c)))
-		if d, err := sale.CPUTime(pid); err == nil {
-			sum, found = sum+d, true
-		}
-	}
-	if !found {
+	d, ok := sale.PostgresCPU()
+	if !ok {
 		tb.Skip("no local postgres process to measure")
 	}
-	return sum
+	return d
 }
 
 func selfCPU(tb testing.TB) time.Duration {
