@@ -21,7 +21,9 @@
 # PROFILE (a path prefix: the service serves
 # PPROF_ADDR and each service attack's CPU profile is written to
 # <prefix>-<scenario>.pprof), REDIS_STATS (a file: the bench Redis's
-# INFO commandstats after the run, to see which commands its CPU went to).
+# INFO commandstats after the run, to see which commands its CPU went to),
+# METRICS (a file: the service's /metrics after the run, e.g. the order
+# writer's batch sizes).
 # Postgres comes from TEST_DATABASE_URL, else
 # scripts/test-services.sh finds or sets one up.
 set -euo pipefail
@@ -133,4 +135,7 @@ if [ -n "$PLOT" ]; then plot_flag=(--plot "$PLOT"); fi
 	"${plot_flag[@]}" "${profile_flags[@]}" ${BENCH_FLAGS:-}
 if [ -n "${REDIS_STATS:-}" ]; then
 	redis-cli -p "$rport" INFO commandstats | tr -d '\r' >"$REDIS_STATS"
+fi
+if [ -n "${METRICS:-}" ]; then
+	curl -fsS "http://127.0.0.1:$sport/metrics" >"$METRICS"
 fi
