@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"flashsale/actors"
 	"flashsale/graph"
@@ -36,6 +37,9 @@ func (a *app) startRedPackets(ctx, bg context.Context) (*redPacketsPart, error) 
 	p := &redPacketsPart{}
 	rds := persistence.NewRedPacketRedis(a.rdb)
 	store := persistence.NewRedPacketStore(a.db, rds)
+	if a.mini != nil {
+		store.ReloadHold = time.Millisecond // as the vouchers' (app.go): nobody to wait for
+	}
 	p.service = redpackets.New(store, a.ids, a.router.RedPackets(rds, store))
 	p.writer = persistence.NewRedPacketWriter(a.db, a.bg, a.log, persistence.LogConsumerOptions{Consumer: a.cfg.NodeID, ClaimIdle: a.cfg.OrderLogClaimIdle})
 	if err := p.writer.Acquire(ctx); errors.Is(err, persistence.ErrConsumerInUse) {

@@ -15,7 +15,9 @@ import (
 // The Redis keys of a red packet share the hash tag {rp<ID>}, as a
 // voucher's share {v<ID>}, so that one script reaches all of them:
 //
-//	{rp<ID>}:meta     hash: expire (unix ms), left (cents not grabbed yet)
+//	{rp<ID>}:meta     hash: expire (unix ms), left (cents not grabbed yet),
+//	                  hold (Redis ms until which a reload holds the grabs
+//	                  of users without a packet; see RedPacketStore.Load)
 //	{rp<ID>}:packets  list: the packets not grabbed yet, "seq:amount"
 //	{rp<ID>}:users    hash: user id -> "seq:amount:request id" of their packet
 //	{rp<ID>}:log      stream: the red packet's order log, read by the
@@ -62,20 +64,27 @@ const (
 const redPacketKeep = 24 * time.Hour
 
 // loadRedPacketScript loads a red packet into Redis unless it is there:
-// its metadata, its packets not grabbed yet and the users who grabbed.
+// its metadata, its packets not grabbed yet and the users who grabbed,
+// and for a reload the Redis time until which it holds new grabs.
 // KEYS: meta, packets, users. ARGV: expire ms, keep-until ms, left cents,
-// packet count n, n packets "seq:amount", then "user" "seq:amount:req"
-// pairs. Returns 1 if it loaded, 0 if the red packet was there.
+// hold ms (0: none), packet count n, n packets "seq:amount", then "user"
+// "seq:amount:req" pairs. Returns 1 if it loaded, 0 if the red packet was
+// there.
 var loadRedPacketScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local n = tonumber(ARGV[4])
-for i = 5, 4 + n do
+local n = tonumber(ARGV[5])
+for i = 6, 5 + n do
   redis.call('RPUSH', KEYS[2], ARGV[i])
 end
-for i = 5 + n, #ARGV, 2 do
+for i = 6 + n, #ARGV, 2 do
   redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
 end
 redis.call('HSET', KEYS[1], 'expire', ARGV[1], 'left', ARGV[3])
+if tonumber(ARGV[4]) > 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('HSET', KEYS[1], 'hold', string.format('%.0f', now + tonumber(ARGV[4])))
+end
 for i = 1, 3 do
   redis.call('PEXPIREAT', KEYS[i], ARGV[2])
 end
@@ -85,6 +94,7 @@ return 1
 // Red-packet grab codes as the script returns them.
 var redPacketScriptCodes = []domain.RedPacketCode{
 	domain.RedPacketOK, domain.RedPacketEmpty, domain.RedPacketAlreadyGrabbed, domain.RedPacketExpired,
+	domain.RedPacketUnavailable,
 }
 
 // grabRedPacketScript grabs for a batch of users atomically (seed 004's
@@ -93,7 +103,9 @@ var redPacketScriptCodes = []domain.RedPacketCode{
 // request (a retry), else ALREADY_GRABBED; after the expiry (Redis TIME)
 // EXPIRED; else a packet is popped (EMPTY if none is left), the user
 // recorded with it, the cents left lowered and the packet appended to the
-// red packet's order log, in one atomic step. No fencing token: the users
+// red packet's order log, in one atomic step; while a reload holds its
+// grabs (meta hold), a user without a packet hears UNAVAILABLE (code 4)
+// and nothing is popped. No fencing token: the users
 // hash makes a grab idempotent per user, so two activations of the
 // sequencer can never give one user two packets nor one packet twice.
 //
@@ -101,8 +113,10 @@ var redPacketScriptCodes = []domain.RedPacketCode{
 // user id) per grab. Returns {state, expire ms, packets left, code1,
 // amount1, ...} with state 0 = done, 1 = red packet not in Redis.
 var grabRedPacketScript = redis.NewScript(`
-local expire = tonumber(redis.call('HGET', KEYS[1], 'expire') or '')
+local m = redis.call('HMGET', KEYS[1], 'expire', 'hold')
+local expire = tonumber(m[1] or '')
 if not expire then return {1, 0, 0} end
+local hold = tonumber(m[2] or '0')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_s = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
@@ -116,6 +130,9 @@ for i = 2, #ARGV, 2 do
     out[#out + 1] = amount
   elseif now >= expire then
     out[#out + 1] = 3
+    out[#out + 1] = '0'
+  elseif now < hold then
+    out[#out + 1] = 4
     out[#out + 1] = '0'
   else
     local p = redis.call('LPOP', KEYS[2])
@@ -172,6 +189,9 @@ type RedPacketLoad struct {
 	ExpiresAt time.Time
 	Packets   []PacketRow // not grabbed yet, in the order they are to be handed out
 	Grabbed   []GrabRow
+	// Hold, for a reload, is how long the red packet holds the grabs of
+	// users without a packet (see RedPacketStore.Load); 0 for none.
+	Hold time.Duration
 }
 
 // Load registers the red packet's order log and loads the red packet into
@@ -186,11 +206,11 @@ func (s *RedPacketRedis) Load(ctx context.Context, l RedPacketLoad) (loaded bool
 		return false, fmt.Errorf("register red packet %d log: %w", l.ID, err)
 	}
 	var left int64
-	args := make([]any, 0, 4+len(l.Packets)+2*len(l.Grabbed))
+	args := make([]any, 0, 5+len(l.Packets)+2*len(l.Grabbed))
 	for _, p := range l.Packets {
 		left += p.AmountCents
 	}
-	args = append(args, l.ExpiresAt.UnixMilli(), l.ExpiresAt.Add(redPacketKeep).UnixMilli(), left, len(l.Packets))
+	args = append(args, l.ExpiresAt.UnixMilli(), l.ExpiresAt.Add(redPacketKeep).UnixMilli(), left, l.Hold.Milliseconds(), len(l.Packets))
 	for _, p := range l.Packets {
 		args = append(args, strconv.Itoa(p.Seq)+":"+strconv.FormatInt(p.AmountCents, 10))
 	}

@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -54,6 +55,9 @@ type GrabRow struct {
 type RedPacketStore struct {
 	db    *bun.DB
 	redis *RedPacketRedis
+	// ReloadHold overrides ReloadHoldDefault for red packets (tests; the
+	// embedded mode, whose Redis dies only with its writer).
+	ReloadHold time.Duration
 }
 
 // NewRedPacketStore returns the red packets' store.
@@ -137,33 +141,55 @@ func (s *RedPacketStore) grabbed(ctx context.Context, db bun.IDB, id int64) (int
 // sequencer may cache: not Found for an unknown id; for a red packet past
 // its expiry (or refunded) its expiry and nothing left, without loading
 // it (the refund settles it from the database alone).
+//
+// A reload holds the grabs of users without a packet for ReloadHold
+// (UNAVAILABLE, see grabRedPacketScript): a red-packet writer may hold
+// grabs it read before Redis lost its data and has not committed yet
+// (the database down meanwhile); within the hold it commits them and
+// puts them into the reloaded red packet (adoptGrabsScript), before
+// another user can be handed the same packet or their user a second one.
+// The red packet's row is locked while the database is read and Redis
+// loaded, and a writer locks it (shared) around its commit and adoption:
+// a grab is either in the rows a load reads or adopted after the load.
 func (s *RedPacketStore) Load(ctx context.Context, id int64) (domain.RedPacketState, error) {
-	var row redPacketRow
-	if err := s.db.NewSelect().Model(&row).Where("id = ?", id).Scan(ctx); errors.Is(err, sql.ErrNoRows) {
-		return domain.RedPacketState{}, nil
-	} else if err != nil {
-		return domain.RedPacketState{}, fmt.Errorf("read red packet %d: %w", id, err)
-	}
-	st := domain.RedPacketState{Found: true, ExpiresAt: row.ExpireTime}
-	if row.RefundTime != nil || !time.Now().Before(row.ExpireTime) {
-		return st, nil
-	}
-	l := RedPacketLoad{ID: id, ExpiresAt: row.ExpireTime}
-	if err := s.db.NewSelect().Model(&l.Grabbed).Where("red_packet_id = ?", id).Scan(ctx); err != nil {
-		return domain.RedPacketState{}, fmt.Errorf("read grabs of red packet %d: %w", id, err)
-	}
-	err := s.db.NewSelect().Model(&l.Packets).Where("red_packet_id = ?", id).
-		Where("seq NOT IN (SELECT seq FROM tb_red_packet_grab WHERE red_packet_id = ?)", id).
-		Order("seq").Scan(ctx)
+	var st domain.RedPacketState
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var row redPacketRow
+		q := tx.NewSelect().Model(&row).Where("id = ?", id)
+		if IsPostgres(tx) {
+			q = q.For("UPDATE")
+		}
+		if err := q.Scan(ctx); errors.Is(err, sql.ErrNoRows) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("read red packet %d: %w", id, err)
+		}
+		st = domain.RedPacketState{Found: true, ExpiresAt: row.ExpireTime}
+		if row.RefundTime != nil || !time.Now().Before(row.ExpireTime) {
+			return nil
+		}
+		l := RedPacketLoad{ID: id, ExpiresAt: row.ExpireTime, Hold: cmp.Or(s.ReloadHold, ReloadHoldDefault)}
+		if err := tx.NewSelect().Model(&l.Grabbed).Where("red_packet_id = ?", id).Scan(ctx); err != nil {
+			return fmt.Errorf("read grabs of red packet %d: %w", id, err)
+		}
+		err := tx.NewSelect().Model(&l.Packets).Where("red_packet_id = ?", id).
+			Where("seq NOT IN (SELECT seq FROM tb_red_packet_grab WHERE red_packet_id = ?)", id).
+			Order("seq").Scan(ctx)
+		if err != nil {
+			return fmt.Errorf("read packets of red packet %d: %w", id, err)
+		}
+		if _, err := s.redis.Load(ctx, l); err != nil {
+			return err
+		}
+		// What Redis holds now (a grab may already have taken a packet, or
+		// another node loaded it first).
+		st, err = s.redis.State(ctx, id)
+		return err
+	})
 	if err != nil {
-		return domain.RedPacketState{}, fmt.Errorf("read packets of red packet %d: %w", id, err)
-	}
-	if _, err := s.redis.Load(ctx, l); err != nil {
 		return domain.RedPacketState{}, err
 	}
-	// What Redis holds now (a grab may already have taken a packet, or
-	// another node loaded it first).
-	return s.redis.State(ctx, id)
+	return st, nil
 }
 
 // Due lists up to limit red packets expired before cutoff and not yet

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -128,27 +130,48 @@ func (w *RedPacketWriter) Handle(ctx context.Context, batch []LogEntry) (map[int
 		}
 		rows, idx = append(rows, g), append(idx, i)
 	}
-	err := w.insert(ctx, rows)
-	if err == nil || !refusable(err) {
-		return refused, err
+	for {
+		err := w.insert(ctx, rows)
+		var lost *lostGrabs
+		if !errors.As(err, &lost) {
+			if err == nil || !refusable(err) {
+				return refused, err
+			}
+			break
+		}
+		keepRows, keepIdx := rows[:0:0], idx[:0:0]
+		for j, r := range rows {
+			if lost.at[j] {
+				refused[idx[j]] = refuse(DeadLostLoad, lost.explain(r))
+			} else {
+				keepRows, keepIdx = append(keepRows, r), append(keepIdx, idx[j])
+			}
+		}
+		rows, idx = keepRows, keepIdx
 	}
-	w.log.WarnContext(ctx, "database refused a batch of red-packet grabs; retrying them one by one", "grabs", len(rows), "err", err)
+	w.log.WarnContext(ctx, "database refused a batch of red-packet grabs; retrying them one by one", "grabs", len(rows))
 	for j := range rows {
 		err := w.insert(ctx, rows[j:j+1])
-		if refusable(err) {
+		var lost *lostGrabs
+		switch {
+		case errors.As(err, &lost):
+			refused[idx[j]] = refuse(DeadLostLoad, lost.explain(rows[j]))
+		case refusable(err):
 			refused[idx[j]] = refuse(DeadRefused, fmt.Errorf("red packet %d packet %d for user %d: %w", rows[j].RedPacketID, rows[j].Seq, rows[j].UserID, err))
-			continue
-		}
-		if err != nil {
+		case err != nil:
 			return refused, err
 		}
 	}
 	return refused, nil
 }
 
-// insert commits rows under one attempt's deadline. A replayed grab (same
-// packet, same user) is skipped; the same packet for another user, or a
-// second packet for a user, violates a constraint.
+// insert commits rows in one transaction under one attempt's deadline,
+// with their red packets' rows locked (shared; a reload locks one
+// exclusively, see RedPacketStore.Load) and the grabs adopted by the red
+// packets Redis holds (adopt). A replayed grab (same packet, same user)
+// is skipped; the same packet for another user, or a second packet for a
+// user, violates a constraint; grabs a reloaded red packet could not
+// take back abort the transaction as *lostGrabs.
 func (w *RedPacketWriter) insert(ctx context.Context, rows []GrabRow) error {
 	if len(rows) == 0 {
 		return nil
@@ -156,27 +179,122 @@ func (w *RedPacketWriter) insert(ctx context.Context, rows []GrabRow) error {
 	actx, cancel := context.WithTimeout(ctx, w.attempt)
 	defer cancel()
 	var added []int
-	err := w.db.NewInsert().Model(&rows).On("CONFLICT (red_packet_id, seq) DO NOTHING").Returning("seq").Scan(actx, &added)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return err
-	}
-	if len(added) < len(rows) {
-		// Skipped ones must be replays of the same grab, not another
-		// user's claim on a packet.
-		if err := w.checkReplays(actx, rows); err != nil {
+	err := w.db.RunInTx(actx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if err := w.adopt(ctx, tx, rows); err != nil {
 			return err
 		}
+		added = nil
+		err := tx.NewInsert().Model(&rows).On("CONFLICT (red_packet_id, seq) DO NOTHING").Returning("seq").Scan(ctx, &added)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if len(added) < len(rows) {
+			// Skipped ones must be replays of the same grab, not another
+			// user's claim on a packet.
+			return w.checkReplays(ctx, tx, rows)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	w.persisted.Add(int64(len(added)))
 	return nil
 }
 
+// adoptGrabsScript puts grabs into a red packet Redis holds unless they
+// are there: a grab read from the order log before Redis lost its data,
+// and committed after a reload from the database that did not have it
+// yet. Its user must have no packet in Redis and its packet must still be
+// unclaimed there (the reload holds new grabs for a while so that it is,
+// see RedPacketStore.Load); then the packet leaves the unclaimed ones and
+// the user is recorded with it, as the grab script would have done. A
+// grab whose user holds it already (every grab outside a reload) is left
+// alone. KEYS: meta, packets, users. ARGV: (user, "seq:amount", request
+// id, amount) per grab. Returns the 1-based positions of the grabs that
+// cannot be adopted: their user holds another packet, or their packet
+// went to someone else. Nothing if Redis lacks the red packet: a load,
+// which waits for this commit, reads them.
+var adoptGrabsScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
+local lost = {}
+local n = 0
+for i = 1, #ARGV, 4 do
+  n = n + 1
+  local prev = redis.call('HGET', KEYS[3], ARGV[i])
+  if prev then
+    if string.sub(prev, 1, #ARGV[i + 1] + 1) ~= ARGV[i + 1] .. ':' then lost[#lost + 1] = n end
+  elseif redis.call('LREM', KEYS[2], 1, ARGV[i + 1]) == 1 then
+    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1] .. ':' .. ARGV[i + 2])
+    redis.call('HINCRBY', KEYS[1], 'left', '-' .. ARGV[i + 3])
+  else
+    lost[#lost + 1] = n
+  end
+end
+return lost
+`)
+
+// adopt locks the red packets of rows (shared, in id order) and runs
+// adoptGrabsScript for each; grabs that cannot be adopted abort the
+// transaction as *lostGrabs.
+func (w *RedPacketWriter) adopt(ctx context.Context, tx bun.Tx, rows []GrabRow) error {
+	byPacket := map[int64][]int{}
+	for j, r := range rows {
+		byPacket[r.RedPacketID] = append(byPacket[r.RedPacketID], j)
+	}
+	ids := slices.Sorted(maps.Keys(byPacket))
+	if IsPostgres(tx) {
+		var locked []int64
+		err := tx.NewSelect().Model((*redPacketRow)(nil)).Column("id").Where("id IN (?)", bun.In(ids)).
+			Order("id").For("SHARE").Scan(ctx, &locked)
+		if err != nil {
+			return fmt.Errorf("lock red packets %v: %w", ids, err)
+		}
+	}
+	lost := &lostGrabs{at: map[int]bool{}}
+	for _, id := range ids {
+		at := byPacket[id]
+		args := make([]any, 0, 4*len(at))
+		for _, j := range at {
+			r := rows[j]
+			args = append(args, r.UserID, strconv.Itoa(r.Seq)+":"+strconv.FormatInt(r.AmountCents, 10), deref(r.RequestID), r.AmountCents)
+		}
+		out, err := adoptGrabsScript.Run(ctx, w.rdb, redPacketKeys(id)[:3], args...).Int64Slice()
+		if err != nil {
+			return fmt.Errorf("adopt grabs of red packet %d: %w", id, err)
+		}
+		for _, n := range out {
+			if n >= 1 && int(n) <= len(at) {
+				lost.at[at[n-1]] = true
+			}
+		}
+	}
+	if len(lost.at) > 0 {
+		return lost
+	}
+	return nil
+}
+
+// lostGrabs aborts a red-packet writer's transaction that holds grabs
+// sold from a Redis load that was lost and that the reloaded red packet
+// can no longer take back; at holds their positions in the rows tried.
+type lostGrabs struct{ at map[int]bool }
+
+func (l *lostGrabs) Error() string {
+	return fmt.Sprintf("%d red-packet grabs were sold from a lost Redis load", len(l.at))
+}
+
+func (l *lostGrabs) explain(r GrabRow) error {
+	return fmt.Errorf("packet %d of red packet %d for user %d was handed out by a Redis load that was lost, "+
+		"and the reload already gave the packet or the user another one", r.Seq, r.RedPacketID, r.UserID)
+}
+
 // checkReplays verifies that every row is in the database as written
 // (a replay), and reports a constraint violation otherwise.
-func (w *RedPacketWriter) checkReplays(ctx context.Context, rows []GrabRow) error {
+func (w *RedPacketWriter) checkReplays(ctx context.Context, db bun.IDB, rows []GrabRow) error {
 	for _, r := range rows {
 		var have GrabRow
-		err := w.db.NewSelect().Model(&have).Where("red_packet_id = ? AND seq = ?", r.RedPacketID, r.Seq).Scan(ctx)
+		err := db.NewSelect().Model(&have).Where("red_packet_id = ? AND seq = ?", r.RedPacketID, r.Seq).Scan(ctx)
 		if err != nil {
 			return fmt.Errorf("check grab of red packet %d packet %d: %w", r.RedPacketID, r.Seq, err)
 		}
@@ -264,6 +382,9 @@ func (w *RedPacketWriter) DeadLetter(ctx context.Context, dead []DeadEntry) erro
 		return err
 	}
 	for _, d := range dead {
+		if d.Why.Reason == DeadLostLoad {
+			continue // its packet was never taken from the load Redis holds
+		}
 		if g, err := decodeGrabEntry(d.Entry.Values); err == nil {
 			if err := w.returnPacket(ctx, d.Entry.Log+"/"+d.Entry.ID, g); err != nil {
 				return err
