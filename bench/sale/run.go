@@ -155,6 +155,9 @@ func (r *Report) DurablePerSecond() (float64, bool) {
 type Report struct {
 	Target   string `json:"target"`
 	Scenario string `json:"scenario"`
+	// Round numbers the reports of a run that ran its scenarios more than
+	// once over the targets (seckill-bench --rounds); 0 or 1 otherwise.
+	Round int `json:"round,omitempty"`
 	// SaleID is the voucher's (or red packet's) id.
 	SaleID   string        `json:"saleId"`
 	Users    int           `json:"users"`

@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -61,6 +62,7 @@ type options struct {
 	plot                            string
 	profileURL, profile             string
 	profileFor                      time.Duration
+	rounds                          int
 }
 
 func parse(args []string, stderr io.Writer) (options, error) {
@@ -88,6 +90,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.requestIDs, "request-ids", true, "send a requestId (idempotency key) with each service grab")
 	fs.BoolVar(&o.tickets, "tickets", false, "the service's voucher requires grab tickets: each user takes one before the attack and sends it with every grab")
 	fs.StringVar(&o.challenge, "challenge", "", "with --tickets: POW puts a proof of work before each ticket (solved by the tool, before the attack)")
+	fs.IntVar(&o.rounds, "rounds", 1, "run each scenario this many times over the targets, the targets' order reversed every other round, so that no target always meets the machine first; the summary gives each round's ratios and their medians")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the reports as JSON instead of a table")
 	fs.StringVar(&o.plot, "plot", "", "write throughput and latency over time to this PNG")
 	if err := fs.Parse(args); err != nil {
@@ -95,6 +98,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.secret == "" {
 		return o, errors.New("a JWT secret is needed: --jwt-secret or JWT_SECRET")
+	}
+	if o.rounds < 1 {
+		return o, errors.New("--rounds must be 1 or more")
 	}
 	return o, nil
 }
@@ -132,41 +138,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var reports []*sale.Report
 	var failed []string
 	for _, sc := range split(o.scenarios) {
-		for _, ep := range endpoints {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if ep.API == sale.Plain && sc == sale.RedPacket {
-				fmt.Fprintf(stderr, "%s: skipped red-packet: the reference designs have no red packets\n", ep.Name)
-				continue
-			}
-			if sc == sale.Cluster && len(ep.URLs) < 2 {
-				fmt.Fprintf(stderr, "%s: skipped cluster: it needs two or more --url nodes\n", ep.Name)
-				continue
-			}
-			cfg := sale.Config{Endpoint: ep, Scenario: sc, Users: o.users, Attempts: o.attempts, Stock: o.stock,
-				PerUserLimit: o.perUser, Segments: o.segments, Concurrency: o.concurrency, Rate: o.rate, MaxDuration: o.maxDuration,
-				Secret: o.secret, RequestIDs: o.requestIDs, Progress: stderr,
-				Tickets: o.tickets, Challenge: strings.ToUpper(o.challenge)}
-			var prof *cpuProfile
-			if o.profile != "" && o.profileURL != "" && ep.Name == "service" {
-				prof = &cpuProfile{url: o.profileURL, seconds: o.profileFor, out: o.profile + "-" + sc + ".pprof"}
-				cfg.OnAttack = func() { prof.start(ctx) }
-			}
-			rep, err := sale.Run(ctx, cfg)
-			if perr := prof.wait(); perr != nil {
-				fmt.Fprintf(stderr, "%s %s: no CPU profile: %v\n", ep.Name, sc, perr)
-			}
-			if errors.Is(err, sale.ErrNoRedPackets) {
-				fmt.Fprintf(stderr, "%s: red-packet not run: %v\n", ep.Name, err)
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("%s %s: %w", ep.Name, sc, err)
-			}
-			reports = append(reports, rep)
-			if len(rep.Violations) > 0 {
-				failed = append(failed, ep.Name+" "+sc)
+		for round := 1; round <= o.rounds; round++ {
+			for _, ep := range roundOrder(endpoints, round) {
+				rep, skipped, err := runOne(ctx, o, ep, sc, round, stderr)
+				if err != nil {
+					return err
+				}
+				if skipped {
+					continue
+				}
+				if o.rounds > 1 {
+					rep.Round = round
+				}
+				reports = append(reports, rep)
+				if len(rep.Violations) > 0 {
+					failed = append(failed, ep.Name+" "+sc)
+				}
 			}
 		}
 	}
@@ -184,7 +171,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := sale.Plot(f, reports); err != nil {
+		if err := sale.Plot(f, firstRound(reports)); err != nil {
 			f.Close()
 			return err
 		}
@@ -230,4 +217,64 @@ func endpoint(ctx context.Context, target string, o options, stderr io.Writer) (
 			DatabaseURL: o.databaseURL, PID: o.pid, RedisURL: o.redisURL}, nothing, nil
 	}
 	return sale.Endpoint{}, nil, fmt.Errorf("unknown target %q: service, reference, ceiling, a URL or name=URL", target)
+}
+
+// roundOrder is the order of the targets in a round: as given in odd
+// rounds, reversed in even ones.
+func roundOrder(eps []sale.Endpoint, round int) []sale.Endpoint {
+	if round%2 == 1 {
+		return eps
+	}
+	out := slices.Clone(eps)
+	slices.Reverse(out)
+	return out
+}
+
+// firstRound keeps the reports of the first round (all of a one-round run).
+func firstRound(reps []*sale.Report) []*sale.Report {
+	var out []*sale.Report
+	for _, r := range reps {
+		if r.Round <= 1 {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// runOne runs one scenario on one target; skipped is true for a scenario
+// the target cannot run. The service's CPU profile, if asked for, is
+// taken in the first round.
+func runOne(ctx context.Context, o options, ep sale.Endpoint, sc string, round int, stderr io.Writer) (rep *sale.Report, skipped bool, err error) {
+	if ctx.Err() != nil {
+		return nil, false, ctx.Err()
+	}
+	if ep.API == sale.Plain && sc == sale.RedPacket {
+		fmt.Fprintf(stderr, "%s: skipped red-packet: the reference designs have no red packets\n", ep.Name)
+		return nil, true, nil
+	}
+	if sc == sale.Cluster && len(ep.URLs) < 2 {
+		fmt.Fprintf(stderr, "%s: skipped cluster: it needs two or more --url nodes\n", ep.Name)
+		return nil, true, nil
+	}
+	cfg := sale.Config{Endpoint: ep, Scenario: sc, Users: o.users, Attempts: o.attempts, Stock: o.stock,
+		PerUserLimit: o.perUser, Segments: o.segments, Concurrency: o.concurrency, Rate: o.rate, MaxDuration: o.maxDuration,
+		Secret: o.secret, RequestIDs: o.requestIDs, Progress: stderr,
+		Tickets: o.tickets, Challenge: strings.ToUpper(o.challenge)}
+	var prof *cpuProfile
+	if o.profile != "" && o.profileURL != "" && ep.Name == "service" && round == 1 {
+		prof = &cpuProfile{url: o.profileURL, seconds: o.profileFor, out: o.profile + "-" + sc + ".pprof"}
+		cfg.OnAttack = func() { prof.start(ctx) }
+	}
+	rep, err = sale.Run(ctx, cfg)
+	if perr := prof.wait(); perr != nil {
+		fmt.Fprintf(stderr, "%s %s: no CPU profile: %v\n", ep.Name, sc, perr)
+	}
+	if errors.Is(err, sale.ErrNoRedPackets) {
+		fmt.Fprintf(stderr, "%s: red-packet not run: %v\n", ep.Name, err)
+		return nil, true, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("%s %s: %w", ep.Name, sc, err)
+	}
+	return rep, false, nil
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,7 +14,7 @@ import (
 
 func printSummary(w io.Writer, reps []*sale.Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "target\tscenario\trequests\trps\tp50\tp90\tp99\tmax\tcpu/req\tbench cpu/req\tredis cpu/req\tdb cpu/req\tmachine cpu/req\tredis cmds/req\tdb lag\tdurable/s\tchecks")
+	fmt.Fprintln(tw, "target\tscenario\tround\trequests\trps\tp50\tp90\tp99\tmax\tcpu/req\tbench cpu/req\tredis cpu/req\tdb cpu/req\tmachine cpu/req\tredis cmds/req\tdb lag\tdurable/s\tchecks")
 	for _, r := range reps {
 		checks := "ok"
 		if len(r.Violations) > 0 {
@@ -22,8 +24,12 @@ func printSummary(w io.Writer, reps []*sale.Report) {
 		if d, ok := r.DurablePerSecond(); ok {
 			durable = fmt.Sprintf("%.0f", d)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			r.Target, r.Scenario, r.Requests, r.RPS,
+		round := "-"
+		if r.Round > 0 {
+			round = fmt.Sprint(r.Round)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			r.Target, r.Scenario, round, r.Requests, r.RPS,
 			ms(r.Latency.P50), ms(r.Latency.P90), ms(r.Latency.P99), ms(r.Latency.Max),
 			us(r.CPUPerRequest), us(r.GeneratorCPUPerRequest), us(r.RedisCPUPerRequest), us(r.DBCPUPerRequest), us(r.MachineCPUPerRequest), num(r.RedisCommandsPerRequest), sec(r.DBLag), durable, checks)
 	}
@@ -67,34 +73,103 @@ func printSummary(w io.Writer, reps []*sale.Report) {
 }
 
 // ratios compares the service with each other target of the run (the
-// reference designs, other named service nodes), per scenario.
+// reference designs, other named service nodes), per scenario and round;
+// over several rounds it adds each pair's medians.
 func ratios(reps []*sale.Report) []string {
-	var out []string
+	type pair struct{ scenario, target string }
+	var (
+		out    []string
+		order  []pair
+		rounds = map[pair][]ratio{}
+	)
 	for _, s := range reps {
 		if s.Target != "service" {
 			continue
 		}
 		for _, r := range reps {
-			if r.Scenario != s.Scenario || r.Target == "service" || r.RPS == 0 {
+			if r.Scenario != s.Scenario || r.Round != s.Round || r.Target == "service" || r.RPS == 0 {
 				continue
 			}
-			line := fmt.Sprintf("%s: service/%s rps %.2f×, p99 %.2f×", s.Scenario, r.Target, s.RPS/r.RPS,
-				float64(s.Latency.P99)/float64(max(r.Latency.P99, 1)))
-			if s.CPUPerRequest != nil && r.CPUPerRequest != nil && *r.CPUPerRequest > 0 {
-				line += fmt.Sprintf(", cpu/req %.2f×", float64(*s.CPUPerRequest)/float64(*r.CPUPerRequest))
+			rt := compare(s, r)
+			name := s.Scenario
+			if s.Round > 0 {
+				name = fmt.Sprintf("%s round %d", s.Scenario, s.Round)
 			}
-			if s.MachineCPUPerRequest != nil && r.MachineCPUPerRequest != nil && *r.MachineCPUPerRequest > 0 {
-				line += fmt.Sprintf(", machine cpu/req %.2f×", float64(*s.MachineCPUPerRequest)/float64(*r.MachineCPUPerRequest))
+			out = append(out, fmt.Sprintf("%s: service/%s %s", name, r.Target, rt))
+			k := pair{s.Scenario, r.Target}
+			if rounds[k] == nil {
+				order = append(order, k)
 			}
-			if sd, ok := s.DurablePerSecond(); ok {
-				if rd, ok := r.DurablePerSecond(); ok && rd > 0 {
-					line += fmt.Sprintf(", durable orders/s %.2f×", sd/rd)
-				}
-			}
-			out = append(out, line)
+			rounds[k] = append(rounds[k], rt)
+		}
+	}
+	for _, k := range order {
+		if rs := rounds[k]; len(rs) > 1 {
+			out = append(out, fmt.Sprintf("%s: service/%s median of %d rounds: %s", k.scenario, k.target, len(rs), medianRatio(rs)))
 		}
 	}
 	return out
+}
+
+// ratio is the service's figures over another target's in one round; a
+// figure that either side lacks is NaN.
+type ratio struct{ rps, p99, cpu, machine, durable float64 }
+
+func compare(s, r *sale.Report) ratio {
+	rt := ratio{rps: s.RPS / r.RPS, p99: float64(s.Latency.P99) / float64(max(r.Latency.P99, 1)),
+		cpu: math.NaN(), machine: math.NaN(), durable: math.NaN()}
+	if s.CPUPerRequest != nil && r.CPUPerRequest != nil && *r.CPUPerRequest > 0 {
+		rt.cpu = float64(*s.CPUPerRequest) / float64(*r.CPUPerRequest)
+	}
+	if s.MachineCPUPerRequest != nil && r.MachineCPUPerRequest != nil && *r.MachineCPUPerRequest > 0 {
+		rt.machine = float64(*s.MachineCPUPerRequest) / float64(*r.MachineCPUPerRequest)
+	}
+	if sd, ok := s.DurablePerSecond(); ok {
+		if rd, ok := r.DurablePerSecond(); ok && rd > 0 {
+			rt.durable = sd / rd
+		}
+	}
+	return rt
+}
+
+func (rt ratio) String() string {
+	line := fmt.Sprintf("rps %.2f×, p99 %.2f×", rt.rps, rt.p99)
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"cpu/req", rt.cpu}, {"machine cpu/req", rt.machine}, {"durable orders/s", rt.durable}} {
+		if !math.IsNaN(f.v) {
+			line += fmt.Sprintf(", %s %.2f×", f.name, f.v)
+		}
+	}
+	return line
+}
+
+// medianRatio is each figure's median over the rounds that have it.
+func medianRatio(rs []ratio) ratio {
+	med := func(get func(ratio) float64) float64 {
+		var vs []float64
+		for _, r := range rs {
+			if v := get(r); !math.IsNaN(v) {
+				vs = append(vs, v)
+			}
+		}
+		if len(vs) == 0 {
+			return math.NaN()
+		}
+		slices.Sort(vs)
+		if n := len(vs); n%2 == 0 {
+			return (vs[n/2-1] + vs[n/2]) / 2
+		}
+		return vs[len(vs)/2]
+	}
+	return ratio{
+		rps:     med(func(r ratio) float64 { return r.rps }),
+		p99:     med(func(r ratio) float64 { return r.p99 }),
+		cpu:     med(func(r ratio) float64 { return r.cpu }),
+		machine: med(func(r ratio) float64 { return r.machine }),
+		durable: med(func(r ratio) float64 { return r.durable }),
+	}
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }

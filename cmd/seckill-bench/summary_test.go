@@ -41,3 +41,49 @@ func TestSummaryNamesEveryViolation(t *testing.T) {
 		}
 	}
 }
+
+// Over several rounds the service is compared with each target of the
+// same round only, and each pair gets its medians over the rounds.
+func TestRatiosOverRoundsPairWithinARoundAndTakeMedians(t *testing.T) {
+	cpu := func(d time.Duration) *time.Duration { return &d }
+	rep := func(target string, round int, rps float64, p99, machine time.Duration) *sale.Report {
+		return &sale.Report{Target: target, Scenario: "in-stock", Round: round, RPS: rps,
+			Latency: sale.Latencies{P99: p99}, MachineCPUPerRequest: cpu(machine)}
+	}
+	ms, us := time.Millisecond, time.Microsecond
+	reps := []*sale.Report{
+		rep("service", 1, 9000, 10*ms, 200*us), rep("reference", 1, 10000, 10*ms, 100*us),
+		rep("reference", 2, 6000, 20*ms, 200*us), rep("service", 2, 9000, 10*ms, 200*us),
+		rep("service", 3, 3000, 40*ms, 400*us), rep("reference", 3, 5000, 20*ms, 200*us),
+	}
+	want := []string{
+		"in-stock round 1: service/reference rps 0.90×, p99 1.00×, machine cpu/req 2.00×",
+		"in-stock round 2: service/reference rps 1.50×, p99 0.50×, machine cpu/req 1.00×",
+		"in-stock round 3: service/reference rps 0.60×, p99 2.00×, machine cpu/req 2.00×",
+		"in-stock: service/reference median of 3 rounds: rps 0.90×, p99 1.00×, machine cpu/req 2.00×",
+	}
+	if got := ratios(reps); !reflect.DeepEqual(got, want) {
+		t.Errorf("ratios:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// Every other round runs the targets in reverse, so no target always
+// meets the machine first.
+func TestRoundsAlternateTheTargetsOrder(t *testing.T) {
+	eps := []sale.Endpoint{{Name: "service"}, {Name: "reference"}, {Name: "ceiling"}}
+	names := func(es []sale.Endpoint) string {
+		var out []string
+		for _, e := range es {
+			out = append(out, e.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	for round, want := range map[int]string{1: "service,reference,ceiling", 2: "ceiling,reference,service", 3: "service,reference,ceiling"} {
+		if got := names(roundOrder(eps, round)); got != want {
+			t.Errorf("round %d: %s, want %s", round, got, want)
+		}
+	}
+	if names(eps) != "service,reference,ceiling" {
+		t.Errorf("roundOrder changed its argument: %s", names(eps))
+	}
+}
