@@ -132,3 +132,31 @@ func TestOrderTablesCheckNoForeignKeyPerRow(t *testing.T) {
 		t.Errorf("tb_seckill_voucher lost its foreign key to tb_voucher (tables with keys: %v)", tables)
 	}
 }
+
+// Bun writes every value into a query's text, so each text is new: the
+// service's connections must send them as plain queries, not prepare and
+// keep each one (pgx's default kept up to 512 per connection, with their
+// text, on both sides).
+func TestPostgresConnectionsPrepareNothing(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	db := testenv.MustOpen(t, testenv.MustPostgresURL(t))
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for i := range 20 {
+		var n int
+		if err := conn.NewSelect().ColumnExpr("?::int + 1", i).Scan(ctx, &n); err != nil || n != i+1 {
+			t.Fatalf("query %d: %d, %v", i, n, err)
+		}
+	}
+	var prepared int
+	if err := conn.NewSelect().TableExpr("pg_prepared_statements").ColumnExpr("count(*)").Scan(ctx, &prepared); err != nil {
+		t.Fatal(err)
+	}
+	if prepared != 0 {
+		t.Errorf("the connection holds %d prepared statements after 20 queries", prepared)
+	}
+}
