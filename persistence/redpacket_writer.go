@@ -130,8 +130,9 @@ func (w *RedPacketWriter) Handle(ctx context.Context, batch []LogEntry) (map[int
 		}
 		rows, idx = append(rows, g), append(idx, i)
 	}
+	var err error
 	for {
-		err := w.insert(ctx, rows)
+		err = w.insert(ctx, rows)
 		var lost *lostGrabs
 		if !errors.As(err, &lost) {
 			if err == nil || !refusable(err) {
