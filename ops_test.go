@@ -193,6 +193,7 @@ func TestMetricsAfterASale(t *testing.T) {
 		{"actors alive", `flashsale_actors_alive`, ge(1), ">= 1"},
 		{"subscriptions open", `flashsale_subscriptions_open`, eq(0), "0"},
 		{"rate-limit refusals: user (counted in memory)", `flashsale_user_rate_limit_refusals_total`, eq(1), "1"},
+		{"records of sales: none dropped in a healthy sale", `flashsale_grab_sale_memory_dropped_total`, eq(0), "0"},
 		{"rate-limit refusals: voucher", `flashsale_rate_limit_refusals_total{kind="voucher"}`, eq(0), "0"},
 		{"breaker state", `flashsale_breaker_state{store="redis"}`, eq(0), "0 (closed)"},
 	} {

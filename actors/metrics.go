@@ -66,6 +66,17 @@ var (
 		Namespace: "flashsale", Name: "user_rate_limit_refusals_total",
 		Help: "Grabs turned away by the per-user rate limit (RATE_USER_PER_SEC), which segment activations keep in memory; the limits shared in Redis count in rate_limit_refusals_total.",
 	})
+	// saleMemoryAnswers and saleMemoryDrops show whether keyed grabs after
+	// the sell-out are answered from an activation's proven record of the
+	// sales (saleMemory) or looked up by the grab script.
+	saleMemoryAnswers = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "flashsale", Name: "grab_sale_memory_answers_total",
+		Help: "Keyed grabs answered from their activation's record of the sales, after a script call proved the record whole (no per-grab lookup in Redis).",
+	})
+	saleMemoryDrops = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "flashsale", Name: "grab_sale_memory_dropped_total",
+		Help: "Records of the sales an activation gave up (a call that may have sold unseen, a tally that disagreed, or the size bound); its keyed grabs go to the script from then on.",
+	})
 )
 
 // grabCodes are each code's series, looked up once here rather than by
@@ -78,7 +89,8 @@ var grabCodes = map[domain.SeckillCode]struct {
 
 func init() {
 	prometheus.MustRegister(grabsTotal, grabDuration, batchSize, actorsAlive, actorsFull,
-		segmentsHosted, placementShare, clusterMembers, remoteGrabs, leaseRefusals, leaseLosses, userRateRefusals)
+		segmentsHosted, placementShare, clusterMembers, remoteGrabs, leaseRefusals, leaseLosses, userRateRefusals,
+		saleMemoryAnswers, saleMemoryDrops)
 	for _, c := range []domain.SeckillCode{domain.SeckillOK, domain.SeckillNotFound, domain.SeckillNotStarted,
 		domain.SeckillEnded, domain.SeckillPaused, domain.SeckillSoldOut, domain.SeckillLimitReached,
 		domain.SeckillUnavailable, domain.SeckillRateLimited} {

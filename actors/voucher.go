@@ -34,6 +34,10 @@ type grabMsg struct {
 	// rated is set once the per-user limit (userRates) admitted it, for
 	// the same reason.
 	rated bool
+	// unproven is set once the activation's record of sales could not
+	// decide the grab as a check: it goes to the script, never back to
+	// the record.
+	unproven bool
 	// state is grabWaiting until the actor puts the grab in a script call
 	// (grabTaken) or the caller gives up first (grabAbandoned); whoever
 	// moves it first decides, so a caller told UNAVAILABLE after a timeout
@@ -72,7 +76,11 @@ const maxHops = 3
 // (it does not when the rate limits turned every grab away), that is
 // whether out.State is news.
 type batchDone struct {
-	batch    []*grabMsg
+	batch []*grabMsg
+	// checks are keyed grabs that the activation's record of the sales
+	// answers once this call's tally proves it whole (saleMemory); they
+	// are not in the script call.
+	checks   []*grabMsg
 	out      domain.BatchOutcome
 	scripted bool
 	err      error
@@ -81,6 +89,11 @@ type batchDone struct {
 	// answered: the batch's goroutine already gave every grab its result
 	// (final says when it may).
 	answered bool
+	// resent: a grab of the batch was in a script call before, so a sale
+	// in this outcome may be one the record of sales never saw.
+	resent bool
+	// fallback: Redis was down and the batch was answered without it.
+	fallback bool
 }
 
 // final reports whether the outcome answers each grab of the batch for
@@ -133,6 +146,9 @@ type voucherActor struct {
 	pending    []*grabMsg
 	inflight   bool
 	wantReload bool
+	// memo is the activation's record of the voucher's sales (nil: none),
+	// from which keyed grabs after the sell-out are answered.
+	memo *saleMemory
 	// rates is the per-user rate limit of this activation (nil: off).
 	rates *userRates
 }
@@ -235,6 +251,7 @@ func (a *voucherActor) activate(ctx actor.Context) {
 		return
 	}
 	a.fence, a.state = fence, st
+	a.memo = newSaleMemory(st)
 	if !st.Found {
 		a.ref.unknown.Store(true)
 		a.releaseLease() // nothing to guard
@@ -374,8 +391,9 @@ func (a *voucherActor) reroute(g *grabMsg) {
 // before anything else: one that was in a script call before (see
 // grabMsg.sent), and, while the sale lasts, one that carries the client's
 // key, which may retry a grab whose reply was lost. So a keyed grab after
-// the sell-out costs a script call (in a batch) where an unkeyed one costs
-// nothing.
+// the sell-out waits for a script call (in a batch) where an unkeyed one
+// waits for nothing; the activation's record of the sales spares that
+// call the grab's lookups (fromMemory).
 func (a *voucherActor) decided(g *grabMsg, now time.Time) (domain.SeckillCode, bool) {
 	if g.sent() {
 		return "", false
@@ -385,6 +403,18 @@ func (a *voucherActor) decided(g *grabMsg, now time.Time) (domain.SeckillCode, b
 		return "", false
 	}
 	return code, ok
+}
+
+// fromMemory reports whether g, which the cached state would refuse but
+// may retry a sale (decided), goes to the next script call only as a
+// check: answered from the record of the sales once the call proves the
+// record whole, instead of as one of the script's grabs.
+func (a *voucherActor) fromMemory(g *grabMsg, now time.Time) bool {
+	if !g.keyed || g.unproven || a.memo == nil {
+		return false
+	}
+	code, ok := a.known(now)
+	return ok && (code == domain.SeckillSoldOut || code == domain.SeckillPaused)
 }
 
 // known answers from memory when the cached state already decides.
@@ -448,14 +478,20 @@ func (a *voucherActor) drain(ctx actor.Context) {
 // the actor's goroutine; the outcome comes back as a batchDone message.
 func (a *voucherActor) flush(ctx actor.Context) {
 	batch := make([]*grabMsg, 0, min(len(a.pending), a.r.opts.BatchSize))
-	now := time.Now().UnixNano()
+	var checks []*grabMsg
+	resent := false
+	clock := time.Now()
+	now := clock.UnixNano()
 	n := 0
-	for ; n < len(a.pending) && len(batch) < a.r.opts.BatchSize; n++ {
+	for ; n < len(a.pending) && len(batch)+len(checks) < a.r.opts.BatchSize; n++ {
 		g := a.pending[n]
 		// A grab in a script call before may have sold: its request id
 		// decides it, never a limit (see grabMsg.admitted).
 		sent := g.sent()
-		if !g.take() {
+		// A check never reaches the script, so it is not taken: it stays
+		// a grab that never was in a script call (grabMsg.sent).
+		check := !sent && a.fromMemory(g, clock)
+		if check && g.state.Load() == grabAbandoned || !check && !g.take() {
 			a.answer(g, domain.GrabResult{Code: domain.SeckillUnavailable}) // nobody reads it
 			continue
 		}
@@ -467,25 +503,33 @@ func (a *voucherActor) flush(ctx actor.Context) {
 			}
 			g.rated = true
 		}
+		if check {
+			checks = append(checks, g)
+			continue
+		}
+		resent = resent || sent
 		batch = append(batch, g)
 	}
 	rest := copy(a.pending, a.pending[n:])
 	clear(a.pending[rest:])
 	a.pending = a.pending[:rest]
-	if len(batch) == 0 {
+	if len(batch) == 0 && len(checks) == 0 {
 		return
 	}
 	a.inflight = true
-	batchSize.Observe(float64(len(batch)))
+	if len(batch) > 0 {
+		batchSize.Observe(float64(len(batch)))
+	}
 	self, fence, view := ctx.Self(), a.fence, domain.RedisView{Remaining: a.state.Remaining, SeenAt: a.state.SeenAt}
 	key, segments := a.key(), a.state.Segments
 	go func() {
 		var d *batchDone
 		if h := a.r.opts.Redis; h != nil && !h.Usable() {
 			d = a.r.redisDown(a.id, view, batch)
+			d.checks, d.fallback = checks, true // the checks wait for the next call, without the record
 		} else {
-			out, scripted, err := a.r.runBatch(key, fence, batch)
-			d = &batchDone{batch: batch, out: out, scripted: scripted, err: err}
+			out, scripted, err := a.r.runBatch(key, fence, batch, len(checks) > 0)
+			d = &batchDone{batch: batch, checks: checks, out: out, scripted: scripted, err: err, resent: resent}
 			if d.final() {
 				// The callers hear their answers now, not after one more
 				// hop through the actor's mailbox; the actor takes the
@@ -506,7 +550,8 @@ func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
 	switch {
 	case d.err != nil:
 		a.r.log.Warn("grab batch failed", "voucher", a.id, "grabs", len(d.batch), "err", d.err)
-		for _, g := range d.batch {
+		a.dropMemo() // the call may have sold without saying so
+		for _, g := range append(d.batch, d.checks...) {
 			a.answer(g, domain.GrabResult{Code: domain.SeckillUnavailable})
 		}
 		// The grabs that queued behind it never reached Redis: answer them
@@ -529,12 +574,12 @@ func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
 		// Nothing of the batch was sold by this call, but an earlier
 		// attempt may have sold and lost its reply: the new activation
 		// asks Redis about these grabs, whatever it caches (grabMsg.sent).
-		a.retire(ctx, d.batch)
+		a.retire(ctx, append(d.batch, d.checks...))
 		return
 	case d.scripted && !d.out.State.Found && a.state.Found:
 		// Redis lost the voucher; nothing of the batch was sold.
 		a.r.log.Warn("voucher vanished from redis; re-activating", "voucher", a.id)
-		a.retire(ctx, d.batch)
+		a.retire(ctx, append(d.batch, d.checks...))
 		return
 	default:
 		a.state.Remaining -= d.dbSold
@@ -557,6 +602,7 @@ func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
 		if sold && a.r.opts.Sold != nil {
 			a.r.opts.Sold(a.id)
 		}
+		a.learnSales(d)
 	}
 	if a.unusable { // retired while the batch was out (moved, lease lost)
 		a.retire(ctx, nil)
@@ -568,6 +614,45 @@ func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
 		return
 	}
 	a.drain(ctx)
+}
+
+// learnSales takes a successful batch's sales into the record of sales,
+// drops the record when the batch may hold a sale it cannot see or the
+// call's tally disagrees with it, and then answers the batch's checks
+// from the record, as the script would have at that call; a check the
+// record cannot decide waits for the next script call, as a grab of it.
+func (a *voucherActor) learnSales(d *batchDone) {
+	if a.memo != nil {
+		switch {
+		case d.fallback || d.resent || d.dbSold > 0:
+			a.dropMemo()
+		case d.scripted && (!a.memo.record(d.batch, d.out.Results) || !a.memo.matches(d.out.State.Tally)):
+			a.dropMemo()
+		}
+	}
+	var undecided []*grabMsg
+	for _, g := range d.checks {
+		if a.memo != nil && d.scripted {
+			if res, ok := a.memo.answer(g, d.out.Refusal, d.out.State.Remaining, a.state.Limit); ok {
+				saleMemoryAnswers.Inc()
+				a.answer(g, res)
+				continue
+			}
+		}
+		g.unproven = true // the script decides it now (fromMemory)
+		undecided = append(undecided, g)
+	}
+	if len(undecided) > 0 {
+		a.pending = append(undecided, a.pending...)
+	}
+}
+
+// dropMemo gives up the record of sales for the rest of the activation.
+func (a *voucherActor) dropMemo() {
+	if a.memo != nil {
+		a.memo = nil
+		saleMemoryDrops.Inc()
+	}
 }
 
 func (a *voucherActor) answer(g *grabMsg, res domain.GrabResult) {
@@ -586,7 +671,11 @@ func (r *Router) unqueue(g *grabMsg) {
 // trip), allocates order ids for the admitted grabs and runs the script on
 // them, retrying with the same request and order ids when a call fails.
 // The outcome has one result per grab of batch, in order.
-func (r *Router) runBatch(key segKey, fence int64, batch []*grabMsg) (domain.BatchOutcome, bool, error) {
+//
+// check asks for the script call even when no grab is left for it (none
+// or all turned away by the limits): the call then only reads the
+// voucher and its tally, for the batch's checks (batchDone.checks).
+func (r *Router) runBatch(key segKey, fence int64, batch []*grabMsg, check bool) (domain.BatchOutcome, bool, error) {
 	voucherID := key.voucher
 	// One deadline for the whole batch (limits, ids, every attempt): the
 	// callers wait for it, so it must end.
@@ -610,14 +699,17 @@ func (r *Router) runBatch(key segKey, fence int64, batch []*grabMsg) (domain.Bat
 			admitted = append(admitted, i)
 		}
 	}
-	if len(admitted) == 0 {
+	if len(admitted) == 0 && !check {
 		return domain.BatchOutcome{Results: results}, false, nil
 	}
-	ctx, cancel = call()
-	ids, err := r.ids.Take(ctx, len(admitted))
-	cancel()
-	if err != nil {
-		return domain.BatchOutcome{}, false, err
+	var ids []int64
+	if len(admitted) > 0 {
+		ctx, cancel = call()
+		ids, err = r.ids.Take(ctx, len(admitted))
+		cancel()
+		if err != nil {
+			return domain.BatchOutcome{}, false, err
+		}
 	}
 	grabs := make([]domain.Grab, len(admitted))
 	for j, i := range admitted {

@@ -35,6 +35,30 @@ type VoucherState struct {
 	// state is at least as new as SeenAt. The database fallback needs it
 	// to know which other nodes' Redis sales it may not have seen.
 	SeenAt time.Time
+	// Tally is what the store counts of the voucher's sales, read in the
+	// same atomic step as the rest.
+	Tally SalesTally
+}
+
+// SalesTally is what the store counts of a voucher's sales, so that a
+// sequencer can prove that its own record of them is whole before it
+// answers a keyed grab from that record (actors' saleMemory): every sale
+// adds one request id, and a reload of the voucher changes Load.
+type SalesTally struct {
+	// Counted is false for a store that keeps no tally: nothing may then
+	// be answered from a record of sales.
+	Counted bool
+	// Requests is how many request ids sold under the current load (one
+	// per order sold, whoever sold it).
+	Requests int64
+	// Buyers is how many users the store counts orders for (Claim only).
+	Buyers int64
+	// Load is the stamp of the store's load of the voucher ("" for a load
+	// without one).
+	Load string
+	// Held tells that a reload holds the voucher's sales (Claim only):
+	// orders of the lost load may still be added to the tally then.
+	Held bool
 }
 
 // RedisView is what a node last knew of a voucher's Redis stock: the
@@ -54,6 +78,10 @@ type BatchOutcome struct {
 	State VoucherState
 	// Results has one result per grab of the batch, in order.
 	Results []GrabResult
+	// Refusal is what the voucher's status, time window or a reload's hold
+	// answers every grab that is no retry of a sale ("" when they allow a
+	// sale), as the store saw it during the batch.
+	Refusal SeckillCode
 }
 
 // RateCheck is one grab to admit under the rate limits shared in Redis:

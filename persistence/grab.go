@@ -69,10 +69,16 @@ var scriptCodes = []domain.SeckillCode{
 // Order and user ids stay strings: Lua numbers are doubles, and order ids
 // exceed 2^53.
 //
+// With no grab it only reads: a sequencer confirms its record of the
+// sales that way (the tally: request ids sold and the load stamp, see
+// domain.SalesTally).
+//
 // KEYS: meta, stock, users, fence, req, log.
 // ARGV: fence, voucher id, then (request id, user id, order id) per grab.
-// Returns {state, remaining, status, begin, end, code1, order1, ...} with
-// state 0 = done, -1 = stale fence, 1 = voucher not in Redis.
+// Returns {state, remaining, status, begin, end, refusal, requests sold,
+// load stamp, code1, order1, ...} with state 0 = done, -1 = stale fence,
+// 1 = voucher not in Redis (then only the first five), and refusal the
+// code that status, time window or hold give every new grab (0: none).
 var grabScript = redis.NewScript(`
 if redis.call('GET', KEYS[4]) ~= ARGV[1] then
   return {-1, 0, 0, 0, 0}
@@ -106,7 +112,7 @@ if m[6] then
   entry[#entry + 1] = '` + EntryLoadStamp + `'
   entry[#entry + 1] = m[6]
 end
-local out = {0, 0, status, begin_ms, end_ms}
+local out = {0, 0, status, begin_ms, end_ms, verdict, 0, m[6] or ''}
 local sold = 0
 for i = 3, #ARGV, 3 do
   local req, user, oid = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -143,6 +149,7 @@ if sold > 0 then
   end
 end
 out[2] = stock
+out[7] = redis.call('HLEN', KEYS[5])
 return out
 `)
 
@@ -155,16 +162,26 @@ type Grabs struct {
 func NewGrabs(rdb redis.UniversalClient) *Grabs { return &Grabs{rdb: rdb} }
 
 // claimScript takes a fencing token for a new actor activation and reads
-// the voucher, but only for a voucher Redis knows: unknown ids leave no key
-// behind. KEYS: meta, stock, fence. Returns {fence, status, begin, end,
-// limit, stock, segments}, or {0} for an unknown voucher.
+// the voucher with its tally of sales, but only for a voucher Redis knows:
+// unknown ids leave no key behind. KEYS: meta, stock, fence, req, users.
+// Returns {fence, status, begin, end, limit, stock, segments, requests
+// sold, buyers, load stamp, held}, or {0} for an unknown voucher; a missing
+// field is false (nil), never a hole that would cut the list short.
 var claimScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {0}
 end
 local f = redis.call('INCR', KEYS[3])
-local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit', 'segs')
-return {f, m[1], m[2], m[3], m[4], redis.call('GET', KEYS[2]), m[5]}
+local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit', 'segs', '` + metaLoadStamp + `', 'hold')
+local held = 0
+if m[7] then
+  local t = redis.call('TIME')
+  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) < tonumber(m[7]) then
+    held = 1
+  end
+end
+return {f, m[1] or false, m[2] or false, m[3] or false, m[4] or false, redis.call('GET', KEYS[2]) or false, m[5] or false,
+  redis.call('HLEN', KEYS[4]), redis.call('HLEN', KEYS[5]), m[6] or '', held}
 `)
 
 // Claim takes a new fencing token for an activation of the voucher's actor
@@ -173,21 +190,26 @@ return {f, m[1], m[2], m[3], m[4], redis.call('GET', KEYS[2]), m[5]}
 // writes nothing.
 func (g *Grabs) Claim(ctx context.Context, voucherID int64, seg int) (int64, domain.VoucherState, error) {
 	seen := time.Now()
-	raw, err := claimScript.Run(ctx, g.rdb, []string{metaKey(voucherID), stockKey(voucherID), fenceKey(voucherID, seg)}).Slice()
+	keys := []string{metaKey(voucherID), stockKey(voucherID), fenceKey(voucherID, seg), reqKey(voucherID), usersKey(voucherID)}
+	raw, err := claimScript.Run(ctx, g.rdb, keys).Slice()
 	claimScriptDuration.Observe(time.Since(seen).Seconds())
 	if err != nil {
 		return 0, domain.VoucherState{}, fmt.Errorf("claim voucher %d: %w", voucherID, err)
 	}
 	fence, _ := raw[0].(int64)
-	if fence == 0 || len(raw) < 6 {
+	if fence == 0 || len(raw) != 11 {
 		return 0, domain.VoucherState{}, nil
 	}
 	stock, _ := raw[5].(string)
-	meta := raw[1:5]
-	if len(raw) > 6 {
-		meta = append(meta[:4:4], raw[6])
+	st := parseState(append(raw[1:5:5], raw[6]), stock, seen)
+	if st.Found {
+		requests, _ := raw[7].(int64)
+		buyers, _ := raw[8].(int64)
+		load, _ := raw[9].(string)
+		held, _ := raw[10].(int64)
+		st.Tally = domain.SalesTally{Counted: true, Requests: requests, Buyers: buyers, Load: load, Held: held == 1}
 	}
-	return fence, parseState(meta, stock, seen), nil
+	return fence, st, nil
 }
 
 // State reads the voucher's state without claiming.
@@ -228,6 +250,10 @@ func parseState(meta []any, stock string, seen time.Time) domain.VoucherState {
 	}
 }
 
+// grabHead is how many values the grab script returns before the first
+// grab's.
+const grabHead = 8
+
 // Grab runs one batch through the grab script (EVALSHA, falling back to
 // EVAL when Redis lost the script).
 func (g *Grabs) Grab(ctx context.Context, voucherID int64, seg int, fence int64, grabs []domain.Grab) (domain.BatchOutcome, error) {
@@ -255,25 +281,35 @@ func (g *Grabs) Grab(ctx context.Context, voucherID int64, seg int, fence int64,
 		return domain.BatchOutcome{Stale: true}, nil
 	case head[0] == 1:
 		return domain.BatchOutcome{Results: fill(len(grabs), domain.SeckillNotFound)}, nil
-	case len(raw) != 5+2*len(grabs):
+	case len(raw) != grabHead+2*len(grabs):
 		return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: script returned %d values for %d grabs", voucherID, len(raw), len(grabs))
+	}
+	refusal, _ := raw[5].(int64)
+	requests, _ := raw[6].(int64)
+	load, _ := raw[7].(string)
+	if refusal < 0 || int(refusal) >= len(scriptCodes) {
+		return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: unknown refusal %d", voucherID, refusal)
 	}
 	out := domain.BatchOutcome{
 		State: domain.VoucherState{
 			Found: true, Status: domain.VoucherStatus(head[2]),
 			Begin: time.UnixMilli(head[3]), End: time.UnixMilli(head[4]), Remaining: int(head[1]),
 			SeenAt: seen,
+			Tally:  domain.SalesTally{Counted: true, Requests: requests, Load: load},
 		},
 		Results: make([]domain.GrabResult, len(grabs)),
 	}
+	if refusal != 0 {
+		out.Refusal = scriptCodes[refusal]
+	}
 	for i := range grabs {
-		code, _ := raw[5+2*i].(int64)
+		code, _ := raw[grabHead+2*i].(int64)
 		if code < 0 || int(code) >= len(scriptCodes) {
 			return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: unknown code %d", voucherID, code)
 		}
 		out.Results[i].Code = scriptCodes[code]
 		if code == 0 {
-			s, _ := raw[6+2*i].(string)
+			s, _ := raw[grabHead+1+2*i].(string)
 			if out.Results[i].OrderID, err = strconv.ParseInt(s, 10, 64); err != nil {
 				return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: bad order id %q", voucherID, s)
 			}
