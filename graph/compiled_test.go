@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"flashsale/bench/reference"
 	"flashsale/domain"
 	"flashsale/graph/model"
 	"flashsale/internal/auth"
@@ -323,6 +324,35 @@ func TestCompiledAnswerEscapesAsGqlgen(t *testing.T) {
 		}
 		if !bytes.Equal(got, want) {
 			t.Errorf("%q: %s, gqlgen's envelope %s", msg, got, want)
+		}
+	}
+}
+
+// TestGraphQLCeilingAnswersAsTheService holds the load tool's GraphQL
+// ceiling (bench/reference) to the service's own answer to a sold-out
+// grab, as seckill-bench sends it: the same status, content type and
+// bytes, so that the ceiling's client does the same work as the
+// service's.
+func TestGraphQLCeilingAnswersAsTheService(t *testing.T) {
+	tokens := auth.NewTokens("compiled-test-secret-0123456789")
+	user, err := tokens.Issue(auth.Identity{UserID: 42, Role: auth.RoleUser}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compiled, gqlgen := twinHandlers(t, tokens, 0)
+	ceiling := (&reference.GraphQLCeiling{Tokens: tokens}).Handler()
+	for _, q := range []string{
+		`mutation($v: ID!, $r: String) { seckillVoucher(voucherId: $v, requestId: $r) { code orderId } }`,
+		`mutation($v: ID!) { seckillVoucher(voucherId: $v) { code orderId } }`,
+	} {
+		req := twinRequest{body: body(q, map[string]any{"v": "2", "r": "run-1-0"}), authorization: "Bearer " + user}
+		got := send(ceiling, req)
+		for name, h := range map[string]http.Handler{"compiled": compiled, "gqlgen": gqlgen} {
+			want := send(h, req)
+			if got.status != want.status || got.body != want.body || got.headers.Get("Content-Type") != want.headers.Get("Content-Type") {
+				t.Errorf("%s: ceiling %d %q %s, service (%s) %d %q %s", q, got.status, got.headers.Get("Content-Type"), got.body,
+					name, want.status, want.headers.Get("Content-Type"), want.body)
+			}
 		}
 	}
 }

@@ -8,6 +8,11 @@
 //     and inserts each order in its own Postgres transaction.
 //   - Ceiling: the cheapest answer an HTTP service can give a grab: the
 //     same JWT check, then a constant body.
+//   - GraphQLCeiling: the same for a grab as the service's contract
+//     carries it: the POST /query body read, the JWT check, then the
+//     constant bytes of a sold-out answer. No GraphQL server can answer
+//     a grab for less; it bounds what the service can reach against the
+//     plain ceiling.
 //
 // Both speak the same small API, which the load tool drives:
 //
@@ -21,11 +26,13 @@
 package reference
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -347,6 +354,60 @@ func (c *Ceiling) Handler() http.Handler {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(soldOut)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+	return mux
+}
+
+// GraphQLCeiling answers every grab on POST /query with the constant
+// bytes the service answers a sold-out grab with, after reading the body
+// and the same token check. It parses nothing: an admin's body that
+// names createVoucher gets a new voucher id, any other body the
+// sold-out answer.
+type GraphQLCeiling struct {
+	Tokens *auth.Tokens
+
+	mu   sync.Mutex
+	next int64
+	bufs sync.Pool
+}
+
+// graphQLSoldOut is the service's answer to a sold-out grab selecting
+// code and orderId, byte for byte.
+var graphQLSoldOut = []byte(`{"data":{"seckillVoucher":{"code":"SOLD_OUT","orderId":null}}}`)
+
+// maxCeilingBody bounds a body read by the GraphQL ceiling, as the
+// service bounds its own.
+const maxCeilingBody = 64 << 10
+
+// Handler serves POST /query and GET /healthz.
+func (c *GraphQLCeiling) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /query", func(w http.ResponseWriter, r *http.Request) {
+		buf, _ := c.bufs.Get().(*bytes.Buffer)
+		if buf == nil {
+			buf = new(bytes.Buffer)
+		}
+		defer func() { buf.Reset(); c.bufs.Put(buf) }()
+		if _, err := buf.ReadFrom(io.LimitReader(r.Body, maxCeilingBody)); err != nil {
+			writeCode(w, http.StatusBadRequest, "BAD_REQUEST")
+			return
+		}
+		id, err := c.Tokens.VerifyHeader(r.Header.Get("Authorization"))
+		if err != nil {
+			writeCode(w, http.StatusUnauthorized, "UNAUTHENTICATED")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		if id.IsAdmin() && bytes.Contains(buf.Bytes(), []byte("createVoucher")) {
+			c.mu.Lock()
+			c.next++
+			n := c.next
+			c.mu.Unlock()
+			_, _ = fmt.Fprintf(w, `{"data":{"createVoucher":{"id":"%d"}}}`, n)
+			return
+		}
+		_, _ = w.Write(graphQLSoldOut)
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
 	return mux

@@ -69,7 +69,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("seckill-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.targets, "target", "service", "comma-separated targets, each run in turn: service (the --url nodes), reference, ceiling, or a service URL")
+	fs.StringVar(&o.targets, "target", "service", "comma-separated targets, each run in turn: service (the --url nodes), reference, ceiling, ceiling-graphql (the ceiling answering the service's contract), or a service URL")
 	fs.StringVar(&o.scenarios, "scenario", sale.SoldOut, "comma-separated scenarios: "+strings.Join(sale.Scenarios, ", "))
 	fs.StringVar(&o.urls, "url", envOr("SECKILL_URL", "http://127.0.0.1:8080"), "the service's base URL(s), comma-separated; the cluster scenario goes round robin over them (env SECKILL_URL)")
 	fs.IntVar(&o.users, "users", 2000, "distinct users")
@@ -203,7 +203,7 @@ func endpoint(ctx context.Context, target string, o options, stderr io.Writer) (
 	case "service":
 		return sale.Endpoint{Name: "service", API: sale.GraphQL, URLs: split(o.urls), DatabaseURL: o.databaseURL,
 			PID: o.pid, RedisURL: o.redisURL}, nothing, nil
-	case "reference", "ceiling":
+	case "reference", "ceiling", "ceiling-graphql":
 		return startReference(ctx, target, o, stderr)
 	}
 	// name=URL: another service node under a name of its own, e.g. the
@@ -216,7 +216,7 @@ func endpoint(ctx context.Context, target string, o options, stderr io.Writer) (
 		return sale.Endpoint{Name: name, API: sale.GraphQL, URLs: []string{strings.TrimSuffix(url, "/")},
 			DatabaseURL: o.databaseURL, PID: o.pid, RedisURL: o.redisURL}, nothing, nil
 	}
-	return sale.Endpoint{}, nil, fmt.Errorf("unknown target %q: service, reference, ceiling, a URL or name=URL", target)
+	return sale.Endpoint{}, nil, fmt.Errorf("unknown target %q: service, reference, ceiling, ceiling-graphql, a URL or name=URL", target)
 }
 
 // roundOrder is the order of the targets in a round: as given in odd

@@ -28,10 +28,10 @@ import (
 
 // serve runs a reference design until ctx ends:
 //
-//	seckill-bench serve reference|ceiling --addr 127.0.0.1:9000 --jwt-secret s [--redis-url u --database-url u --prefix p]
+//	seckill-bench serve reference|ceiling|ceiling-graphql --addr 127.0.0.1:9000 --jwt-secret s [--redis-url u --database-url u --prefix p]
 func serve(ctx context.Context, args []string) error {
-	if len(args) == 0 || (args[0] != "reference" && args[0] != "ceiling") {
-		return errors.New("usage: seckill-bench serve reference|ceiling --addr host:port ...")
+	if len(args) == 0 || (args[0] != "reference" && args[0] != "ceiling" && args[0] != "ceiling-graphql") {
+		return errors.New("usage: seckill-bench serve reference|ceiling|ceiling-graphql --addr host:port ...")
 	}
 	kind := args[0]
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -50,10 +50,14 @@ func serve(ctx context.Context, args []string) error {
 	tokens := auth.NewTokens(*secret)
 	var handler http.Handler
 	done := make(chan struct{})
-	if kind == "ceiling" {
+	switch kind {
+	case "ceiling":
 		handler = (&reference.Ceiling{Tokens: tokens}).Handler()
 		close(done)
-	} else {
+	case "ceiling-graphql":
+		handler = (&reference.GraphQLCeiling{Tokens: tokens}).Handler()
+		close(done)
+	default:
 		opt, err := redis.ParseURL(*redisURL)
 		if err != nil {
 			return fmt.Errorf("serve: --redis-url: %w", err)
@@ -107,9 +111,12 @@ func startReference(ctx context.Context, kind string, o options, stderr io.Write
 			cleanups[i]()
 		}
 	}
-	if kind == "ceiling" {
+	switch kind {
+	case "ceiling":
 		ep.NoStock = true
-	} else {
+	case "ceiling-graphql":
+		ep.API, ep.NoStock = sale.GraphQL, true
+	default:
 		if o.databaseURL == "" || o.redisURL == "" {
 			return sale.Endpoint{}, nil, errors.New("the reference needs --database-url (a Postgres server where it may create a database) and --redis-url")
 		}

@@ -73,21 +73,28 @@ func printSummary(w io.Writer, reps []*sale.Report) {
 }
 
 // ratios compares the service with each other target of the run (the
-// reference designs, other named service nodes), per scenario and round;
-// over several rounds it adds each pair's medians.
+// reference designs, other named service nodes), per scenario and round,
+// and the GraphQL ceiling with the plain one (what the contract's bytes
+// alone cost); over several rounds it adds each pair's medians.
 func ratios(reps []*sale.Report) []string {
-	type pair struct{ scenario, target string }
+	type pair struct{ scenario, num, den string }
 	var (
 		out    []string
 		order  []pair
 		rounds = map[pair][]ratio{}
 	)
-	for _, s := range reps {
-		if s.Target != "service" {
-			continue
+	compared := func(num, den string) bool {
+		switch num {
+		case "service":
+			return den != "service"
+		case "ceiling-graphql":
+			return den == "ceiling"
 		}
+		return false
+	}
+	for _, s := range reps {
 		for _, r := range reps {
-			if r.Scenario != s.Scenario || r.Round != s.Round || r.Target == "service" || r.RPS == 0 {
+			if r.Scenario != s.Scenario || r.Round != s.Round || !compared(s.Target, r.Target) || r.RPS == 0 {
 				continue
 			}
 			rt := compare(s, r)
@@ -95,8 +102,8 @@ func ratios(reps []*sale.Report) []string {
 			if s.Round > 0 {
 				name = fmt.Sprintf("%s round %d", s.Scenario, s.Round)
 			}
-			out = append(out, fmt.Sprintf("%s: service/%s %s", name, r.Target, rt))
-			k := pair{s.Scenario, r.Target}
+			out = append(out, fmt.Sprintf("%s: %s/%s %s", name, s.Target, r.Target, rt))
+			k := pair{s.Scenario, s.Target, r.Target}
 			if rounds[k] == nil {
 				order = append(order, k)
 			}
@@ -105,7 +112,7 @@ func ratios(reps []*sale.Report) []string {
 	}
 	for _, k := range order {
 		if rs := rounds[k]; len(rs) > 1 {
-			out = append(out, fmt.Sprintf("%s: service/%s median of %d rounds: %s", k.scenario, k.target, len(rs), medianRatio(rs)))
+			out = append(out, fmt.Sprintf("%s: %s/%s median of %d rounds: %s", k.scenario, k.num, k.den, len(rs), medianRatio(rs)))
 		}
 	}
 	return out

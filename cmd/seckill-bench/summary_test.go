@@ -16,12 +16,16 @@ func TestRatiosCompareTheServiceWithEachReferencePerScenario(t *testing.T) {
 		{Target: "service", Scenario: "sold-out", RPS: 5000, Latency: sale.Latencies{P99: 20 * time.Millisecond}, CPUPerRequest: cpu(80 * time.Microsecond)},
 		{Target: "reference", Scenario: "sold-out", RPS: 10000, Latency: sale.Latencies{P99: 10 * time.Millisecond}, CPUPerRequest: cpu(40 * time.Microsecond)},
 		{Target: "ceiling", Scenario: "sold-out", RPS: 20000, Latency: sale.Latencies{P99: 5 * time.Millisecond}},
+		{Target: "ceiling-graphql", Scenario: "sold-out", RPS: 16000, Latency: sale.Latencies{P99: 6 * time.Millisecond}},
 		{Target: "reference", Scenario: "in-stock", RPS: 8000, OK: 1000, Elapsed: time.Second, DBLag: cpu(9 * time.Second)},
 		{Target: "service", Scenario: "in-stock", RPS: 4000, OK: 1000, Elapsed: 2 * time.Second, DBLag: cpu(500 * time.Millisecond)},
 	}
 	want := []string{
 		"sold-out: service/reference rps 0.50×, p99 2.00×, cpu/req 2.00×",
 		"sold-out: service/ceiling rps 0.25×, p99 4.00×",
+		"sold-out: service/ceiling-graphql rps 0.31×, p99 3.33×",
+		// The contract's bytes against the plain ceiling; no other pair.
+		"sold-out: ceiling-graphql/ceiling rps 0.80×, p99 1.20×",
 		// 1000 orders stored 2.5 s after the start against 10 s.
 		"in-stock: service/reference rps 0.50×, p99 0.00×, durable orders/s 4.00×",
 	}
