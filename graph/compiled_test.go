@@ -79,6 +79,17 @@ func twinHandlers(tb testing.TB, tokens *auth.Tokens, flood int) (compiled, gqlg
 	return compiled, gqlgen
 }
 
+// twinUser returns the twin handlers' token issuer and a user's token.
+func twinUser(tb testing.TB) (*auth.Tokens, string) {
+	tb.Helper()
+	tokens := auth.NewTokens("compiled-test-secret-0123456789")
+	user, err := tokens.Issue(auth.Identity{UserID: 42, Role: auth.RoleUser}, time.Hour)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tokens, user
+}
+
 type twinRequest struct {
 	body          string
 	authorization string
@@ -128,11 +139,7 @@ func body(query string, vars map[string]any, more ...string) string {
 // requests the compiled path answered, so that a path that declines
 // everything cannot pass.
 func TestCompiledGrabAnswersAsGqlgen(t *testing.T) {
-	tokens := auth.NewTokens("compiled-test-secret-0123456789")
-	user, err := tokens.Issue(auth.Identity{UserID: 42, Role: auth.RoleUser}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens, user := twinUser(t)
 	admin, _ := tokens.Issue(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, time.Hour)
 	expired, _ := tokens.Issue(auth.Identity{UserID: 42, Role: auth.RoleUser}, -time.Minute)
 	compiled, gqlgen := twinHandlers(t, tokens, 0)
@@ -334,11 +341,7 @@ func TestCompiledAnswerEscapesAsGqlgen(t *testing.T) {
 // bytes, so that the ceiling's client does the same work as the
 // service's.
 func TestGraphQLCeilingAnswersAsTheService(t *testing.T) {
-	tokens := auth.NewTokens("compiled-test-secret-0123456789")
-	user, err := tokens.Issue(auth.Identity{UserID: 42, Role: auth.RoleUser}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tokens, user := twinUser(t)
 	compiled, gqlgen := twinHandlers(t, tokens, 0)
 	ceiling := (&reference.GraphQLCeiling{Tokens: tokens}).Handler()
 	for _, q := range []string{
@@ -408,11 +411,7 @@ func BenchmarkGrabLayer(b *testing.B) {
 // TestCompiledGrabAnswersAsGqlgen: whichever path answers, a client must
 // not be able to tell them apart.
 func FuzzCompiledGrabAnswersAsGqlgen(f *testing.F) {
-	tokens := auth.NewTokens("compiled-test-secret-0123456789")
-	user, err := tokens.Issue(auth.Identity{UserID: 42, Role: auth.RoleUser}, time.Hour)
-	if err != nil {
-		f.Fatal(err)
-	}
+	tokens, user := twinUser(f)
 	compiled, gqlgen := twinHandlers(f, tokens, 0)
 	for _, seed := range []string{
 		body(`mutation($v: ID!) { seckillVoucher(voucherId: $v) { code orderId message } }`, map[string]any{"v": "1"}),
