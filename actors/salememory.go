@@ -14,13 +14,19 @@ import "flashsale/domain"
 // is answered from it only after a script call of the same activation,
 // made after the grab arrived, returned a tally (domain.SalesTally) that
 // equals the record's: as many request ids sold as the record holds, and
-// the same load. Request ids are only ever added to a load (a reload
-// changes the stamp), so equal counts mean equal sets: nobody else sold
+// the same load, and the claim nonce still this activation's. Request ids
+// are only ever added to a load (a reload changes the stamp) while Redis
+// keeps what it wrote, so equal counts mean equal sets: nobody else sold
 // anything the record lacks, whatever the fences, leases and clocks did.
+// Should Redis go back in time, its request ids may have been taken back;
+// a second activation that sells the same number of other keys must then
+// have claimed after it did, and its claim nonce ends the proof.
 // A call that may have sold without saying so (failed, stale, fallback)
 // drops the record for good; so does a tally that disagrees.
 type saleMemory struct {
 	load string
+	// claim is the nonce of this activation's claim (SalesTally.Claim).
+	claim string
 	// keyed maps each client key (the script's request id, "u<user>:<key>")
 	// that sold to its order id.
 	keyed map[string]int64
@@ -48,7 +54,7 @@ func newSaleMemory(st domain.VoucherState) *saleMemory {
 	if !st.Found || st.Segments > 1 || !t.Counted || t.Requests != 0 || t.Buyers != 0 || t.Held {
 		return nil
 	}
-	return &saleMemory{load: t.Load, keyed: map[string]int64{}, bought: map[int64]int{}}
+	return &saleMemory{load: t.Load, claim: t.Claim, keyed: map[string]int64{}, bought: map[int64]int{}}
 }
 
 // record learns the sales among a script call's results (res[i] answers
@@ -78,9 +84,12 @@ func (m *saleMemory) record(batch []*grabMsg, res []domain.GrabResult) bool {
 }
 
 // matches reports whether a tally read by a script call equals the
-// record: then the record holds every sale of the load.
+// record: then the record holds every sale of the load. The claim nonce
+// must still be this activation's: after another claim, equal counts
+// prove nothing if Redis went back in time between the two (the second
+// may hold the same fence and have sold the same number of other keys).
 func (m *saleMemory) matches(t domain.SalesTally) bool {
-	return t.Counted && t.Load == m.load && t.Requests == int64(len(m.keyed))+m.unkeyed
+	return t.Counted && t.Load == m.load && t.Claim == m.claim && t.Requests == int64(len(m.keyed))+m.unkeyed
 }
 
 // answer decides a keyed grab that no script call has seen, as the grab

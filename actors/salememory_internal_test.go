@@ -57,6 +57,7 @@ func TestARecordMatchesOnlyTheSameLoadAndCount(t *testing.T) {
 		{"a sale the record lacks", domain.SalesTally{Counted: true, Load: "L1", Requests: 3}, false},
 		{"another load with the same count", domain.SalesTally{Counted: true, Load: "L2", Requests: 2}, false},
 		{"no tally", domain.SalesTally{Load: "L1", Requests: 2}, false},
+		{"another activation's claim", domain.SalesTally{Counted: true, Load: "L1", Requests: 2, Claim: "other"}, false},
 	} {
 		if got := m.matches(tc.tally); got != tc.want {
 			t.Errorf("%s: matches %v, want %v", tc.name, got, tc.want)

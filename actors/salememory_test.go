@@ -169,3 +169,54 @@ func TestALostReplyIsNeverAnsweredSoldOutFromTheRecord(t *testing.T) {
 		t.Fatalf("user 1's retry: %s (order %d), want OK with the order that sold", got.Code, got.OrderID)
 	}
 }
+
+// Redis goes back in time: it restarts from a snapshot taken before
+// activation A claimed, so it forgets A's sales and its fence but keeps
+// the load. Activation B (another node during a membership change)
+// claims the same fence number and sells as many units as A's record
+// holds. A's next check passes the fence and the count; only B's claim
+// nonce tells A that its record no longer proves anything. Every retry
+// landing on A must get the script's answer: B's buyer its order, A's
+// own buyer no order Redis has forgotten.
+func TestARecordOutlivedByAnotherClaimAfterRedisWentBackIsNeverTrusted(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.live(t, 2, 1)
+	if err := e.rdb.Save(t.Context()).Err(); err != nil { // the snapshot: no activation yet
+		t.Fatal(err)
+	}
+	a := e.router(t, nil, actors.Options{})
+	for u := int64(1); u <= 2; u++ {
+		if c := keyedGrab(a, id, u, "k"+strconv.FormatInt(u, 10)).Code; c != domain.SeckillOK {
+			t.Fatalf("user %d on A: %s, want OK", u, c)
+		}
+	}
+	if c := keyedGrab(a, id, 3, "k3").Code; c != domain.SeckillSoldOut {
+		t.Fatalf("user 3 on A: %s, want SOLD_OUT", c)
+	}
+	e.redis.Restart() // back to the snapshot
+	tag := "{v" + strconv.FormatInt(id, 10) + "}"
+	if n := e.rdb.HLen(t.Context(), tag+":req").Val(); n != 0 {
+		t.Fatalf("Redis kept %d request ids across the restart: the snapshot did not take them back", n)
+	}
+	b := e.router(t, nil, actors.Options{})
+	sold := map[int64]int64{}
+	for u := int64(5); u <= 6; u++ {
+		res := keyedGrab(b, id, u, "k"+strconv.FormatInt(u, 10))
+		if res.Code != domain.SeckillOK {
+			t.Fatalf("user %d on B: %s, want OK", u, res.Code)
+		}
+		sold[u] = res.OrderID
+	}
+	if f := e.rdb.Get(t.Context(), tag+":fence").Val(); f != "1" {
+		t.Fatalf("fence %q after the rollback and B's claim, want 1 (the same as A's)", f)
+	}
+	for u, order := range sold {
+		if res := keyedGrab(a, id, u, "k"+strconv.FormatInt(u, 10)); res.Code != domain.SeckillOK || res.OrderID != order {
+			t.Errorf("user %d's retry on A: %s (order %d), want OK with B's order %d", u, res.Code, res.OrderID, order)
+		}
+	}
+	if res := keyedGrab(a, id, 1, "k1"); res.Code == domain.SeckillOK && !e.rdb.HExists(t.Context(), tag+":req", "u1:k1").Val() {
+		t.Errorf("user 1's retry on A: OK with order %d, which Redis no longer holds", res.OrderID)
+	}
+}

@@ -56,6 +56,12 @@ type SalesTally struct {
 	// Load is the stamp of the store's load of the voucher ("" for a load
 	// without one).
 	Load string
+	// Claim is the nonce of the newest activation's claim: from Claim,
+	// the one this activation wrote; from a grab batch, the one the store
+	// holds. A record of sales is proven only while they are equal, so a
+	// second activation's claim, even one that drew the same fence from a
+	// Redis that went back in time, ends every record kept before it.
+	Claim string
 	// Held tells that a reload holds the voucher's sales (Claim only):
 	// orders of the lost load may still be added to the tally then.
 	Held bool

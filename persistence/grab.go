@@ -76,14 +76,15 @@ var scriptCodes = []domain.SeckillCode{
 // KEYS: meta, stock, users, fence, req, log.
 // ARGV: fence, voucher id, then (request id, user id, order id) per grab.
 // Returns {state, remaining, status, begin, end, refusal, requests sold,
-// load stamp, code1, order1, ...} with state 0 = done, -1 = stale fence,
+// load stamp, claim, code1, order1, ...} with state 0 = done, -1 = stale
+// fence,
 // 1 = voucher not in Redis (then only the first five), and refusal the
 // code that status, time window or hold give every new grab (0: none).
 var grabScript = redis.NewScript(`
 if redis.call('GET', KEYS[4]) ~= ARGV[1] then
   return {-1, 0, 0, 0, 0}
 end
-local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit', 'expire', '` + metaLoadStamp + `', 'hold')
+local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit', 'expire', '` + metaLoadStamp + `', 'hold', '` + metaClaim + `')
 local status = tonumber(m[1])
 if not status then
   return {1, 0, 0, 0, 0}
@@ -112,7 +113,7 @@ if m[6] then
   entry[#entry + 1] = '` + EntryLoadStamp + `'
   entry[#entry + 1] = m[6]
 end
-local out = {0, 0, status, begin_ms, end_ms, verdict, 0, m[6] or ''}
+local out = {0, 0, status, begin_ms, end_ms, verdict, 0, m[6] or '', m[8] or ''}
 local sold = 0
 for i = 3, #ARGV, 3 do
   local req, user, oid = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -161,8 +162,9 @@ type Grabs struct {
 // NewGrabs returns the grab store.
 func NewGrabs(rdb redis.UniversalClient) *Grabs { return &Grabs{rdb: rdb} }
 
-// claimScript takes a fencing token for a new actor activation and reads
-// the voucher with its tally of sales, but only for a voucher Redis knows:
+// claimScript takes a fencing token for a new actor activation, writes
+// the activation's claim nonce (ARGV[1]) into the metadata and reads the
+// voucher with its tally of sales, but only for a voucher Redis knows:
 // unknown ids leave no key behind. KEYS: meta, stock, fence, req, users.
 // Returns {fence, status, begin, end, limit, stock, segments, requests
 // sold, buyers, load stamp, held}, or {0} for an unknown voucher; a missing
@@ -172,6 +174,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return {0}
 end
 local f = redis.call('INCR', KEYS[3])
+redis.call('HSET', KEYS[1], '` + metaClaim + `', ARGV[1])
 local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit', 'segs', '` + metaLoadStamp + `', 'hold')
 local held = 0
 if m[7] then
@@ -191,7 +194,8 @@ return {f, m[1] or false, m[2] or false, m[3] or false, m[4] or false, redis.cal
 func (g *Grabs) Claim(ctx context.Context, voucherID int64, seg int) (int64, domain.VoucherState, error) {
 	seen := time.Now()
 	keys := []string{metaKey(voucherID), stockKey(voucherID), fenceKey(voucherID, seg), reqKey(voucherID), usersKey(voucherID)}
-	raw, err := claimScript.Run(ctx, g.rdb, keys).Slice()
+	claim := strconv.FormatInt(randomID(), 36)
+	raw, err := claimScript.Run(ctx, g.rdb, keys, claim).Slice()
 	claimScriptDuration.Observe(time.Since(seen).Seconds())
 	if err != nil {
 		return 0, domain.VoucherState{}, fmt.Errorf("claim voucher %d: %w", voucherID, err)
@@ -207,7 +211,7 @@ func (g *Grabs) Claim(ctx context.Context, voucherID int64, seg int) (int64, dom
 		buyers, _ := raw[8].(int64)
 		load, _ := raw[9].(string)
 		held, _ := raw[10].(int64)
-		st.Tally = domain.SalesTally{Counted: true, Requests: requests, Buyers: buyers, Load: load, Held: held == 1}
+		st.Tally = domain.SalesTally{Counted: true, Requests: requests, Buyers: buyers, Load: load, Claim: claim, Held: held == 1}
 	}
 	return fence, st, nil
 }
@@ -252,7 +256,7 @@ func parseState(meta []any, stock string, seen time.Time) domain.VoucherState {
 
 // grabHead is how many values the grab script returns before the first
 // grab's.
-const grabHead = 8
+const grabHead = 9
 
 // Grab runs one batch through the grab script (EVALSHA, falling back to
 // EVAL when Redis lost the script).
@@ -287,6 +291,7 @@ func (g *Grabs) Grab(ctx context.Context, voucherID int64, seg int, fence int64,
 	refusal, _ := raw[5].(int64)
 	requests, _ := raw[6].(int64)
 	load, _ := raw[7].(string)
+	claim, _ := raw[8].(string)
 	if refusal < 0 || int(refusal) >= len(scriptCodes) {
 		return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: unknown refusal %d", voucherID, refusal)
 	}
@@ -295,7 +300,7 @@ func (g *Grabs) Grab(ctx context.Context, voucherID int64, seg int, fence int64,
 			Found: true, Status: domain.VoucherStatus(head[2]),
 			Begin: time.UnixMilli(head[3]), End: time.UnixMilli(head[4]), Remaining: int(head[1]),
 			SeenAt: seen,
-			Tally:  domain.SalesTally{Counted: true, Requests: requests, Load: load},
+			Tally:  domain.SalesTally{Counted: true, Requests: requests, Load: load, Claim: claim},
 		},
 		Results: make([]domain.GrabResult, len(grabs)),
 	}

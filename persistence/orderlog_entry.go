@@ -28,6 +28,10 @@ const (
 // Redis).
 const metaLoadStamp = "life"
 
+// metaClaim is the metadata field holding the claim nonce of the newest
+// actor activation of the voucher (domain.SalesTally.Claim).
+const metaClaim = "claim"
+
 // luaEntryTemplate is the Lua table of one order-log entry for the grab
 // script, with the per-sale values empty: the script fills slots 2
 // (order), 4 (user) and 6 (request) for each sale. voucher, now and slot

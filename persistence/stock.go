@@ -17,7 +17,8 @@ import (
 // Redis key layout. Every key of one voucher shares the hash tag {v<ID>} so
 // that a Redis Cluster deployment keeps one voucher's scripts atomic.
 //
-//	{v<ID>}:meta   hash: status, begin, end (unix ms), limit, initial
+//	{v<ID>}:meta   hash: status, begin, end (unix ms), limit, initial, ...; claim: the
+//	               nonce of the newest actor activation's claim (grab.go)
 //	{v<ID>}:stock  string: units not yet taken (the stock authority)
 //	{v<ID>}:users  hash: user id -> live orders held
 func voucherTag(id int64) string { return "{v" + strconv.FormatInt(id, 10) + "}" }
