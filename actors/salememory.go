@@ -20,7 +20,9 @@ import "flashsale/domain"
 // anything the record lacks, whatever the fences, leases and clocks did.
 // Should Redis go back in time, its request ids may have been taken back;
 // a second activation that sells the same number of other keys must then
-// have claimed after it did, and its claim nonce ends the proof.
+// have claimed after it did, and its claim nonce ends the proof; this
+// activation itself can refill the count only by selling a key it
+// recorded again, under a new order id, which ends it too (record).
 // A call that may have sold without saying so (failed, stale, fallback)
 // drops the record for good; so does a tally that disagrees.
 type saleMemory struct {
@@ -59,8 +61,11 @@ func newSaleMemory(st domain.VoucherState) *saleMemory {
 
 // record learns the sales among a script call's results (res[i] answers
 // batch[i]) and reports whether the record still holds: false when it
-// outgrew saleMemoryMax. A result OK of a grab whose key the record holds
-// is the replay of that sale (the same order id). The caller drops the
+// outgrew saleMemoryMax, or when a key the record holds sold again under
+// another order id (Redis forgot that sale and sold the key anew: the
+// sets differ while the counts may agree again). A result OK of a
+// grab whose key the record holds, with the same order id, is the replay
+// of that sale. The caller drops the
 // record instead when a grab of the batch was in a script call before
 // (batchDone.resent): an unkeyed one may be the replay of a sale the
 // record never saw, and counted as new it could make up, in the count,
@@ -71,7 +76,13 @@ func (m *saleMemory) record(batch []*grabMsg, res []domain.GrabResult) bool {
 			continue
 		}
 		if g.keyed {
-			if _, seen := m.keyed[g.req]; seen {
+			if id, seen := m.keyed[g.req]; seen {
+				if id != res[i].OrderID {
+					// Redis sold the key again under another order: it
+					// forgot a sale the record holds, and counting this
+					// one as the replay would make the counts agree again.
+					return false
+				}
 				continue
 			}
 			m.keyed[g.req] = res[i].OrderID

@@ -104,3 +104,17 @@ func TestARecordGivesUpPastItsBound(t *testing.T) {
 		t.Fatalf("a record of %d buyers was kept, bound %d", len(batch), saleMemoryMax)
 	}
 }
+
+func TestARecordGivesUpWhenAKeySellsAgainUnderAnotherOrder(t *testing.T) {
+	m := newSaleMemory(domain.VoucherState{Found: true, Segments: 1, Tally: domain.SalesTally{Counted: true}})
+	g := &grabMsg{user: 1, req: "u1:a", keyed: true}
+	if !m.record([]*grabMsg{g}, []domain.GrabResult{{Code: domain.SeckillOK, OrderID: 7}}) {
+		t.Fatal("the first sale ended the record")
+	}
+	if !m.record([]*grabMsg{g}, []domain.GrabResult{{Code: domain.SeckillOK, OrderID: 7}}) {
+		t.Fatal("the replay of the sale (the same order) ended the record")
+	}
+	if m.record([]*grabMsg{g}, []domain.GrabResult{{Code: domain.SeckillOK, OrderID: 8}}) {
+		t.Fatal("the key sold again under another order, and the record was kept")
+	}
+}

@@ -220,3 +220,49 @@ func TestARecordOutlivedByAnotherClaimAfterRedisWentBackIsNeverTrusted(t *testin
 		t.Errorf("user 1's retry on A: OK with order %d, which Redis no longer holds", res.OrderID)
 	}
 }
+
+// Redis goes back to a point after the activation's own claim (an
+// appendfsync everysec crash, an eviction of the request hash, a restored
+// snapshot): fence, load and claim nonce are still the activation's, but
+// its last sale is forgotten. The key's retry while stock is left sells it
+// again under a new order; taken for the replay of the recorded sale, it
+// would make the counts agree again, and after the sell-out the record
+// would answer the retry with the order Redis no longer holds.
+func TestAKeySoldAgainAfterRedisForgotItsSaleEndsTheRecord(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.live(t, 3, 1)
+	tag := "{v" + strconv.FormatInt(id, 10) + "}"
+	a := e.router(t, nil, actors.Options{})
+	if c := keyedGrab(a, id, 1, "k1").Code; c != domain.SeckillOK {
+		t.Fatalf("user 1: %s, want OK", c)
+	}
+	if err := e.rdb.Save(t.Context()).Err(); err != nil { // after the claim and the first sale
+		t.Fatal(err)
+	}
+	if c := keyedGrab(a, id, 2, "k2").Code; c != domain.SeckillOK {
+		t.Fatalf("user 2: %s, want OK", c)
+	}
+	e.redis.Restart() // back to the snapshot: user 2's sale forgotten, the claim still the activation's
+	if e.rdb.HExists(t.Context(), tag+":req", "u2:k2").Val() {
+		t.Fatal("Redis kept u2:k2 across the restart: the snapshot did not take it back")
+	}
+	// Stock is left in the activation's cache, so the retry is a grab and
+	// the script sells the key again.
+	if c := keyedGrab(a, id, 2, "k2").Code; c != domain.SeckillOK {
+		t.Fatalf("user 2's retry after the rollback: %s, want OK", c)
+	}
+	if c := keyedGrab(a, id, 3, "k3").Code; c != domain.SeckillOK {
+		t.Fatalf("user 3: %s, want OK", c)
+	}
+	if c := keyedGrab(a, id, 4, "k4").Code; c != domain.SeckillSoldOut {
+		t.Fatalf("user 4: %s, want SOLD_OUT", c)
+	}
+	held, err := e.rdb.HGet(t.Context(), tag+":req", "u2:k2").Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := keyedGrab(a, id, 2, "k2"); res.Code != domain.SeckillOK || res.OrderID != held {
+		t.Fatalf("user 2's retry after the sell-out: %s (order %d), want OK with order %d, the one Redis holds", res.Code, res.OrderID, held)
+	}
+}
