@@ -217,7 +217,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		}
 	}
 	a.writer = persistence.NewOrderWriter(a.db, a.bg, log, persistence.OrderWriterOptions{
-		Consumer: cfg.NodeID, ClaimIdle: cfg.OrderLogClaimIdle,
+		Consumer: cfg.NodeID, ClaimIdle: cfg.OrderLogClaimIdle, Linger: logLinger(cfg),
 		Reclaim: func(ctx context.Context, fn func(context.Context) error) (bool, error) {
 			return a.locks.redlock.Do(ctx, "order-log-reclaim", fn)
 		},
@@ -538,4 +538,14 @@ func displayAddr(addr net.Addr) string {
 		host = "localhost"
 	}
 	return net.JoinHostPort(host, port)
+}
+
+// logLinger is ORDER_LOG_LINGER as the log writers take it: 0 there means
+// no wait, which their options spell as a negative linger (their zero is
+// the default).
+func logLinger(cfg config.Config) time.Duration {
+	if cfg.OrderLogLinger == 0 {
+		return -1
+	}
+	return cfg.OrderLogLinger
 }

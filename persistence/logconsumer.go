@@ -93,6 +93,14 @@ type LogConsumerOptions struct {
 	Batch int
 	// Block is how long one read waits for new entries.
 	Block time.Duration
+	// Linger is how long the consumer waits after a batch that did not
+	// fill before it reads the next one, so that under a steady trickle
+	// the entries gather into fewer, larger transactions (a batch's
+	// commit and its per-batch statements cost the same for one entry or
+	// hundreds). The first entry after a quiet spell is read at once;
+	// each later one waits at most Linger longer. 0 takes LingerDefault;
+	// negative: none.
+	Linger time.Duration
 	// ClaimIdle is how long an entry must sit unacknowledged with another
 	// consumer before this one takes it over (that consumer is presumed
 	// dead).
@@ -126,6 +134,7 @@ type LogConsumerOptions struct {
 const (
 	BatchDefault            = 500
 	BlockDefault            = 200 * time.Millisecond
+	LingerDefault           = 20 * time.Millisecond
 	ClaimIdleDefault        = 30 * time.Second
 	MaxBackoffDefault       = 2 * time.Second // with AttemptTimeoutDefault, below ReloadHoldDefault (see OrderWriterOptions)
 	AttemptTimeoutDefault   = 3 * time.Second // bounds one database attempt of the order writer
@@ -142,6 +151,9 @@ func (o LogConsumerOptions) withDefaults() LogConsumerOptions {
 	}
 	if o.Block <= 0 {
 		o.Block = BlockDefault
+	}
+	if o.Linger == 0 {
+		o.Linger = LingerDefault
 	}
 	if o.ClaimIdle <= 0 {
 		o.ClaimIdle = ClaimIdleDefault
@@ -281,6 +293,9 @@ func (c *LogConsumer) Run(ctx context.Context) error {
 		backoff = minBackoff
 		c.updateLag(ctx, logs)
 		lastLag = time.Now()
+		if len(batch) < c.opts.Batch && c.opts.Linger > 0 {
+			sleep(ctx, c.opts.Linger) // let the next batch gather (Linger)
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package persistence_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ type tally struct {
 
 	mu       sync.Mutex
 	calls    []time.Time       // when each Handle began
+	sizes    []int             // how many entries each Handle got
 	handled  map[string]int    // successful handlings per entry (log/id)
 	seen     map[string]int    // every handling per entry, failed ones too
 	refused  map[string]int    // refusals per entry
@@ -41,6 +43,7 @@ func (t *tally) Handle(_ context.Context, batch []persistence.LogEntry) (map[int
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.calls = append(t.calls, time.Now())
+	t.sizes = append(t.sizes, len(batch))
 	refused := map[int]*persistence.Refusal{}
 	for i, e := range batch {
 		t.seen[key(e)]++
@@ -184,4 +187,69 @@ func TestLogConsumerGuaranteesHoldForAnyHandler(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestLogConsumerLingersOnlyAfterABatchThatDidNotFill: the first entry
+// after a quiet spell is handled at once; entries that arrive while the
+// consumer lingers after that small batch are handled together, in one
+// batch, rather than one transaction each.
+func TestLogConsumerLingersOnlyAfterABatchThatDidNotFill(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.MustRedis(t).Client()
+	ctx := t.Context()
+	const log = "tally:linger"
+	if err := rdb.XGroupCreateMkStream(ctx, log, "tally", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.SAdd(ctx, "tally:logs", log).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h := newTally(rdb, 0)
+	const linger = time.Second
+	c := persistence.NewLogConsumer(rdb, quiet, persistence.LogFamily{
+		Name: "tally", Registry: "tally:logs", Group: "tally", LeasePrefix: "tally:consumer:",
+		Handler: h, DeadLetters: h,
+	}, persistence.LogConsumerOptions{Batch: 50, Linger: linger})
+	if err := c.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(runCtx) }()
+	defer func() { cancel(); <-done }()
+	// The consumer's first read finds the log empty and blocks in it.
+	time.Sleep(300 * time.Millisecond)
+	add := func(n int) {
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: log, Values: []any{"n", n}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	handled := func() int {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return len(h.handled)
+	}
+	wait := func(n int, within time.Duration) time.Duration {
+		start := time.Now()
+		for handled() < n {
+			if time.Since(start) > within {
+				t.Fatalf("%d entries handled after %v, want %d", handled(), within, n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return time.Since(start)
+	}
+	add(1)
+	if took := wait(1, 5*time.Second); took >= linger*9/10 {
+		t.Fatalf("the first entry after a quiet spell waited %v: the consumer lingered before reading it", took)
+	}
+	add(2) // the consumer lingers now, after a batch of one
+	time.Sleep(50 * time.Millisecond)
+	add(3)
+	wait(3, 5*time.Second)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if want := []int{1, 2}; !slices.Equal(h.sizes, want) {
+		t.Fatalf("batches of %v, want %v: the entries that arrived during the linger were not handled together", h.sizes, want)
+	}
 }

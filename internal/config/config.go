@@ -73,6 +73,9 @@ type Config struct {
 	// unacknowledged with a writer before another node takes it over (the
 	// first writer is presumed dead).
 	OrderLogClaimIdle time.Duration
+	// OrderLogLinger: how long a log writer waits after a batch that did
+	// not fill before it reads the next (0: not at all).
+	OrderLogLinger time.Duration
 
 	// GrabBatchSize caps the grabs of one script call; GrabQueueBound the
 	// grabs waiting for one voucher on this node before new ones are

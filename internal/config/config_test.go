@@ -119,6 +119,8 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"bad http addr", "HTTP_ADDR", with("HTTP_ADDR", "8080")},
 		{"zero batch size", "GRAB_BATCH_SIZE", with("GRAB_BATCH_SIZE", "0")},
 		{"bad claim idle", "ORDER_LOG_CLAIM_IDLE", with("ORDER_LOG_CLAIM_IDLE", "never")},
+		{"negative linger", "ORDER_LOG_LINGER", with("ORDER_LOG_LINGER", "-1ms")},
+		{"linger past a second", "ORDER_LOG_LINGER", with("ORDER_LOG_LINGER", "2s")},
 		{"node id with a space", "NODE_ID", with("NODE_ID", "node a")},
 		{"node id too long", "NODE_ID", with("NODE_ID", strings.Repeat("n", 129))},
 		{"zero grab timeout", "GRAB_TIMEOUT", with("GRAB_TIMEOUT", "0s")},

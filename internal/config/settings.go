@@ -217,6 +217,13 @@ var settings = []setting{
 		}),
 
 	durationVar("ORDER_LOG_CLAIM_IDLE", persistence.ClaimIdleDefault, "take over order-log entries pending this long with a dead node", func(c *Config) *time.Duration { return &c.OrderLogClaimIdle }),
+	durationVar("ORDER_LOG_LINGER", persistence.LingerDefault, "after a batch that did not fill, the log writers wait this long before reading the next, so a steady trickle of orders is stored in fewer transactions (0 = no wait)", func(c *Config) *time.Duration { return &c.OrderLogLinger }).
+		checked(func(c Config) string {
+			if c.OrderLogLinger < 0 || c.OrderLogLinger > time.Second {
+				return "want 0 to 1s"
+			}
+			return ""
+		}),
 	intVar("GRAB_BATCH_SIZE", strconv.Itoa(actors.BatchSizeDefault), "grabs per script call, at most", func(c *Config) *int { return &c.GrabBatchSize }, positive),
 	intVar("GRAB_QUEUE_BOUND", strconv.Itoa(actors.QueueBoundDefault), "grabs waiting per voucher before shedding", func(c *Config) *int { return &c.GrabQueueBound }, positive),
 	durationVar("GRAB_TIMEOUT", actors.GrabTimeoutDefault, "a grab's wait for its answer; shutdown waits as long for queued grabs", func(c *Config) *time.Duration { return &c.GrabTimeout }),
