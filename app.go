@@ -216,12 +216,11 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 			return nil, fmt.Errorf("cluster (%s): %w", clusterLabel(cfg), err)
 		}
 	}
-	a.writer = persistence.NewOrderWriter(a.db, a.bg, log, persistence.OrderWriterOptions{
-		Consumer: cfg.NodeID, ClaimIdle: cfg.OrderLogClaimIdle, Linger: logLinger(cfg),
-		Reclaim: func(ctx context.Context, fn func(context.Context) error) (bool, error) {
-			return a.locks.redlock.Do(ctx, "order-log-reclaim", fn)
-		},
-	})
+	writerOpts := logConsumerOptions(cfg)
+	writerOpts.Reclaim = func(ctx context.Context, fn func(context.Context) error) (bool, error) {
+		return a.locks.redlock.Do(ctx, "order-log-reclaim", fn)
+	}
+	a.writer = persistence.NewOrderWriter(a.db, a.bg, log, writerOpts)
 	if err = a.writer.Acquire(ctx); errors.Is(err, persistence.ErrConsumerInUse) {
 		return nil, &config.Error{Var: "NODE_ID", Msg: err.Error() + "; give each node its own NODE_ID"}
 	} else if err != nil {
@@ -540,12 +539,13 @@ func displayAddr(addr net.Addr) string {
 	return net.JoinHostPort(host, port)
 }
 
-// logLinger is ORDER_LOG_LINGER as the log writers take it: 0 there means
-// no wait, which their options spell as a negative linger (their zero is
-// the default).
-func logLinger(cfg config.Config) time.Duration {
-	if cfg.OrderLogLinger == 0 {
-		return -1
+// logConsumerOptions are the settings the order and red-packet writers
+// share. ORDER_LOG_LINGER=0 means no wait, which the options spell as a
+// negative linger (their zero takes the default).
+func logConsumerOptions(cfg config.Config) persistence.LogConsumerOptions {
+	o := persistence.LogConsumerOptions{Consumer: cfg.NodeID, ClaimIdle: cfg.OrderLogClaimIdle, Linger: cfg.OrderLogLinger}
+	if o.Linger == 0 {
+		o.Linger = -1
 	}
-	return cfg.OrderLogLinger
+	return o
 }
