@@ -16,6 +16,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,10 +45,14 @@ func clusterName() string {
 	return "t" + hex.EncodeToString(b)
 }
 
-// member starts a cluster member on the env's Redis and database.
-func (e *env) member(tb testing.TB, agent *test.InMemAgent, name string, opts actors.Options) *actors.Router {
+// member starts a cluster member on the env's Redis and database; hooks
+// see its Redis commands.
+func (e *env) member(tb testing.TB, agent *test.InMemAgent, name string, opts actors.Options, hooks ...redis.Hook) *actors.Router {
 	tb.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr()})
+	for _, h := range hooks {
+		rdb.AddHook(h)
+	}
 	opts.CallTimeout = cmp.Or(opts.CallTimeout, 2*time.Second)
 	opts.BatchTimeout = cmp.Or(opts.BatchTimeout, 5*time.Second)
 	r, err := actors.NewClusteredRouter(persistence.NewGrabs(rdb), testenv.MustOrderIDs(tb, e.db), e.catalog, quiet, opts,
@@ -335,5 +340,140 @@ func TestDuplicateActivationIsFencedOff(t *testing.T) {
 	}
 	if len(actors.Hosted(a)) != 0 {
 		t.Error("the fenced-off activation on the first member still runs")
+	}
+}
+
+// scriptGate holds one client's script calls (EVALSHA, EVAL) while it is
+// shut: a member's batches stay in flight while other members go on.
+type scriptGate struct{ shut atomic.Pointer[chan struct{}] }
+
+func (g *scriptGate) close() { ch := make(chan struct{}); g.shut.Store(&ch) }
+
+func (g *scriptGate) open() {
+	if ch := g.shut.Swap(nil); ch != nil {
+		close(*ch)
+	}
+}
+
+func (g *scriptGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (g *scriptGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			if ch := g.shut.Load(); ch != nil {
+				select {
+				case <-*ch:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (g *scriptGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A member that joins takes segments from another, whose activation hands
+// the grabs it queued, never in a script call, on to the new host: they
+// must arrive there as never sent. Marked sent, each makes the new host
+// give up its record of the sales (a grab that was in a script call may
+// have sold unseen), and its keyed grabs after the sell-out cost a lookup
+// in Redis each from then on.
+//
+// The vouchers are paused, so no grab sells and the new host's claim
+// finds no sale (a record starts only then), while keyed grabs still go to
+// script calls. Not parallel: it counts a process-wide metric, and the
+// parallel tests of this package run only after the serial ones.
+func TestMembersChangingHandOnQueuedGrabsAsNeverSent(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	agent, name := test.NewInMemAgent(), clusterName()
+	lk := newLeases(time.Second, testenv.MustRedis(t))
+	held := &scriptGate{}
+	slow := actors.Options{Leases: lk, CallTimeout: 20 * time.Second, BatchTimeout: 20 * time.Second}
+	a := e.member(t, agent, name, slow, held)
+	waitMembers(t, 1, a)
+
+	// 24 vouchers, so that the joining member takes some whatever its
+	// port: none of 24 stays with a in (1/2)^24 of runs.
+	var ids []int64
+	for range 24 {
+		id := testenv.MustVoucher(t, e.db, e.rdb, testenv.VoucherSpec{Stock: 10}).ID
+		if _, err := e.catalog.SetStatus(ctx, id, domain.StatusPaused); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+		if res := a.Grab(ctx, domain.GrabRequest{VoucherID: id, UserID: 1, RequestID: "k"}); res.Code != domain.SeckillPaused {
+			t.Fatalf("voucher %d: first grab %v, want PAUSED", id, res)
+		}
+	}
+
+	// Each activation on a: one script call held in flight, three grabs
+	// queued behind it.
+	held.close()
+	defer held.open()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[domain.SeckillCode]int{}
+	for _, id := range ids {
+		for u := int64(2); u <= 5; u++ {
+			wg.Go(func() {
+				res := a.Grab(ctx, domain.GrabRequest{VoucherID: id, UserID: u, RequestID: "k"})
+				mu.Lock()
+				codes[res.Code]++
+				mu.Unlock()
+			})
+		}
+	}
+	testenv.WaitFor(t, "every grab queued at the first member", func() bool {
+		for _, id := range ids {
+			if actors.Queued(a, id) != 4 {
+				return false
+			}
+		}
+		return true
+	})
+
+	drops := actors.SaleMemoryDrops()
+	b := e.member(t, agent, name, actors.Options{Leases: lk}) // joins
+	waitMembers(t, 2, a, b)
+	members := []string{a.Cluster().Address(), b.Cluster().Address()}
+	var moved []int64
+	for _, id := range ids {
+		if actors.Owner(members, id, 0) == members[1] {
+			moved = append(moved, id)
+		}
+	}
+	if len(moved) == 0 {
+		t.Fatalf("the joining member took none of %d vouchers (members %v)", len(ids), members)
+	}
+	testenv.WaitFor(t, "the first member retired the moved activations", func() bool {
+		for _, h := range actors.Hosted(a) {
+			if slices.Contains(moved, h[0]) {
+				return false
+			}
+		}
+		return true
+	})
+	held.open()
+	wg.Wait()
+
+	if codes[domain.SeckillPaused] != 4*len(ids) {
+		t.Errorf("answers %v, want PAUSED for all %d grabs", codes, 4*len(ids))
+	}
+	onB := map[int64]bool{}
+	for _, h := range actors.Hosted(b) {
+		onB[h[0]] = true
+	}
+	for _, id := range moved {
+		if !onB[id] {
+			t.Errorf("voucher %d moved to the joining member, but no grab of it reached there", id)
+		}
+	}
+	if n := actors.SaleMemoryDrops() - drops; n != 0 {
+		t.Errorf("%v records of the sales given up: grabs handed on arrived marked as sent", n)
 	}
 }

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"github.com/cespare/xxhash/v2"
+	dto "github.com/prometheus/client_model/go"
 
 	"flashsale/domain"
 )
@@ -64,4 +65,14 @@ func Owner(members []string, voucher int64, seg int) string {
 		ms[i] = placed{addr: a, seed: xxhash.Sum64String(a)}
 	}
 	return owner(ms, xxhash.Sum64String(segKey{voucher, seg}.identity()))
+}
+
+// SaleMemoryDrops is how many records of the sales activations of this
+// process gave up.
+func SaleMemoryDrops() float64 {
+	var m dto.Metric
+	if err := saleMemoryDrops.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
 }

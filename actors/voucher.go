@@ -49,16 +49,29 @@ const (
 	grabWaiting int32 = iota
 	grabTaken
 	grabAbandoned
+	// grabForwarded: an activation handed the grab to another member
+	// (reroute) before any script call of its own; the answer comes from
+	// there, so the caller can no longer give up, yet the grab was never
+	// in a script call (sent is false, and the new host may answer it
+	// from memory).
+	grabForwarded
 )
 
 // abandon marks a grab its caller no longer waits for; false means the
-// grab is already in a script call and its answer is coming.
+// grab is already in a script call, or with another member, and its
+// answer is coming.
 func (g *grabMsg) abandon() bool { return g.state.CompareAndSwap(grabWaiting, grabAbandoned) }
 
 // take claims a grab for a script call; false means its caller gave up.
 // A grab rerouted after a stale batch stays taken.
 func (g *grabMsg) take() bool {
 	return g.state.CompareAndSwap(grabWaiting, grabTaken) || g.state.Load() == grabTaken
+}
+
+// forward claims a grab for another member; false means its caller gave
+// up. A grab that was in a script call before stays taken (sent).
+func (g *grabMsg) forward() bool {
+	return g.state.CompareAndSwap(grabWaiting, grabForwarded) || g.state.Load() == grabTaken
 }
 
 // sent reports whether the grab was in a script call before. Such a grab
@@ -371,7 +384,7 @@ func (a *voucherActor) reroute(g *grabMsg) {
 	}
 	key := a.key()
 	if c := a.r.cluster; c != nil && !c.Local(key) {
-		if !g.take() { // its caller gave up: it must never reach Redis now
+		if !g.forward() { // its caller gave up: it must never reach Redis now
 			g.deliver(domain.GrabResult{Code: domain.SeckillUnavailable}, 0)
 			return
 		}
