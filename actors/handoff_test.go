@@ -113,6 +113,55 @@ func TestAGrabInFlightIsAnsweredWithItsOutcome(t *testing.T) {
 	}
 }
 
+// failingStore fails every batch (Redis stalled past the call's deadline),
+// after its gate; it counts the batches that reached it.
+type failingStore struct {
+	gate
+	calls atomic.Int32
+}
+
+func (*failingStore) Claim(context.Context, int64, int) (int64, domain.VoucherState, error) {
+	return 1, liveState(), nil
+}
+
+func (*failingStore) State(context.Context, int64) (domain.VoucherState, error) {
+	return liveState(), nil
+}
+
+func (s *failingStore) Grab(context.Context, int64, int, int64, []domain.Grab) (domain.BatchOutcome, error) {
+	s.calls.Add(1)
+	s.hold()
+	return domain.BatchOutcome{}, errors.New("i/o timeout")
+}
+
+// A stall costs the grabs queued behind a failing batch that batch's
+// deadline, not one more of their own: they never reached Redis, so they
+// are answered UNAVAILABLE with it instead of forming the next batch
+// against a Redis that just failed.
+func TestGrabsQueuedBehindAFailedBatchAreAnsweredWithIt(t *testing.T) {
+	t.Parallel()
+	st := &failingStore{gate: gate{entered: make(chan struct{}, 1), release: make(chan struct{})}}
+	// One attempt per batch, so that calls count batches.
+	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{Attempts: 1, GrabTimeout: 10 * time.Second})
+	t.Cleanup(r.Close)
+	t.Cleanup(st.open) // runs before r.Close, even when the test fails
+	res := []<-chan domain.GrabResult{grabAsync(r, context.Background(), 1, 1)}
+	<-st.entered // user 1's batch is held in flight; users 2-6 queue behind it
+	for u := int64(2); u <= 6; u++ {
+		res = append(res, grabAsync(r, context.Background(), 1, u))
+	}
+	testenv.WaitFor(t, "users 2-6 wait behind the batch", func() bool { return actors.Queued(r, 1) == 6 })
+	st.open()
+	for u, ch := range res {
+		if got := <-ch; got.Code != domain.SeckillUnavailable {
+			t.Errorf("user %d: %s, want UNAVAILABLE", u+1, got.Code)
+		}
+	}
+	if n := st.calls.Load(); n != 1 {
+		t.Errorf("%d batches reached the failing store, want 1: the queued grabs went on to a batch of their own", n)
+	}
+}
+
 // A reload that fails while a batch is in flight must not strand the
 // grabs that queued behind the batch.
 func TestAFailedReloadStillSendsTheWaitingGrabs(t *testing.T) {
