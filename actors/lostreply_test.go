@@ -62,7 +62,10 @@ func TestAReroutedGrabThatSoldIsNotAnsweredSoldOut(t *testing.T) {
 	e := newEnv(t)
 	id := e.live(t, 2, 1)
 	w := e.writer(t)
-	a := e.stallingNode(t, actors.Options{CallTimeout: 200 * time.Millisecond, Attempts: 10, GrabTimeout: 10 * time.Second})
+	// The batch's attempts may take up to 10 × 200 ms: node b's activation
+	// must fit between the lost reply and a's next attempt, which a batch
+	// deadline of the default 400 ms left only about 180 ms for.
+	a := e.stallingNode(t, actors.Options{CallTimeout: 200 * time.Millisecond, Attempts: 10, BatchTimeout: 10 * time.Second, GrabTimeout: 10 * time.Second})
 	b := e.router(t, nil, actors.Options{})
 	if c := a.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 10}).Code; c != domain.SeckillOK {
 		t.Fatalf("first unit: %s", c) // node a's activation holds the first fence

@@ -129,12 +129,18 @@ func TestRefundedRedPacketAnswersExpired(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	var cnt testenv.Counter
-	p, id, store := e.redPackets(t, &cnt, []int64{2, 1}, 300*time.Millisecond)
+	// The expiry leaves room for the setup and the first grab on a busy
+	// machine (300 ms did not always); the test then sleeps until it.
+	p, id, store := e.redPackets(t, &cnt, []int64{2, 1}, 2*time.Second)
 	w := e.redPacketWriter(t)
 	if res := p.Grab(t.Context(), id, 1, ""); res.Code != domain.RedPacketOK {
 		t.Fatalf("user 1: %+v", res)
 	}
-	time.Sleep(400 * time.Millisecond)
+	rp, err := store.Get(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(rp.ExpiresAt) + 100*time.Millisecond)
 	if res := p.Grab(t.Context(), id, 2, "k"); res.Code != domain.RedPacketExpired {
 		t.Fatalf("after the expiry: %+v, want EXPIRED", res)
 	}

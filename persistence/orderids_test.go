@@ -111,11 +111,18 @@ func TestOrderIDsNeverRepeatAcrossRestartsAndNodes(t *testing.T) {
 			var mu sync.Mutex
 			lastStart := map[int64]time.Time{} // slot -> when an allocator last started on it
 			opts := persistence.OrderIDOptions{Lease: 150 * time.Millisecond, Renew: 50 * time.Millisecond}
-			deadline := time.Now().Add(1500 * time.Millisecond)
+			// At least 1.5 s, and on until the run proves something (a
+			// busy machine made fewer than 20 starts in a fixed 1.5 s);
+			// 20 s only guards against a hang.
+			least, most := time.Now().Add(1500*time.Millisecond), time.Now().Add(20*time.Second)
+			going := func() bool {
+				now := time.Now()
+				return now.Before(most) && (now.Before(least) || restarts.Load() < 20 || sameSecond.Load() == 0)
+			}
 			var wg sync.WaitGroup
 			for node := range 4 {
 				wg.Go(func() {
-					for i := 0; time.Now().Before(deadline); i++ {
+					for i := 0; going(); i++ {
 						ids := persistence.NewOrderIDs(db, quiet, opts)
 						ctx, crash := context.WithCancel(context.Background())
 						if err := ids.Start(ctx); err != nil { // all three slots busy: wait for one

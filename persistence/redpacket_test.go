@@ -81,11 +81,13 @@ func TestRedPacketScriptHandsOutEachPacketOncePerUser(t *testing.T) {
 func TestRedPacketScriptRefusesAfterExpiry(t *testing.T) {
 	t.Parallel()
 	_, _, r, store := redPacketStores(t)
-	newRedPacket(t, store, 2, []int64{5, 3}, 300*time.Millisecond)
+	// The expiry leaves room for the setup and the first grab on a busy
+	// machine; the test then sleeps until it.
+	rp := newRedPacket(t, store, 2, []int64{5, 3}, 2*time.Second)
 	if out, err := r.Grab(t.Context(), 2, []domain.RedPacketGrab{{RequestID: "a", UserID: 1}}); err != nil || out.Results[0].Code != domain.RedPacketOK {
 		t.Fatalf("before expiry: %v %s", err, rpCodes(out))
 	}
-	time.Sleep(400 * time.Millisecond)
+	time.Sleep(time.Until(rp.ExpiresAt) + 100*time.Millisecond)
 	out, err := r.Grab(t.Context(), 2, []domain.RedPacketGrab{{RequestID: "b", UserID: 2}, {RequestID: "a", UserID: 1}})
 	if err != nil || rpCodes(out) != "EXPIRED:0 OK:5 " {
 		t.Fatalf("after expiry: %v %s, want EXPIRED for a new user and the retry's OK", err, rpCodes(out))
@@ -107,7 +109,7 @@ func TestRedPacketGrabsReachTheDatabaseAndTheRefundHappensOnce(t *testing.T) {
 	t.Parallel()
 	db, rdb, r, store := redPacketStores(t)
 	w := startRedPacketWriter(t, db, rdb)
-	newRedPacket(t, store, 3, []int64{40, 30, 20, 10}, 500*time.Millisecond)
+	created := newRedPacket(t, store, 3, []int64{40, 30, 20, 10}, 2*time.Second)
 	out, err := r.Grab(t.Context(), 3, []domain.RedPacketGrab{{RequestID: "a", UserID: 1}, {RequestID: "b", UserID: 2}})
 	if err != nil || rpCodes(out) != "OK:40 OK:30 " {
 		t.Fatalf("grab: %v %s", err, rpCodes(out))
@@ -128,7 +130,7 @@ func TestRedPacketGrabsReachTheDatabaseAndTheRefundHappensOnce(t *testing.T) {
 	if len(grabs) != 2 || grabs[0].UserID != 1 || grabs[0].AmountCents != 40 || grabs[1].UserID != 2 || grabs[1].AmountCents != 30 {
 		t.Fatalf("grabs in the database: %+v", grabs)
 	}
-	time.Sleep(600 * time.Millisecond)
+	time.Sleep(time.Until(created.ExpiresAt) + 100*time.Millisecond)
 	var refunds []int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup

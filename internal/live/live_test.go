@@ -116,12 +116,14 @@ func TestStockEventsAreCoalescedAndEndOnTheLatest(t *testing.T) {
 	if first.remaining != 40 || first.at.Sub(start) > 100*time.Millisecond {
 		t.Fatalf("first event %+v after %s, want 40 at once", first, first.at.Sub(start))
 	}
-	// 40 sales over about 800 ms.
+	// 40 sales over about 800 ms (more on a busy machine: sleeps overrun).
+	salesBegan := time.Now()
 	for n := 39; n >= 0; n-- {
 		stock.set(n)
 		svc.Sold(1)
 		time.Sleep(20 * time.Millisecond)
 	}
+	salesSpan := time.Since(salesBegan)
 	got := append([]event{first}, waitFor(t, events, 0, 2*time.Second)...)
 	span := got[len(got)-1].at.Sub(got[0].at)
 	t.Logf("40 changes: %d events over %s, %d announcements", len(got), span, bus.published.Load())
@@ -133,9 +135,13 @@ func TestStockEventsAreCoalescedAndEndOnTheLatest(t *testing.T) {
 			t.Fatalf("events %d and %d only %s apart", i-1, i, gap)
 		}
 	}
-	// The node announces its sales coalesced, not once per sale.
-	if p := bus.published.Load(); p > 40/4 {
-		t.Fatalf("%d announcements for 40 sales in 800 ms", p)
+	// The node announces its sales coalesced, not once per sale: at most
+	// one announcement per PublishInterval of the sales' span, and one
+	// each at its start and end (measured, not assumed 800 ms: every sleep
+	// of the loop may overrun on a busy machine, and a 4 ms mean overrun
+	// made 11 announcements legitimate).
+	if p, limit := int(bus.published.Load()), int(salesSpan/live.PublishIntervalDefault)+2; p > limit || p >= 40 {
+		t.Fatalf("%d announcements for 40 sales in %s, want at most %d", p, salesSpan, limit)
 	}
 }
 
@@ -183,7 +189,9 @@ func TestSubscriberThatStopsReadingDelaysNoOne(t *testing.T) {
 	changed := time.Now()
 	for _, events := range others {
 		got := waitFor(t, events, 0, 2*time.Second)
-		if late := got[len(got)-1].at.Sub(changed); late > 2*live.StockIntervalDefault {
+		// By design at most about 320 ms; 1 s leaves room for a busy
+		// machine, while the stuck subscriber would hold a fan-out for good.
+		if late := got[len(got)-1].at.Sub(changed); late > 4*live.StockIntervalDefault {
 			t.Fatalf("last event %s after the last change", late)
 		}
 	}
