@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -50,21 +51,32 @@ type Service struct {
 // process's environment (later values win) and waits until it is ready.
 // The caller kills it; it is also killed if this process dies
 // (Pdeathsig), so that no node outlives its test or fault suite.
+//
+// The port is free when chosen and bound by the service only after its
+// start-up: a process of another test may take it in between, and the
+// service then exits at once; it is started again on another port, up to
+// five times.
 func StartService(ctx context.Context, bin string, env map[string]string) (*Service, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, fmt.Errorf("service port: %w", err)
+	var err error
+	for range 5 {
+		var port int
+		if port, err = freePort(); err != nil {
+			return nil, fmt.Errorf("service port: %w", err)
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		s := &Service{Base: "http://" + addr, bin: bin, out: &tailBuffer{max: 1 << 20}}
+		s.env = append(os.Environ(), "HTTP_ADDR="+addr)
+		for k, v := range env {
+			s.env = append(s.env, k+"="+v)
+		}
+		if err = s.Start(ctx); err == nil {
+			return s, nil
+		}
+		if !strings.Contains(s.out.tail(2000), "address already in use") {
+			return nil, err
+		}
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	s := &Service{Base: "http://" + addr, bin: bin, out: &tailBuffer{max: 1 << 20}}
-	s.env = append(os.Environ(), "HTTP_ADDR="+addr)
-	for k, v := range env {
-		s.env = append(s.env, k+"="+v)
-	}
-	if err := s.Start(ctx); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return nil, err
 }
 
 // Start starts a killed service again on its address and waits until it is
