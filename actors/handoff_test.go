@@ -104,9 +104,11 @@ func TestAGrabInFlightIsAnsweredWithItsOutcome(t *testing.T) {
 	// The store answers when the batch's deadline has passed. The batch
 	// started after the caller began to wait, with the same timeout, so
 	// the caller's own wait has ended by then, and the answer comes well
-	// within the bound on a batch in flight (2 × GrabTimeout more).
+	// within the bound on a batch in flight (2 × GrabTimeout more). The
+	// activation must take the grab within that timeout: 1 s rather than
+	// 200 ms, which a busy machine under -race could overrun.
 	st := &recordingStore{untilDeadline: true}
-	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: 200 * time.Millisecond})
+	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: time.Second, BatchTimeout: time.Second, CallTimeout: time.Second})
 	t.Cleanup(r.Close)
 	if got := r.Grab(context.Background(), domain.GrabRequest{VoucherID: 1, UserID: 1}); got.Code != domain.SeckillOK || got.OrderID == 0 {
 		t.Fatalf("the store sold the grab, the caller got %s", got.Code)
