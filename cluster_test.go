@@ -32,6 +32,10 @@ type clusterRig struct {
 	bin     string
 	env     map[string]string
 	seeds   []string // automanaged ports of up to 4 members
+	// held keeps each seed port taken until its member starts (start
+	// lets it go): a member may join 30 s after the rig chose its port,
+	// and another test's socket could take a port left free that long.
+	held []*heldPort
 	stock   *testenv.RedisServer
 	dbURL   string
 	tokens  *auth.Tokens
@@ -47,7 +51,9 @@ func newClusterRig(t *testing.T) *clusterRig {
 		locks = append(locks, testenv.MustRedis(t).URL())
 	}
 	for range 4 {
-		rig.seeds = append(rig.seeds, "127.0.0.1:"+strconv.Itoa(freeTCPPort(t)))
+		h := holdPort(t)
+		rig.held = append(rig.held, h)
+		rig.seeds = append(rig.seeds, h.addr)
 	}
 	const secret = "cluster-test-secret"
 	rig.env = map[string]string{
@@ -71,8 +77,41 @@ func freeTCPPort(tb testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// heldPort is a loopback port kept taken by a listener that closes every
+// connection at once: the members polling a seed that has not started
+// yet see it down at once, as they would a closed port.
+type heldPort struct {
+	addr string
+	l    net.Listener
+	once sync.Once
+}
+
+func holdPort(tb testing.TB) *heldPort {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h := &heldPort{addr: l.Addr().String(), l: l}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	tb.Cleanup(h.release)
+	return h
+}
+
+// release lets the port go, for its member to bind.
+func (h *heldPort) release() { h.once.Do(func() { _ = h.l.Close() }) }
+
 // start starts member i (0..3) and returns it.
 func (rig *clusterRig) start(i int) *process {
+	rig.held[i].release()
 	env := map[string]string{}
 	for k, v := range rig.env {
 		env[k] = v
