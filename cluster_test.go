@@ -28,14 +28,14 @@ import (
 // whole sale through the members' HTTP endpoints.
 
 type clusterRig struct {
-	t       *testing.T
-	bin     string
-	env     map[string]string
-	seeds   []string // automanaged ports of up to 4 members
+	t     *testing.T
+	bin   string
+	env   map[string]string
+	seeds []string // automanaged ports of up to 4 members
 	// held keeps each seed port taken until its member starts (start
 	// lets it go): a member may join 30 s after the rig chose its port,
 	// and another test's socket could take a port left free that long.
-	held []*heldPort
+	held    []*heldPort
 	stock   *testenv.RedisServer
 	dbURL   string
 	tokens  *auth.Tokens

@@ -304,20 +304,12 @@ func TestRedisOutageAnswersFastAndSellingResumes(t *testing.T) {
 				t.Fatalf("only %d grabs while redis was away", len(during))
 			}
 			t.Logf("grabs while redis was away: %d, slowest %v, all: %v", len(during), slices.Max(during), during)
-			// The first grabs pay the batch deadline (400 ms) by design,
-			// which leaves the slowest of a few hundred only 200 ms of
-			// scheduling on a busy machine under -race: nine in ten must
-			// answer within the bound, and every one within 750 ms, less
-			// than two batch deadlines. (That grabs queued behind a failing
-			// batch do not pay one of their own is
-			// TestGrabsQueuedBehindAFailedBatchAreAnsweredWithIt's: here
-			// the breaker answers them first.)
-			slices.Sort(during)
-			if p90 := during[len(during)*9/10]; p90 > outageBound {
-				t.Errorf("nine in ten grabs took up to %v while redis was away, bound %v", p90, outageBound)
-			}
-			if slowest := during[len(during)-1]; slowest > 750*time.Millisecond {
-				t.Errorf("a grab took %v while redis was away, bound 750ms", slowest)
+			// That grabs queued behind a failing batch do not pay a batch
+			// deadline of their own is checked by
+			// TestGrabsQueuedBehindAFailedBatchAreAnsweredWithIt: here the
+			// breaker answers them first.
+			if slowest := slices.Max(during); slowest > outageBound {
+				t.Errorf("a grab took %v while redis was away, bound %v", slowest, outageBound)
 			}
 
 			// Selling resumes with no restart: the sale runs to the end.

@@ -344,7 +344,11 @@ func TestDuplicateActivationIsFencedOff(t *testing.T) {
 }
 
 // scriptGate holds one client's script calls (EVALSHA, EVAL) while it is
-// shut: a member's batches stay in flight while other members go on.
+// shut: a member's batches stay in flight while other members go on. It
+// holds a call before it is sent, under the call's own deadline; the
+// stalling proxy of testenv holds replies instead, which the client's
+// socket read timeout (3 s) turns into lost replies and failed batches
+// while a member joins.
 type scriptGate struct{ shut atomic.Pointer[chan struct{}] }
 
 func (g *scriptGate) close() { ch := make(chan struct{}); g.shut.Store(&ch) }
