@@ -442,26 +442,7 @@ func TestMembersChangingHandOnQueuedGrabsAsNeverSent(t *testing.T) {
 	})
 
 	drops := actors.SaleMemoryDrops()
-	b := e.member(t, agent, name, actors.Options{Leases: lk}) // joins
-	waitMembers(t, 2, a, b)
-	members := []string{a.Cluster().Address(), b.Cluster().Address()}
-	var moved []int64
-	for _, id := range ids {
-		if actors.Owner(members, id, 0) == members[1] {
-			moved = append(moved, id)
-		}
-	}
-	if len(moved) == 0 {
-		t.Fatalf("the joining member took none of %d vouchers (members %v)", len(ids), members)
-	}
-	testenv.WaitFor(t, "the first member retired the moved activations", func() bool {
-		for _, h := range actors.Hosted(a) {
-			if slices.Contains(moved, h[0]) {
-				return false
-			}
-		}
-		return true
-	})
+	b, moved := e.joinAndTake(t, agent, name, lk, a, ids)
 	held.open()
 	wg.Wait()
 
@@ -479,5 +460,121 @@ func TestMembersChangingHandOnQueuedGrabsAsNeverSent(t *testing.T) {
 	}
 	if n := actors.SaleMemoryDrops() - drops; n != 0 {
 		t.Errorf("%v records of the sales given up: grabs handed on arrived marked as sent", n)
+	}
+}
+
+// joinAndTake starts a member that joins a's cluster and waits until a
+// has retired its activations of the vouchers among ids (one segment
+// each) that the joiner now hosts, which it returns; at least one.
+func (e *env) joinAndTake(tb testing.TB, agent *test.InMemAgent, name string, lk leases, a *actors.Router, ids []int64) (*actors.Router, []int64) {
+	tb.Helper()
+	b := e.member(tb, agent, name, actors.Options{Leases: lk})
+	waitMembers(tb, 2, a, b)
+	members := []string{a.Cluster().Address(), b.Cluster().Address()}
+	var moved []int64
+	for _, id := range ids {
+		if actors.Owner(members, id, 0) == members[1] {
+			moved = append(moved, id)
+		}
+	}
+	if len(moved) == 0 {
+		tb.Fatalf("the joining member took none of %d vouchers (members %v)", len(ids), members)
+	}
+	testenv.WaitFor(tb, "the first member retired the moved activations", func() bool {
+		for _, h := range actors.Hosted(a) {
+			if slices.Contains(moved, h[0]) {
+				return false
+			}
+		}
+		return true
+	})
+	return b, moved
+}
+
+// A caller that gave up on its grab was told UNAVAILABLE: the grab must
+// never sell afterwards, also when the activation holding it hands it on
+// to the member that took its segment (no phantom order). Grabs queue
+// behind a script call held on the first member, their callers give up,
+// a member joins and takes the segments, and the held calls go on.
+func TestMembersChangingNeverHandOnAGrabItsCallerGaveUp(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	agent, name := test.NewInMemAgent(), clusterName()
+	lk := newLeases(time.Second, testenv.MustRedis(t))
+	held := &scriptGate{}
+	slow := actors.Options{Leases: lk, CallTimeout: 20 * time.Second, BatchTimeout: 20 * time.Second, GrabTimeout: 20 * time.Second}
+	a := e.member(t, agent, name, slow, held)
+	waitMembers(t, 1, a)
+	w := e.writer(t)
+
+	// 24 vouchers, so that the joining member takes some whatever its
+	// port; user 1 buys one unit of each on a (its activation starts).
+	var ids []int64
+	for range 24 {
+		id := e.live(t, 10, 1)
+		ids = append(ids, id)
+		if res := a.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 1}); res.Code != domain.SeckillOK {
+			t.Fatalf("voucher %d: user 1 got %s", id, res.Code)
+		}
+	}
+
+	// Per voucher: user 2's grab in a held script call, users 3-5 queued
+	// behind it until their callers give up.
+	held.close()
+	defer held.open()
+	var inFlight sync.WaitGroup
+	second := map[int64]*domain.GrabResult{}
+	for _, id := range ids {
+		res := &domain.GrabResult{}
+		second[id] = res
+		inFlight.Go(func() { *res = a.Grab(context.Background(), domain.GrabRequest{VoucherID: id, UserID: 2}) })
+	}
+	testenv.WaitFor(t, "every voucher's second grab in a held call", func() bool {
+		for _, id := range ids {
+			if actors.Queued(a, id) != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	giveUp, cancel := context.WithCancel(context.Background())
+	var gaveUp sync.WaitGroup
+	var told atomic.Int32
+	for _, id := range ids {
+		for u := int64(3); u <= 5; u++ {
+			gaveUp.Go(func() {
+				if res := a.Grab(giveUp, domain.GrabRequest{VoucherID: id, UserID: u}); res.Code == domain.SeckillUnavailable {
+					told.Add(1)
+				}
+			})
+		}
+	}
+	testenv.WaitFor(t, "users 3-5 queued behind the held calls", func() bool {
+		for _, id := range ids {
+			if actors.Queued(a, id) != 4 {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
+	gaveUp.Wait()
+	if n := told.Load(); n != int32(3*len(ids)) {
+		t.Fatalf("%d of %d callers who gave up were told UNAVAILABLE", n, 3*len(ids))
+	}
+
+	_, moved := e.joinAndTake(t, agent, name, lk, a, ids)
+	held.open()
+	inFlight.Wait()
+	drained(t, w)
+	for _, id := range ids {
+		if res := second[id]; res.Code != domain.SeckillOK {
+			t.Errorf("voucher %d: user 2's grab in the held call got %s, want OK", id, res.Code)
+		}
+		for u := int64(3); u <= 5; u++ {
+			if orders := e.ordersOf(t, id, u); len(orders) != 0 {
+				t.Errorf("voucher %d (moved: %v): user %d gave up, was told UNAVAILABLE, and holds orders %v", id, slices.Contains(moved, id), u, orders)
+			}
+		}
 	}
 }
