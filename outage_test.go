@@ -391,6 +391,7 @@ func TestDegradeToDBSellsThroughPostgres(t *testing.T) {
 	})
 
 	redisSrv.Pause()
+	held := n.tripBreaker(t, voucherID, 1000)
 	for u := int64(11); u <= 20; u++ {
 		code, orderID := n.grabUntilDecided(t, u, voucherID, 5*time.Second)
 		buy(u, code, orderID)
@@ -414,6 +415,7 @@ func TestDegradeToDBSellsThroughPostgres(t *testing.T) {
 	eventually(t, "the breaker closed", 10*time.Second, func() bool {
 		return metric(t, n.base, `flashsale_breaker_state{store="redis"}`) == "0"
 	})
+	n.settleHeld(t, voucherID, held, ok)
 	began := time.Now()
 	code, orderID := n.grabUntilDecided(t, 21, voucherID, 20*time.Second)
 	buy(21, code, orderID)
@@ -520,5 +522,177 @@ func assertSoldExactly(t *testing.T, n *outageNode, voucherID string, ok map[str
 	}
 	if orders := assertLanded(t, n, voucherID, ok, stock); orders != stock {
 		t.Errorf("%d orders, stock %d", orders, stock)
+	}
+}
+
+// tripBreaker sends keyed grabs of fresh users from first on into a
+// stopped Redis until the breaker opens, and returns their users: each was
+// answered UNAVAILABLE, and Redis may still sell it when it resumes.
+func (n *outageNode) tripBreaker(t *testing.T, voucherID string, first int64) []int64 {
+	t.Helper()
+	var held []int64
+	for u := first; u < first+20; u++ {
+		if v := metric(t, n.base, `flashsale_breaker_state{store="redis"}`); v == "2" || v == "1" {
+			return held
+		}
+		if code, _ := n.grabKeyed(t, u, voucherID, "held-"+strconv.FormatInt(u, 10)); code != "UNAVAILABLE" {
+			t.Fatalf("user %d as redis stops: %s, want UNAVAILABLE", u, code)
+		}
+		held = append(held, u)
+	}
+	t.Fatal("the breaker did not open")
+	return nil
+}
+
+// settleHeld retries the grabs tripBreaker sent, by their request ids,
+// once Redis is back, and adds those that sold to ok.
+func (n *outageNode) settleHeld(t *testing.T, voucherID string, held []int64, ok map[string]int64) {
+	t.Helper()
+	for _, u := range held {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			code, orderID := n.grabKeyed(t, u, voucherID, "held-"+strconv.FormatInt(u, 10))
+			if code == "OK" {
+				ok[orderID] = u
+			}
+			if code != "UNAVAILABLE" || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// grabKeyed is one seckillVoucher of user with the client's request id.
+func (n *outageNode) grabKeyed(t *testing.T, user int64, voucherID, requestID string) (code, orderID string) {
+	t.Helper()
+	out, _ := n.post(t, user, fmt.Sprintf(`mutation { seckillVoucher(voucherId: "%s", requestId: "%s") { code orderId } }`, voucherID, requestID))
+	data, _ := out["data"].(map[string]any)
+	sv, _ := data["seckillVoucher"].(map[string]any)
+	if sv == nil {
+		return fmt.Sprint(out["errors"]), ""
+	}
+	code, _ = sv["code"].(string)
+	orderID, _ = sv["orderId"].(string)
+	return code, orderID
+}
+
+// TestDegradeToDBNeverSellsWhatAStalledRedisHolds: Redis is stopped
+// (SIGSTOP) with grabs' script calls in its socket, answered UNAVAILABLE
+// by their deadline; the breaker opens and the database fallback sells.
+// When Redis resumes it runs the calls it held, under the fence they
+// carry. The fallback must have kept their units, users and request ids
+// for them: every request id is answered with one order at most, the OK
+// answers never exceed the stock, and every OK'd order lands. Segment
+// leases live on their own Redis, as in production, so that the lease
+// keeps renewing while the stock Redis is stopped.
+func TestDegradeToDBNeverSellsWhatAStalledRedisHolds(t *testing.T) {
+	redisSrv := testenv.MustRedis(t)
+	lockSrv := testenv.MustRedis(t)
+	n := startOutageNode(t, redisSrv, map[string]string{"DEGRADE_TO_DB": "true", "RATE_USER_PER_SEC": "0",
+		"LOCK_REDIS_URLS": lockSrv.URL()})
+	const stock = 20
+	voucherID := n.createVoucher(t, stock)
+	// answers holds every request id's answers; a key is retried until a
+	// final answer, after the stall too.
+	answers := map[string]map[string]bool{}
+	owner := map[string]int64{}
+	key := func(user int64) string { return "stall-" + strconv.FormatInt(user, 10) }
+	grab := func(user int64) string {
+		k := key(user)
+		code, orderID := n.grabKeyed(t, user, voucherID, k)
+		owner[k] = user
+		if answers[k] == nil {
+			answers[k] = map[string]bool{}
+		}
+		if code == "OK" {
+			answers[k][orderID] = true
+		}
+		return code
+	}
+	for u := int64(1); u <= 10; u++ {
+		if code := grab(u); code != "OK" {
+			t.Fatalf("user %d before the stall: %s", u, code)
+		}
+	}
+	db := testenv.MustOpen(t, n.dbURL)
+	eventually(t, "the first orders persisted", 10*time.Second, func() bool {
+		c, err := db.NewSelect().Table("tb_voucher_order").Count(context.Background())
+		return err == nil && c == 10
+	})
+
+	// Grabs sent into the stopped Redis's socket until the breaker opens:
+	// each is answered UNAVAILABLE, and those whose script call Redis
+	// holds may still sell when it resumes. Their users retry at once: the
+	// database must not sell them what Redis may (Postgres would refuse
+	// one of the two orders, an OK'd one perhaps).
+	redisSrv.Pause()
+	stalled := []int64{}
+	for u := int64(11); u <= 30; u++ {
+		if v := metric(t, n.base, `flashsale_breaker_state{store="redis"}`); v == "2" || v == "1" {
+			break
+		}
+		if code := grab(u); code != "UNAVAILABLE" {
+			t.Fatalf("user %d as redis stops: %s, want UNAVAILABLE", u, code)
+		}
+		stalled = append(stalled, u)
+	}
+	t.Logf("%d grabs sent to the stopped redis", len(stalled))
+	for _, u := range stalled {
+		grab(u)
+	}
+	fromDB := 0
+	for u := int64(31); u <= 60; u++ {
+		switch code := grab(u); code {
+		case "OK":
+			fromDB++
+		case "UNAVAILABLE", "SOLD_OUT":
+		default:
+			t.Errorf("user %d while redis is stopped: %s", u, code)
+		}
+	}
+	t.Logf("the database sold %d while redis was stopped", fromDB)
+	if fromDB == 0 {
+		t.Errorf("the database sold nothing while redis was stopped: the fallback is not exercised")
+	}
+
+	redisSrv.Continue()
+	eventually(t, "the breaker closed", 10*time.Second, func() bool {
+		return metric(t, n.base, `flashsale_breaker_state{store="redis"}`) == "0"
+	})
+	// Every key that was not answered OK is retried until decided: the
+	// stalled ones learn what Redis did with them.
+	for k, user := range owner {
+		if len(answers[k]) > 0 {
+			continue
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			code := grab(user)
+			if code != "UNAVAILABLE" || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	ok := map[string]int64{}
+	for k, orders := range answers {
+		if len(orders) > 1 {
+			t.Errorf("request id %s answered with %d orders", k, len(orders))
+		}
+		for id := range orders {
+			ok[id] = owner[k]
+		}
+	}
+	if len(ok) > stock {
+		t.Errorf("%d OK'd orders for a stock of %d", len(ok), stock)
+	}
+	assertLanded(t, n, voucherID, ok, stock)
+	var dead int
+	if err := db.NewSelect().Table("tb_order_dead_letter").ColumnExpr("COUNT(*)").Scan(context.Background(), &dead); err != nil {
+		t.Fatal(err)
+	}
+	if dead != 0 {
+		t.Errorf("%d orders dead-lettered", dead)
 	}
 }

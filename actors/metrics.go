@@ -54,6 +54,10 @@ var (
 		Namespace: "flashsale", Name: "cluster_remote_grabs_total",
 		Help: "Grabs this member sent to the member hosting their segment, by result (ok: an answer came back; failed: none did, answered UNAVAILABLE).",
 	}, []string{"result"})
+	undecidedCalls = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "flashsale", Name: "grab_undecided_calls_total",
+		Help: "Grab script calls that failed without an answer (Redis may still run them); their units, users and request ids stay off the database fallback until the segment claims a new fence.",
+	})
 	leaseRefusals = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "flashsale", Name: "segment_lease_refused_total",
 		Help: "Segment activations that could not take their Redlock lease in time (their grabs were answered UNAVAILABLE).",
@@ -90,7 +94,7 @@ var grabCodes = map[domain.SeckillCode]struct {
 func init() {
 	prometheus.MustRegister(grabsTotal, grabDuration, batchSize, actorsAlive, actorsFull,
 		segmentsHosted, placementShare, clusterMembers, remoteGrabs, leaseRefusals, leaseLosses, userRateRefusals,
-		saleMemoryAnswers, saleMemoryDrops)
+		saleMemoryAnswers, saleMemoryDrops, undecidedCalls)
 	for _, c := range []domain.SeckillCode{domain.SeckillOK, domain.SeckillNotFound, domain.SeckillNotStarted,
 		domain.SeckillEnded, domain.SeckillPaused, domain.SeckillSoldOut, domain.SeckillLimitReached,
 		domain.SeckillUnavailable, domain.SeckillRateLimited} {

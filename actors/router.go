@@ -209,6 +209,10 @@ type Router struct {
 	// this node's activations and other members' replies report it.
 	segments sync.Map
 
+	// ledger is what the node knows for sure of its vouchers' Redis
+	// stock, for the database fallback.
+	ledger *nodeLedger
+
 	mu       sync.RWMutex
 	vouchers map[segKey]*voucherRef
 	closed   bool // no new grabs (Drain)
@@ -255,6 +259,7 @@ func NewRouter(store Store, ids OrderIDs, preheater Preheater, log *slog.Logger,
 		store: store, ids: ids, preheater: preheater, opts: opts.withDefaults(), log: log,
 		reqPrefix: randomPrefix(),
 		vouchers:  map[segKey]*voucherRef{},
+		ledger:    newNodeLedger(),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -107,6 +108,16 @@ type batchDone struct {
 	resent bool
 	// fallback: Redis was down and the batch was answered without it.
 	fallback bool
+	// claimed is set when the batch first claimed a new fence for its
+	// segment (an earlier call was undecided): the activation serves
+	// under it from now on.
+	claimed *claimedFence
+}
+
+// claimedFence is a fence a batch claimed, with the state Redis returned.
+type claimedFence struct {
+	fence int64
+	state domain.VoucherState
 }
 
 // final reports whether the outcome answers each grab of the batch for
@@ -264,6 +275,7 @@ func (a *voucherActor) activate(ctx actor.Context) {
 		return
 	}
 	a.fence, a.state = fence, st
+	a.r.ledger.fenced(a.key(), st, a.r.trusted())
 	a.memo = newSaleMemory(st)
 	if !st.Found {
 		a.ref.unknown.Store(true)
@@ -349,6 +361,7 @@ func (a *voucherActor) reload(ctx actor.Context) {
 		return
 	}
 	a.r.learnSegments(a.id, st.Segments)
+	a.r.ledger.confirm(a.key(), st, a.r.trusted())
 	limit := a.state.Limit
 	a.state = st
 	if a.state.Limit == 0 {
@@ -533,22 +546,26 @@ func (a *voucherActor) flush(ctx actor.Context) {
 	if len(batch) > 0 {
 		batchSize.Observe(float64(len(batch)))
 	}
-	self, fence, view := ctx.Self(), a.fence, domain.RedisView{Remaining: a.state.Remaining, SeenAt: a.state.SeenAt}
+	self, fence := ctx.Self(), a.fence
 	key, segments := a.key(), a.state.Segments
 	go func() {
 		var d *batchDone
+		// The call is in the node's ledger before anything can send it,
+		// so that no database sale overlaps it (see nodeLedger).
+		call := a.r.ledger.begin(key, batch)
 		if h := a.r.opts.Redis; h != nil && !h.Usable() {
-			d = a.r.redisDown(a.id, view, batch)
+			a.r.ledger.settle(call) // never sent
+			d = a.r.redisDown(a.id, batch)
 			d.checks, d.fallback = checks, true // the checks wait for the next call, without the record
 		} else {
-			out, scripted, err := a.r.runBatch(key, fence, batch, len(checks) > 0)
-			d = &batchDone{batch: batch, checks: checks, out: out, scripted: scripted, err: err, resent: resent}
+			d = a.r.callRedis(key, fence, call, batch, checks)
+			d.resent = resent
 			if d.final() {
 				// The callers hear their answers now, not after one more
 				// hop through the actor's mailbox; the actor takes the
 				// outcome's news when batchDone reaches it.
 				for i, g := range batch {
-					g.deliver(out.Results[i], segments)
+					g.deliver(d.out.Results[i], segments)
 					a.r.unqueue(g)
 				}
 				d.answered = true
@@ -560,6 +577,9 @@ func (a *voucherActor) flush(ctx actor.Context) {
 
 func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
 	a.inflight = false
+	if d.claimed != nil {
+		a.fence = d.claimed.fence
+	}
 	switch {
 	case d.err != nil:
 		a.r.log.Warn("grab batch failed", "voucher", a.id, "grabs", len(d.batch), "err", d.err)
@@ -688,7 +708,11 @@ func (r *Router) unqueue(g *grabMsg) {
 // check asks for the script call even when no grab is left for it (none
 // or all turned away by the limits): the call then only reads the
 // voucher and its tally, for the batch's checks (batchDone.checks).
-func (r *Router) runBatch(key segKey, fence int64, batch []*grabMsg, check bool) (domain.BatchOutcome, bool, error) {
+//
+// maySell reports that an attempt failed in a way that does not prove it
+// never ran (a timeout, not a refusal): Redis may have run it, or may run
+// it still, whatever the outcome says.
+func (r *Router) runBatch(key segKey, fence int64, batch []*grabMsg, check bool) (out domain.BatchOutcome, scripted, maySell bool, err error) {
 	voucherID := key.voucher
 	// One deadline for the whole batch (limits, ids, every attempt): the
 	// callers wait for it, so it must end.
@@ -702,7 +726,7 @@ func (r *Router) runBatch(key segKey, fence int64, batch []*grabMsg, check bool)
 	waits, err := r.admit(ctx, voucherID, batch)
 	cancel()
 	if err != nil {
-		return domain.BatchOutcome{}, false, err
+		return domain.BatchOutcome{}, false, false, err
 	}
 	admitted := make([]int, 0, len(batch))
 	for i, wait := range waits {
@@ -713,7 +737,7 @@ func (r *Router) runBatch(key segKey, fence int64, batch []*grabMsg, check bool)
 		}
 	}
 	if len(admitted) == 0 && !check {
-		return domain.BatchOutcome{Results: results}, false, nil
+		return domain.BatchOutcome{Results: results}, false, false, nil
 	}
 	var ids []int64
 	if len(admitted) > 0 {
@@ -721,7 +745,7 @@ func (r *Router) runBatch(key segKey, fence int64, batch []*grabMsg, check bool)
 		ids, err = r.ids.Take(ctx, len(admitted))
 		cancel()
 		if err != nil {
-			return domain.BatchOutcome{}, false, err
+			return domain.BatchOutcome{}, false, false, err
 		}
 	}
 	grabs := make([]domain.Grab, len(admitted))
@@ -739,10 +763,11 @@ func (r *Router) runBatch(key segKey, fence int64, batch []*grabMsg, check bool)
 				}
 				out.Results = results
 			}
-			return out, true, nil
+			return out, true, maySell, nil
 		}
+		maySell = maySell || !errors.Is(err, domain.ErrNotSent)
 		if attempt >= r.opts.Attempts || batchCtx.Err() != nil {
-			return out, false, err
+			return out, false, maySell, err
 		}
 		select { // a short pause before the next attempt, within the deadline
 		case <-batchCtx.Done():
@@ -753,11 +778,13 @@ func (r *Router) runBatch(key segKey, fence int64, batch []*grabMsg, check bool)
 
 // redisDown answers a batch while Redis is down, without a call to it:
 // UNAVAILABLE, or, with the database fallback, each grab sold by the
-// database in turn. view is the activation's view of the stock Redis has
-// left; each sale takes one off it (see persistence.DBGrabs for why
-// the database sells only while its stock equals it). Rate limits live in
-// Redis and are not checked meanwhile.
-func (r *Router) redisDown(voucherID int64, view domain.RedisView, batch []*grabMsg) *batchDone {
+// database in turn, from the node's ledger's view of the stock Redis has
+// left (see nodeLedger, and persistence.DBGrabs for why the database sells
+// only while its stock equals it); each sale takes one off it. A grab
+// whose user or request id is in a call Redis may still run is answered
+// UNAVAILABLE: only Redis can decide it. Rate limits live in Redis and are
+// not checked meanwhile.
+func (r *Router) redisDown(voucherID int64, batch []*grabMsg) *batchDone {
 	d := &batchDone{batch: batch, out: domain.BatchOutcome{Results: make([]domain.GrabResult, len(batch))}}
 	for i := range d.out.Results {
 		d.out.Results[i].Code = domain.SeckillUnavailable
@@ -772,20 +799,73 @@ func (r *Router) redisDown(voucherID int64, view domain.RedisView, batch []*grab
 		r.log.Warn("database grab: no order ids", "voucher", voucherID, "err", err)
 		return d
 	}
+	seller := r.ledger.seller(voucherID)
 	for i, g := range batch {
-		view := domain.RedisView{Remaining: view.Remaining - d.dbSold, SeenAt: view.SeenAt}
-		res, sold, err := r.opts.Fallback.Grab(ctx, voucherID, view, domain.Grab{RequestID: g.req, UserID: g.user, OrderID: ids[i]})
-		if err != nil {
-			r.log.Warn("database grab failed", "voucher", voucherID, "err", err)
-			continue
+		seller.Lock()
+		if view, ok := r.ledger.fallbackView(voucherID, g); ok {
+			res, sold, err := r.opts.Fallback.Grab(ctx, voucherID, view, domain.Grab{RequestID: g.req, UserID: g.user, OrderID: ids[i]})
+			switch {
+			case err != nil:
+				r.log.Warn("database grab failed", "voucher", voucherID, "err", err)
+			case sold:
+				r.ledger.soldFromDB(voucherID)
+				d.dbSold++
+				fallthrough
+			default:
+				d.out.Results[i] = res
+			}
 		}
-		d.out.Results[i] = res
-		if sold {
-			d.dbSold++
-		}
+		seller.Unlock()
 	}
 	return d
 }
+
+// callRedis runs a batch through Redis and keeps the node's ledger: an
+// undecided call of the segment first makes the batch claim a new fence
+// (so that Redis refuses that call should it still run); a call that
+// failed without proof that it never ran stays in the ledger as
+// undecided; an answer confirms the state it read.
+func (r *Router) callRedis(key segKey, fence int64, call *ledgerCall, batch, checks []*grabMsg) *batchDone {
+	d := &batchDone{batch: batch, checks: checks}
+	if r.ledger.unsure(key) {
+		ctx, cancel := context.WithTimeout(context.Background(), r.opts.CallTimeout)
+		f, st, err := r.store.Claim(ctx, key.voucher, key.seg)
+		cancel()
+		if err != nil {
+			r.ledger.settle(call) // the batch was not sent
+			d.err = fmt.Errorf("claim a new fence after an undecided call: %w", err)
+			return d
+		}
+		r.ledger.fenced(key, st, r.trusted())
+		d.claimed = &claimedFence{fence: f, state: st}
+		if !st.Found { // Redis lost the voucher: the activation retires (onBatch)
+			r.ledger.settle(call)
+			d.scripted, d.out.State = true, st
+			return d
+		}
+		fence = f
+	}
+	out, scripted, maySell, err := r.runBatch(key, fence, batch, len(checks) > 0)
+	d.out, d.scripted, d.err = out, scripted, err
+	switch {
+	case err != nil || out.Stale || scripted && !out.State.Found:
+		if maySell {
+			r.ledger.undecided(call)
+		} else {
+			r.ledger.settle(call)
+		}
+	default:
+		if scripted {
+			r.ledger.confirm(key, out.State, r.trusted())
+		}
+		r.ledger.settle(call)
+	}
+	return d
+}
+
+// trusted reports whether a state read from Redis now may serve the
+// database fallback: not while the node re-syncs Redis after an outage.
+func (r *Router) trusted() bool { return r.opts.Redis == nil || r.opts.Redis.Usable() }
 
 // admit checks the batch against the rate limits in one round trip and
 // returns, per grab, how long it must wait (0: admitted). A grab admitted

@@ -71,6 +71,11 @@ var (
 	ErrForbidden       = Errorf(CodeForbidden, "this operation needs the admin role")
 )
 
+// ErrNotSent marks a store error that proves the call never reached the
+// store (a circuit breaker refused it, or no connection could be made):
+// unlike a timeout, it cannot have changed anything.
+var ErrNotSent = errors.New("the call was not sent")
+
 // NotFound reports an unknown id of the named kind.
 func NotFound(kind string, id int64) *Error {
 	return Errorf(CodeNotFound, "%s %d not found", kind, id)

@@ -69,10 +69,14 @@ type SalesTally struct {
 
 // RedisView is what a node last knew of a voucher's Redis stock: the
 // remaining stock, less what the node sold from the database since, and
-// when Redis was read (VoucherState.SeenAt).
+// when Redis was read (VoucherState.SeenAt). Reserved counts the units
+// that the node's script calls still in flight or undecided may have sold
+// since (a stalled Redis runs a call it holds when it resumes): the
+// database may not sell them.
 type RedisView struct {
 	Remaining int
 	SeenAt    time.Time
+	Reserved  int
 }
 
 // BatchOutcome is the store's answer to a batch of grabs.

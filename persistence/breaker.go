@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,7 +37,18 @@ const (
 
 // ErrRedisUnavailable is returned, without a call to Redis, while the
 // breaker is open (or half-open with its probe under way).
-var ErrRedisUnavailable = errors.New("redis unavailable (circuit breaker open)")
+// It wraps domain.ErrNotSent: such a call cannot have changed anything.
+var ErrRedisUnavailable = fmt.Errorf("redis unavailable (circuit breaker open): %w", domain.ErrNotSent)
+
+// notSent marks err as domain.ErrNotSent when it proves that the call
+// never reached Redis: the breaker refused it, or the connection was
+// refused. Any other failure (a timeout, a reset) may have run the call.
+func notSent(err error) error {
+	if err == nil || errors.Is(err, domain.ErrNotSent) || !errors.Is(err, syscall.ECONNREFUSED) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", domain.ErrNotSent, err)
+}
 
 // RequestClientOptions returns opts tuned for request paths: every call
 // ends at its context's deadline or after timeout, whichever comes first

@@ -41,6 +41,17 @@ import (
 // the fallback sells while this node is the only one selling; a node that
 // shares the voucher with live nodes answers UNAVAILABLE, as without the
 // fallback.
+//
+// This node's own script calls are the third source: a call that Redis
+// stalled on may still run when Redis resumes (an undecided call), and one
+// still in flight may run at any moment. The caller (the actors' node
+// ledger) keeps their users and request ids off the database and passes
+// the units they may take as view.Reserved: the database sells only what
+// is left beyond them, so whatever those calls do when Redis runs them,
+// the two stores together never sell more than the stock, a user's slot
+// twice or one request id twice. The view's remaining stock is the node's
+// last confirmed read of Redis, never an activation's guess after a call
+// that failed.
 
 // DBSalesStamp is the load stamp recorded for a voucher once the database
 // sold it directly: the Redis load, which does not know those sales, is
@@ -171,6 +182,11 @@ func (d *DBGrabs) grab(ctx context.Context, tx bun.Tx, voucherID int64, view dom
 		// Orders Redis sold are still on their way to the database (or
 		// this node's view of Redis is out of date): what is free is not
 		// known here.
+		return domain.GrabResult{Code: domain.SeckillUnavailable}, false, nil
+	}
+	if sk.Stock <= view.Reserved {
+		// What is left may all be taken by this node's calls that Redis
+		// holds undecided: they run when it resumes.
 		return domain.GrabResult{Code: domain.SeckillUnavailable}, false, nil
 	}
 	if quiet, err := othersStoppedBefore(ctx, tx, orderIDNodeOf(g.OrderID), view.SeenAt); err != nil {

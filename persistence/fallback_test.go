@@ -18,6 +18,18 @@ import (
 	"flashsale/persistence"
 )
 
+// idTaker returns a function that takes one fresh order id.
+func idTaker(tb testing.TB, ids *persistence.OrderIDs) func() int64 {
+	return func() int64 {
+		tb.Helper()
+		got, err := ids.Take(context.Background(), 1)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return got[0]
+	}
+}
+
 // downBreaker is a breaker that has opened: three calls to a closed port
 // failed through it.
 func downBreaker(tb testing.TB) *persistence.Breaker {
@@ -51,14 +63,7 @@ func TestDatabaseGrabsNeverOversellOrPassALimit(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.MustPostgres(t)
 	rdb := testenv.MustRedis(t).Client()
-	ids := testenv.MustOrderIDs(t, db)
-	take := func() int64 {
-		got, err := ids.Take(ctx, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return got[0]
-	}
+	take := idTaker(t, testenv.MustOrderIDs(t, db))
 	fb := persistence.NewDBGrabs(db, downBreaker(t), 64)
 	// seenNow is a view of Redis read just now, as an actor's last call.
 	seenNow := func(remaining int) domain.RedisView {
@@ -286,5 +291,55 @@ func TestDatabaseGrabsWaitForOtherNodes(t *testing.T) {
 	}
 	if stockOf(v) != 4 {
 		t.Fatalf("stock %d, want 4", stockOf(v))
+	}
+}
+
+// TestAResyncKeepsWhatTheDatabaseDecided: Redis sold request k to user 1
+// as order y, still in the order log, while the database fallback, not
+// knowing it, sold k as order x. The re-sync after the outage must answer
+// k with x, the database's decision (the database refuses y as a
+// duplicate request), count user 1 once, and keep y's unit off the stock
+// (a dead-lettered order keeps it).
+func TestAResyncKeepsWhatTheDatabaseDecided(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	take := idTaker(t, testenv.MustOrderIDs(t, db))
+	const stock = 5
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: stock, Limit: 1})
+	g := persistence.NewGrabs(rdb)
+	grab := func(req string, user int64) domain.GrabResult {
+		t.Helper()
+		fence, _, err := g.Claim(ctx, v.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := g.Grab(ctx, v.ID, 0, fence, []domain.Grab{{RequestID: req, UserID: user, OrderID: take()}})
+		if err != nil || len(out.Results) != 1 {
+			t.Fatalf("grab: %+v, %v", out, err)
+		}
+		return out.Results[0]
+	}
+	y := grab("k", 1)
+	if y.Code != domain.SeckillOK {
+		t.Fatalf("redis sale: %s", y.Code)
+	}
+	fb := persistence.NewDBGrabs(db, downBreaker(t), 1)
+	x, sold, err := fb.Grab(ctx, v.ID, domain.RedisView{Remaining: stock, SeenAt: time.Now()},
+		domain.Grab{RequestID: "k", UserID: 1, OrderID: take()})
+	if err != nil || !sold || x.Code != domain.SeckillOK {
+		t.Fatalf("database sale: %+v sold %v, %v", x, sold, err)
+	}
+	if err := catalog.New(persistence.NewVouchers(db), persistence.NewStock(rdb), quiet).ResyncDBSold(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res := grab("k", 1); res.Code != domain.SeckillOK || res.OrderID != x.OrderID {
+		t.Errorf("request k after the re-sync: %s order %d; want OK order %d (the database's), not %d", res.Code, res.OrderID, x.OrderID, y.OrderID)
+	}
+	if users, err := rdb.HGet(ctx, "{v"+strconv.FormatInt(v.ID, 10)+"}:users", "1").Int(); err != nil || users != 1 {
+		t.Errorf("user 1 counted %d times in redis (%v), want 1", users, err)
+	}
+	if st, err := g.State(ctx, v.ID); err != nil || st.Remaining != stock-2 {
+		t.Errorf("remaining %d after the re-sync (%v), want %d: one unit sold by each store", st.Remaining, err, stock-2)
 	}
 }

@@ -271,7 +271,7 @@ func (g *Grabs) Grab(ctx context.Context, voucherID int64, seg int, fence int64,
 	raw, err := grabScript.Run(ctx, g.rdb, keys, args...).Slice()
 	grabScriptDuration.Observe(time.Since(seen).Seconds())
 	if err != nil {
-		return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: %w", voucherID, err)
+		return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: %w", voucherID, notSent(err))
 	}
 	if len(raw) < 5 {
 		return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: script returned %d values", voucherID, len(raw))

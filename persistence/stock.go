@@ -171,6 +171,14 @@ func (s *Stock) Preheat(ctx context.Context, snap domain.LoadSnapshot, stamp str
 			users := maps.Clone(snap.Users)
 			reqs := maps.Clone(snap.Requests)
 			for _, o := range inflight {
+				if prev, ok := reqs[o.req]; o.req != "" && ok && prev != o.id {
+					// The request id holds another order already (in the
+					// database, or earlier in the log): the database will
+					// refuse this one (duplicate_request), so it is not the
+					// request's answer and not its user's order. Its unit
+					// stays off the stock: a dead-lettered order keeps it.
+					continue
+				}
 				users[o.user]++
 				if o.req != "" {
 					reqs[o.req] = o.id
