@@ -45,14 +45,26 @@ type confirmed struct {
 	at        time.Time
 }
 
-// ledgerCall is one script call of a segment: what it may sell.
+// ledgerCall is one script call of a segment: what it may sell. The
+// grabs' users and request ids never change once a grab is made, so the
+// call keeps the batch itself: the hot path pays no copy, and only the
+// fallback, which is rare, looks inside.
 type ledgerCall struct {
 	voucher   int64
 	seg       int
-	units     int
-	users     map[int64]bool
-	requests  map[string]bool
+	batch     []*grabMsg
 	undecided bool
+}
+
+// holds reports whether the call may sell to g's user or under its
+// request id.
+func (c *ledgerCall) holds(g *grabMsg) bool {
+	for _, b := range c.batch {
+		if b.user == g.user || b.req == g.req {
+			return true
+		}
+	}
+	return false
 }
 
 func newNodeLedger() *nodeLedger { return &nodeLedger{vouchers: map[int64]*voucherLedger{}} }
@@ -70,12 +82,7 @@ func (l *nodeLedger) voucher(id int64) *voucherLedger {
 // begin records a script call of key about to be sent with batch; every
 // call begun ends in settle or undecided.
 func (l *nodeLedger) begin(key segKey, batch []*grabMsg) *ledgerCall {
-	c := &ledgerCall{voucher: key.voucher, seg: key.seg, units: len(batch),
-		users: make(map[int64]bool, len(batch)), requests: make(map[string]bool, len(batch))}
-	for _, g := range batch {
-		c.users[g.user] = true
-		c.requests[g.req] = true
-	}
+	c := &ledgerCall{voucher: key.voucher, seg: key.seg, batch: batch}
 	l.mu.Lock()
 	l.voucher(key.voucher).calls[c] = struct{}{}
 	l.mu.Unlock()
@@ -163,10 +170,10 @@ func (l *nodeLedger) fallbackView(voucherID int64, g *grabMsg) (domain.RedisView
 		}
 	}
 	for c := range v.calls {
-		if c.users[g.user] || c.requests[g.req] {
+		if c.holds(g) {
 			return domain.RedisView{}, false
 		}
-		view.Reserved += c.units
+		view.Reserved += len(c.batch)
 	}
 	return view, found
 }
