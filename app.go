@@ -135,9 +135,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	if err != nil {
 		return nil, &config.Error{Var: "REDIS_URL", Msg: "cannot reach redis: " + err.Error()}
 	}
-	if cfg.RedisURL != "" {
-		checkRedisDurability(ctx, a.bg, log)
-	}
+	checkRedisDurability(ctx, cfg, a.bg, log)
 
 	// /readyz pings through a client of its own: the shared one waits
 	// seconds for a stalled Redis, and its pool may be busy with grabs.

@@ -37,6 +37,10 @@ type Config struct {
 	DatabaseURL   string   // empty = embedded SQLite at SQLitePath
 	SQLitePath    string
 	JWTSecret     string
+	// AllowEmbeddedRedis lets real mode (DATABASE_URL set) run on an
+	// in-process Redis, which is refused otherwise: it dies with the
+	// process, and nodes sharing the database would each have their own.
+	AllowEmbeddedRedis bool
 	// JWTMaxTTL bounds a token's lifetime: tokens without exp, or living
 	// longer, are refused, so a leaked token stops working within it.
 	JWTMaxTTL  time.Duration

@@ -87,12 +87,19 @@ var settings = []setting{
 		checked(func(c Config) string { return nodeIDProblem(c.NodeID) }),
 	stringVar("REDIS_URL", "", "stock Redis URL; empty runs an in-process Redis", func(c *Config) *string { return &c.RedisURL }).
 		checked(func(c Config) string {
-			if c.RedisURL == "" {
-				return ""
+			switch {
+			case c.RedisURL != "":
+				return redisURLProblem(c.RedisURL)
+			case c.DatabaseURL != "" && !c.AllowEmbeddedRedis:
+				return "required when DATABASE_URL is set: an in-process Redis dies with the process, losing the orders " +
+					"answered OK on their way to the database, and every node would sell the whole stock from its own; " +
+					"set REDIS_URL to a Redis run with appendonly yes and appendfsync always " +
+					"(or ALLOW_EMBEDDED_REDIS=true to run on the in-process Redis anyway)"
 			}
-			return redisURLProblem(c.RedisURL)
+			return ""
 		}).
 		shown(func(c Config) slog.Value { return slog.StringValue(orEmbedded(redactURL(c.RedisURL))) }),
+	boolVar("ALLOW_EMBEDDED_REDIS", "false", "with DATABASE_URL set and no REDIS_URL, run on an in-process Redis anyway (refused otherwise): a crash loses orders answered OK and nodes sharing the database oversell; for trying, never for a sale", func(c *Config) *bool { return &c.AllowEmbeddedRedis }),
 	listVar("LOCK_REDIS_URLS", "comma-separated Redlock nodes; default REDIS_URL", func(c *Config) *[]string { return &c.LockRedisURLs }).
 		derived(func(c *Config) {
 			if c.RedisURL != "" {
