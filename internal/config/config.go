@@ -49,6 +49,10 @@ type Config struct {
 	// ReconcileInterval how often the background reconciliation does.
 	PayTimeoutInterval time.Duration
 	ReconcileInterval  time.Duration
+	// StatusSyncInterval is how often every node re-applies to Redis the
+	// voucher statuses Redis missed (catalog.StatusSync): the bound on how
+	// long a voucher paused in the database can still sell.
+	StatusSyncInterval time.Duration
 	// RedPacketRefundInterval is how often one node refunds expired red
 	// packets; RedPacketRefundGrace how long after expiry it waits.
 	RedPacketRefundInterval time.Duration

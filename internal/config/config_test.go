@@ -57,7 +57,7 @@ func TestDefaultsAreTheEmbeddedMode(t *testing.T) {
 	if c.GrabBatchSize != 256 || c.GrabQueueBound != 8192 || c.OrderLogClaimIdle != 30*time.Second ||
 		c.GrabTimeout != 5*time.Second || c.OrderLogDrainTimeout != 5*time.Second || c.HTTPShutdownTimeout != 10*time.Second ||
 		c.JWTMaxTTL != 24*time.Hour || c.MaxResponseBytes != 4<<20 || c.WSMaxOperations != 32 ||
-		c.AllowEmbeddedRedis {
+		c.StatusSyncInterval != time.Second || c.AllowEmbeddedRedis {
 		t.Fatalf("defaults %+v", c)
 	}
 }
@@ -174,6 +174,8 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"zero response cap", "MAX_RESPONSE_BYTES", with("MAX_RESPONSE_BYTES", "0")},
 		{"zero websocket operations", "WS_MAX_OPERATIONS", with("WS_MAX_OPERATIONS", "0")},
 		{"bad allow embedded redis", "ALLOW_EMBEDDED_REDIS", with("ALLOW_EMBEDDED_REDIS", "maybe")},
+		{"zero status sync interval", "STATUS_SYNC_INTERVAL", with("STATUS_SYNC_INTERVAL", "0s")},
+		{"status sync interval past a minute", "STATUS_SYNC_INTERVAL", with("STATUS_SYNC_INTERVAL", "2m")},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

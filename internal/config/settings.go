@@ -12,6 +12,7 @@ import (
 	"flashsale/actors"
 	"flashsale/graph"
 	"flashsale/internal/auth"
+	"flashsale/internal/catalog"
 	"flashsale/internal/gate"
 	"flashsale/internal/orders"
 	"flashsale/internal/redpackets"
@@ -141,6 +142,13 @@ var settings = []setting{
 	durationVar("PAY_TIMEOUT", orders.PayTimeoutDefault, "unpaid orders are cancelled after this", func(c *Config) *time.Duration { return &c.PayTimeout }),
 	durationVar("PAY_TIMEOUT_INTERVAL", orders.TimeoutIntervalDefault, "how often one node looks for unpaid orders past PAY_TIMEOUT", func(c *Config) *time.Duration { return &c.PayTimeoutInterval }),
 	durationVar("RECONCILE_INTERVAL", orders.ReconcileIntervalDefault, "how often one node reconciles every seckill voucher (drift metric and log)", func(c *Config) *time.Duration { return &c.ReconcileInterval }),
+	durationVar("STATUS_SYNC_INTERVAL", catalog.StatusSyncIntervalDefault, "how often every node re-applies to Redis the status of vouchers whose change Redis missed: a voucher paused in the database is sold by Redis at most about this long", func(c *Config) *time.Duration { return &c.StatusSyncInterval }).
+		checked(func(c Config) string {
+			if c.StatusSyncInterval <= 0 || c.StatusSyncInterval > time.Minute {
+				return "want more than 0, at most 1m"
+			}
+			return ""
+		}),
 	durationVar("RED_PACKET_REFUND_INTERVAL", redpackets.RefundIntervalDefault, "how often one node refunds expired red packets", func(c *Config) *time.Duration { return &c.RedPacketRefundInterval }),
 	durationVar("RED_PACKET_REFUND_GRACE", redpackets.RefundGraceDefault, "how long after its expiry a red packet is refunded (room for clock skew)", func(c *Config) *time.Duration { return &c.RedPacketRefundGrace }),
 
