@@ -135,9 +135,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	if err != nil {
 		return nil, &config.Error{Var: "REDIS_URL", Msg: "cannot reach redis: " + err.Error()}
 	}
-	if cfg.RedisURL != "" {
-		checkRedisDurability(ctx, a.bg, log)
-	}
+	checkRedisDurability(ctx, cfg, a.bg, log)
 
 	// /readyz pings through a client of its own: the shared one waits
 	// seconds for a stalled Redis, and its pool may be busy with grabs.
@@ -244,6 +242,14 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		if err := persistence.NewStock(a.bg).Watch(bg, a.router.Changed, a.router.Resync); err != nil {
 			log.Error("voucher-event watcher stopped", "err", err)
 		}
+	}()
+
+	// Every node copies to Redis the status changes Redis missed (a pause
+	// whose Redis write failed), so that the record wins within a bound.
+	a.background.Add(1)
+	go func() {
+		defer a.background.Done()
+		<-catalog.NewStatusSync(a.catalog, cfg.StatusSyncInterval, log).Start(bg)
 	}()
 
 	if a.orders, err = a.startOrders(bg, stock); err != nil {
@@ -522,6 +528,14 @@ func (a *app) afterRedisOutage(ctx context.Context) error {
 			return err
 		}
 	}
+	// Status changes made while Redis was down are copied before grabs use
+	// it again; a failure here is left to the status sync (every
+	// STATUS_SYNC_INTERVAL) rather than keeping grabs off Redis.
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if _, err := a.catalog.SyncStatuses(sctx); err != nil {
+		a.log.Warn("voucher statuses not all copied to redis after the outage; the status sync retries", "err", err)
+	}
+	cancel()
 	a.router.Resync()
 	a.log.Info("redis is back; grabs use it again")
 	return nil

@@ -7,24 +7,38 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"flashsale/internal/config"
 	"flashsale/persistence"
 )
 
-// checkRedisDurability warns at start when REDIS_URL's server keeps nothing
-// across a restart (appendonly no and no RDB save rules): orders answered
-// OK wait in Redis's order log until they are in the database, so such a
-// restart loses them. A server that refuses CONFIG (managed Redis services
-// often disable it) gets a debug line only: we cannot tell.
-func checkRedisDurability(ctx context.Context, rdb redis.UniversalClient, log *slog.Logger) {
+// checkRedisDurability tells the operator at start, in one line, what a
+// crash of the stock Redis can do to the promises under its persistence
+// settings (persistence.DurabilityTable, the same words as the docs), and
+// which setting keeps them: a WARN for every setting but appendonly yes +
+// appendfsync always, an INFO for that one. A server whose CONFIG is
+// disabled, renamed or refused gets the WARN of settings that cannot be
+// read: a managed service may be safe, but the service cannot tell. The
+// in-process Redis of real mode (ALLOW_EMBEDDED_REDIS) gets its own WARN;
+// the embedded demo mode, with no database either, gets none.
+func checkRedisDurability(ctx context.Context, cfg config.Config, rdb redis.UniversalClient, log *slog.Logger) {
+	switch {
+	case cfg.Embedded():
+		return
+	case cfg.RedisURL == "":
+		log.Warn(persistence.DurabilityEmbedded.Warning())
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	d, err := persistence.ReadRedisDurability(ctx, rdb)
-	switch {
-	case err != nil:
-		log.Debug("redis persistence unknown (CONFIG refused); run it with appendonly yes", "err", err)
-	case !d.Persistent():
-		log.Warn("redis keeps nothing across a restart (appendonly no, no save rules): orders answered OK wait in redis until they are in the database and would be lost; run it with appendonly yes (appendfsync always for no loss)")
-	case !d.AppendOnly:
-		log.Info("redis persists by snapshots only (appendonly no): a crash loses the orders accepted since the last snapshot; appendonly yes is safer", "save", d.Save)
+	if err != nil {
+		log.Warn(persistence.DurabilityUnknown.Warning(), "err", err)
+		return
 	}
+	risk := d.Risk()
+	if risk.Safe {
+		log.Info(risk.Warning())
+		return
+	}
+	log.Warn(risk.Warning(), "appendonly", d.AppendOnly, "appendfsync", d.AppendFsync, "save", d.Save)
 }

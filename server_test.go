@@ -264,9 +264,10 @@ func TestInvalidConfigurationFailsWithOneLine(t *testing.T) {
 	}{
 		{"unreachable redis", "flashsale: invalid REDIS_URL", map[string]string{"REDIS_URL": "redis://127.0.0.1:" + closedPort(t) + "/0", "JWT_SECRET": "s"}, nil},
 		// Without sslmode pgx tries with and without TLS: two failures, on lines of their own.
-		{"unreachable postgres", "flashsale: invalid DATABASE_URL", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:" + closedPort(t) + "/x", "JWT_SECRET": "s"}, nil},
-		{"unreachable postgres hosts", "flashsale: invalid DATABASE_URL", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:" + closedPort(t) + ",127.0.0.1:" + closedPort(t) + "/x?sslmode=disable", "JWT_SECRET": "s"}, nil},
-		{"real mode without secret", "flashsale: invalid JWT_SECRET", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/x"}, nil},
+		{"unreachable postgres", "flashsale: invalid DATABASE_URL", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:" + closedPort(t) + "/x", "REDIS_URL": "redis://127.0.0.1:" + closedPort(t) + "/0", "JWT_SECRET": "s"}, nil},
+		{"unreachable postgres hosts", "flashsale: invalid DATABASE_URL", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:" + closedPort(t) + ",127.0.0.1:" + closedPort(t) + "/x?sslmode=disable", "REDIS_URL": "redis://127.0.0.1:" + closedPort(t) + "/0", "JWT_SECRET": "s"}, nil},
+		{"real mode without secret", "flashsale: invalid JWT_SECRET", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/x", "REDIS_URL": "redis://127.0.0.1:1/0"}, nil},
+		{"real mode on the in-process redis", "flashsale: invalid REDIS_URL: required when DATABASE_URL is set", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/x", "JWT_SECRET": "s"}, nil},
 		{"redis url without scheme", "flashsale: invalid REDIS_URL: want", map[string]string{"REDIS_URL": "//h:6379", "JWT_SECRET": "s"}, nil},
 		{"unknown flag", "flashsale: flag provided but not defined: -bogus-flag", secrets, []string{"--bogus-flag"}},
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"flashsale/domain"
@@ -44,6 +45,9 @@ type StockStore interface {
 	// Unload takes back the load with this stamp, if Redis still holds it.
 	Unload(ctx context.Context, voucherID int64, stamp string) error
 	SetStatus(ctx context.Context, id int64, status domain.VoucherStatus, version time.Time) error
+	// StatusVersions reads the version of the status Redis holds for each
+	// voucher; a voucher not in Redis is absent.
+	StatusVersions(ctx context.Context, ids []int64) (map[int64]time.Time, error)
 	Levels(ctx context.Context, ids []int64, now time.Time) (map[int64]domain.StockLevel, error)
 }
 
@@ -53,11 +57,26 @@ type Service struct {
 	stock    StockStore
 	log      *slog.Logger
 	now      func() time.Time
+
+	// uncopied holds the status changes this node committed but could not
+	// copy to Redis, the newest per voucher (so at most one entry per
+	// voucher), for SyncStatuses to copy without the database, which may
+	// be down by then.
+	mu       sync.Mutex
+	uncopied map[int64]statusCopy
+}
+
+// statusCopy is a status with its version, the row's update time: read
+// together, from one row, so that Redis's version check never pairs one
+// change's status with another's version.
+type statusCopy struct {
+	status  domain.VoucherStatus
+	version time.Time
 }
 
 // New returns a catalog over the voucher record and the live stock.
 func New(vouchers VoucherStore, stock StockStore, log *slog.Logger) *Service {
-	return &Service{vouchers: vouchers, stock: stock, log: log, now: time.Now}
+	return &Service{vouchers: vouchers, stock: stock, log: log, now: time.Now, uncopied: map[int64]statusCopy{}}
 }
 
 // Create validates and stores a voucher. A seckill voucher is written to
@@ -107,8 +126,15 @@ func (s *Service) List(ctx context.Context, shopID *int64, page domain.Page) ([]
 	return vs, more, nil
 }
 
-// SetStatus pauses, resumes or ends a voucher's sale, in Postgres and then
-// in Redis where the grab script reads it.
+// SetStatus pauses, resumes or ends a voucher's sale: in Postgres, the
+// record, and then in Redis, where the grab script reads it.
+//
+// The change is made when Postgres commits it, so the call succeeds even
+// if Redis cannot be written (after one retry within the call): an error
+// would tell the admin the change failed when it stands, and repeating it
+// would add nothing. Redis gets it from SyncStatuses instead,
+// within the bound StatusSync keeps (docs/DECISIONS.md, "Status changes
+// converge"); the copy is logged as delayed.
 func (s *Service) SetStatus(ctx context.Context, id int64, status domain.VoucherStatus) (domain.Voucher, error) {
 	if !status.Valid() {
 		return domain.Voucher{}, domain.InvalidField("status", "unknown status")
@@ -118,11 +144,38 @@ func (s *Service) SetStatus(ctx context.Context, id int64, status domain.Voucher
 		return domain.Voucher{}, err
 	}
 	if v.Seckill != nil {
-		if err := s.stock.SetStatus(ctx, id, status, v.UpdatedAt); err != nil {
-			return domain.Voucher{}, err
-		}
+		// v was read after the commit, status and version together: a
+		// change another admin made meanwhile is copied whole, or not at all.
+		s.copyStatus(ctx, v.ID, statusCopy{status: v.Status, version: v.UpdatedAt})
 	}
 	return s.Get(ctx, id)
+}
+
+// statusRetryPause is how long SetStatus waits before its one retry of a
+// failed copy to Redis: past a dropped connection, well within a request.
+const statusRetryPause = 50 * time.Millisecond
+
+// copyStatus copies a committed status change to Redis, retrying once; if
+// both fail it leaves the change to SyncStatuses.
+func (s *Service) copyStatus(ctx context.Context, id int64, c statusCopy) {
+	err := s.stock.SetStatus(ctx, id, c.status, c.version)
+	if err != nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(statusRetryPause):
+			err = s.stock.SetStatus(ctx, id, c.status, c.version)
+		}
+	}
+	if err == nil {
+		return
+	}
+	s.mu.Lock()
+	if prev, ok := s.uncopied[id]; !ok || prev.version.Before(c.version) {
+		s.uncopied[id] = c
+	}
+	s.mu.Unlock()
+	s.log.WarnContext(ctx, "voucher status committed but not yet in redis; the status sync copies it",
+		"voucher", id, "status", int(c.status), "err", err)
 }
 
 // SetSegments changes how many segments share a seckill voucher's grabs

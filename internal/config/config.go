@@ -37,6 +37,10 @@ type Config struct {
 	DatabaseURL   string   // empty = embedded SQLite at SQLitePath
 	SQLitePath    string
 	JWTSecret     string
+	// AllowEmbeddedRedis lets real mode (DATABASE_URL set) run on an
+	// in-process Redis, which is refused otherwise: it dies with the
+	// process, and nodes sharing the database would each have their own.
+	AllowEmbeddedRedis bool
 	// JWTMaxTTL bounds a token's lifetime: tokens without exp, or living
 	// longer, are refused, so a leaked token stops working within it.
 	JWTMaxTTL  time.Duration
@@ -45,6 +49,10 @@ type Config struct {
 	// ReconcileInterval how often the background reconciliation does.
 	PayTimeoutInterval time.Duration
 	ReconcileInterval  time.Duration
+	// StatusSyncInterval is how often every node re-applies to Redis the
+	// voucher statuses Redis missed (catalog.StatusSync): the bound on how
+	// long a voucher paused in the database can still sell.
+	StatusSyncInterval time.Duration
 	// RedPacketRefundInterval is how often one node refunds expired red
 	// packets; RedPacketRefundGrace how long after expiry it waits.
 	RedPacketRefundInterval time.Duration

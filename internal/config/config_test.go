@@ -23,7 +23,7 @@ func load(env map[string]string, args ...string) (Config, error) {
 // loopback only; real mode keeps the contract's :8080; a given HTTP_ADDR
 // wins in both.
 func TestListenAddressDefaultsToLoopbackWhenEmbedded(t *testing.T) {
-	real := map[string]string{"DATABASE_URL": "postgres://u@h:5432/d", "JWT_SECRET": "s"}
+	real := map[string]string{"REDIS_URL": "redis://127.0.0.1:6379/0", "DATABASE_URL": "postgres://u@h:5432/d", "JWT_SECRET": "s"}
 	cases := []struct {
 		name string
 		env  map[string]string
@@ -32,7 +32,7 @@ func TestListenAddressDefaultsToLoopbackWhenEmbedded(t *testing.T) {
 		{"embedded", nil, "127.0.0.1:8080"},
 		{"embedded, given", map[string]string{"HTTP_ADDR": ":9090"}, ":9090"},
 		{"real", real, ":8080"},
-		{"real, given", map[string]string{"DATABASE_URL": real["DATABASE_URL"], "JWT_SECRET": "s", "HTTP_ADDR": "127.0.0.1:9"}, "127.0.0.1:9"},
+		{"real, given", map[string]string{"REDIS_URL": real["REDIS_URL"], "DATABASE_URL": real["DATABASE_URL"], "JWT_SECRET": "s", "HTTP_ADDR": "127.0.0.1:9"}, "127.0.0.1:9"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -56,7 +56,8 @@ func TestDefaultsAreTheEmbeddedMode(t *testing.T) {
 	// The stores' own defaults, and today's shutdown waits.
 	if c.GrabBatchSize != 256 || c.GrabQueueBound != 8192 || c.OrderLogClaimIdle != 30*time.Second ||
 		c.GrabTimeout != 5*time.Second || c.OrderLogDrainTimeout != 5*time.Second || c.HTTPShutdownTimeout != 10*time.Second ||
-		c.JWTMaxTTL != 24*time.Hour || c.MaxResponseBytes != 4<<20 || c.WSMaxOperations != 32 {
+		c.JWTMaxTTL != 24*time.Hour || c.MaxResponseBytes != 4<<20 || c.WSMaxOperations != 32 ||
+		c.StatusSyncInterval != time.Second || c.AllowEmbeddedRedis {
 		t.Fatalf("defaults %+v", c)
 	}
 }
@@ -68,6 +69,46 @@ func TestRealModeDefaults(t *testing.T) {
 	}
 	if c.Embedded() || c.Demo || c.LogFormat != "json" || len(c.LockRedisURLs) != 1 || c.LockRedisURLs[0] != c.RedisURL {
 		t.Fatalf("real mode %+v", c)
+	}
+}
+
+// Real mode (DATABASE_URL set) on the in-process Redis is refused, naming
+// REDIS_URL, the setting to set, and the one that allows it anyway; with
+// that, it starts (and warns at start: see the root package's tests).
+func TestRealModeRefusesTheInProcessRedisUnlessAllowed(t *testing.T) {
+	db := "postgres://u@h:5432/db"
+	cases := []struct {
+		name    string
+		env     map[string]string
+		args    []string
+		refused bool
+	}{
+		{"database without redis", map[string]string{"DATABASE_URL": db, "JWT_SECRET": "s"}, nil, true},
+		{"database without redis, allowed as false", map[string]string{"DATABASE_URL": db, "JWT_SECRET": "s", "ALLOW_EMBEDDED_REDIS": "false"}, nil, true},
+		{"database without redis, allowed by variable", map[string]string{"DATABASE_URL": db, "JWT_SECRET": "s", "ALLOW_EMBEDDED_REDIS": "true"}, nil, false},
+		{"database without redis, allowed by flag", map[string]string{"DATABASE_URL": db, "JWT_SECRET": "s"}, []string{"--allow-embedded-redis=true"}, false},
+		{"database and redis", map[string]string{"DATABASE_URL": db, "JWT_SECRET": "s", "REDIS_URL": "redis://127.0.0.1:6379/0"}, nil, false},
+		{"embedded mode", nil, nil, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := load(tc.env, tc.args...)
+			if !tc.refused {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var ce *Error
+			if !errors.As(err, &ce) || ce.Var != "REDIS_URL" {
+				t.Fatalf("%+v, %v; want an error naming REDIS_URL", c, err)
+			}
+			for _, want := range []string{"ALLOW_EMBEDDED_REDIS=true", "appendonly yes", "appendfsync always"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("%q does not say %q", err, want)
+				}
+			}
+		})
 	}
 }
 
@@ -132,6 +173,9 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"bad introspection", "INTROSPECTION", with("INTROSPECTION", "maybe")},
 		{"zero response cap", "MAX_RESPONSE_BYTES", with("MAX_RESPONSE_BYTES", "0")},
 		{"zero websocket operations", "WS_MAX_OPERATIONS", with("WS_MAX_OPERATIONS", "0")},
+		{"bad allow embedded redis", "ALLOW_EMBEDDED_REDIS", with("ALLOW_EMBEDDED_REDIS", "maybe")},
+		{"zero status sync interval", "STATUS_SYNC_INTERVAL", with("STATUS_SYNC_INTERVAL", "0s")},
+		{"status sync interval past a minute", "STATUS_SYNC_INTERVAL", with("STATUS_SYNC_INTERVAL", "2m")},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"flashsale/actors"
 	"flashsale/graph"
 	"flashsale/internal/auth"
+	"flashsale/internal/catalog"
 	"flashsale/internal/gate"
 	"flashsale/internal/orders"
 	"flashsale/internal/redpackets"
@@ -87,12 +88,19 @@ var settings = []setting{
 		checked(func(c Config) string { return nodeIDProblem(c.NodeID) }),
 	stringVar("REDIS_URL", "", "stock Redis URL; empty runs an in-process Redis", func(c *Config) *string { return &c.RedisURL }).
 		checked(func(c Config) string {
-			if c.RedisURL == "" {
-				return ""
+			switch {
+			case c.RedisURL != "":
+				return redisURLProblem(c.RedisURL)
+			case c.DatabaseURL != "" && !c.AllowEmbeddedRedis:
+				return "required when DATABASE_URL is set: an in-process Redis dies with the process, losing the orders " +
+					"answered OK on their way to the database, and every node would sell the whole stock from its own; " +
+					"set REDIS_URL to a Redis run with appendonly yes and appendfsync always " +
+					"(or ALLOW_EMBEDDED_REDIS=true to run on the in-process Redis anyway)"
 			}
-			return redisURLProblem(c.RedisURL)
+			return ""
 		}).
 		shown(func(c Config) slog.Value { return slog.StringValue(orEmbedded(redactURL(c.RedisURL))) }),
+	boolVar("ALLOW_EMBEDDED_REDIS", "false", "with DATABASE_URL set and no REDIS_URL, run on an in-process Redis anyway (refused otherwise): a crash loses orders answered OK and nodes sharing the database oversell; for trying, never for a sale", func(c *Config) *bool { return &c.AllowEmbeddedRedis }),
 	listVar("LOCK_REDIS_URLS", "comma-separated Redlock nodes; default REDIS_URL", func(c *Config) *[]string { return &c.LockRedisURLs }).
 		derived(func(c *Config) {
 			if c.RedisURL != "" {
@@ -134,6 +142,13 @@ var settings = []setting{
 	durationVar("PAY_TIMEOUT", orders.PayTimeoutDefault, "unpaid orders are cancelled after this", func(c *Config) *time.Duration { return &c.PayTimeout }),
 	durationVar("PAY_TIMEOUT_INTERVAL", orders.TimeoutIntervalDefault, "how often one node looks for unpaid orders past PAY_TIMEOUT", func(c *Config) *time.Duration { return &c.PayTimeoutInterval }),
 	durationVar("RECONCILE_INTERVAL", orders.ReconcileIntervalDefault, "how often one node reconciles every seckill voucher (drift metric and log)", func(c *Config) *time.Duration { return &c.ReconcileInterval }),
+	durationVar("STATUS_SYNC_INTERVAL", catalog.StatusSyncIntervalDefault, "how often every node re-applies to Redis the status of vouchers whose change Redis missed: a voucher paused in the database is sold by Redis at most about this long", func(c *Config) *time.Duration { return &c.StatusSyncInterval }).
+		checked(func(c Config) string {
+			if c.StatusSyncInterval <= 0 || c.StatusSyncInterval > time.Minute {
+				return "want more than 0, at most 1m"
+			}
+			return ""
+		}),
 	durationVar("RED_PACKET_REFUND_INTERVAL", redpackets.RefundIntervalDefault, "how often one node refunds expired red packets", func(c *Config) *time.Duration { return &c.RedPacketRefundInterval }),
 	durationVar("RED_PACKET_REFUND_GRACE", redpackets.RefundGraceDefault, "how long after its expiry a red packet is refunded (room for clock skew)", func(c *Config) *time.Duration { return &c.RedPacketRefundGrace }),
 
