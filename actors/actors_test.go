@@ -468,6 +468,9 @@ func liveState() domain.VoucherState {
 func (*slowStore) Claim(context.Context, int64, int) (int64, domain.VoucherState, error) {
 	return 1, liveState(), nil
 }
+func (*slowStore) Refence(context.Context, int64, int, int64) (int64, domain.VoucherState, bool, error) {
+	return 2, liveState(), false, nil
+}
 func (*slowStore) State(context.Context, int64) (domain.VoucherState, error) {
 	return liveState(), nil
 }

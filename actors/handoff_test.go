@@ -33,6 +33,10 @@ func (s *recordingStore) Claim(context.Context, int64, int) (int64, domain.Vouch
 	return 1, liveState(), nil
 }
 
+func (s *recordingStore) Refence(context.Context, int64, int, int64) (int64, domain.VoucherState, bool, error) {
+	return 2, liveState(), false, nil
+}
+
 func (s *recordingStore) State(context.Context, int64) (domain.VoucherState, error) {
 	if s.failState {
 		return domain.VoucherState{}, errors.New("redis blip")
@@ -124,6 +128,10 @@ type failingStore struct {
 
 func (*failingStore) Claim(context.Context, int64, int) (int64, domain.VoucherState, error) {
 	return 1, liveState(), nil
+}
+
+func (*failingStore) Refence(context.Context, int64, int, int64) (int64, domain.VoucherState, bool, error) {
+	return 2, liveState(), false, nil
 }
 
 func (*failingStore) State(context.Context, int64) (domain.VoucherState, error) {

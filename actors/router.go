@@ -33,6 +33,9 @@ import (
 // segment sells from the voucher's one stock.
 type Store interface {
 	Claim(ctx context.Context, voucherID int64, seg int) (int64, domain.VoucherState, error)
+	// Refence claims a new fence only while fence is still the newest
+	// (superseded otherwise, with nothing written).
+	Refence(ctx context.Context, voucherID int64, seg int, fence int64) (newFence int64, st domain.VoucherState, superseded bool, err error)
 	State(ctx context.Context, voucherID int64) (domain.VoucherState, error)
 	Grab(ctx context.Context, voucherID int64, seg int, fence int64, grabs []domain.Grab) (domain.BatchOutcome, error)
 }
@@ -80,6 +83,9 @@ type RedisHealth interface {
 	// Usable is false while the breaker is not closed, and while the node
 	// re-syncs Redis from the database after an outage.
 	Usable() bool
+	// Epoch changes at every outage: a state read between two equal
+	// epochs while Usable came from a Redis that was not re-synced meanwhile.
+	Epoch() uint64
 }
 
 // Fallback sells grabs from the database while Redis is down

@@ -262,6 +262,7 @@ func (a *voucherActor) activate(ctx actor.Context) {
 		cctx, cancel = context.WithTimeout(context.Background(), a.r.opts.CallTimeout)
 		defer cancel()
 	}
+	tok := a.r.trust()
 	fence, st, err := a.r.store.Claim(cctx, a.id, a.seg)
 	if err == nil && !st.Found {
 		var found bool
@@ -275,7 +276,7 @@ func (a *voucherActor) activate(ctx actor.Context) {
 		return
 	}
 	a.fence, a.state = fence, st
-	a.r.ledger.fenced(a.key(), st, a.r.trusted())
+	a.r.ledger.fenced(a.key(), st, a.r.trustedSince(tok))
 	a.memo = newSaleMemory(st)
 	if !st.Found {
 		a.ref.unknown.Store(true)
@@ -346,6 +347,7 @@ func (a *voucherActor) refuse(ctx actor.Context) {
 func (a *voucherActor) reload(ctx actor.Context) {
 	cctx, cancel := context.WithTimeout(context.Background(), a.r.opts.CallTimeout)
 	defer cancel()
+	tok := a.r.trust()
 	st, err := a.r.store.State(cctx, a.id)
 	if err != nil {
 		// Keep serving: the script checks the truth on every sale; only a
@@ -361,7 +363,7 @@ func (a *voucherActor) reload(ctx actor.Context) {
 		return
 	}
 	a.r.learnSegments(a.id, st.Segments)
-	a.r.ledger.confirm(a.key(), st, a.r.trusted())
+	a.r.ledger.confirm(a.key(), st, a.r.trustedSince(tok))
 	limit := a.state.Limit
 	a.state = st
 	if a.state.Limit == 0 {
@@ -712,12 +714,8 @@ func (r *Router) unqueue(g *grabMsg) {
 // maySell reports that an attempt failed in a way that does not prove it
 // never ran (a timeout, not a refusal): Redis may have run it, or may run
 // it still, whatever the outcome says.
-func (r *Router) runBatch(key segKey, fence int64, batch []*grabMsg, check bool) (out domain.BatchOutcome, scripted, maySell bool, err error) {
+func (r *Router) runBatch(batchCtx context.Context, key segKey, fence int64, batch []*grabMsg, check bool) (out domain.BatchOutcome, scripted, maySell bool, err error) {
 	voucherID := key.voucher
-	// One deadline for the whole batch (limits, ids, every attempt): the
-	// callers wait for it, so it must end.
-	batchCtx, cancelBatch := context.WithTimeout(context.Background(), min(r.opts.BatchTimeout, r.opts.GrabTimeout))
-	defer cancelBatch()
 	call := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(batchCtx, r.opts.CallTimeout)
 	}
@@ -821,22 +819,33 @@ func (r *Router) redisDown(voucherID int64, batch []*grabMsg) *batchDone {
 }
 
 // callRedis runs a batch through Redis and keeps the node's ledger: an
-// undecided call of the segment first makes the batch claim a new fence
-// (so that Redis refuses that call should it still run); a call that
-// failed without proof that it never ran stays in the ledger as
-// undecided; an answer confirms the state it read.
+// undecided call of the segment first makes the batch take a new fence
+// (Refence: so that Redis refuses that call should it still run; only
+// while the activation's fence is the newest, else the activation is
+// stale); a call that failed without proof that it never ran stays in the
+// ledger as undecided; an answer takes its sales off the ledger's view.
 func (r *Router) callRedis(key segKey, fence int64, call *ledgerCall, batch, checks []*grabMsg) *batchDone {
 	d := &batchDone{batch: batch, checks: checks}
+	// One deadline for the whole batch (new fence, limits, ids, every
+	// attempt): the callers wait for it, so it must end.
+	batchCtx, cancel := context.WithTimeout(context.Background(), min(r.opts.BatchTimeout, r.opts.GrabTimeout))
+	defer cancel()
+	tok := r.trust()
 	if r.ledger.unsure(key) {
-		ctx, cancel := context.WithTimeout(context.Background(), r.opts.CallTimeout)
-		f, st, err := r.store.Claim(ctx, key.voucher, key.seg)
+		ctx, cancel := context.WithTimeout(batchCtx, r.opts.CallTimeout)
+		f, st, superseded, err := r.store.Refence(ctx, key.voucher, key.seg, fence)
 		cancel()
-		if err != nil {
+		switch {
+		case err != nil:
 			r.ledger.settle(call) // the batch was not sent
-			d.err = fmt.Errorf("claim a new fence after an undecided call: %w", err)
+			d.err = fmt.Errorf("take a new fence after an undecided call: %w", err)
+			return d
+		case superseded: // another activation's fence already refuses the undecided calls
+			r.ledger.superseded(call, false)
+			d.out.Stale = true
 			return d
 		}
-		r.ledger.fenced(key, st, r.trusted())
+		r.ledger.fenced(key, st, r.trustedSince(tok))
 		d.claimed = &claimedFence{fence: f, state: st}
 		if !st.Found { // Redis lost the voucher: the activation retires (onBatch)
 			r.ledger.settle(call)
@@ -845,27 +854,53 @@ func (r *Router) callRedis(key segKey, fence int64, call *ledgerCall, batch, che
 		}
 		fence = f
 	}
-	out, scripted, maySell, err := r.runBatch(key, fence, batch, len(checks) > 0)
+	out, scripted, maySell, err := r.runBatch(batchCtx, key, fence, batch, len(checks) > 0)
 	d.out, d.scripted, d.err = out, scripted, err
 	switch {
-	case err != nil || out.Stale || scripted && !out.State.Found:
+	case err == nil && out.Stale:
+		r.ledger.superseded(call, maySell)
+	case err != nil || scripted && !out.State.Found:
 		if maySell {
 			r.ledger.undecided(call)
 		} else {
 			r.ledger.settle(call)
 		}
 	default:
-		if scripted {
-			r.ledger.confirm(key, out.State, r.trusted())
+		sold := 0
+		for _, res := range out.Results {
+			if res.Code == domain.SeckillOK {
+				sold++ // a replayed request id counts again: the view only errs low
+			}
 		}
-		r.ledger.settle(call)
+		r.ledger.answered(call, sold, out.State, scripted && r.trustedSince(tok))
 	}
 	return d
 }
 
-// trusted reports whether a state read from Redis now may serve the
-// database fallback: not while the node re-syncs Redis after an outage.
-func (r *Router) trusted() bool { return r.opts.Redis == nil || r.opts.Redis.Usable() }
+// trustToken is taken before a read of Redis: the outage epoch, and
+// whether Redis was usable then.
+type trustToken struct {
+	epoch  uint64
+	usable bool
+}
+
+func (r *Router) trust() trustToken {
+	if r.opts.Redis == nil {
+		return trustToken{usable: true}
+	}
+	return trustToken{epoch: r.opts.Redis.Epoch(), usable: r.opts.Redis.Usable()}
+}
+
+// trustedSince reports whether a state read from Redis since tok may serve
+// the database fallback: Redis was usable before and after the read, with
+// no outage between (not read while the node re-synced Redis after an
+// outage, which would hide the database's sales).
+func (r *Router) trustedSince(tok trustToken) bool {
+	if r.opts.Redis == nil {
+		return true
+	}
+	return tok.usable && r.opts.Redis.Usable() && r.opts.Redis.Epoch() == tok.epoch
+}
 
 // admit checks the batch against the rate limits in one round trip and
 // returns, per grab, how long it must wait (0: admitted). A grab admitted

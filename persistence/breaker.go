@@ -41,10 +41,12 @@ const (
 var ErrRedisUnavailable = fmt.Errorf("redis unavailable (circuit breaker open): %w", domain.ErrNotSent)
 
 // notSent marks err as domain.ErrNotSent when it proves that the call
-// never reached Redis: the breaker refused it, or the connection was
-// refused. Any other failure (a timeout, a reset) may have run the call.
+// never reached Redis: the breaker refused it, the connection was refused,
+// or no pooled connection came free in time. Any other failure (a
+// timeout, a reset) may have run the call.
 func notSent(err error) error {
-	if err == nil || errors.Is(err, domain.ErrNotSent) || !errors.Is(err, syscall.ECONNREFUSED) {
+	if err == nil || errors.Is(err, domain.ErrNotSent) ||
+		!errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, redis.ErrPoolTimeout) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", domain.ErrNotSent, err)
@@ -107,6 +109,8 @@ type Breaker struct {
 	// resyncing counts the OnClose runs under way: from the moment the
 	// breaker closes after an outage until the re-sync succeeded.
 	resyncing atomic.Int32
+	// epoch counts the times the breaker left the closed state.
+	epoch atomic.Uint64
 	// ctx ends at Close; resyncs holds the re-sync goroutines, which Close
 	// waits for. closed (under mu) keeps a state change after Close from
 	// starting another.
@@ -144,6 +148,9 @@ func NewBreaker(log *slog.Logger, opts BreakerOptions) *Breaker {
 
 // changed runs under gobreaker's lock: it must not call the breaker.
 func (b *Breaker) changed(_ string, from, to gobreaker.State) {
+	if from == gobreaker.StateClosed {
+		b.epoch.Add(1)
+	}
 	breakerState.WithLabelValues("redis").Set(float64(to))
 	b.log.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
 	if to == gobreaker.StateClosed && b.onClose != nil {
@@ -201,6 +208,11 @@ func (b *Breaker) Close() {
 func (b *Breaker) Usable() bool {
 	return b.cb.State() == gobreaker.StateClosed && b.resyncing.Load() == 0
 }
+
+// Epoch counts the outages: it changes each time the breaker leaves the
+// closed state. A read made while Usable, with the epoch the same before
+// and after it, came from a Redis that was not re-synced meanwhile.
+func (b *Breaker) Epoch() uint64 { return b.epoch.Load() }
 
 // Down reports whether Redis is taken to be down: the breaker is open or
 // half-open (its probe has not yet succeeded). This is when the database

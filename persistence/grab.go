@@ -169,9 +169,15 @@ func NewGrabs(rdb redis.UniversalClient) *Grabs { return &Grabs{rdb: rdb} }
 // Returns {fence, status, begin, end, limit, stock, segments, requests
 // sold, buyers, load stamp, held}, or {0} for an unknown voucher; a missing
 // field is false (nil), never a hole that would cut the list short.
+// ARGV[2], if not empty, is the fence the caller holds: the claim is then
+// made only while that fence is still the newest, and {-1} answers one
+// that was superseded.
 var claimScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {0}
+end
+if ARGV[2] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[2] then
+  return {-1}
 end
 local f = redis.call('INCR', KEYS[3])
 redis.call('HSET', KEYS[1], '` + metaClaim + `', ARGV[1])
@@ -192,17 +198,34 @@ return {f, m[1] or false, m[2] or false, m[3] or false, m[4] or false, redis.cal
 // does not know it returns fence 0 and a state that is not Found, and
 // writes nothing.
 func (g *Grabs) Claim(ctx context.Context, voucherID int64, seg int) (int64, domain.VoucherState, error) {
+	fence, st, _, err := g.claim(ctx, voucherID, seg, "")
+	return fence, st, err
+}
+
+// Refence takes a new fencing token for the activation that holds fence,
+// only while fence is still the newest (superseded reports that it is
+// not, and nothing was written), and reads the voucher's state as Claim
+// does. Calls made under the old fence are refused from then on, so a
+// call Redis held undecided can no longer sell.
+func (g *Grabs) Refence(ctx context.Context, voucherID int64, seg int, fence int64) (int64, domain.VoucherState, bool, error) {
+	return g.claim(ctx, voucherID, seg, strconv.FormatInt(fence, 10))
+}
+
+func (g *Grabs) claim(ctx context.Context, voucherID int64, seg int, expect string) (int64, domain.VoucherState, bool, error) {
 	seen := time.Now()
 	keys := []string{metaKey(voucherID), stockKey(voucherID), fenceKey(voucherID, seg), reqKey(voucherID), usersKey(voucherID)}
 	claim := strconv.FormatInt(randomID(), 36)
-	raw, err := claimScript.Run(ctx, g.rdb, keys, claim).Slice()
+	raw, err := claimScript.Run(ctx, g.rdb, keys, claim, expect).Slice()
 	claimScriptDuration.Observe(time.Since(seen).Seconds())
 	if err != nil {
-		return 0, domain.VoucherState{}, fmt.Errorf("claim voucher %d: %w", voucherID, err)
+		return 0, domain.VoucherState{}, false, fmt.Errorf("claim voucher %d: %w", voucherID, notSent(err))
 	}
 	fence, _ := raw[0].(int64)
+	if fence == -1 {
+		return 0, domain.VoucherState{}, true, nil
+	}
 	if fence == 0 || len(raw) != 11 {
-		return 0, domain.VoucherState{}, nil
+		return 0, domain.VoucherState{}, false, nil
 	}
 	stock, _ := raw[5].(string)
 	st := parseState(append(raw[1:5:5], raw[6]), stock, seen)
@@ -213,7 +236,7 @@ func (g *Grabs) Claim(ctx context.Context, voucherID int64, seg int) (int64, dom
 		held, _ := raw[10].(int64)
 		st.Tally = domain.SalesTally{Counted: true, Requests: requests, Buyers: buyers, Load: load, Claim: claim, Held: held == 1}
 	}
-	return fence, st, nil
+	return fence, st, false, nil
 }
 
 // State reads the voucher's state without claiming.

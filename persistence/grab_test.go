@@ -181,3 +181,35 @@ func TestGrabScriptSurvivesRedisLosingItsScripts(t *testing.T) {
 		t.Fatalf("after SCRIPT FLUSH: %+v %v", out, err)
 	}
 }
+
+// TestRefenceTakesANewFenceOnlyForTheNewestActivation: an activation that
+// holds the newest fence takes a newer one, after which a call under its
+// old fence is refused (a call Redis held undecided can no longer sell);
+// one whose fence was superseded takes nothing and is told so.
+func TestRefenceTakesANewFenceOnlyForTheNewestActivation(t *testing.T) {
+	t.Parallel()
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 3, Limit: 1})
+	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
+	old, _, err := g.Claim(t.Context(), v.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest, _, err := g.Claim(t.Context(), v.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, _, superseded, err := g.Refence(t.Context(), v.ID, 0, old); err != nil || !superseded || f != 0 {
+		t.Fatalf("refence of a superseded fence: %d superseded %v, %v; want refused", f, superseded, err)
+	}
+	f, st, superseded, err := g.Refence(t.Context(), v.ID, 0, newest)
+	if err != nil || superseded || f <= newest || !st.Found || st.Remaining != 3 {
+		t.Fatalf("refence of the newest fence: %d %+v superseded %v, %v; want a newer fence and the state", f, st, superseded, err)
+	}
+	if out, err := g.Grab(t.Context(), v.ID, 0, newest, grabs(t, ids, 1)); err != nil || !out.Stale {
+		t.Fatalf("a call under the fence before the refence: %+v %v; want stale", out, err)
+	}
+	if out, err := g.Grab(t.Context(), v.ID, 0, f, grabs(t, ids, 1)); err != nil || out.Stale || codes(out)[0] != domain.SeckillOK {
+		t.Fatalf("a call under the new fence: %+v %v; want OK", out, err)
+	}
+}
