@@ -56,7 +56,10 @@ type RedPacketStore struct {
 	db    *bun.DB
 	redis *RedPacketRedis
 	// ReloadHold overrides ReloadHoldDefault for red packets (tests; the
-	// embedded mode, whose Redis dies only with its writer).
+	// embedded mode, whose Redis dies only with its writer): how long a
+	// reload holds grabs (Load), and how long a red packet Redis lacks
+	// waits for its refund (Refund). Both wait for grabs a writer may hold
+	// from a load Redis lost, so both outlast a writer's retry.
 	ReloadHold time.Duration
 }
 
@@ -140,7 +143,8 @@ func (s *RedPacketStore) grabbed(ctx context.Context, db bun.IDB, id int64) (int
 // packets not grabbed yet and the users who grabbed. It returns what a
 // sequencer may cache: not Found for an unknown id; for a red packet past
 // its expiry (or refunded) its expiry and nothing left, without loading
-// it (the refund settles it from the database alone).
+// it (the refund settles it from the database, once no grab of it can
+// still arrive: see Refund).
 //
 // A reload holds the grabs of users without a packet for ReloadHold
 // (UNAVAILABLE, see grabRedPacketScript): a red-packet writer may hold
@@ -206,19 +210,20 @@ func (s *RedPacketStore) Due(ctx context.Context, cutoff time.Time, limit int) (
 }
 
 // Refund refunds an expired red packet's unclaimed packets to its
-// creator, once, when Redis says it is settled (expired by Redis's clock,
-// every grab persisted: RedPacketRedis.Settled). In one
+// creator, once, when no grab of it can still reach the database (Redis
+// says so: RedPacketRedis.Settled, which waits out ReloadHold for a red
+// packet Redis lacks, and for every writer that holds grabs of it). In one
 // transaction it locks the red packet's row (FOR UPDATE), counts the grabs
 // in the table and records the refund (total less those), so a writer's
 // commit is either counted or comes after the refund, and then finds the
 // red packet refunded under the same lock and is refused (see
 // RedPacketWriter.adopt): grabbed + refunded = total, whatever the order.
 // A second run, on any node, changes nothing. Then it removes the red
-// packet's Redis state. done is false while grabs are still on their way;
+// packet's Redis state. done is false while grabs may still arrive;
 // refunded tells whether this call recorded the refund (false when it was
 // refunded before), and cents what it refunded.
 func (s *RedPacketStore) Refund(ctx context.Context, id int64, now time.Time) (done, refunded bool, cents int64, err error) {
-	settled, err := s.redis.Settled(ctx, id, false)
+	settled, err := s.redis.Settled(ctx, id, cmp.Or(s.ReloadHold, ReloadHoldDefault))
 	if err != nil || !settled {
 		return false, false, 0, err
 	}
@@ -255,7 +260,7 @@ func (s *RedPacketStore) Refund(ctx context.Context, id int64, now time.Time) (d
 	if err != nil {
 		return false, false, 0, fmt.Errorf("refund red packet %d: %w", id, err)
 	}
-	if _, err := s.redis.Settled(ctx, id, true); err != nil {
+	if err := s.redis.Forget(ctx, id); err != nil {
 		return true, refunded, cents, err // refunded; the keys expire on their own (redPacketKeep)
 	}
 	return true, refunded, cents, nil

@@ -33,7 +33,8 @@ func init() { prometheus.MustRegister(redPacketLogLag, redPacketWriteErrors) }
 
 // DeadRedPacketRefunded is the dead-letter reason (beside deadletter.go's)
 // of a grab whose red packet was refunded before the grab could be
-// committed. The refund paid its cents to the creator.
+// committed: a writer that held it longer than every hold the refund
+// waits out. The refund paid its cents to the creator.
 const DeadRedPacketRefunded = "red_packet_refunded"
 
 // RedPacketWriter moves grabbed packets from the red packets' order logs
@@ -49,6 +50,12 @@ type RedPacketWriter struct {
 	attempt   time.Duration
 	consumer  *LogConsumer
 	persisted atomic.Int64
+	// name is the writer's consumer name, its name among the holders of a
+	// red packet's grabs (holdGrabsScript); holdFor is how long each of
+	// its claims lasts: two of its retries (a pause and an attempt), so
+	// that a live writer renews it before it lapses.
+	name    string
+	holdFor time.Duration
 }
 
 var (
@@ -64,7 +71,8 @@ const redPacketLeasePrefix = "flashsale:redpacket-consumer:"
 // NewRedPacketWriter returns a writer; Run drives it.
 func NewRedPacketWriter(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opts LogConsumerOptions) *RedPacketWriter {
 	opts = opts.withDefaults()
-	w := &RedPacketWriter{db: db, rdb: rdb, log: log, attempt: opts.AttemptTimeout}
+	w := &RedPacketWriter{db: db, rdb: rdb, log: log, attempt: opts.AttemptTimeout,
+		name: opts.Consumer, holdFor: 2 * (opts.MaxBackoff + opts.AttemptTimeout)}
 	w.consumer = NewLogConsumer(rdb, log, LogFamily{
 		Name:        "red-packet writer",
 		Registry:    redPacketLogsKey,
@@ -124,7 +132,10 @@ func decodeGrabEntry(v map[string]any) (GrabRow, error) {
 // user, a different amount), it retries grab by grab and refuses only the
 // impossible ones, which are dead-lettered, never dropped in silence; so
 // are grabs of a red packet refunded before they could be committed, and
-// grabs a reloaded red packet cannot take back (adopt).
+// grabs a reloaded red packet cannot take back (adopt). While it holds
+// grabs it has not committed, the writer is among their red packets'
+// holders, and their refunds wait (holdGrabs); once the batch is handled
+// it leaves them.
 func (w *RedPacketWriter) Handle(ctx context.Context, batch []LogEntry) (map[int]*Refusal, error) {
 	refused := map[int]*Refusal{}
 	rows := make([]GrabRow, 0, len(batch))
@@ -137,7 +148,11 @@ func (w *RedPacketWriter) Handle(ctx context.Context, batch []LogEntry) (map[int
 		}
 		rows, idx = append(rows, g), append(idx, i)
 	}
-	return w.handle(ctx, rows, idx, refused)
+	refused, err := w.handle(ctx, rows, idx, refused)
+	if err == nil {
+		w.releaseGrabs(ctx, rows)
+	}
+	return refused, err
 }
 
 // handle commits rows (the batch's grabs; idx maps them to their entries)
@@ -179,6 +194,41 @@ func (w *RedPacketWriter) handle(ctx context.Context, rows []GrabRow, idx []int,
 	return refused, nil
 }
 
+// holdGrabs records the writer among the holders of grabs of the red
+// packets of rows (holdGrabsScript), before an attempt to commit them: a
+// refund waits while a writer holds grabs of its red packet, also when
+// the database refuses the writer and Redis lost the log the grabs came
+// from (the writer records itself again before its next attempt).
+func (w *RedPacketWriter) holdGrabs(ctx context.Context, rows []GrabRow) error {
+	// EVAL, not EVALSHA: a pipeline cannot fall back on a NOSCRIPT reply,
+	// and this runs just after Redis lost its data, scripts included.
+	pipe := w.rdb.Pipeline()
+	for _, id := range redPacketsOf(rows) {
+		holdGrabsScript.Eval(ctx, pipe, []string{redPacketHoldersKey(id)}, w.name, w.holdFor.Milliseconds())
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("hold grabs of red packets: %w", err)
+	}
+	return nil
+}
+
+// releaseGrabs removes the writer from the holders of its red packets'
+// grabs once they are committed or refused. If it fails, the claims lapse
+// after holdFor.
+func (w *RedPacketWriter) releaseGrabs(ctx context.Context, rows []GrabRow) {
+	if len(rows) == 0 {
+		return
+	}
+	pipe := w.rdb.Pipeline()
+	for _, id := range redPacketsOf(rows) {
+		pipe.ZRem(ctx, redPacketHoldersKey(id), w.name)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		w.log.WarnContext(ctx, "red-packet writer could not release its grabs; their refunds wait until the claims lapse",
+			"err", err, "lapse", w.holdFor.String())
+	}
+}
+
 // redPacketsOf lists the red packets of rows, in id order.
 func redPacketsOf(rows []GrabRow) []int64 {
 	ids := map[int64]bool{}
@@ -189,7 +239,8 @@ func redPacketsOf(rows []GrabRow) []int64 {
 }
 
 // insert commits rows in one transaction under one attempt's deadline,
-// with their red packets' rows locked (shared; a reload or a
+// after recording the writer among their red packets' holders
+// (holdGrabs), with their red packets' rows locked (shared; a reload or a
 // refund locks one exclusively, see RedPacketStore.Load and Refund) and
 // the grabs adopted by the red packets Redis holds (adopt). A replayed
 // grab (same packet, same user) is skipped; the same packet for another
@@ -202,6 +253,9 @@ func (w *RedPacketWriter) insert(ctx context.Context, rows []GrabRow) error {
 	}
 	actx, cancel := context.WithTimeout(ctx, w.attempt)
 	defer cancel()
+	if err := w.holdGrabs(actx, rows); err != nil {
+		return err
+	}
 	var added []int
 	err := w.db.RunInTx(actx, nil, func(ctx context.Context, tx bun.Tx) error {
 		if err := w.adopt(ctx, tx, rows); err != nil {
