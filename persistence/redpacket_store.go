@@ -224,8 +224,17 @@ func (s *RedPacketStore) Due(ctx context.Context, cutoff time.Time, limit int) (
 // refunded before), and cents what it refunded.
 func (s *RedPacketStore) Refund(ctx context.Context, id int64, now time.Time) (done, refunded bool, cents int64, err error) {
 	settled, err := s.redis.Settled(ctx, id, cmp.Or(s.ReloadHold, ReloadHoldDefault))
-	if err != nil || !settled {
+	if err != nil {
 		return false, false, 0, err
+	}
+	if !settled {
+		// Another run may have refunded it and removed its Redis state
+		// since Due listed it: then it is done, not waiting.
+		done, err := s.db.NewSelect().Model((*redPacketRow)(nil)).Where("id = ? AND refund_time IS NOT NULL", id).Exists(ctx)
+		if err != nil {
+			return false, false, 0, fmt.Errorf("read refund of red packet %d: %w", id, err)
+		}
+		return done, false, 0, nil
 	}
 	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		refunded, cents = false, 0
