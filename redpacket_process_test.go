@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -228,5 +229,102 @@ func TestRedPacketExpiryRefundsOnceWithTwoNodes(t *testing.T) {
 		if code, _, err := node.grabRedPacket(client, creator, id); err != nil || code != "EXPIRED" {
 			t.Fatalf("grab after the refund: %s %v, want EXPIRED", code, err)
 		}
+	}
+}
+
+// TestRedPacketRefundWaitsForAGrabHeldAcrossARedisWipe plays, against the
+// built service, a red packet whose grab answered OK is held by the
+// red-packet writer (Postgres refuses connections) when the red packet
+// expires and Redis is killed and started empty; then Postgres comes
+// back. The refund must count that grab: grabbed + refunded = total, the
+// grab answered OK is in the database, nothing dead-lettered. Before, the
+// refund found nothing in Redis to wait for, refunded the total less the
+// one grab in the table, and the held grab came on top.
+func TestRedPacketRefundWaitsForAGrabHeldAcrossARedisWipe(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds and runs the service as a process")
+	}
+	bin, redisSrv, dbURL, env, tokens := killRig(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgProxy := testenv.MustProxy(t, u.Host)
+	u.Host = pgProxy.Addr()
+	env["DATABASE_URL"] = u.String()
+	env["RED_PACKET_REFUND_INTERVAL"] = "100ms"
+	node := startProcess(t, bin, env)
+	creator, _ := tokens.Issue(auth.Identity{UserID: 1, Role: auth.RoleUser}, time.Hour)
+	const total, packets = 500, 5
+	id := createRedPacketOn(t, node, creator, total, packets, 6)
+	db := testenv.MustOpen(t, dbURL) // direct, not through the proxy
+	ctx := context.Background()
+	client := &http.Client{Timeout: 5 * time.Second}
+	grab := func(user int64) int64 {
+		tok, _ := tokens.Issue(auth.Identity{UserID: user, Role: auth.RoleUser}, time.Hour)
+		code, amount, err := node.grabRedPacket(client, tok, id)
+		if err != nil || code != "OK" {
+			t.Fatalf("grab of user %d: %s %v", user, code, err)
+		}
+		return amount
+	}
+	grabs := func() map[int64]int64 {
+		var rows []grabbedRow
+		if err := db.NewSelect().Table("tb_red_packet_grab").Column("user_id", "amount_cents").Where("red_packet_id = ?", id).Scan(ctx, &rows); err != nil {
+			t.Fatal(err)
+		}
+		out := map[int64]int64{}
+		for _, r := range rows {
+			out[r.UserID] = r.AmountCents
+		}
+		return out
+	}
+	ok := map[int64]int64{2: grab(2)}
+	eventually(t, "the first grab persisted", 10*time.Second, func() bool { return len(grabs()) == 1 })
+
+	pgProxy.Down()
+	ok[3] = grab(3)
+	rdb := redisSrv.Client()
+	eventually(t, "the writer to hold the second grab", 10*time.Second, func() bool {
+		p, err := rdb.XPending(ctx, "{rp"+id+"}:log", "persist").Result()
+		return err == nil && p.Count == 1
+	})
+	var expires time.Time
+	if err := db.NewSelect().Table("tb_red_packet").Column("expire_time").Where("id = ?", id).Scan(ctx, &expires); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(expires) + 1500*time.Millisecond) // past the expiry and the refund's grace
+	redisSrv.Restart()
+	pgProxy.Up()
+
+	var refund struct {
+		Cents *int64     `bun:"refund_cents"`
+		Count *int       `bun:"refund_count"`
+		Time  *time.Time `bun:"refund_time"`
+	}
+	eventually(t, "the refund", 60*time.Second, func() bool {
+		err := db.NewSelect().Table("tb_red_packet").Column("refund_cents", "refund_count", "refund_time").Where("id = ?", id).Scan(ctx, &refund)
+		return err == nil && refund.Time != nil
+	})
+	// The writer, if it still held the grab, retries within its longest
+	// pause and an attempt (5 s): give it that before judging.
+	time.Sleep(6 * time.Second)
+	in := grabs()
+	var grabbed int64
+	for _, a := range in {
+		grabbed += a
+	}
+	if grabbed+*refund.Cents != total || len(in)+*refund.Count != packets {
+		t.Fatalf("paid out %d cents in %d packets (grabs %v, refund %d cents in %d packets) of %d in %d",
+			grabbed+*refund.Cents, len(in)+*refund.Count, in, *refund.Cents, *refund.Count, total, packets)
+	}
+	for u, a := range ok {
+		if in[u] != a {
+			t.Errorf("user %d was answered OK with %d cents; the database holds %v", u, a, in)
+		}
+	}
+	if n, err := db.NewSelect().Table("tb_order_dead_letter").Where("key LIKE ?", "{rp"+id+"}:log/%").Count(ctx); err != nil || n != 0 {
+		t.Errorf("%d grabs dead-lettered (%v)", n, err)
 	}
 }

@@ -22,7 +22,7 @@ var (
 	_ actors.RedPacketLoader = (*persistence.RedPacketStore)(nil)
 )
 
-// redPacketsPart is the wiring of issue 12: the red-packet service, its
+// redPacketsPart is the wiring of red packets: the red-packet service, its
 // sequencer in the router's actor system, the writer of the red-packet
 // order logs and the refunds (a singleton under the orders' Redlock).
 type redPacketsPart struct {

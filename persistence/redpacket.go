@@ -22,6 +22,14 @@ import (
 //	{rp<ID>}:users    hash: user id -> "seq:amount:request id" of their packet
 //	{rp<ID>}:log      stream: the red packet's order log, read by the
 //	                  red-packet writer's group
+//	{rp<ID>}:returned set: the refused log entries whose packet went back
+//	                  (see returnPacketScript)
+//	{rp<ID>}:holders  sorted set: red-packet writers that hold grabs of the
+//	                  red packet they have not committed, scored with the
+//	                  Redis ms until which the claim holds (see
+//	                  holdGrabsScript)
+//	{rp<ID>}:settle   string: the Redis ms before which the refund of a red
+//	                  packet Redis lacks waits (see settleRedPacketScript)
 //
 // The registry redPacketLogsKey lists the logs the red-packet writer reads.
 func redPacketTag(id int64) string { return "{rp" + strconv.FormatInt(id, 10) + "}" }
@@ -30,6 +38,10 @@ func redPacketKeys(id int64) []string {
 	t := redPacketTag(id)
 	return []string{t + ":meta", t + ":packets", t + ":users", t + ":log"}
 }
+
+// redPacketHoldersKey is the key of the writers that hold grabs of a red
+// packet.
+func redPacketHoldersKey(id int64) string { return redPacketTag(id) + ":holders" }
 
 // RedPacketLogKey is the key of a red packet's order log.
 func RedPacketLogKey(id int64) string { return redPacketTag(id) + ":log" }
@@ -154,22 +166,56 @@ out[3] = redis.call('LLEN', KEYS[2])
 return out
 `)
 
-// settleRedPacketScript tells whether a red packet is settled in Redis:
-// expired by Redis's clock (so no grab can append to its log any more) and
-// its order log empty (every grab persisted). With ARGV[1] = 1 it then
-// removes the red packet's state. KEYS: meta, packets, users, log,
-// returned.
-// Returns 1 if settled (or not in Redis at all), 0 if it must wait.
+// settleRedPacketScript tells whether no grab of a red packet can still
+// reach the database, so that its refund may count the grabs there. That
+// is when, by Redis's clock:
+//   - the red packet has expired (no grab appends to its log any more) and
+//     no reload holds its grabs (meta hold: a writer may still hold grabs
+//     of the load Redis lost, see RedPacketStore.Load);
+//   - or Redis lacks it (lost with Redis's data, or never loaded) and has
+//     lacked it for the hold (ARGV[1] ms, from the first call that found
+//     it missing, recorded in the settle key): a writer may hold grabs it
+//     read from a log Redis lost; it retries, and registers among the
+//     holders, within the hold;
+//   - and its order log is empty (every grab that Redis still knows of is
+//     committed) and no writer claims to hold grabs of it (holders with a
+//     score in the future: a writer retrying against a database it cannot
+//     reach, see holdGrabsScript).
+//
+// KEYS: meta, log, settle, holders. ARGV: hold ms, how long the settle key
+// lives in ms. Returns 1 if settled, 0 if the refund must wait.
 var settleRedPacketScript = redis.NewScript(`
-local expire = tonumber(redis.call('HGET', KEYS[1], 'expire') or '')
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local m = redis.call('HMGET', KEYS[1], 'expire', 'hold')
+local expire = tonumber(m[1] or '')
 if expire then
-  local t = redis.call('TIME')
-  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) < expire then return 0 end
+  if now < expire or now < tonumber(m[2] or '0') then return 0 end
+else
+  local wait = tonumber(redis.call('GET', KEYS[3]) or '')
+  if not wait then
+    redis.call('SET', KEYS[3], string.format('%.0f', now + tonumber(ARGV[1])), 'PX', ARGV[2])
+    return 0
+  end
+  if now < wait then return 0 end
 end
-if redis.call('EXISTS', KEYS[4]) == 1 and redis.call('XLEN', KEYS[4]) > 0 then return 0 end
-if ARGV[1] == '1' then
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[5])
-end
+if redis.call('XLEN', KEYS[2]) > 0 then return 0 end
+if redis.call('ZCOUNT', KEYS[4], '(' .. string.format('%.0f', now), '+inf') > 0 then return 0 end
+return 1
+`)
+
+// holdGrabsScript records that a writer holds grabs of the red packet it
+// has not committed, until ARGV[2] ms from now (Redis time), so that the
+// refund waits for them (settleRedPacketScript). A writer records it
+// before every attempt to commit, also while the database refuses it, and
+// removes it once its grabs are committed or refused: a Redis that lost
+// the record gets it again within one retry.
+// KEYS: holders. ARGV: writer, ms.
+var holdGrabsScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 1
 `)
 
@@ -300,17 +346,29 @@ func (s *RedPacketRedis) live(ctx context.Context, id int64) (domain.RedPacketSt
 	return domain.RedPacketState{Found: true, ExpiresAt: time.UnixMilli(ms), Left: int(n.Val())}, cents, nil
 }
 
-// Settled tells whether a red packet is settled in Redis (expired by
-// Redis's clock, every grab persisted), and with remove then removes its
-// state.
-func (s *RedPacketRedis) Settled(ctx context.Context, id int64, remove bool) (bool, error) {
-	flag := "0"
-	if remove {
-		flag = "1"
-	}
-	n, err := settleRedPacketScript.Run(ctx, s.rdb, append(redPacketKeys(id), redPacketTag(id)+":returned"), flag).Int()
+// Settled tells whether no grab of the red packet can still reach the
+// database (settleRedPacketScript); a red packet Redis lacks is settled
+// only hold after the first call found it missing.
+func (s *RedPacketRedis) Settled(ctx context.Context, id int64, hold time.Duration) (bool, error) {
+	t := redPacketTag(id)
+	keys := []string{t + ":meta", t + ":log", t + ":settle", redPacketHoldersKey(id)}
+	// The settle key outlives the hold by a minute: a refund delayed longer
+	// (the database down) finds it gone and waits one hold more, which is
+	// safe; a key that outlived its refund would only take room.
+	n, err := settleRedPacketScript.Run(ctx, s.rdb, keys, hold.Milliseconds(), (hold + time.Minute).Milliseconds()).Int()
 	if err != nil {
 		return false, fmt.Errorf("settle red packet %d in redis: %w", id, err)
 	}
 	return n == 1, nil
+}
+
+// Forget removes a refunded red packet's state from Redis (its log stays
+// until the writer prunes it). A grab then finds the red packet missing,
+// and its sequencer learns from the database that it is over.
+func (s *RedPacketRedis) Forget(ctx context.Context, id int64) error {
+	t := redPacketTag(id)
+	if err := s.rdb.Del(ctx, t+":meta", t+":packets", t+":users", t+":returned", t+":settle", redPacketHoldersKey(id)).Err(); err != nil {
+		return fmt.Errorf("remove red packet %d from redis: %w", id, err)
+	}
+	return nil
 }

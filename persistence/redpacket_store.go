@@ -56,7 +56,10 @@ type RedPacketStore struct {
 	db    *bun.DB
 	redis *RedPacketRedis
 	// ReloadHold overrides ReloadHoldDefault for red packets (tests; the
-	// embedded mode, whose Redis dies only with its writer).
+	// embedded mode, whose Redis dies only with its writer): how long a
+	// reload holds grabs (Load), and how long a red packet Redis lacks
+	// waits for its refund (Refund). Both wait for grabs a writer may hold
+	// from a load Redis lost, so both outlast a writer's retry.
 	ReloadHold time.Duration
 }
 
@@ -140,7 +143,8 @@ func (s *RedPacketStore) grabbed(ctx context.Context, db bun.IDB, id int64) (int
 // packets not grabbed yet and the users who grabbed. It returns what a
 // sequencer may cache: not Found for an unknown id; for a red packet past
 // its expiry (or refunded) its expiry and nothing left, without loading
-// it (the refund settles it from the database alone).
+// it (the refund settles it from the database, once no grab of it can
+// still arrive: see Refund).
 //
 // A reload holds the grabs of users without a packet for ReloadHold
 // (UNAVAILABLE, see grabRedPacketScript): a red-packet writer may hold
@@ -205,44 +209,68 @@ func (s *RedPacketStore) Due(ctx context.Context, cutoff time.Time, limit int) (
 	return ids, nil
 }
 
-// Refund refunds an expired red packet's unclaimed packets to its creator,
-// once: when Redis says it is settled (expired by Redis's clock, every
-// grab persisted), it records
-// the refund on the row with one conditional UPDATE (a second run, on any
-// node, changes nothing) and then removes the red packet's Redis state.
-// done is false while grabs are still on their way to the database;
+// Refund refunds an expired red packet's unclaimed packets to its
+// creator, once, when no grab of it can still reach the database (Redis
+// says so: RedPacketRedis.Settled, which waits out ReloadHold for a red
+// packet Redis lacks, and for every writer that holds grabs of it). In one
+// transaction it locks the red packet's row (FOR UPDATE), counts the grabs
+// in the table and records the refund (total less those), so a writer's
+// commit is either counted or comes after the refund, and then finds the
+// red packet refunded under the same lock and is refused (see
+// RedPacketWriter.adopt): grabbed + refunded = total, whatever the order.
+// A second run, on any node, changes nothing. Then it removes the red
+// packet's Redis state. done is false while grabs may still arrive;
 // refunded tells whether this call recorded the refund (false when it was
 // refunded before), and cents what it refunded.
 func (s *RedPacketStore) Refund(ctx context.Context, id int64, now time.Time) (done, refunded bool, cents int64, err error) {
-	settled, err := s.redis.Settled(ctx, id, false)
-	if err != nil || !settled {
+	settled, err := s.redis.Settled(ctx, id, cmp.Or(s.ReloadHold, ReloadHoldDefault))
+	if err != nil {
 		return false, false, 0, err
 	}
+	if !settled {
+		// Another run may have refunded it and removed its Redis state
+		// since Due listed it: then it is done, not waiting.
+		done, err := s.db.NewSelect().Model((*redPacketRow)(nil)).Where("id = ? AND refund_time IS NOT NULL", id).Exists(ctx)
+		if err != nil {
+			return false, false, 0, fmt.Errorf("read refund of red packet %d: %w", id, err)
+		}
+		return done, false, 0, nil
+	}
 	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		refunded, cents = false, 0
+		var row redPacketRow
+		q := tx.NewSelect().Model(&row).Where("id = ?", id)
+		if IsPostgres(tx) {
+			q = q.For("UPDATE")
+		}
+		if err := q.Scan(ctx); err != nil {
+			return fmt.Errorf("lock red packet %d: %w", id, err)
+		}
+		if row.RefundTime != nil {
+			return nil
+		}
 		n, grabbed, err := s.grabbed(ctx, tx, id)
 		if err != nil {
 			return err
 		}
-		var rows []int64
-		err = tx.NewUpdate().Model((*redPacketRow)(nil)).
-			Set("refund_cents = total_cents - ?", grabbed).
-			Set("refund_count = count - ?", n).
+		res, err := tx.NewUpdate().Model((*redPacketRow)(nil)).
+			Set("refund_cents = ?", row.TotalCents-grabbed).
+			Set("refund_count = ?", row.Count-n).
 			Set("refund_time = ?", now.UTC()).
-			Where("id = ?", id).Where("refund_time IS NULL").
-			Returning("refund_cents").Scan(ctx, &rows)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			Where("id = ?", id).Where("refund_time IS NULL").Exec(ctx)
+		if err != nil {
 			return err
 		}
-		if len(rows) == 1 {
-			refunded, cents = true, rows[0]
+		if k, err := res.RowsAffected(); err == nil && k == 1 {
+			refunded, cents = true, row.TotalCents-grabbed
 		}
 		return nil
 	})
 	if err != nil {
 		return false, false, 0, fmt.Errorf("refund red packet %d: %w", id, err)
 	}
-	if _, err := s.redis.Settled(ctx, id, true); err != nil {
-		return true, refunded, cents, err // refunded; the next run removes the state
+	if err := s.redis.Forget(ctx, id); err != nil {
+		return true, refunded, cents, err // refunded; the keys expire on their own (redPacketKeep)
 	}
 	return true, refunded, cents, nil
 }

@@ -151,6 +151,11 @@ func TestRedPacketGrabsReachTheDatabaseAndTheRefundHappensOnce(t *testing.T) {
 	if fmt.Sprint(refunds) != "[30]" {
 		t.Fatalf("refunds %v, want one of 30 cents", refunds)
 	}
+	// A run that comes after the refund removed the Redis state (it was
+	// listed before) finds it done, not missing from Redis.
+	if done, refunded, _, err := store.Refund(t.Context(), 3, time.Now()); err != nil || !done || refunded {
+		t.Fatalf("a later refund: done %v refunded %v err %v, want done by the first", done, refunded, err)
+	}
 	rp, err := store.Get(t.Context(), 3)
 	if err != nil || rp.Refunded == nil || rp.RemainingCount != 2 || rp.RemainingCents != 30 {
 		t.Fatalf("after refund: %+v %v", rp, err)

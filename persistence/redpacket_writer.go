@@ -31,6 +31,12 @@ var (
 
 func init() { prometheus.MustRegister(redPacketLogLag, redPacketWriteErrors) }
 
+// DeadRedPacketRefunded is the dead-letter reason (beside deadletter.go's)
+// of a grab whose red packet was refunded before the grab could be
+// committed: a writer that held it longer than every hold the refund
+// waits out. The refund paid its cents to the creator.
+const DeadRedPacketRefunded = "red_packet_refunded"
+
 // RedPacketWriter moves grabbed packets from the red packets' order logs
 // into tb_red_packet_grab. It is a second family of the LogConsumer (the
 // order writer is the first): the consumer reads, claims, retries,
@@ -44,6 +50,12 @@ type RedPacketWriter struct {
 	attempt   time.Duration
 	consumer  *LogConsumer
 	persisted atomic.Int64
+	// name is the writer's consumer name, its name among the holders of a
+	// red packet's grabs (holdGrabsScript); holdFor is how long each of
+	// its claims lasts: two of its retries (a pause and an attempt), so
+	// that a live writer renews it before it lapses.
+	name    string
+	holdFor time.Duration
 }
 
 var (
@@ -59,7 +71,8 @@ const redPacketLeasePrefix = "flashsale:redpacket-consumer:"
 // NewRedPacketWriter returns a writer; Run drives it.
 func NewRedPacketWriter(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opts LogConsumerOptions) *RedPacketWriter {
 	opts = opts.withDefaults()
-	w := &RedPacketWriter{db: db, rdb: rdb, log: log, attempt: opts.AttemptTimeout}
+	w := &RedPacketWriter{db: db, rdb: rdb, log: log, attempt: opts.AttemptTimeout,
+		name: opts.Consumer, holdFor: 2 * (opts.MaxBackoff + opts.AttemptTimeout)}
 	w.consumer = NewLogConsumer(rdb, log, LogFamily{
 		Name:        "red-packet writer",
 		Registry:    redPacketLogsKey,
@@ -117,7 +130,12 @@ func decodeGrabEntry(v map[string]any) (GrabRow, error) {
 // Handle inserts a batch of grabs. If the database refuses the batch for
 // a constraint (a packet that was never split, a second packet for one
 // user, a different amount), it retries grab by grab and refuses only the
-// impossible ones, which are dead-lettered, never dropped in silence.
+// impossible ones, which are dead-lettered, never dropped in silence; so
+// are grabs of a red packet refunded before they could be committed, and
+// grabs a reloaded red packet cannot take back (adopt). While it holds
+// grabs it has not committed, the writer is among their red packets'
+// holders, and their refunds wait (holdGrabs); once the batch is handled
+// it leaves them.
 func (w *RedPacketWriter) Handle(ctx context.Context, batch []LogEntry) (map[int]*Refusal, error) {
 	refused := map[int]*Refusal{}
 	rows := make([]GrabRow, 0, len(batch))
@@ -130,11 +148,21 @@ func (w *RedPacketWriter) Handle(ctx context.Context, batch []LogEntry) (map[int
 		}
 		rows, idx = append(rows, g), append(idx, i)
 	}
+	refused, err := w.handle(ctx, rows, idx, refused)
+	if err == nil {
+		w.releaseGrabs(ctx, rows)
+	}
+	return refused, err
+}
+
+// handle commits rows (the batch's grabs; idx maps them to their entries)
+// and adds the refused ones to refused.
+func (w *RedPacketWriter) handle(ctx context.Context, rows []GrabRow, idx []int, refused map[int]*Refusal) (map[int]*Refusal, error) {
 	var err error
 	for {
 		err = w.insert(ctx, rows)
-		var lost *lostGrabs
-		if !errors.As(err, &lost) {
+		var out *refusedGrabs
+		if !errors.As(err, &out) {
 			if err == nil || !refusable(err) {
 				return refused, err
 			}
@@ -142,8 +170,8 @@ func (w *RedPacketWriter) Handle(ctx context.Context, batch []LogEntry) (map[int
 		}
 		keepRows, keepIdx := rows[:0:0], idx[:0:0]
 		for j, r := range rows {
-			if lost.at[j] {
-				refused[idx[j]] = refuse(DeadLostLoad, lost.explain(r))
+			if why := out.at[j]; why != nil {
+				refused[idx[j]] = why
 			} else {
 				keepRows, keepIdx = append(keepRows, r), append(keepIdx, idx[j])
 			}
@@ -153,10 +181,10 @@ func (w *RedPacketWriter) Handle(ctx context.Context, batch []LogEntry) (map[int
 	w.log.WarnContext(ctx, "database refused a batch of red-packet grabs; retrying them one by one", "grabs", len(rows))
 	for j := range rows {
 		err := w.insert(ctx, rows[j:j+1])
-		var lost *lostGrabs
+		var out *refusedGrabs
 		switch {
-		case errors.As(err, &lost):
-			refused[idx[j]] = refuse(DeadLostLoad, lost.explain(rows[j]))
+		case errors.As(err, &out) && out.at[0] != nil:
+			refused[idx[j]] = out.at[0]
 		case refusable(err):
 			refused[idx[j]] = refuse(DeadRefused, fmt.Errorf("red packet %d packet %d for user %d: %w", rows[j].RedPacketID, rows[j].Seq, rows[j].UserID, err))
 		case err != nil:
@@ -166,19 +194,68 @@ func (w *RedPacketWriter) Handle(ctx context.Context, batch []LogEntry) (map[int
 	return refused, nil
 }
 
+// holdGrabs records the writer among the holders of grabs of the red
+// packets of rows (holdGrabsScript), before an attempt to commit them: a
+// refund waits while a writer holds grabs of its red packet, also when
+// the database refuses the writer and Redis lost the log the grabs came
+// from (the writer records itself again before its next attempt).
+func (w *RedPacketWriter) holdGrabs(ctx context.Context, rows []GrabRow) error {
+	// EVAL, not EVALSHA: a pipeline cannot fall back on a NOSCRIPT reply,
+	// and this runs just after Redis lost its data, scripts included.
+	pipe := w.rdb.Pipeline()
+	for _, id := range redPacketsOf(rows) {
+		holdGrabsScript.Eval(ctx, pipe, []string{redPacketHoldersKey(id)}, w.name, w.holdFor.Milliseconds())
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("hold grabs of red packets: %w", err)
+	}
+	return nil
+}
+
+// releaseGrabs removes the writer from the holders of its red packets'
+// grabs once they are committed or refused. If it fails, the claims lapse
+// after holdFor.
+func (w *RedPacketWriter) releaseGrabs(ctx context.Context, rows []GrabRow) {
+	if len(rows) == 0 {
+		return
+	}
+	pipe := w.rdb.Pipeline()
+	for _, id := range redPacketsOf(rows) {
+		pipe.ZRem(ctx, redPacketHoldersKey(id), w.name)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		w.log.WarnContext(ctx, "red-packet writer could not release its grabs; their refunds wait until the claims lapse",
+			"err", err, "lapse", w.holdFor.String())
+	}
+}
+
+// redPacketsOf lists the red packets of rows, in id order.
+func redPacketsOf(rows []GrabRow) []int64 {
+	ids := map[int64]bool{}
+	for _, r := range rows {
+		ids[r.RedPacketID] = true
+	}
+	return slices.Sorted(maps.Keys(ids))
+}
+
 // insert commits rows in one transaction under one attempt's deadline,
-// with their red packets' rows locked (shared; a reload locks one
-// exclusively, see RedPacketStore.Load) and the grabs adopted by the red
-// packets Redis holds (adopt). A replayed grab (same packet, same user)
-// is skipped; the same packet for another user, or a second packet for a
-// user, violates a constraint; grabs a reloaded red packet could not
-// take back abort the transaction as *lostGrabs.
+// after recording the writer among their red packets' holders
+// (holdGrabs), with their red packets' rows locked (shared; a reload or a
+// refund locks one exclusively, see RedPacketStore.Load and Refund) and
+// the grabs adopted by the red packets Redis holds (adopt). A replayed
+// grab (same packet, same user) is skipped; the same packet for another
+// user, or a second packet for a user, violates a constraint; grabs of a
+// refunded red packet, and those a reloaded red packet could not take
+// back, abort the transaction as *refusedGrabs.
 func (w *RedPacketWriter) insert(ctx context.Context, rows []GrabRow) error {
 	if len(rows) == 0 {
 		return nil
 	}
 	actx, cancel := context.WithTimeout(ctx, w.attempt)
 	defer cancel()
+	if err := w.holdGrabs(actx, rows); err != nil {
+		return err
+	}
 	var added []int
 	err := w.db.RunInTx(actx, nil, func(ctx context.Context, tx bun.Tx) error {
 		if err := w.adopt(ctx, tx, rows); err != nil {
@@ -235,59 +312,75 @@ end
 return lost
 `)
 
-// adopt locks the red packets of rows (shared, in id order) and runs
-// adoptGrabsScript for each; grabs that cannot be adopted abort the
-// transaction as *lostGrabs.
+// adopt locks the red packets of rows (shared, in id order), refuses the
+// grabs of those refunded, and runs adoptGrabsScript for each of the
+// others; grabs refused or that cannot be adopted abort the transaction
+// as *refusedGrabs. The lock is what makes the refund's check final: a
+// refund locks the row exclusively, counts the grabs and records itself,
+// so a grab is either counted by it or sees it here.
 func (w *RedPacketWriter) adopt(ctx context.Context, tx bun.Tx, rows []GrabRow) error {
 	byPacket := map[int64][]int{}
 	for j, r := range rows {
 		byPacket[r.RedPacketID] = append(byPacket[r.RedPacketID], j)
 	}
-	ids := slices.Sorted(maps.Keys(byPacket))
+	ids := redPacketsOf(rows)
+	var locked []redPacketRow
+	q := tx.NewSelect().Model(&locked).Column("id", "refund_time").Where("id IN (?)", bun.In(ids)).Order("id")
 	if IsPostgres(tx) {
-		var locked []int64
-		err := tx.NewSelect().Model((*redPacketRow)(nil)).Column("id").Where("id IN (?)", bun.In(ids)).
-			Order("id").For("SHARE").Scan(ctx, &locked)
-		if err != nil {
-			return fmt.Errorf("lock red packets %v: %w", ids, err)
-		}
+		q = q.For("SHARE")
 	}
-	lost := &lostGrabs{at: map[int]bool{}}
+	if err := q.Scan(ctx); err != nil {
+		return fmt.Errorf("lock red packets %v: %w", ids, err)
+	}
+	out := &refusedGrabs{at: map[int]*Refusal{}}
+	for _, p := range locked {
+		if p.RefundTime == nil {
+			continue
+		}
+		for _, j := range byPacket[p.ID] {
+			r := rows[j]
+			out.at[j] = refuse(DeadRedPacketRefunded, fmt.Errorf("packet %d of red packet %d for user %d came after the red packet "+
+				"was refunded at %s", r.Seq, r.RedPacketID, r.UserID, p.RefundTime.UTC().Format(time.RFC3339)))
+		}
+		delete(byPacket, p.ID)
+	}
 	for _, id := range ids {
-		at := byPacket[id]
+		at, ok := byPacket[id]
+		if !ok {
+			continue
+		}
 		args := make([]any, 0, 4*len(at))
 		for _, j := range at {
 			r := rows[j]
 			args = append(args, r.UserID, strconv.Itoa(r.Seq)+":"+strconv.FormatInt(r.AmountCents, 10), deref(r.RequestID), r.AmountCents)
 		}
-		out, err := adoptGrabsScript.Run(ctx, w.rdb, redPacketKeys(id)[:3], args...).Int64Slice()
+		lost, err := adoptGrabsScript.Run(ctx, w.rdb, redPacketKeys(id)[:3], args...).Int64Slice()
 		if err != nil {
 			return fmt.Errorf("adopt grabs of red packet %d: %w", id, err)
 		}
-		for _, n := range out {
+		for _, n := range lost {
 			if n >= 1 && int(n) <= len(at) {
-				lost.at[at[n-1]] = true
+				r := rows[at[n-1]]
+				out.at[at[n-1]] = refuse(DeadLostLoad, fmt.Errorf("packet %d of red packet %d for user %d was handed out by a Redis load "+
+					"that was lost, and the reload already gave the packet or the user another one", r.Seq, r.RedPacketID, r.UserID))
 			}
 		}
 	}
-	if len(lost.at) > 0 {
-		return lost
+	if len(out.at) > 0 {
+		return out
 	}
 	return nil
 }
 
-// lostGrabs aborts a red-packet writer's transaction that holds grabs
-// sold from a Redis load that was lost and that the reloaded red packet
-// can no longer take back; at holds their positions in the rows tried.
-type lostGrabs struct{ at map[int]bool }
+// refusedGrabs aborts a red-packet writer's transaction that holds grabs
+// the database must not take: their red packet is refunded, or they were
+// sold from a Redis load that was lost and the reloaded red packet can no
+// longer take them back. at holds their refusals by position in the rows
+// tried.
+type refusedGrabs struct{ at map[int]*Refusal }
 
-func (l *lostGrabs) Error() string {
-	return fmt.Sprintf("%d red-packet grabs were sold from a lost Redis load", len(l.at))
-}
-
-func (l *lostGrabs) explain(r GrabRow) error {
-	return fmt.Errorf("packet %d of red packet %d for user %d was handed out by a Redis load that was lost, "+
-		"and the reload already gave the packet or the user another one", r.Seq, r.RedPacketID, r.UserID)
+func (r *refusedGrabs) Error() string {
+	return fmt.Sprintf("%d red-packet grabs refused before their commit", len(r.at))
 }
 
 // checkReplays verifies that every row is in the database as written
@@ -383,8 +476,10 @@ func (w *RedPacketWriter) DeadLetter(ctx context.Context, dead []DeadEntry) erro
 		return err
 	}
 	for _, d := range dead {
-		if d.Why.Reason == DeadLostLoad {
-			continue // its packet was never taken from the load Redis holds
+		if d.Why.Reason == DeadLostLoad || d.Why.Reason == DeadRedPacketRefunded {
+			// Its packet was never taken from the load Redis holds, or its
+			// red packet is refunded: its cents went to the creator.
+			continue
 		}
 		if g, err := decodeGrabEntry(d.Entry.Values); err == nil {
 			if err := w.returnPacket(ctx, d.Entry.Log+"/"+d.Entry.ID, g); err != nil {

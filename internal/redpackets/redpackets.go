@@ -1,4 +1,4 @@
-// Package redpackets is the red-packet use case (issue 12): creating a red
+// Package redpackets is the red-packet use case: creating a red
 // packet (split up front, committed, then pushed into Redis), grabbing a
 // packet (through the router's red-packet sequencer), reading one, and
 // refunding what nobody grabbed once it expires, on one node at a time.
@@ -23,9 +23,10 @@ type Storer interface {
 	Get(ctx context.Context, id int64) (domain.RedPacket, error)
 	// Due lists red packets expired before cutoff and not refunded.
 	Due(ctx context.Context, cutoff time.Time, limit int) ([]int64, error)
-	// Refund refunds one expired red packet once; done is false while its
-	// grabs are still on their way to the database, refunded is true for
-	// the one call that recorded the refund.
+	// Refund refunds one expired red packet once, when no grab of it can
+	// still reach the database; done is false until then (a grab in its
+	// order log, a writer holding grabs of it, a hold after Redis lost
+	// it), refunded is true for the one call that recorded the refund.
 	Refund(ctx context.Context, id int64, now time.Time) (done, refunded bool, cents int64, err error)
 }
 
@@ -129,7 +130,7 @@ func (r *Refunds) Start(ctx context.Context) <-chan struct{} {
 }
 
 // RunOnce refunds the red packets due now and returns how many this run
-// refunded (those still draining wait for the next run).
+// refunded (those whose grabs may still arrive wait for a later run).
 func (r *Refunds) RunOnce(ctx context.Context) (int, error) {
 	ids, err := r.store.Due(ctx, r.now().Add(-r.cfg.Grace), r.cfg.Batch)
 	if err != nil {
