@@ -168,7 +168,7 @@ func (p plan) String() string {
 		fs[i] = f.String()
 	}
 	s := fmt.Sprintf("stock %d, perUserLimit %d, %d users, %d attempts over %.1fs on nodes %v, tickets %s, proof of work %s, faults [%s]",
-		p.stock, p.limit, p.users, len(p.attempts), p.window.Seconds(), p.nodes, yesNo(p.tickets), yesNo(p.pow), strings.Join(fs, " "))
+		p.stock, p.limit, p.users, len(p.attempts), p.window.Seconds(), p.nodes, onOff(p.tickets), onOff(p.pow), strings.Join(fs, " "))
 	if p.fallback {
 		s += ", database fallback on, one node"
 	}
@@ -180,6 +180,13 @@ func (p plan) String() string {
 		s += fmt.Sprintf(" expiring after %.0fs", p.rpExpiry.Seconds())
 	}
 	return s
+}
+
+func onOff(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }
 
 // kind is a fault scenario: which nodes sell and what breaks when.
