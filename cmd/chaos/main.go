@@ -5,6 +5,7 @@
 //
 //	go run ./cmd/chaos -seed 42 -rounds 200
 //	go run ./cmd/chaos -seed 42 -start 17 -rounds 1 -v   # replay round 17
+//	go run ./cmd/chaos -kinds redis-stall,refund-wipe -rounds 20  # the degraded paths
 //
 // It needs redis-server on PATH and a Postgres that allows CREATE
 // DATABASE at TEST_DATABASE_URL (`scripts/test-services.sh` provides both).
@@ -49,7 +50,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	seed := fs.Int64("seed", 0, "seed of every round's plan (default: from the clock, printed)")
 	start := fs.Int("start", 0, "number of the first round (a round's plan depends on seed and number only)")
 	rounds := fs.Int("rounds", 200, "how many rounds")
-	kinds := fs.String("kinds", "", "comma-separated fault kinds to run (default all)")
+	kinds := fs.String("kinds", "", "comma-separated fault kinds to run (default all: "+strings.Join(chaos.Kinds(), ", ")+")")
 	short := fs.Bool("short", false, "smaller, quicker sales, as the test suite runs them")
 	workers := fs.Int("workers", 0, "grabs in flight at most (default 16)")
 	bin := fs.String("bin", "", "service binary to run (default: build this module's)")

@@ -22,6 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -109,6 +110,9 @@ type runner struct {
 	dead *deadLetters
 	// tickets holds the grab tickets of the round that runs.
 	tickets *ticketBook
+	// breakerOpened: a Redis stall of the round that runs saw the node's
+	// breaker open before Redis resumed.
+	breakerOpened atomic.Bool
 }
 
 // Run runs cfg.Rounds rounds and prints each and then the table to
@@ -175,6 +179,19 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 		res.Err = fmt.Errorf("before the round: %w", err)
 		return res
 	}
+	prof := baseProfile
+	if p.fallback {
+		prof = fallbackProfile
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 2*time.Minute)
+	err = rn.env.use(pctx, prof)
+	pcancel()
+	if err != nil {
+		res.Err = fmt.Errorf("before the round: %w", err)
+		return res
+	}
+	rn.breakerOpened.Store(false)
+	fallbackOK := rn.fallbackSales(ctx, p)
 	now := time.Now()
 	spec := voucherSpec{Stock: p.stock, Limit: p.limit, Begin: now.Add(-time.Minute), End: now.Add(10 * time.Minute), RequireTicket: p.tickets, POW: p.pow}
 	var id string
@@ -211,6 +228,7 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 	answers = append(answers, rn.settle(ctx, p, id, answers)...)
 	rpAnswers = append(rpAnswers, rn.settleRedPackets(ctx, rpID, rpAnswers)...)
 	drained, left := rn.drain(ctx, p, saleStart, p.voucher)
+	fallbackOK = rn.fallbackSales(ctx, p) - fallbackOK
 	var okIDs []int64
 	for _, a := range answers {
 		if n, err := strconv.ParseInt(a.OrderID, 10, 64); a.Code == codeOK && err == nil {
@@ -224,13 +242,17 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 	}
 	st.drained, st.logLeft = drained, left
 	res.outcome = judge(p, answers, st, rn.requestIDs)
-	rpState, err := rn.drainRedPacket(ctx, rpID)
+	res.outcome.fallbackOK, res.outcome.breakerOpened = fallbackOK, rn.breakerOpened.Load()
+	rpState, err := rn.drainRedPacket(ctx, rpID, p.rpExpiry > 0, pgRetried(p, saleStart))
 	if err != nil {
 		res.Err = err
 		return res
 	}
-	judgeRedPacket(&res.outcome, p.durable(), rpAnswers, rpState)
+	judgeRedPacket(&res.outcome, p.durable(), p.rpExpiry > 0, rpAnswers, rpState)
 	res.outcome.rpOK = len(rpState.grabs)
+	if rpState.refundCents != nil {
+		res.outcome.rpRefund = *rpState.refundCents
+	}
 	for _, err := range faultErrs {
 		res.outcome.add("fault", "%v", err)
 	}
@@ -271,8 +293,19 @@ func (rn *runner) print(r RoundResult) {
 	if r.plan.pow {
 		tickets += " + proof of work"
 	}
-	fmt.Fprintf(w, "round %4d  %-22s %-4s %5.1fs  stock %3d limit %d: %3d OK, %3d sold, %d lost, %d open, %d dead%s; red packet: %d grabbed\n",
-		r.Round, r.Kind, verdict, r.Took.Seconds(), r.plan.stock, r.plan.limit, o.okAnswers, o.sold, o.lost, o.unsettled, o.dead, tickets, o.rpOK)
+	extra := ""
+	if r.plan.fallback {
+		opened := "opened"
+		if !o.breakerOpened {
+			opened = "never seen open"
+		}
+		extra = fmt.Sprintf("; fallback answered %d OK, breaker %s", o.fallbackOK, opened)
+	}
+	if r.plan.rpExpiry > 0 {
+		extra += fmt.Sprintf(", %d cents refunded", o.rpRefund)
+	}
+	fmt.Fprintf(w, "round %4d  %-22s %-4s %5.1fs  stock %3d limit %d: %3d OK, %3d sold, %d lost, %d open, %d dead%s; red packet: %d grabbed%s\n",
+		r.Round, r.Kind, verdict, r.Took.Seconds(), r.plan.stock, r.plan.limit, o.okAnswers, o.sold, o.lost, o.unsettled, o.dead, tickets, o.rpOK, extra)
 	if rn.cfg.Verbose || r.Failed() {
 		fmt.Fprintf(w, "      plan: %s\n", r.plan)
 		fmt.Fprintf(w, "      answers: %s; slowest %.2fs\n", summary(o.answers), o.maxTook.Seconds())
@@ -320,4 +353,18 @@ func lastLines(s string, n int) string {
 
 func indent(s, prefix string) string {
 	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
+}
+
+// fallbackSales reads how many grabs the database fallback has answered OK
+// on the fallback profile's node since it started (0 on other rounds, or
+// when the node cannot tell).
+func (rn *runner) fallbackSales(ctx context.Context, p plan) int {
+	if !p.fallback {
+		return 0
+	}
+	n, err := rn.env.metric(ctx, 0, `flashsale_fallback_grab_total{code="OK"}`)
+	if err != nil {
+		rn.log.Warn("fallback sales not read", "err", err)
+	}
+	return int(n)
 }

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,15 +45,7 @@ var documentedErrors = []string{"UNAUTHENTICATED", "FORBIDDEN", "RATE_LIMITED", 
 // gives up after a minute; false then, with the entries still in the log.
 func (rn *runner) drain(ctx context.Context, p plan, saleStart time.Time, voucher int64) (bool, int64) {
 	const stableFor = 1500 * time.Millisecond
-	notBefore := time.Now()
-	for _, f := range p.faults {
-		if f.what == faultPGOutage {
-			retry := saleStart.Add(f.at + f.down + min(f.down, 5*time.Second) + time.Second)
-			if retry.After(notBefore) {
-				notBefore = retry
-			}
-		}
-	}
+	notBefore := pgRetried(p, saleStart)
 	deadline := time.Now().Add(time.Minute)
 	var (
 		lastRows, lastDead int64 = -1, -1
@@ -83,6 +76,26 @@ func (rn *runner) drain(ctx context.Context, p plan, saleStart time.Time, vouche
 			return false, left
 		}
 	}
+}
+
+// pgRetried is when an order writer that held orders through the round's
+// Postgres outages has retried them: its backoff doubles up to 5 s, so
+// about as long after an outage as the outage lasted.
+func pgRetried(p plan, saleStart time.Time) time.Time {
+	at := time.Now()
+	for _, f := range p.faults {
+		if back := f.pgBack(); back > 0 {
+			at = later(at, saleStart.Add(back+min(f.pgDown(), 5*time.Second)+time.Second))
+		}
+	}
+	return at
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // orderRow is a tb_voucher_order row as the checks see it; created is
@@ -208,6 +221,11 @@ type outcome struct {
 	maxTook    time.Duration
 	answers    map[string]int // answers by code or error, for -v
 	rpOK       int            // packets of the round's red packet in the database
+	rpRefund   int64          // cents its refund handed back
+	// fallback rounds: grabs the database fallback answered OK, and
+	// whether the breaker was seen open during the stall
+	fallbackOK    int
+	breakerOpened bool
 }
 
 func (o *outcome) add(check, format string, args ...any) {
@@ -373,6 +391,32 @@ func judge(p plan, answers []answer, st state, requestIDs bool) outcome {
 		}
 	}
 
+	// One order per request id: however often a request is asked, every
+	// OK answer names the same order. Only an order lost with Redis's data
+	// (where Redis was wiped, and not refused by the database but for
+	// having been sold from a lost load) leaves its request free to sell
+	// again; the retry check above does not see a request whose first OK
+	// named a lost or refused order, this one does.
+	if requestIDs {
+		for _, k := range slices.SortedFunc(maps.Keys(okByKey), func(a, b reqKey) int { return cmp.Or(cmp.Compare(a.user, b.user), cmp.Compare(a.key, b.key)) }) {
+			var orders []string
+			for _, a := range okByKey[k] {
+				id, _ := strconv.ParseInt(a.OrderID, 10, 64)
+				if lost[id] && !p.durable() {
+					if reason, refused := deadReason(st.dead, id); !refused || reason == lostLoad {
+						continue
+					}
+				}
+				if !slices.Contains(orders, a.OrderID) {
+					orders = append(orders, a.OrderID)
+				}
+			}
+			if len(orders) > 1 {
+				o.add("request-orders", "user %d request %s answered OK with orders %v", k.user, k.key, orders)
+			}
+		}
+	}
+
 	// The table on its own.
 	live := 0
 	livePerUser := map[int64]int{}
@@ -424,12 +468,19 @@ func judge(p plan, answers []answer, st state, requestIDs bool) outcome {
 			deadPerUser[d.user]++
 		}
 	}
+	// Where the database fallback sold, nothing may be dead-lettered at
+	// all (the fallback sells nothing Redis may still sell, and the
+	// re-sync counts no order twice), so a dead letter excuses no unit:
+	// remaining + live = initial, and per user Redis counts the live rows.
+	if p.fallback {
+		current, deadPerUser = 0, map[int64]int{}
+	}
 	remaining, where := st.api.Remaining, "API"
 	if st.redisStock != nil {
 		remaining, where = *st.redisStock, "Redis"
 	}
 	if st.drained && st.initial != remaining+live+current {
-		o.add("redis-identity", "initial %d != remaining %d (%s) + live %d + in flight 0 + dead-lettered from this load %d", st.initial, remaining, where, live, current)
+		o.add("redis-identity", "initial %d != remaining %d (%s) + live %d + in flight 0 + dead-lettered from this load %d%s", st.initial, remaining, where, live, current, fallbackNote(p))
 	}
 	if st.drained && st.redisStock != nil {
 		users := maps.Clone(st.redisUsers)
@@ -441,8 +492,8 @@ func judge(p plan, answers []answer, st state, requestIDs bool) outcome {
 		}
 		for _, u := range slices.Sorted(maps.Keys(users)) {
 			if users[u] != livePerUser[u]+deadPerUser[u] {
-				o.add("redis-identity", "user %d: Redis counts %d orders, %d live in tb_voucher_order and %d dead-lettered from this load",
-					u, users[u], livePerUser[u], deadPerUser[u])
+				o.add("redis-identity", "user %d: Redis counts %d orders, %d live in tb_voucher_order and %d dead-lettered from this load%s",
+					u, users[u], livePerUser[u], deadPerUser[u], fallbackNote(p))
 			}
 		}
 	}
@@ -458,4 +509,11 @@ func deadReason(dead []deadLetter, id int64) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+func fallbackNote(p plan) string {
+	if p.fallback {
+		return " (a fallback round: dead letters excuse no unit)"
+	}
+	return ""
 }

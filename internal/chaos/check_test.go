@@ -78,6 +78,18 @@ func TestJudgeSeesEachBrokenPromise(t *testing.T) {
 		return st
 	}
 	sold := []answer{ok(10, "a", "1"), ok(11, "b", "2"), code(12, "c", codeSoldOut)}
+	// strandedUnit: stock 3, two units sold, and Redis took the third
+	// for user 12's order, which the database refused.
+	strandedUnit := func() state {
+		st := clean()
+		st.initial, st.api.Initial, st.dbStock = 3, 3, 1
+		st.redisStamp = "load-1"
+		st.redisUsers[12] = 1
+		st.dead = []deadLetter{{order: 3, user: 12, reason: "over_stock", stamp: "load-1"}}
+		return st
+	}
+	biggerFallback := bigger
+	biggerFallback.fallback = true
 	cases := []struct {
 		name    string
 		p       plan
@@ -123,6 +135,26 @@ func TestJudgeSeesEachBrokenPromise(t *testing.T) {
 		{"a grab with no ticket to be had in a round without faults", durable, append(slices.Clone(sold), answer{attempt: attempt{user: 12}, grabAnswer: grabAnswer{Err: fmt.Errorf("%w: %w: x", errNotSent, errNoTicket)}}), clean, []string{"ticket"}},
 		{"the same where Redis was wiped", wiped, append(slices.Clone(sold), answer{attempt: attempt{user: 12}, grabAnswer: grabAnswer{Err: fmt.Errorf("%w: %w: x", errNotSent, errNoTicket)}}), clean, nil},
 		{"an undrained log", durable, sold, func() state { st := clean(); st.drained, st.logLeft = false, 3; return st }, []string{"not-drained"}},
+		// One request, two orders: answered a refused order first, then
+		// the stored one (the retry check, which follows the first OK,
+		// is blind to it).
+		{"one request id answered two orders", durable, []answer{ok(10, "a", "3"), ok(10, "a", "1"), ok(11, "b", "2")}, func() state {
+			st := clean()
+			st.redisStamp = "load-1" // a load after the order's: it took no unit of this one
+			st.dead = []deadLetter{{order: 3, user: 10, reason: "over_user_limit", stamp: "load-0"}}
+			return st
+		}, []string{"oversell", "refused", "request-orders", "user-limit"}},
+		{"a request id sold again after Redis lost its order", wiped, []answer{ok(10, "a", "3"), ok(10, "a", "1"), ok(11, "b", "2")}, clean, nil},
+		{"a request id answered an order refused after a wipe, then another", wiped, []answer{ok(10, "a", "3"), ok(10, "a", "1"), ok(11, "b", "2")}, func() state {
+			st := clean()
+			st.dead = []deadLetter{{order: 3, user: 10, reason: "over_user_limit", stamp: "load-0"}}
+			return st
+		}, []string{"oversell", "refused", "request-orders", "user-limit"}},
+		// A unit stranded by an order nobody was told about, which the
+		// database refused: the design's identity counts the dead letter;
+		// where the fallback sold, nothing may be dead-lettered.
+		{"a dead letter of this load beside a clean sale", bigger, sold, strandedUnit, nil},
+		{"the same in a fallback round", biggerFallback, sold, strandedUnit, []string{"redis-identity"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -138,6 +170,78 @@ func TestJudgeSeesEachBrokenPromise(t *testing.T) {
 			slices.Sort(want)
 			if !slices.Equal(got, want) {
 				t.Fatalf("checks fired %v, want %v; violations:\n%v", got, want, o.violations)
+			}
+		})
+	}
+}
+
+// The degraded kinds' plans must build the shapes they are named for,
+// whatever the seed.
+func TestPlanBuildsTheDegradedShapes(t *testing.T) {
+	byName := func(name string) []kind {
+		ks, err := selectKinds([]string{name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ks
+	}
+	for seed := int64(1); seed <= 200; seed++ {
+		short := seed%2 == 0
+		t.Run("refund-wipe", func(t *testing.T) {
+			p := newPlan(seed, 0, byName("refund-wipe"), short)
+			if len(p.faults) != 2 || p.faults[0].what != faultPGOutage {
+				t.Fatalf("seed %d: want a Postgres outage, then a wipe: %s", seed, p)
+			}
+			pg, wipe := p.faults[0], p.faults[1]
+			switch {
+			case wipe.what != faultRedisWipe && wipe.what != faultRedisFlush:
+				t.Fatalf("seed %d: second fault is no wipe: %s", seed, p)
+			case p.rpExpiry <= 0 || p.rpCount <= p.users:
+				t.Fatalf("seed %d: the red packet must expire in the round with packets left: %s", seed, p)
+			case pg.at >= p.rpExpiry:
+				t.Fatalf("seed %d: Postgres must refuse before the expiry: %s", seed, p)
+			case wipe.at < p.rpExpiry+refundGrace:
+				t.Fatalf("seed %d: Redis must be wiped once the refund is due: %s", seed, p)
+			case pg.at+pg.down <= wipe.at+wipe.down:
+				t.Fatalf("seed %d: Postgres must come back after the wipe: %s", seed, p)
+			case p.durable() || p.fallback:
+				t.Fatalf("seed %d: a wiped round on the base profile: %s", seed, p)
+			}
+		})
+		t.Run("redis-stall", func(t *testing.T) {
+			p := newPlan(seed, 0, byName("redis-stall"), short)
+			if !p.fallback || !slices.Equal(p.nodes, []int{0}) || len(p.faults) != 1 {
+				t.Fatalf("seed %d: want one stall on the fallback profile's one node: %s", seed, p)
+			}
+			f := p.faults[0]
+			switch {
+			case f.what != faultRedisStall:
+				t.Fatalf("seed %d: not a stall: %s", seed, p)
+			case f.down < 1200*time.Millisecond:
+				t.Fatalf("seed %d: too short for the breaker to open (three failed calls of 200 ms): %s", seed, p)
+			case f.atOKs != 0:
+				t.Fatalf("seed %d: the stall must come at its moment, around which the attempts are placed: %s", seed, p)
+			case f.blip > 0 && (f.blipLead > f.down || f.blip <= f.blipLead):
+				t.Fatalf("seed %d: Postgres must refuse around the resume: %s", seed, p)
+			case !p.durable() || !p.retryOpen:
+				t.Fatalf("seed %d: a durable round whose clients retry: %s", seed, p)
+			}
+			before, during := 0, 0
+			for _, a := range p.attempts {
+				if len(a.retryAfter) == 0 {
+					t.Fatalf("seed %d: attempt %+v never retries", seed, a)
+				}
+				switch {
+				case a.at < f.at:
+					before++
+				case a.at < f.at+f.down:
+					during++
+				}
+			}
+			// Part of the stock sells before the stall, and the fallback
+			// has more buyers than units left.
+			if before < 1 || before >= p.stock || during < p.stock-before {
+				t.Fatalf("seed %d: %d attempts before the stall and %d during it, stock %d: %s", seed, before, during, p.stock, p)
 			}
 		})
 	}

@@ -7,11 +7,17 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" driver for the checks' own connection
@@ -46,29 +52,64 @@ type env struct {
 	nodes      []*testenv.Service
 	tokens     *auth.Tokens
 	admin      string
+	// bin is the service binary; common the settings of every node,
+	// whatever its profile; profile the profile the nodes run.
+	bin     string
+	common  map[string]string
+	profile string
+	// lockRedis holds the segment leases and job locks of the fallback
+	// profile, apart from the stock Redis (started when first needed).
+	lockRedis *testenv.RedisServer
 
 	mu         sync.Mutex
 	userTokens map[int64]string
+	// stalled is the pid of the redis-server stopped with SIGSTOP, 0 when
+	// none is.
+	stalled int
 }
+
+// profile is how the service nodes run.
+type profile struct {
+	name  string
+	nodes int
+	// fallback: the database fallback on (DEGRADE_TO_DB) and the segment
+	// leases and job locks on a Redis of their own (LOCK_REDIS_URLS), as
+	// in production, so that a stalled stock Redis stalls grabs and not
+	// leases.
+	fallback bool
+}
+
+var (
+	// baseProfile: two nodes, locks on the stock Redis, no fallback.
+	baseProfile = profile{name: "base", nodes: nodeCount}
+	// fallbackProfile: one node, because the fallback refuses to sell
+	// while another node is live (it cannot see that node's orders on
+	// their way while Redis is down).
+	fallbackProfile = profile{name: "fallback", nodes: 1, fallback: true}
+)
 
 // nodeSettings are the service's settings in every round: no rate limits
 // (they would answer RATE_LIMITED to the suite's bursts of one user), and a
 // short take-over of a killed node's order-log entries, so that a round
 // drains in seconds rather than the default 30, and a light proof of work
 // (the suite's clients solve one per user in the rounds that ask it).
+// The red packets' refunds run every second, a second after the expiry.
 var nodeSettings = map[string]string{
 	"POW_DIFFICULTY":       "10",
 	"RATE_USER_PER_SEC":    "0",
 	"RATE_VOUCHER_PER_SEC": "0",
 	"RATE_IP_PER_SEC":      "0",
 	"ORDER_LOG_CLAIM_IDLE": "1s",
-	"LOG_LEVEL":            "warn",
-	"LOG_FORMAT":           "json",
-	"DEMO":                 "false",
+	// What refund-wipe rounds plan by (refundGrace).
+	"RED_PACKET_REFUND_GRACE":    refundGrace.String(),
+	"RED_PACKET_REFUND_INTERVAL": "1s",
+	"LOG_LEVEL":                  "warn",
+	"LOG_FORMAT":                 "json",
+	"DEMO":                       "false",
 }
 
 func newEnv(ctx context.Context, log *slog.Logger, bin string) (_ *env, err error) {
-	e := &env{log: log, userTokens: map[int64]string{}}
+	e := &env{log: log, bin: bin, userTokens: map[int64]string{}}
 	defer func() {
 		if err != nil {
 			e.close()
@@ -77,8 +118,8 @@ func newEnv(ctx context.Context, log *slog.Logger, bin string) (_ *env, err erro
 	if e.dir, err = os.MkdirTemp("", "flashsale-chaos-"); err != nil {
 		return nil, fmt.Errorf("temp dir: %w", err)
 	}
-	if bin == "" {
-		if bin, err = testenv.BuildService(e.dir); err != nil {
+	if e.bin == "" {
+		if e.bin, err = testenv.BuildService(e.dir); err != nil {
 			return nil, fmt.Errorf("build service: %w", err)
 		}
 	}
@@ -114,18 +155,91 @@ func newEnv(ctx context.Context, log *slog.Logger, bin string) (_ *env, err erro
 	if e.admin, err = e.tokens.Issue(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, 24*time.Hour); err != nil {
 		return nil, fmt.Errorf("admin token: %w", err)
 	}
-	settings := map[string]string{"REDIS_URL": "redis://" + e.redisProxy.Addr() + "/0", "DATABASE_URL": u.String(), "JWT_SECRET": secret}
-	for k, v := range nodeSettings {
-		settings[k] = v
+	e.common = map[string]string{"REDIS_URL": "redis://" + e.redisProxy.Addr() + "/0", "DATABASE_URL": u.String(), "JWT_SECRET": secret}
+	maps.Copy(e.common, nodeSettings)
+	if err = e.use(ctx, baseProfile); err != nil {
+		return nil, err
 	}
-	for i := range nodeCount {
-		n, err := testenv.StartService(ctx, bin, settings)
+	return e, nil
+}
+
+// use makes the nodes run prof: if they run another profile, they are
+// stopped (SIGTERM: each drains its orders and releases its order-id slot)
+// and prof's nodes started. Switching to the fallback profile waits until
+// no other order-id slot may still answer a sale (the fallback's rule;
+// up to half a minute after a node was killed rather than stopped).
+func (e *env) use(ctx context.Context, prof profile) error {
+	if e.profile == prof.name {
+		return nil
+	}
+	for i, n := range e.nodes {
+		if !n.Running() {
+			continue
+		}
+		if _, err := n.Stop(syscall.SIGTERM, 20*time.Second); err != nil {
+			e.log.Warn("node not stopped gracefully", "node", i, "err", err)
+		}
+	}
+	e.nodes, e.profile = nil, ""
+	settings := maps.Clone(e.common)
+	if prof.fallback {
+		if e.lockRedis == nil {
+			dir := filepath.Join(e.dir, "lock-redis")
+			if err := os.Mkdir(dir, 0o700); err != nil {
+				return fmt.Errorf("lock redis dir: %w", err)
+			}
+			lr, err := testenv.StartRedis(dir, false)
+			if err != nil {
+				return fmt.Errorf("lock redis: %w", err)
+			}
+			e.lockRedis = lr
+		}
+		settings["DEGRADE_TO_DB"] = "true"
+		settings["LOCK_REDIS_URLS"] = e.lockRedis.URL()
+		if err := e.waitOrderIDsIdle(ctx); err != nil {
+			return err
+		}
+	}
+	for i := range prof.nodes {
+		n, err := testenv.StartService(ctx, e.bin, settings)
 		if err != nil {
-			return nil, fmt.Errorf("start node %d: %w", i, err)
+			return fmt.Errorf("start node %d (%s profile): %w", i, prof.name, err)
 		}
 		e.nodes = append(e.nodes, n)
 	}
-	return e, nil
+	e.profile = prof.name
+	return nil
+}
+
+// orderIDEpoch is the epoch of the seconds in order ids (DESIGN.md:
+// seconds since 2023-01-01 UTC), which tb_order_id_node's
+// reserved_until_sec counts in.
+const orderIDEpoch = 1672531200
+
+// fallbackSlack is how long after another node's last reserved second
+// the database fallback starts selling (persistence's fallbackSlack).
+const fallbackSlack = 3 * time.Second
+
+// waitOrderIDsIdle waits until every order-id slot's reservation ended
+// fallbackSlack ago: until then the fallback answers UNAVAILABLE, and a
+// fallback round would not test it.
+func (e *env) waitOrderIDsIdle(ctx context.Context) error {
+	var last int64
+	qctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := e.db.QueryRowContext(qctx, `SELECT COALESCE(MAX(reserved_until_sec), 0) FROM tb_order_id_node`).Scan(&last)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("read order-id reservations: %w", err)
+	}
+	until := time.Unix(orderIDEpoch+last+1, 0).Add(fallbackSlack + 500*time.Millisecond)
+	if wait := time.Until(until); wait > time.Minute {
+		return fmt.Errorf("order-id slots reserved until %s: too far ahead to wait", until.Format(time.RFC3339))
+	}
+	e.log.Debug("waiting for the order-id reservations to end", "until", until)
+	if !sleepUntil(ctx, until) {
+		return ctx.Err()
+	}
+	return nil
 }
 
 // close kills every process and drops the database; safe on a partly
@@ -133,6 +247,9 @@ func newEnv(ctx context.Context, log *slog.Logger, bin string) (_ *env, err erro
 func (e *env) close() {
 	for _, n := range e.nodes {
 		n.Kill()
+	}
+	if e.lockRedis != nil {
+		e.lockRedis.Kill()
 	}
 	if e.proxy != nil {
 		e.proxy.Close()
@@ -195,10 +312,14 @@ func (e *env) startNode(ctx context.Context, i int) error {
 }
 
 // heal undoes whatever a round's faults left behind: the proxies let
-// connections through, Redis runs, every node runs.
+// connections through, Redis runs (resumed if it was stopped), every node
+// runs.
 func (e *env) heal(ctx context.Context) error {
 	e.proxy.Up()
 	e.redisProxy.Up()
+	if err := e.resumeRedis(); err != nil {
+		return err
+	}
 	if err := e.startRedis(); err != nil {
 		return err
 	}
@@ -229,4 +350,75 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// stallRedis stops redis-server with SIGSTOP: its sockets stay open and
+// take what the nodes send, and nothing is executed or answered until
+// resumeRedis.
+func (e *env) stallRedis(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	info, err := e.rdb.Info(ctx, "server").Result()
+	if err != nil {
+		return fmt.Errorf("read redis pid: %w", err)
+	}
+	var pid int
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			pid, err = strconv.Atoi(v)
+		}
+	}
+	if pid <= 0 || err != nil {
+		return fmt.Errorf("no redis pid in INFO server (%v)", err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("stop redis: %w", err)
+	}
+	e.mu.Lock()
+	e.stalled = pid
+	e.mu.Unlock()
+	return nil
+}
+
+// resumeRedis resumes a redis-server stopped by stallRedis (SIGCONT); a
+// no-op when none is.
+func (e *env) resumeRedis() error {
+	e.mu.Lock()
+	pid := e.stalled
+	e.stalled = 0
+	e.mu.Unlock()
+	if pid == 0 {
+		return nil
+	}
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		return fmt.Errorf("resume redis: %w", err)
+	}
+	return nil
+}
+
+// metric reads one sample of a node's /metrics, by its name with its
+// labels as the exposition writes them (`name{label="v"}`); 0 when the
+// node does not report it.
+func (e *env) metric(ctx context.Context, node int, sample string) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.nodes[node].Base+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("read metrics of node %d: %w", node, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return 0, fmt.Errorf("read metrics of node %d: %w", node, err)
+	}
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, sample+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, nil
 }

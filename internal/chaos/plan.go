@@ -27,10 +27,20 @@ const (
 	// and refuse new ones, Redis itself untouched: a script already sent
 	// runs, and its reply is lost.
 	faultRedisCut
+	// faultRedisStall stops redis-server with SIGSTOP and resumes it with
+	// SIGCONT: its sockets stay open, the scripts sent meanwhile wait in
+	// them unexecuted and run when it resumes, after the callers gave up
+	// on them. Optionally Postgres refuses connections around the resume
+	// (fault.blip).
+	faultRedisStall
+	// faultRedisFlush makes Redis lose its keys (FLUSHALL) while it keeps
+	// running and its connections stay open: the data loss of a wipe
+	// without the crash.
+	faultRedisFlush
 )
 
 func (k faultKind) String() string {
-	return [...]string{"node-kill", "redis-kill", "redis-wipe", "pg-outage", "redis-cut"}[k]
+	return [...]string{"node-kill", "redis-kill", "redis-wipe", "pg-outage", "redis-cut", "redis-stall", "redis-flush"}[k]
 }
 
 // fault is one fault of a round, at a moment of the sale.
@@ -45,6 +55,9 @@ type fault struct {
 	// most (issue 7's C needs the reply of the batch that sold the last
 	// unit lost).
 	atOKs int
+	// blip, for faultRedisStall: Postgres refuses connections for blip,
+	// from blipLead before Redis resumes (0: Postgres stays up).
+	blip, blipLead time.Duration
 }
 
 // lane is what a fault breaks; faults of one lane run one after another
@@ -70,7 +83,31 @@ func (f fault) String() string {
 	if f.what == faultNodeKill {
 		s += fmt.Sprintf("(node %d)", f.node)
 	}
+	if f.blip > 0 {
+		s += fmt.Sprintf("+pg-outage(%.2fs before the resume, for %.2fs)", f.blipLead.Seconds(), f.blip.Seconds())
+	}
 	return s
+}
+
+// pgBack is when Postgres accepts connections again after f, from the
+// start of the sale (zero when f leaves Postgres alone). Planned moments:
+// a fault fired at a count of OKs comes earlier, never later.
+func (f fault) pgBack() time.Duration {
+	switch {
+	case f.what == faultPGOutage:
+		return f.at + f.down
+	case f.blip > 0:
+		return f.at + f.down - f.blipLead + f.blip
+	}
+	return 0
+}
+
+// pgDown is how long f makes Postgres refuse connections.
+func (f fault) pgDown() time.Duration {
+	if f.what == faultPGOutage {
+		return f.down
+	}
+	return f.blip
 }
 
 // attempt is one grab a user sends.
@@ -80,6 +117,11 @@ type attempt struct {
 	key   string // request id; sent only if the schema has requestId
 	retry bool   // key was used by an earlier attempt of the same user
 	node  int
+	// retryAfter, in the rounds whose clients retry (plan.retryOpen): the
+	// waits before asking again with the same key while the answers leave
+	// the grab open (UNAVAILABLE, a lost reply), as the API tells clients
+	// to.
+	retryAfter []time.Duration
 }
 
 // plan is everything random about a round, drawn from (seed, round) alone,
@@ -100,17 +142,24 @@ type plan struct {
 	// for (seckillTicket) before its first grab (issue 14); pow: and a
 	// ticket a solved proof-of-work challenge.
 	tickets, pow bool
+	// fallback: the round runs on the fallback profile (one node with the
+	// database fallback on, segment leases on a Redis of their own).
+	fallback bool
+	// retryOpen: clients ask again with the same request id after an
+	// answer that left their grab open (attempt.retryAfter).
+	retryOpen bool
+	// rpCount is how many packets the round's red packet holds (the stock
+	// by default); rpExpiry, when set, is how long after its creation it
+	// expires (an hour otherwise, past the round), and the round checks
+	// that it is refunded.
+	rpCount  int
+	rpExpiry time.Duration
 }
 
 // durable reports whether Redis keeps everything in this round: no fault
 // wipes it, so no accepted order may be lost.
 func (p plan) durable() bool {
-	return !slices.ContainsFunc(p.faults, func(f fault) bool { return f.what == faultRedisWipe })
-}
-
-// pgOutage reports whether Postgres refuses connections in this round.
-func (p plan) pgOutage() bool {
-	return slices.ContainsFunc(p.faults, func(f fault) bool { return f.what == faultPGOutage })
+	return !slices.ContainsFunc(p.faults, func(f fault) bool { return f.what == faultRedisWipe || f.what == faultRedisFlush })
 }
 
 func (p plan) String() string {
@@ -118,28 +167,52 @@ func (p plan) String() string {
 	for i, f := range p.faults {
 		fs[i] = f.String()
 	}
-	return fmt.Sprintf("stock %d, perUserLimit %d, %d users, %d attempts over %.1fs on nodes %v, tickets %s, proof of work %s, faults [%s]",
-		p.stock, p.limit, p.users, len(p.attempts), p.window.Seconds(), p.nodes, yesNo(p.tickets), yesNo(p.pow), strings.Join(fs, " "))
+	s := fmt.Sprintf("stock %d, perUserLimit %d, %d users, %d attempts over %.1fs on nodes %v, tickets %s, proof of work %s, faults [%s]",
+		p.stock, p.limit, p.users, len(p.attempts), p.window.Seconds(), p.nodes, onOff(p.tickets), onOff(p.pow), strings.Join(fs, " "))
+	if p.fallback {
+		s += ", database fallback on, one node"
+	}
+	if p.retryOpen {
+		s += ", clients retry open grabs"
+	}
+	s += fmt.Sprintf(", red packet of %d", p.rpCount)
+	if p.rpExpiry > 0 {
+		s += fmt.Sprintf(" expiring after %.0fs", p.rpExpiry.Seconds())
+	}
+	return s
+}
+
+func onOff(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }
 
 // kind is a fault scenario: which nodes sell and what breaks when.
 type kind struct {
 	name string
-	// faults draws the round's nodes and faults; window is the sale's
-	// length.
-	faults func(r *rand.Rand, window time.Duration, short bool) (nodes []int, faults []fault)
+	// faults draws the round's nodes and faults; p.window is the sale's
+	// length. It may set the plan's other knobs (red packet, retries).
+	faults func(r *rand.Rand, p *plan, short bool) (nodes []int, faults []fault)
+	// fallback runs the kind's rounds on the fallback profile.
+	fallback bool
+	// moments draws the moments of the round's n attempts, once its
+	// faults are drawn (defaultMoments when nil).
+	moments func(r *rand.Rand, p *plan, n int) []time.Duration
 }
 
 // kinds are the scenarios, in the order rounds cycle through them (round
 // k runs kinds[k mod len]), so that every kind gets its share of a run.
 var kinds = []kind{
-	{"none", func(r *rand.Rand, _ time.Duration, _ bool) ([]int, []fault) {
+	{name: "none", faults: func(r *rand.Rand, _ *plan, _ bool) ([]int, []fault) {
 		return []int{r.IntN(nodeCount)}, nil
 	}},
-	{"two-nodes", func(*rand.Rand, time.Duration, bool) ([]int, []fault) {
+	{name: "two-nodes", faults: func(*rand.Rand, *plan, bool) ([]int, []fault) {
 		return allNodes(), nil
 	}},
-	{"node-kill", func(r *rand.Rand, w time.Duration, _ bool) ([]int, []fault) {
+	{name: "node-kill", faults: func(r *rand.Rand, p *plan, _ bool) ([]int, []fault) {
+		w := p.window
 		nodes := someNodes(r)
 		var fs []fault
 		for _, n := range nodes[:1+r.IntN(len(nodes))] {
@@ -147,18 +220,21 @@ var kinds = []kind{
 		}
 		return nodes, fs
 	}},
-	{"redis-kill", func(r *rand.Rand, w time.Duration, _ bool) ([]int, []fault) {
+	{name: "redis-kill", faults: func(r *rand.Rand, p *plan, _ bool) ([]int, []fault) {
+		w := p.window
 		var fs []fault
 		for range 1 + r.IntN(2) {
 			fs = append(fs, fault{what: faultRedisKill, at: faultMoment(r, w), down: between(r, 100*time.Millisecond, 1500*time.Millisecond)})
 		}
 		return someNodes(r), fs
 	}},
-	{"redis-empty", func(r *rand.Rand, w time.Duration, _ bool) ([]int, []fault) {
+	{name: "redis-empty", faults: func(r *rand.Rand, p *plan, _ bool) ([]int, []fault) {
+		w := p.window
 		return someNodes(r), []fault{{what: faultRedisWipe, at: faultMoment(r, w), down: between(r, 100*time.Millisecond, time.Second)}}
 	}},
 	// Replies lost on the way back from Redis (issue 7's bug C needs one).
-	{"redis-cut", func(r *rand.Rand, w time.Duration, _ bool) ([]int, []fault) {
+	{name: "redis-cut", faults: func(r *rand.Rand, p *plan, _ bool) ([]int, []fault) {
+		w := p.window
 		var fs []fault
 		at := faultMoment(r, w)
 		for range 1 + r.IntN(3) {
@@ -168,24 +244,28 @@ var kinds = []kind{
 		}
 		return someNodes(r), fs
 	}},
-	{"pg-outage", func(r *rand.Rand, w time.Duration, short bool) ([]int, []fault) {
+	{name: "pg-outage", faults: func(r *rand.Rand, p *plan, short bool) ([]int, []fault) {
+		w := p.window
 		return someNodes(r), []fault{{what: faultPGOutage, at: faultMoment(r, w), down: outage(r, short)}}
 	}},
 	// Issue 7's bug A: Redis loses its data while the order writer holds
 	// orders that Postgres refuses to take.
-	{"pg-outage+redis-empty", func(r *rand.Rand, w time.Duration, short bool) ([]int, []fault) {
+	{name: "pg-outage+redis-empty", faults: func(r *rand.Rand, p *plan, short bool) ([]int, []fault) {
+		w := p.window
 		pg := fault{what: faultPGOutage, at: between(r, w/20, w*2/5), down: outage(r, short) + time.Second}
 		wipe := fault{what: faultRedisWipe, at: pg.at + between(r, 300*time.Millisecond, pg.down-500*time.Millisecond), down: between(r, 100*time.Millisecond, 500*time.Millisecond)}
 		return someNodes(r), []fault{pg, wipe}
 	}},
 	// Issue 7's bug B: two losses of Redis's data within one second,
 	// while both nodes allocate order ids.
-	{"redis-empty-twice", func(r *rand.Rand, w time.Duration, _ bool) ([]int, []fault) {
+	{name: "redis-empty-twice", faults: func(r *rand.Rand, p *plan, _ bool) ([]int, []fault) {
+		w := p.window
 		first := fault{what: faultRedisWipe, at: faultMoment(r, w), down: between(r, 50*time.Millisecond, 200*time.Millisecond)}
 		second := fault{what: faultRedisWipe, at: first.at + first.down + between(r, 150*time.Millisecond, 600*time.Millisecond), down: between(r, 50*time.Millisecond, 200*time.Millisecond)}
 		return allNodes(), []fault{first, second}
 	}},
-	{"mixed", func(r *rand.Rand, w time.Duration, short bool) ([]int, []fault) {
+	{name: "mixed", faults: func(r *rand.Rand, p *plan, short bool) ([]int, []fault) {
+		w := p.window
 		var fs []fault
 		killed := map[int]bool{}
 		for range 2 + r.IntN(3) {
@@ -206,7 +286,58 @@ var kinds = []kind{
 		}
 		return allNodes(), fs
 	}},
+	// A red packet expires while Postgres refuses connections and a grab
+	// of it answered OK waits in a red-packet writer; then Redis loses its
+	// data (killed and started empty, or its keys flushed) and Postgres
+	// comes back: the refund job may no longer see the held grab in
+	// Redis, and must not pay out what that grab will.
+	{name: "refund-wipe", faults: func(r *rand.Rand, p *plan, short bool) ([]int, []fault) {
+		secs := 3 + r.IntN(4)
+		if short {
+			secs = 3 + r.IntN(2)
+		}
+		p.rpExpiry = time.Duration(secs) * time.Second
+		// More packets than users: packets are left at the expiry, so
+		// there is something to refund, and grabs keep being answered
+		// OK while Postgres refuses.
+		p.rpCount = p.users + 1 + r.IntN(p.users)
+		pg := fault{what: faultPGOutage, at: between(r, max(300*time.Millisecond, p.rpExpiry-2500*time.Millisecond), p.rpExpiry-500*time.Millisecond)}
+		wipe := fault{what: faultRedisWipe, at: p.rpExpiry + refundGrace + between(r, 200*time.Millisecond, 1500*time.Millisecond), down: between(r, 100*time.Millisecond, 600*time.Millisecond)}
+		if r.IntN(2) == 0 {
+			wipe.what, wipe.down = faultRedisFlush, 0
+		}
+		pg.down = wipe.at + wipe.down + between(r, 300*time.Millisecond, 2*time.Second) - pg.at
+		return someNodes(r), []fault{pg, wipe}
+	}},
+	// The database fallback while Redis stalls: redis-server stopped while
+	// grabs' script calls sit in its socket, resumed once the breaker has
+	// opened and the fallback sells from Postgres; the stopped scripts
+	// then run. Clients retry open grabs with their request id during
+	// the stall (the fallback answers) and after it (Redis answers). In
+	// half the rounds Postgres also refuses connections for a few seconds
+	// around the resume (the re-sync then waits for it). One node sells:
+	// the fallback refuses to sell beside another live node.
+	{name: "redis-stall", fallback: true, moments: stallMoments, faults: func(r *rand.Rand, p *plan, _ bool) ([]int, []fault) {
+		p.retryOpen = true
+		// The attempts are placed around it (stallMoments), so that part
+		// of the stock is sold when it comes.
+		stall := fault{what: faultRedisStall, at: between(r, 500*time.Millisecond, p.window/2), down: between(r, 1200*time.Millisecond, 4*time.Second)}
+		if r.IntN(2) == 0 {
+			stall.blipLead = between(r, 0, min(stall.down, 1500*time.Millisecond))
+			stall.blip = stall.blipLead + between(r, time.Second, 3*time.Second)
+		}
+		return []int{0}, []fault{stall}
+	}},
 }
+
+// refundGrace is how long after its expiry a red packet is refunded: the
+// nodes run with this grace (nodeSettings), and refund-wipe rounds wipe
+// Redis only once it has passed.
+const refundGrace = time.Second
+
+// Kinds lists the fault kinds' names, in the order rounds cycle through
+// them.
+func Kinds() []string { return kindNames() }
 
 // kindNames lists the kinds' names.
 func kindNames() []string {
@@ -263,11 +394,13 @@ func newPlan(seed int64, round int, ks []kind, short bool) plan {
 	perLimit := p.stock / p.limit
 	p.users = max(2, n/(2+r.IntN(4)), perLimit+1+r.IntN(perLimit/2+1))
 	n = max(n, 2*p.users)
-	p.nodes, p.faults = k.faults(r, p.window, short)
+	p.rpCount, p.fallback = p.stock, k.fallback
+	p.nodes, p.faults = k.faults(r, &p, short)
 	slices.SortFunc(p.faults, func(a, b fault) int { return int(a.at - b.at) })
 	// In half the rounds the first crash or cut comes at the sell-out
-	// rather than at its moment, whichever is first.
-	if len(p.faults) > 0 && p.faults[0].what != faultPGOutage && r.IntN(2) == 0 {
+	// rather than at its moment, whichever is first (a stall comes when
+	// its kind placed the attempts for it).
+	if len(p.faults) > 0 && p.faults[0].what != faultPGOutage && p.faults[0].what != faultRedisStall && r.IntN(2) == 0 {
 		p.faults[0].atOKs = max(1, p.stock-r.IntN(min(3, p.stock)))
 	}
 
@@ -282,22 +415,11 @@ func newPlan(seed int64, round int, ks []kind, short bool) plan {
 	// Half the sales open with a rush, as flash sales do: a share of the
 	// attempts in the first 10 ms, so that batches are full when the
 	// stock runs out.
-	rush := 0
-	if r.IntN(2) == 0 {
-		rush = 3 + r.IntN(4) // tenths of the attempts
-	}
-	at := make([]time.Duration, n)
-	for i := range at {
-		if r.IntN(10) < rush {
-			at[i] = between(r, 0, 10*time.Millisecond)
-			continue
-		}
-		if len(p.faults) > 0 && r.IntN(10) < 3 {
-			f := p.faults[r.IntN(len(p.faults))]
-			at[i] = f.at + f.down + between(r, 0, burst)
-		} else {
-			at[i] = between(r, 0, p.window)
-		}
+	var at []time.Duration
+	if k.moments != nil {
+		at = k.moments(r, &p, n)
+	} else {
+		at = defaultMoments(r, p, n)
 	}
 	slices.Sort(at)
 	userBase := 1_000_000 + int64(round)*10_000
@@ -316,7 +438,62 @@ func newPlan(seed int64, round int, ks []kind, short bool) plan {
 		}
 		p.attempts = append(p.attempts, a)
 	}
+	if p.retryOpen {
+		for i := range p.attempts {
+			p.attempts[i].retryAfter = []time.Duration{
+				between(r, 100*time.Millisecond, 500*time.Millisecond),
+				between(r, 300*time.Millisecond, 1200*time.Millisecond),
+				between(r, time.Second, 3*time.Second),
+			}
+		}
+	}
 	return p
+}
+
+// defaultMoments spreads n attempts over the sale, with an opening rush
+// in half the rounds and bursts after the faults.
+func defaultMoments(r *rand.Rand, p plan, n int) []time.Duration {
+	rush := 0
+	if r.IntN(2) == 0 {
+		rush = 3 + r.IntN(4) // tenths of the attempts
+	}
+	at := make([]time.Duration, n)
+	for i := range at {
+		if r.IntN(10) < rush {
+			at[i] = between(r, 0, 10*time.Millisecond)
+			continue
+		}
+		if len(p.faults) > 0 && r.IntN(10) < 3 {
+			f := p.faults[r.IntN(len(p.faults))]
+			at[i] = f.at + f.down + between(r, 0, burst)
+		} else {
+			at[i] = between(r, 0, p.window)
+		}
+	}
+	return at
+}
+
+// stallMoments places a redis-stall round's n attempts around its stall
+// (the plan's one fault): before it, about as many as sell 30-80 % of the
+// stock; most of the others while Redis is stopped, so that the fallback
+// has buyers for what is left (and may sell out, while Redis still holds
+// scripts that sell); the rest after Redis resumes.
+func stallMoments(r *rand.Rand, p *plan, n int) []time.Duration {
+	f := p.faults[0]
+	before := min(n-1, max(1, p.stock*(3+r.IntN(6))/10))
+	at := make([]time.Duration, n)
+	for i := range at {
+		switch {
+		case i < before:
+			at[i] = between(r, 0, f.at)
+		case r.IntN(10) < 7:
+			at[i] = between(r, f.at, f.at+f.down)
+		default:
+			at[i] = between(r, f.at+f.down, f.at+f.down+2*burst)
+		}
+	}
+	p.window = max(p.window, f.at+f.down+2*burst)
+	return at
 }
 
 // burst is how long the grabs after a fault keep coming.

@@ -10,8 +10,10 @@ import (
 )
 
 // Red packets ride along every round: the round's users grab a red packet
-// of as many packets as the voucher has stock, at the same moments, with
-// the same request ids and through the same nodes, under the same faults.
+// of as many packets as the voucher has stock (more in refund-wipe rounds),
+// at the same moments, with the same request ids and through the same
+// nodes, under the same faults. It expires after the round, or in
+// refund-wipe rounds during it, and must then be refunded.
 // After the round the checks below hold them to issue 12's promises.
 
 // rpAnswer is one red-packet grab as the client saw it.
@@ -62,7 +64,11 @@ func (a *api) grabRedPacket(ctx context.Context, base, token, id, requestID stri
 // createRedPacket creates the round's red packet (as the admin, who is a
 // user too), retrying while the stores come back from the last round.
 func (rn *runner) createRedPacket(ctx context.Context, p plan) (id string, err error) {
-	in := map[string]any{"totalCents": p.stock * 37, "count": p.stock, "expiresInSeconds": 3600}
+	expiry := time.Hour
+	if p.rpExpiry > 0 {
+		expiry = p.rpExpiry
+	}
+	in := map[string]any{"totalCents": p.rpCount * 37, "count": p.rpCount, "expiresInSeconds": int(expiry / time.Second)}
 	for try := 0; try < 5; try++ {
 		var out struct {
 			CreateRedPacket struct{ ID string } `json:"createRedPacket"`
@@ -155,13 +161,16 @@ func (rn *runner) settleRedPackets(ctx context.Context, id string, answers []rpA
 
 // rpState is the red packet in the stores once the round drained.
 type rpState struct {
-	count      int
-	total      int64
-	parts      map[int]int64 // seq -> amount (tb_red_packet_part)
-	grabs      map[int64]rpGrab
-	redisLeft  *int64 // packets left in Redis; nil when Redis lost the red packet
-	redisCents *int64
-	logLeft    int64
+	count int
+	total int64
+	// refundCents and refundCount are what the refund handed back; nil
+	// until it is refunded.
+	refundCents, refundCount *int64
+	parts                    map[int]int64 // seq -> amount (tb_red_packet_part)
+	grabs                    map[int64]rpGrab
+	redisLeft                *int64 // packets left in Redis; nil when Redis lost the red packet
+	redisCents               *int64
+	logLeft                  int64
 }
 
 type rpGrab struct {
@@ -169,10 +178,11 @@ type rpGrab struct {
 	amount int64
 }
 
-// drainRedPacket waits until the red packet's order log is empty and its
-// grabs in the database have not moved for a while (a minute at most),
-// then reads the stores.
-func (rn *runner) drainRedPacket(ctx context.Context, id string) (rpState, error) {
+// drainRedPacket waits until the red packet's order log is empty, its
+// grabs in the database have not moved for a while, notBefore has passed
+// (an order writer retries after a Postgres outage) and, with wantRefund,
+// it is refunded (a minute at most), then reads the stores.
+func (rn *runner) drainRedPacket(ctx context.Context, id string, wantRefund bool, notBefore time.Time) (rpState, error) {
 	var st rpState
 	n, err := strconv.ParseInt(id, 10, 64)
 	if err != nil {
@@ -184,16 +194,18 @@ func (rn *runner) drainRedPacket(ctx context.Context, id string) (rpState, error
 	for time.Now().Before(deadline) && sleep(ctx, 250*time.Millisecond) {
 		xlen, err := rn.env.rdb.XLen(ctx, tag+":log").Result()
 		var rows int64
+		var refunded bool
 		if err == nil {
-			err = rn.env.db.QueryRowContext(ctx, `SELECT count(*) FROM tb_red_packet_grab WHERE red_packet_id = $1`, n).Scan(&rows)
+			err = rn.env.db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM tb_red_packet_grab WHERE red_packet_id = $1),
+				(SELECT refund_time IS NOT NULL FROM tb_red_packet WHERE id = $1)`, n).Scan(&rows, &refunded)
 		}
 		st.logLeft = xlen
 		switch {
-		case err != nil || xlen > 0:
+		case err != nil || xlen > 0 || (wantRefund && !refunded):
 			since = time.Time{}
 		case rows != last || since.IsZero():
 			last, since = rows, time.Now()
-		case time.Since(since) >= 1500*time.Millisecond:
+		case time.Since(since) >= 1500*time.Millisecond && time.Now().After(notBefore):
 			return rn.readRedPacket(ctx, n, tag, st)
 		}
 	}
@@ -207,7 +219,9 @@ func (rn *runner) drainRedPacket(ctx context.Context, id string) (rpState, error
 func (rn *runner) readRedPacket(ctx context.Context, id int64, tag string, st rpState) (rpState, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := rn.env.db.QueryRowContext(ctx, `SELECT count, total_cents FROM tb_red_packet WHERE id = $1`, id).Scan(&st.count, &st.total); err != nil {
+	err := rn.env.db.QueryRowContext(ctx, `SELECT count, total_cents, refund_cents, refund_count FROM tb_red_packet WHERE id = $1`, id).
+		Scan(&st.count, &st.total, &st.refundCents, &st.refundCount)
+	if err != nil {
 		return st, fmt.Errorf("read red packet: %w", err)
 	}
 	st.parts, st.grabs = map[int]int64{}, map[int64]rpGrab{}
@@ -255,11 +269,15 @@ func (rn *runner) readRedPacket(ctx context.Context, id int64, tag string, st rp
 //     packet's amount, and no packet twice;
 //   - conserved: packets in the database + packets in Redis = count, and
 //     the same for cents (when Redis still has it);
+//   - refund: no more packets grabbed than it has; once refunded, the
+//     grabbed and the refunded packets, and cents, make the red packet
+//     (wiped rounds included: money paid twice is never excused); and
+//     with wantRefund (it expired during the round) it was refunded;
 //   - answers (when Redis kept everything): a user told OK got one packet,
 //     the same amount on every answer, and it is in the database; a user
 //     whose every answer was a decided no (EMPTY, EXPIRED, NOT_FOUND) has
 //     none.
-func judgeRedPacket(o *outcome, durable bool, answers []rpAnswer, st rpState) {
+func judgeRedPacket(o *outcome, durable, wantRefund bool, answers []rpAnswer, st rpState) {
 	var sum int64
 	for seq, a := range st.parts {
 		if a < 1 {
@@ -288,6 +306,18 @@ func judgeRedPacket(o *outcome, durable bool, answers []rpAnswer, st rpState) {
 	if st.redisLeft != nil && (int(*st.redisLeft)+len(st.grabs) != st.count || *st.redisCents+grabbed != st.total) {
 		o.add("redpacket-conserved", "database %d packets / %d cents + redis %d / %d != %d / %d",
 			len(st.grabs), grabbed, *st.redisLeft, *st.redisCents, st.count, st.total)
+	}
+	if len(st.grabs) > st.count {
+		o.add("redpacket-refund", "%d packets grabbed of a red packet of %d", len(st.grabs), st.count)
+	}
+	switch {
+	case st.refundCents != nil && st.refundCount != nil:
+		if grabbed+*st.refundCents != st.total || int64(len(st.grabs))+*st.refundCount != int64(st.count) {
+			o.add("redpacket-refund", "grabbed %d packets / %d cents + refunded %d / %d != the red packet's %d / %d",
+				len(st.grabs), grabbed, *st.refundCount, *st.refundCents, st.count, st.total)
+		}
+	case wantRefund:
+		o.add("redpacket-refund", "not refunded a minute after the round (it expired during it)")
 	}
 	if !durable {
 		return // Redis lost grabs it had answered: only the stores' own promises hold

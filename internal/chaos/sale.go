@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -109,21 +110,55 @@ func (rn *runner) sell(ctx context.Context, p plan, voucherID string) ([]answer,
 			queue <- a
 		}
 	})
+	record := func(ans answer) {
+		if ans.Code == codeOK {
+			oks.Add(1)
+		}
+		mu.Lock()
+		answers = append(answers, ans)
+		mu.Unlock()
+	}
+	// Clients that retry do it in goroutines of their own, so that a
+	// waiting retry holds no worker; at most rn.workers of them send at
+	// once.
+	retrying := make(chan struct{}, rn.workers)
 	for range rn.workers {
 		wg.Go(func() {
 			for a := range queue {
 				ans := rn.send(ctx, a, voucherID, "sale")
-				if ans.Code == codeOK {
-					oks.Add(1)
+				record(ans)
+				if p.retryOpen && leavesOpen(ans) {
+					wg.Go(func() { rn.retryOpen(ctx, a, voucherID, retrying, record) })
 				}
-				mu.Lock()
-				answers = append(answers, ans)
-				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
 	return answers, errs
+}
+
+// leavesOpen reports whether a client that got ans asks again with the same
+// request id: its grab may or may not have sold.
+func leavesOpen(ans answer) bool {
+	return !ans.decided() || errors.Is(ans.Err, errNotSent)
+}
+
+// retryOpen asks again for a's grab, with its request id, after each of
+// its waits, until an answer decides it: what the API tells a client to
+// do after UNAVAILABLE.
+func (rn *runner) retryOpen(ctx context.Context, a attempt, voucherID string, sem chan struct{}, record func(answer)) {
+	for _, d := range a.retryAfter {
+		if !sleep(ctx, d) {
+			return
+		}
+		sem <- struct{}{}
+		ans := rn.send(ctx, a, voucherID, "retry")
+		<-sem
+		record(ans)
+		if !leavesOpen(ans) {
+			return
+		}
+	}
 }
 
 // send makes one grab of attempt a.
@@ -172,6 +207,15 @@ func (rn *runner) inject(ctx context.Context, f fault) error {
 		}
 		sleep(ctx, f.down)
 		return rn.env.redis.Start()
+	case faultRedisStall:
+		return rn.stall(ctx, f)
+	case faultRedisFlush:
+		fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if err := rn.env.rdb.FlushAll(fctx).Err(); err != nil {
+			return fmt.Errorf("flush redis: %w", err)
+		}
+		return nil
 	case faultPGOutage, faultRedisCut:
 		proxy := rn.env.proxy
 		if f.what == faultRedisCut {
@@ -183,6 +227,40 @@ func (rn *runner) inject(ctx context.Context, f fault) error {
 		return nil
 	}
 	return fmt.Errorf("unknown fault %d", f.what)
+}
+
+// stall stops Redis for f.down and resumes it, but not before the node's
+// breaker has opened (three failed calls, each up to its deadline: the
+// fallback sells only then), waiting up to 3 s more for that; with f.blip
+// Postgres refuses connections around the resume. Whether the breaker
+// opened is a figure of the round (rn.breakerOpened), not a verdict: a
+// stall that met no grab opens nothing.
+func (rn *runner) stall(ctx context.Context, f fault) error {
+	if err := rn.env.stallRedis(ctx); err != nil {
+		return err
+	}
+	sleep(ctx, f.down-f.blipLead)
+	if f.blip > 0 {
+		rn.env.proxy.Down()
+		sleep(ctx, f.blipLead)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		state, err := rn.env.metric(ctx, f.node, `flashsale_breaker_state{store="redis"}`)
+		if err == nil && state > 0 {
+			rn.breakerOpened.Store(true)
+			break
+		}
+		if time.Now().After(deadline) || !sleep(ctx, 50*time.Millisecond) {
+			break
+		}
+	}
+	err := rn.env.resumeRedis()
+	if f.blip > 0 {
+		sleep(ctx, f.blip-f.blipLead)
+		rn.env.proxy.Up()
+	}
+	return err
 }
 
 // settle asks again, with the same request id, for every grab whose
@@ -212,6 +290,23 @@ func (rn *runner) settle(ctx context.Context, p plan, voucherID string, answers 
 			open[k] = a.attempt
 		}
 	}
+	// Every sold request that was also left open once is asked again: its
+	// first attempt may have sold too, somewhere the answer did not say
+	// (a script that ran after its caller gave up), and must not have
+	// become a second order.
+	var wasOpen []attempt
+	seen := map[key]bool{}
+	sold = slices.DeleteFunc(sold, func(a attempt) bool {
+		k := key{a.user, a.key}
+		if _, ok := open[k]; !ok {
+			return false
+		}
+		if !seen[k] {
+			seen[k] = true
+			wasOpen = append(wasOpen, a)
+		}
+		return true
+	})
 	var todo []attempt
 	for k, a := range open {
 		if !decided[k] {
@@ -224,7 +319,7 @@ func (rn *runner) settle(ctx context.Context, p plan, voucherID string, answers 
 	sort.Slice(sold, func(i, j int) bool { return sold[i].key < sold[j].key })
 	r := rand.New(rand.NewPCG(uint64(rn.seed), uint64(p.round)<<1|1))
 	r.Shuffle(len(sold), func(i, j int) { sold[i], sold[j] = sold[j], sold[i] })
-	sold = sold[:min(len(sold), 20)]
+	sold = append(sold[:min(len(sold), 20)], wasOpen...)
 
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
