@@ -267,6 +267,8 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		CompiledGrabs:          cfg.CompiledGrabs,
 		Limits:                 graph.Limits{MaxAnswerBytes: int64(cfg.MaxResponseBytes)},
 		WebsocketMaxOperations: cfg.WSMaxOperations,
+		WebsocketMaxPerUser:    cfg.WSMaxPerUser,
+		WebsocketMaxPerIP:      cfg.WSMaxPerIP,
 	})
 	mux := http.NewServeMux()
 	mux.Handle("/query", gql)
