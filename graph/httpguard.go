@@ -93,14 +93,20 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			g.reject(w, r, status, "%s", msg)
 			return
 		}
-	case r.Method == http.MethodOptions, r.Method == http.MethodHead: // transport.Options
+	case r.Method == http.MethodOptions: // transport.Options
 	default:
-		w.Header().Set("Allow", "GET, POST, OPTIONS")
+		// HEAD too: gqlgen answers it 405 without the Allow header every
+		// 405 must carry (RFC 9110 15.5.6).
+		w.Header().Set("Allow", allowedMethods)
 		g.reject(w, r, http.StatusMethodNotAllowed, "method %s is not supported; use POST (or GET for queries)", r.Method)
 		return
 	}
 	g.next.ServeHTTP(w, r)
 }
+
+// allowedMethods is the Allow header of /query, as transport.Options
+// answers OPTIONS.
+const allowedMethods = "OPTIONS, GET, POST"
 
 // readBody reads a POST body whole, at most maxBody bytes. ServeHTTP then
 // checks it is exactly one JSON value (unless the compiled path answered
