@@ -104,6 +104,15 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.next.ServeHTTP(w, r)
 }
 
+// MaxHeaderBytesDefault is the server's MaxHeaderBytes
+// (HTTP_MAX_HEADER_BYTES): net/http reads a request line and headers up
+// to it plus 4 KiB of slack, so at most 64 KiB, the body limit, and
+// answers 431 past it without calling any handler. Its default, 1 MB,
+// let any client make a node read and parse 1 MB of headers, or a 1 MB
+// URL, with no token; a GET's query string is bounded by the body limit
+// anyway (requestGuard).
+const MaxHeaderBytesDefault = 60 << 10
+
 // allowedMethods is the Allow header of /query, as transport.Options
 // answers OPTIONS.
 const allowedMethods = "OPTIONS, GET, POST"

@@ -115,6 +115,9 @@ type Config struct {
 	// node per user and per client address; one more is closed with 4429.
 	WSMaxPerUser int
 	WSMaxPerIP   int
+	// HTTPMaxHeaderBytes is the server's MaxHeaderBytes: a larger request
+	// line and headers are answered 431 before they are read whole.
+	HTTPMaxHeaderBytes int
 
 	// DegradeToDB sells grabs from the database while the breaker says
 	// Redis is down (issue 8, item 5).
