@@ -273,6 +273,8 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		CompiledGrabs:          cfg.CompiledGrabs,
 		Limits:                 graph.Limits{MaxAnswerBytes: int64(cfg.MaxResponseBytes)},
 		WebsocketMaxOperations: cfg.WSMaxOperations,
+		WebsocketMaxPerUser:    cfg.WSMaxPerUser,
+		WebsocketMaxPerIP:      cfg.WSMaxPerIP,
 	})
 	mux := http.NewServeMux()
 	mux.Handle("/query", gql)
@@ -298,6 +300,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	a.http = &http.Server{
 		Handler:           withDeadlines(mux, cfg.HTTPBodyTimeout, cfg.HTTPWriteTimeout),
 		ReadHeaderTimeout: cfg.HTTPHeaderTimeout,
+		MaxHeaderBytes:    cfg.HTTPMaxHeaderBytes,
 		// Also set per request by withDeadlines (and lifted for
 		// websockets); here it covers what net/http answers itself.
 		WriteTimeout: cfg.HTTPWriteTimeout,

@@ -79,6 +79,11 @@ type HandlerOptions struct {
 	// websocket; a client that does not read in time is disconnected.
 	WebsocketMaxOperations int
 	WebsocketWriteTimeout  time.Duration
+	// WebsocketMaxPerUser and WebsocketMaxPerIP cap the websockets open at
+	// once per user (WS_MAX_PER_USER) and per client address
+	// (WS_MAX_PER_IP); one more is closed with 4429. See socketCaps.
+	WebsocketMaxPerUser int
+	WebsocketMaxPerIP   int
 	// IPLimit, if set, limits the requests of each client IP (grabs are
 	// limited in their voucher actor instead), before they are parsed.
 	IPLimit IPLimiter
@@ -107,6 +112,7 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	present := presentErrors(opts.Log)
 	es := NewExecutableSchema(Config{Resolvers: r, Complexity: complexity()})
 	srv := handler.New(es)
+	flood := newFloodShedder(opts.FloodPerSec)
 	srv.AddTransport(websocketTransport{
 		Websocket: transport.Websocket{
 			PingPongInterval: opts.PingInterval,
@@ -115,9 +121,19 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 			KeepAlivePingInterval: opts.PingInterval,
 			InitTimeout:           10 * time.Second,
 			InitFunc:              wsAuthenticate(opts.Tokens),
+			// A message is an operation like a POST body, and is bounded
+			// like one (gqlgen's default is 1 MB).
+			PayloadReadLimit: &lim.MaxBodyBytes,
 		},
 		maxOps:       cmp.Or(max(opts.WebsocketMaxOperations, 0), WebsocketMaxOperationsDefault),
 		writeTimeout: cmp.Or(max(opts.WebsocketWriteTimeout, 0), WebsocketWriteTimeoutDefault),
+		handshake: handshakeAdmission{
+			caps: newSocketCaps(cmp.Or(max(opts.WebsocketMaxPerIP, 0), WebsocketMaxPerIPDefault),
+				cmp.Or(max(opts.WebsocketMaxPerUser, 0), WebsocketMaxPerUserDefault)),
+			flood:   flood,
+			ipLimit: opts.IPLimit,
+			log:     opts.Log,
+		},
 	})
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(transport.GET{})
@@ -132,7 +148,6 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	}
 	persisted := lru.New[string](256)
 	srv.Use(extension.AutomaticPersistedQuery{Cache: persisted})
-	flood := newFloodShedder(opts.FloodPerSec)
 	// After the persisted-query extension, which fills in the text a hash
 	// names: admission must see the text the executor will parse.
 	srv.Use(admission{

@@ -93,14 +93,29 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			g.reject(w, r, status, "%s", msg)
 			return
 		}
-	case r.Method == http.MethodOptions, r.Method == http.MethodHead: // transport.Options
+	case r.Method == http.MethodOptions: // transport.Options
 	default:
-		w.Header().Set("Allow", "GET, POST, OPTIONS")
+		// HEAD too: gqlgen answers it 405 without the Allow header every
+		// 405 must carry (RFC 9110 15.5.6).
+		w.Header().Set("Allow", allowedMethods)
 		g.reject(w, r, http.StatusMethodNotAllowed, "method %s is not supported; use POST (or GET for queries)", r.Method)
 		return
 	}
 	g.next.ServeHTTP(w, r)
 }
+
+// MaxHeaderBytesDefault is the server's MaxHeaderBytes
+// (HTTP_MAX_HEADER_BYTES): net/http reads a request line and headers up
+// to it plus 4 KiB of slack, so at most 64 KiB, the body limit, and
+// answers 431 past it without calling any handler. Its default, 1 MB,
+// let any client make a node read and parse 1 MB of headers, or a 1 MB
+// URL, with no token; a GET's query string is bounded by the body limit
+// anyway (requestGuard).
+const MaxHeaderBytesDefault = 60 << 10
+
+// allowedMethods is the Allow header of /query, as transport.Options
+// answers OPTIONS.
+const allowedMethods = "OPTIONS, GET, POST"
 
 // readBody reads a POST body whole, at most maxBody bytes. ServeHTTP then
 // checks it is exactly one JSON value (unless the compiled path answered

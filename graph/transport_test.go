@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -130,6 +131,39 @@ func TestRequestErrorsDoNotEchoTheRequest(t *testing.T) {
 			}
 			if len(r.body) > 2000 {
 				t.Errorf("response is %d bytes: the request is echoed", len(r.body))
+			}
+		})
+	}
+}
+
+// TestEvery405SaysWhatIsAllowed: a 405 must carry Allow (RFC 9110
+// 15.5.6); gqlgen answered HEAD with a bare 405.
+func TestEvery405SaysWhatIsAllowed(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	srv := httptest.NewServer(s.handler)
+	t.Cleanup(srv.Close)
+	mutation := "/query?" + url.Values{"query": {`mutation { seckillVoucher(voucherId: "1") { code } }`}}.Encode()
+	for _, tc := range []struct{ method, target, allow string }{
+		{http.MethodHead, "/query", "OPTIONS, GET, POST"},
+		{http.MethodPut, "/query", "OPTIONS, GET, POST"},
+		{http.MethodDelete, "/query", "OPTIONS, GET, POST"},
+		{http.MethodPatch, "/query", "OPTIONS, GET, POST"},
+		{http.MethodGet, mutation, "POST"},
+	} {
+		t.Run(tc.method+" "+tc.target, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, srv.URL+tc.target, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = resp.Body.Close()
+			allow := strings.Split(resp.Header.Get("Allow"), ", ")
+			slices.Sort(allow)
+			want := strings.Split(tc.allow, ", ")
+			slices.Sort(want)
+			if resp.StatusCode != http.StatusMethodNotAllowed || !slices.Equal(allow, want) {
+				t.Fatalf("status %d, Allow %q; want 405 with Allow %q", resp.StatusCode, resp.Header.Get("Allow"), tc.allow)
 			}
 		})
 	}

@@ -29,7 +29,7 @@ const (
 	closeBadRequest         = 4400
 	closeUnauthorized       = 4401
 	closeDuplicateID        = 4409
-	closeTooManyInitialised = 4429
+	closeTooManyInitialised = closeTooManyRequests
 )
 
 // Websocket defaults (HandlerOptions).
@@ -55,42 +55,89 @@ const (
 //     operations running at once gets an error for that operation alone;
 //   - every write to the socket has a deadline (deadlineConn);
 //   - a connection whose connection_init payload is not a JSON object,
-//     which gqlgen leaves open without a word, is closed with 4400.
+//     which gqlgen leaves open without a word, is closed with 4400;
+//   - the handshake draws on the per-IP request limits, and the sockets
+//     open at once are capped per address (at the upgrade) and per user
+//     (at connection_init), over either closed with 4429 (socketCaps);
+//   - a message is read up to the body limit at most (gqlgen's
+//     PayloadReadLimit, set by NewHandler): a larger one closes the socket
+//     with 1009 before any of it is decoded.
 type websocketTransport struct {
 	transport.Websocket
 	maxOps       int
 	writeTimeout time.Duration
+	handshake    handshakeAdmission
 }
 
 var _ graphql.Transport = websocketTransport{}
 
+// websocketSubprotocols are those gqlgen speaks, for a socket accepted
+// only to be closed.
+var websocketSubprotocols = []string{"graphql-ws", "graphql-transport-ws"}
+
 func (t websocketTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
-	accept := &trackingAccept{inner: t.Implementation, maxOps: t.maxOps, writeTimeout: t.writeTimeout}
-	if accept.inner == nil {
-		accept.inner = transport.CoderWebsocketImplementation{}
+	inner := t.Implementation
+	if inner == nil {
+		inner = transport.CoderWebsocketImplementation{}
 	}
+	slots, answered := t.handshake.admit(w, r)
+	switch {
+	case answered:
+		return
+	case slots == nil:
+		t.refuse(w, r, inner, closeTooManyRequests, ipCapReason(t.handshake.caps.perIP))
+		return
+	}
+	r = r.WithContext(context.WithValue(r.Context(), socketSlotsKey{}, slots))
+	accept := &trackingAccept{inner: inner, maxOps: t.maxOps, writeTimeout: t.writeTimeout, slots: slots}
 	ws := t.Websocket // a copy: the tracker belongs to this connection
 	ws.Implementation = accept
 	ws.Do(w, r, exec)
+	c := accept.conn
+	if c == nil {
+		// Nothing was accepted: the slots go back now (a connection the
+		// library hijacked and then dropped gave them back as it closed).
+		slots.release()
+		return
+	}
 	// gqlgen writes something (an ack, an error, a close) on every path but
 	// that one, and on that path nothing else holds the connection any more.
-	if c := accept.conn; c != nil && !c.answered.Load() {
+	if !c.answered.Load() {
 		_ = c.WriteClose(closeBadRequest, "connection_init payload must be a JSON object")
 		_ = c.Close()
 	}
 }
 
+// refuse accepts the socket only to close it with code: a browser's
+// websocket sees no HTTP status, and graphql-ws clients stop on 4429
+// where a failed handshake makes them retry. The socket holds no slot;
+// its close handshake is bounded by the library (5 s for the peer's
+// close frame).
+func (t websocketTransport) refuse(w http.ResponseWriter, r *http.Request, inner transport.WebsocketImplementation, code int, reason string) {
+	c, err := inner.Accept(deadlineWriter{ResponseWriter: w, timeout: t.writeTimeout}, r, transport.WebsocketAcceptOptions{
+		ResponseHeader: http.Header{},
+		Subprotocols:   websocketSubprotocols,
+	})
+	if err != nil {
+		return // the library answered the failed handshake
+	}
+	_ = c.WriteClose(code, reason)
+	_ = c.Close()
+}
+
 // trackingAccept accepts the connection through a deadline on its writes
-// and remembers it.
+// and remembers it; the connection gives back the socket's slots when it
+// closes.
 type trackingAccept struct {
 	inner        transport.WebsocketImplementation
 	maxOps       int
 	writeTimeout time.Duration
+	slots        *socketSlots
 	conn         *protocolConn
 }
 
 func (a *trackingAccept) Accept(w http.ResponseWriter, r *http.Request, opts transport.WebsocketAcceptOptions) (transport.WebsocketConn, error) {
-	c, err := a.inner.Accept(deadlineWriter{ResponseWriter: w, timeout: a.writeTimeout}, r, opts)
+	c, err := a.inner.Accept(deadlineWriter{ResponseWriter: w, timeout: a.writeTimeout, onClose: a.slots.release}, r, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -302,9 +349,13 @@ func (c *protocolConn) SetReadDeadline(t time.Time) error {
 // have a deadline: gqlgen writes synchronously with no deadline, so a
 // client that stops reading would hold its connection and every operation
 // on it until the ping timeout, or for ever.
+//
+// The connection it hands out also reports its close (onClose, if set):
+// the one moment a socket ends, whichever side or timer ends it.
 type deadlineWriter struct {
 	http.ResponseWriter
 	timeout time.Duration
+	onClose func()
 }
 
 func (w deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -314,7 +365,7 @@ func (w deadlineWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	dc := &deadlineConn{Conn: c, timeout: w.timeout}
+	dc := &deadlineConn{Conn: c, timeout: w.timeout, onClose: w.onClose}
 	// The buffered writer net/http returns writes to the raw connection.
 	if err := brw.Writer.Flush(); err != nil {
 		_ = c.Close()
@@ -329,26 +380,42 @@ func (w deadlineWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 type deadlineConn struct {
 	net.Conn
 	timeout time.Duration
+	onClose func() // may be called more than once
 }
 
 func (c *deadlineConn) Write(p []byte) (int, error) {
 	_ = c.Conn.SetWriteDeadline(time.Now().Add(c.timeout))
 	n, err := c.Conn.Write(p)
 	if err != nil {
-		_ = c.Conn.Close()
+		_ = c.Close()
 	}
 	return n, err
 }
 
+func (c *deadlineConn) Close() error {
+	if c.onClose != nil {
+		c.onClose()
+	}
+	return c.Conn.Close()
+}
+
 // wsAuthenticate checks the connection_init payload's Authorization (the
 // same "Bearer <JWT>" as the HTTP header) and closes with 4401 if it is
-// missing or invalid. The identity, expiry included, then serves every
-// operation of the connection; operationPolicy re-checks it each time.
+// missing or invalid, then takes the user's socket slot and closes with
+// 4429 if the user holds the cap already. The identity, expiry included,
+// then serves every operation of the connection; operationPolicy
+// re-checks it each time.
 func wsAuthenticate(tokens *auth.Tokens) transport.WebsocketInitFunc {
 	return func(ctx context.Context, p transport.InitPayload) (context.Context, *transport.InitPayload, error) {
 		id, err := tokens.VerifyHeader(p.Authorization())
 		if err != nil {
 			return transport.WithWebsocketCloseCode(ctx, closeUnauthorized), nil, err
+		}
+		if s := slotsFrom(ctx); s != nil {
+			if de := s.takeUser(id.UserID); de != nil {
+				ctx = transport.AppendCloseReason(transport.WithWebsocketCloseCode(ctx, closeTooManyRequests), de.Message)
+				return ctx, nil, de
+			}
 		}
 		return auth.WithIdentity(ctx, id, nil), nil, nil
 	}

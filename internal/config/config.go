@@ -119,6 +119,13 @@ type Config struct {
 	// WSMaxOperations bounds the operations running at once on one
 	// websocket connection; one more gets a RATE_LIMITED error for itself.
 	WSMaxOperations int
+	// WSMaxPerUser and WSMaxPerIP cap the websockets open at once on this
+	// node per user and per client address; one more is closed with 4429.
+	WSMaxPerUser int
+	WSMaxPerIP   int
+	// HTTPMaxHeaderBytes is the server's MaxHeaderBytes: a larger request
+	// line and headers are answered 431 before they are read whole.
+	HTTPMaxHeaderBytes int
 
 	// DegradeToDB sells grabs from the database while the breaker says
 	// Redis is down (issue 8, item 5).

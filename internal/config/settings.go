@@ -275,6 +275,15 @@ var settings = []setting{
 		}),
 	intVar("MAX_RESPONSE_BYTES", strconv.Itoa(graph.MaxAnswerBytesDefault), "largest GraphQL answer in bytes; a larger one is refused with an error", func(c *Config) *int { return &c.MaxResponseBytes }, positive),
 	intVar("WS_MAX_OPERATIONS", strconv.Itoa(graph.WebsocketMaxOperationsDefault), "operations running at once on one websocket; one more gets an error", func(c *Config) *int { return &c.WSMaxOperations }, positive),
+	intVar("WS_MAX_PER_USER", strconv.Itoa(graph.WebsocketMaxPerUserDefault), "websockets one user holds open at once on this node; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerUser }, positive),
+	intVar("WS_MAX_PER_IP", strconv.Itoa(graph.WebsocketMaxPerIPDefault), "websockets open at once from one client address on this node, tokens or not; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerIP }, positive),
+	intVar("HTTP_MAX_HEADER_BYTES", strconv.Itoa(graph.MaxHeaderBytesDefault), "largest request line plus headers in bytes (net/http reads up to 4 KiB past it); more is answered 431", func(c *Config) *int { return &c.HTTPMaxHeaderBytes }, positive).
+		checked(func(c Config) string {
+			if c.HTTPMaxHeaderBytes > 1<<20 {
+				return "want at most 1048576"
+			}
+			return ""
+		}),
 	boolVar("DEGRADE_TO_DB", "false", "while Redis is down (circuit breaker open), sell grabs from the database, one transaction each, at bounded concurrency; Redis is re-synced from the database when it returns", func(c *Config) *bool { return &c.DegradeToDB }),
 	secretVar("TICKET_SECRET", "key of grab tickets and proof-of-work challenges, the same on every node; default derived from JWT_SECRET", func(c *Config) *string { return &c.TicketSecret }),
 	durationVar("TICKET_RELEASE_BEFORE", gate.ReleaseBeforeDefault, "grab tickets (and challenges) are issued from this long before a sale begins until it ends", func(c *Config) *time.Duration { return &c.TicketReleaseBefore }).
