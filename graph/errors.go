@@ -41,6 +41,9 @@ func presentErrors(log *slog.Logger) graphql.ErrorPresenterFunc {
 			} else if c, ok := ge.Extensions["code"]; ok {
 				ext["reason"] = c
 			}
+			if n, ok := ge.Extensions["cut"]; ok { // errors cut (capErrors)
+				ext["cut"] = n
+			}
 			out.Message = requestMessage(out.Message)
 			out.Extensions = ext
 			return out

@@ -126,6 +126,7 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	srv.SetQueryCache(queries)
 	srv.SetParserTokenLimit(lim.MaxTokens)
 	srv.SetErrorPresenter(present)
+	srv.SetValidationRulesFn(cappedValidationRules)
 	srv.SetRecoverFunc(recoverPanic(opts.Log))
 	if opts.Introspection {
 		srv.Use(extension.Introspection{})
@@ -149,6 +150,7 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	srv.Use(extension.FixedComplexityLimit(lim.MaxComplexity))
 	srv.Use(depthLimit{max: lim.MaxDepth, introspectionMax: lim.MaxIntrospectionDepth})
 	srv.Use(answerCap{max: lim.MaxAnswerBytes})
+	srv.Use(errorCap{})
 	var fast *compiledGrabs
 	if opts.CompiledGrabs {
 		fast = newCompiledGrabs(es, r.Mutation(), opts.Tokens, present, recoverPanic(opts.Log), flood, lim, persisted)
