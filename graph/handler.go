@@ -34,6 +34,10 @@ type Limits struct {
 	// and __type.
 	MaxDepth              int
 	MaxIntrospectionDepth int
+	// MaxIntrospectionFields caps the fields of an introspection
+	// operation's answer, priced against the schema before it runs (see
+	// introspectionAnswers).
+	MaxIntrospectionFields int
 }
 
 // MaxAnswerBytesDefault is the default answer-size cap: a page of 100
@@ -60,15 +64,20 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxIntrospectionDepth <= 0 {
 		l.MaxIntrospectionDepth = 20
 	}
+	if l.MaxIntrospectionFields <= 0 {
+		l.MaxIntrospectionFields = MaxIntrospectionFieldsDefault
+	}
 	return l
 }
 
 // HandlerOptions configures the /query handler.
 type HandlerOptions struct {
-	Tokens        *auth.Tokens
-	Log           *slog.Logger
-	Limits        Limits
-	Introspection bool
+	Tokens *auth.Tokens
+	Log    *slog.Logger
+	Limits Limits
+	// Introspection says who may ask __schema and __type (INTROSPECTION);
+	// the zero value is IntrospectionOff.
+	Introspection IntrospectionMode
 	// PingInterval is how often a websocket client is pinged; a client that
 	// misses two pongs is disconnected. Legacy graphql-ws clients, which
 	// have no ping, get a keepalive message as often.
@@ -128,9 +137,6 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	srv.SetErrorPresenter(present)
 	srv.SetValidationRulesFn(cappedValidationRules)
 	srv.SetRecoverFunc(recoverPanic(opts.Log))
-	if opts.Introspection {
-		srv.Use(extension.Introspection{})
-	}
 	persisted := lru.New[string](256)
 	srv.Use(extension.AutomaticPersistedQuery{Cache: persisted})
 	flood := newFloodShedder(opts.FloodPerSec)
@@ -144,11 +150,14 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 		shape:   newShapeLimits(lim),
 		tokens:  lim.MaxTokens,
 		log:     opts.Log,
+
+		introspection: cmp.Or(opts.Introspection, IntrospectionOff),
 	})
 	srv.Use(&strictEnums{})
 	srv.Use(operationPolicy{})
 	srv.Use(extension.FixedComplexityLimit(lim.MaxComplexity))
 	srv.Use(depthLimit{max: lim.MaxDepth, introspectionMax: lim.MaxIntrospectionDepth})
+	srv.Use(&introspectionAnswers{max: lim.MaxIntrospectionFields, mode: cmp.Or(opts.Introspection, IntrospectionOff)})
 	srv.Use(answerCap{max: lim.MaxAnswerBytes})
 	srv.Use(errorCap{})
 	var fast *compiledGrabs
