@@ -8,7 +8,6 @@ import (
 
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
-	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 
 	"flashsale/internal/auth"
@@ -137,7 +136,7 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	srv.SetErrorPresenter(present)
 	srv.SetValidationRulesFn(cappedValidationRules)
 	srv.SetRecoverFunc(recoverPanic(opts.Log))
-	persisted := lru.New[string](256)
+	persisted := newPersistedCache()
 	srv.Use(extension.AutomaticPersistedQuery{Cache: persisted})
 	flood := newFloodShedder(opts.FloodPerSec)
 	// After the persisted-query extension, which fills in the text a hash

@@ -90,25 +90,41 @@ func TestIntrospectionAnswersAsGqlgen(t *testing.T) {
 }
 
 // introspectionCounter reads flashsale_graphql_introspection_total for
-// one outcome from the default registry.
+// one outcome.
 type introspectionCounter string
 
 func (c introspectionCounter) value(tb testing.TB) float64 {
+	tb.Helper()
+	return metricValue(tb, "flashsale_graphql_introspection_total", map[string]string{"outcome": string(c)})
+}
+
+// metricValue reads a counter or gauge of the default registry, the one
+// whose labels include labels; 0 when there is none yet.
+func metricValue(tb testing.TB, name string, labels map[string]string) float64 {
 	tb.Helper()
 	mfs, err := prometheus.DefaultGatherer.Gather()
 	if err != nil {
 		tb.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "flashsale_graphql_introspection_total" {
+		if mf.GetName() != name {
 			continue
 		}
+	metrics:
 		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" && l.GetValue() == string(c) {
-					return m.GetCounter().GetValue()
+			for k, v := range labels {
+				found := false
+				for _, l := range m.GetLabel() {
+					found = found || (l.GetName() == k && l.GetValue() == v)
+				}
+				if !found {
+					continue metrics
 				}
 			}
+			if m.GetCounter() != nil {
+				return m.GetCounter().GetValue()
+			}
+			return m.GetGauge().GetValue()
 		}
 	}
 	return 0
