@@ -156,7 +156,7 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	srv.Use(operationPolicy{})
 	srv.Use(extension.FixedComplexityLimit(lim.MaxComplexity))
 	srv.Use(depthLimit{max: lim.MaxDepth, introspectionMax: lim.MaxIntrospectionDepth})
-	srv.Use(&introspectionAnswers{max: lim.MaxIntrospectionFields, mode: cmp.Or(opts.Introspection, IntrospectionOff)})
+	srv.Use(newIntrospectionAnswers(lim.MaxIntrospectionFields, cmp.Or(opts.Introspection, IntrospectionOff)))
 	srv.Use(answerCap{max: lim.MaxAnswerBytes})
 	srv.Use(errorCap{})
 	var fast *compiledGrabs

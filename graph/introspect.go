@@ -76,10 +76,34 @@ const MaxIntrospectionFieldsDefault = 10000
 // An operation that mixes __schema or __type with other root fields is
 // refused (admission does it before validation): no client needs to,
 // and it would make gqlgen's executor answer introspection again.
+//
+// Answers of operations without variables are also kept by their text
+// (a small cache like the others, see admitCache): the playground and
+// code generators send the same schema query again and again, and then
+// pay neither the price nor the writing.
 type introspectionAnswers struct {
-	model *schemaModel
-	max   int
-	mode  IntrospectionMode
+	model   *schemaModel
+	max     int
+	mode    IntrospectionMode
+	answers *admitCache[[]byte]
+}
+
+// introspectionCacheBytes bounds the kept answers: GraphiQL's is 70 KB.
+const introspectionCacheBytes = 1 << 20
+
+func newIntrospectionAnswers(max int, mode IntrospectionMode) *introspectionAnswers {
+	return &introspectionAnswers{max: max, mode: mode, answers: newAdmitCache("introspection", introspectionCacheBytes, func(key string, answer []byte) int {
+		return len(key) + len(answer)
+	})}
+}
+
+// answerKey is the key of an operation's kept answer, "" when it has
+// variables (its answer may depend on them).
+func answerKey(oc *graphql.OperationContext) string {
+	if len(oc.Variables) > 0 {
+		return ""
+	}
+	return oc.OperationName + "\x00" + oc.RawQuery
 }
 
 var _ interface {
@@ -106,6 +130,11 @@ func (a *introspectionAnswers) MutateOperationContext(_ context.Context, oc *gra
 	if !ok {
 		return nil
 	}
+	if key := answerKey(oc); key != "" {
+		if _, ok := a.answers.Get(context.Background(), key); ok {
+			return nil // priced when it was answered
+		}
+	}
 	w := &introWriter{oc: oc, m: a.model, max: a.max}
 	w.query(root)
 	if w.over {
@@ -122,13 +151,24 @@ func (a *introspectionAnswers) InterceptOperation(ctx context.Context, next grap
 	if !ok {
 		return next(ctx)
 	}
+	key := answerKey(oc)
+	if key != "" {
+		if data, ok := a.answers.Get(ctx, key); ok {
+			introspectionTotal.WithLabelValues("kept").Inc()
+			return graphql.OneShot(&graphql.Response{Data: json.RawMessage(data)})
+		}
+	}
 	w := &introWriter{oc: oc, m: a.model, max: a.max, buf: new(bytes.Buffer)}
 	w.query(root)
 	if w.over { // priced within the limit: cannot happen
 		return graphql.OneShot(&graphql.Response{Errors: gqlerror.List{shapeError("INTROSPECTION_TOO_LARGE", "the introspection answer would have more than %d fields: ask for fewer", a.max)}})
 	}
 	introspectionTotal.WithLabelValues("answered").Inc()
-	return graphql.OneShot(&graphql.Response{Data: json.RawMessage(w.buf.Bytes())})
+	data := w.buf.Bytes()
+	if key != "" {
+		a.answers.Add(ctx, key, data)
+	}
+	return graphql.OneShot(&graphql.Response{Data: json.RawMessage(data)})
 }
 
 // introspectionRoot returns the root fields of a query that asks only
@@ -156,10 +196,11 @@ func (a *introspectionAnswers) introspectionRoot(oc *graphql.OperationContext) (
 }
 
 // introspectionTotal counts introspection operations by outcome:
-// answered from the model, or refused by their price.
+// answered (written from the model), kept (the answer kept for the same
+// text), refused (by their price).
 var introspectionTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Namespace: "flashsale", Name: "graphql_introspection_total",
-	Help: "Introspection operations: answered from the schema model, or refused by their price.",
+	Help: "Introspection operations: answered from the schema model, answered with the answer kept for the same text, or refused by their price.",
 }, []string{"outcome"})
 
 func init() { prometheus.MustRegister(introspectionTotal) }

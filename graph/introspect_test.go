@@ -87,6 +87,17 @@ func TestIntrospectionAnswersAsGqlgen(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the same text again: the answer kept", func(t *testing.T) {
+		kept := introspectionCounter("kept")
+		before, keptBefore := answered.value(t), kept.value(t)
+		_, want := answer(t, ref, "", graphiqlIntrospection, nil)
+		if _, got := answer(t, s.handler, "", graphiqlIntrospection, nil); !bytes.Equal(got, want) {
+			t.Fatalf("got  %.400s\nwant %.400s", got, want)
+		}
+		if a, k := answered.value(t)-before, kept.value(t)-keptBefore; a != 0 || k != 1 {
+			t.Fatalf("%v written from the model, %v kept answers; want 0 and 1", a, k)
+		}
+	})
 }
 
 // introspectionCounter reads flashsale_graphql_introspection_total for
