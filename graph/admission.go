@@ -24,7 +24,8 @@ import (
 //  3. an operation whose shape could make validation expensive (see
 //     shapeLimits);
 //  4. an operation that is not introspection alone, without a valid
-//     token;
+//     token; __schema or __type that INTROSPECTION rules out (for
+//     everyone, or without a token), or asked beside other root fields;
 //  5. a non-core operation while the node sheds load.
 //
 // It is a gqlgen OperationParameterMutator: these run after the request
@@ -45,6 +46,9 @@ type admission struct {
 	shape   shapeLimits
 	tokens  int // the parser's token limit
 	log     *slog.Logger
+
+	// introspection says who may ask __schema and __type.
+	introspection IntrospectionMode
 }
 
 var _ interface {
@@ -88,10 +92,12 @@ func (a admission) MutateOperationParameters(ctx context.Context, params *graphq
 		return nil // the executor reports a missing operation
 	}
 	fields := namedRootFields(op.SelectionSet, doc.Fragments, map[string]bool{})
-	if !introspectionOnly(fields) {
-		if _, err := auth.FromContext(ctx); err != nil {
-			return operationError(asDomainError(err))
-		}
+	_, authErr := auth.FromContext(ctx)
+	if authErr != nil && !introspectionOnly(fields) {
+		return operationError(asDomainError(authErr))
+	}
+	if err := introspectionRefusal(a.introspection, fields, authErr == nil); err != nil {
+		return operationError(err)
 	}
 	if a.shed != nil && isSheddable(fields) && a.shed.shedding() {
 		shedTotal.WithLabelValues("load").Inc()

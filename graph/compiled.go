@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 
 	"github.com/99designs/gqlgen/graphql"
-	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
@@ -60,7 +59,7 @@ type compiledGrabs struct {
 	// is not a plain grab, so that neither is parsed twice. last is the
 	// plan used last, compared with a request's string token in place,
 	// without decoding it: in a sale, clients send one document.
-	plans *lru.Cache[string, *grabPlan]
+	plans *admitCache[*grabPlan]
 	last  atomic.Pointer[textPlan]
 }
 
@@ -86,10 +85,6 @@ func init() { prometheus.MustRegister(compiledServed) }
 // plan cache hold large texts.
 const compiledMaxText = 2048
 
-// compiledCacheSize is how many texts the plan cache remembers (plans and
-// refusals alike); clients send a handful of grab documents.
-const compiledCacheSize = 512
-
 // grabMarker and persistedMarker are what a body must contain to be worth
 // decoding here: a grab's text, or the hash of a persisted one.
 var (
@@ -98,10 +93,7 @@ var (
 )
 
 func newCompiledGrabs(es graphql.ExecutableSchema, mutation MutationResolver, tokens *auth.Tokens, present graphql.ErrorPresenterFunc, rec graphql.RecoverFunc, flood *floodShedder, lim Limits, persisted graphql.Cache[string]) *compiledGrabs {
-	plans, err := lru.New[string, *grabPlan](compiledCacheSize)
-	if err != nil {
-		panic(err) // only for a non-positive size
-	}
+	plans := newAdmitCache("plans", planCacheBytes, planWeight)
 	return &compiledGrabs{schema: es.Schema(), mutation: mutation, tokens: tokens, present: present, recover: rec, flood: flood, lim: lim, persisted: persisted, plans: plans}
 }
 
@@ -136,15 +128,19 @@ func (c *compiledGrabs) serve(w http.ResponseWriter, r *http.Request, body []byt
 		gb.reset()
 		grabBodyPool.Put(gb)
 	}()
+	ctx := withRemoteIP(r.Context(), r.RemoteAddr)
+	if h := r.Header.Get("Authorization"); h != "" {
+		ctx = c.tokens.WithHeader(ctx, h)
+	}
 	var plan *grabPlan
 	if scanGrabBody(body, gb) {
 		if gb.queryTok == nil {
 			return false
 		}
-		plan = c.planFor(gb)
+		plan = c.planFor(ctx, gb)
 	} else {
 		gb.reset() // what the scan read before it gave up
-		if plan = c.persistedPlan(r.Context(), body, gb); plan == nil {
+		if plan = c.persistedPlan(ctx, body, gb); plan == nil {
 			return false
 		}
 	}
@@ -155,17 +151,13 @@ func (c *compiledGrabs) serve(w http.ResponseWriter, r *http.Request, body []byt
 	if !ok {
 		return false
 	}
-	ctx := withRemoteIP(r.Context(), r.RemoteAddr)
-	if h := r.Header.Get("Authorization"); h != "" {
-		ctx = c.tokens.WithHeader(ctx, h)
-	}
 	c.run(ctx, w, r, plan, args)
 	return true
 }
 
 // planFor returns the plan of the body's text: the last plan when the
 // text is the same bytes, else the cache's (compiling it the first time).
-func (c *compiledGrabs) planFor(gb *grabBody) *grabPlan {
+func (c *compiledGrabs) planFor(ctx context.Context, gb *grabBody) *grabPlan {
 	if last := c.last.Load(); last != nil && string(gb.queryTok) == last.tok {
 		return last.plan
 	}
@@ -173,7 +165,7 @@ func (c *compiledGrabs) planFor(gb *grabBody) *grabPlan {
 	if !ok {
 		return nil
 	}
-	plan := c.plan(text)
+	plan := c.plan(ctx, text)
 	if plan != nil {
 		c.last.Store(&textPlan{tok: string(gb.queryTok), plan: plan})
 	}
@@ -199,7 +191,7 @@ func (c *compiledGrabs) persistedPlan(ctx context.Context, body []byte, gb *grab
 	for name, raw := range p.Variables {
 		gb.vars = append(gb.vars, rawVar{name: []byte(name), raw: raw})
 	}
-	return c.plan(text)
+	return c.plan(ctx, text)
 }
 
 // run answers a grab the plan covers: the checks of admission and
@@ -365,16 +357,34 @@ var (
 
 // plan returns the text's plan, compiling it the first time; nil when
 // the text is not a grab document the compiled path covers.
-func (c *compiledGrabs) plan(text string) *grabPlan {
+//
+// Only a caller with a valid token has a text compiled: anyone else's
+// grab is refused UNAUTHENTICATED whatever its text, which gqlgen's path
+// answers as well, so an anonymous client can neither fill the plan
+// cache nor make the node compile.
+func (c *compiledGrabs) plan(ctx context.Context, text string) *grabPlan {
 	if len(text) > compiledMaxText {
 		return nil
 	}
-	if p, ok := c.plans.Get(text); ok {
+	if p, ok := c.plans.Get(ctx, text); ok {
 		return p
 	}
+	if _, err := auth.FromContext(ctx); err != nil {
+		return nil
+	}
 	p := compileGrab(c.schema, text, c.lim)
-	c.plans.Add(text, p)
+	c.plans.Add(ctx, text, p)
 	return p
+}
+
+// planWeight estimates a plan's bytes beside its text: nil (a text that
+// is no plain grab) is a pointer.
+func planWeight(text string, p *grabPlan) int {
+	n := len(text) + 64
+	if p != nil {
+		n += 160 + 48*len(p.fields) + len(p.name) + len(p.key)
+	}
+	return n
 }
 
 // grabPlan is a compiled grab document.

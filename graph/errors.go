@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"flashsale/domain"
@@ -41,7 +42,13 @@ func presentErrors(log *slog.Logger) graphql.ErrorPresenterFunc {
 			} else if c, ok := ge.Extensions["code"]; ok {
 				ext["reason"] = c
 			}
+			if n, ok := ge.Extensions["cut"]; ok { // errors cut (capErrors)
+				ext["cut"] = n
+			}
 			out.Message = requestMessage(out.Message)
+			if m, ok := variableMessage(out.Message, out.Path); ok {
+				out.Message = m
+			}
 			out.Extensions = ext
 			return out
 		}
@@ -88,6 +95,32 @@ func requestMessage(msg string) string {
 		msg = msg[:i]
 	}
 	return capMessage(msg)
+}
+
+// variableMessage rewrites gqlparser's message for a variable, or a
+// field of an input variable, of type Int whose JSON value is not an
+// integer (1e300, 2.5, past 64 bits, a string): it says "cannot use value
+// 0 as Int", quoting the 0 its failed conversion left, or "cannot use
+// string as Int" for a number inside an input object, which tell the
+// client nothing.
+func variableMessage(msg string, path ast.Path) (string, bool) {
+	if !strings.HasPrefix(msg, "cannot use ") || !strings.HasSuffix(msg, " as Int") ||
+		len(path) < 2 || path[0] != ast.PathName("variable") {
+		return "", false
+	}
+	var name strings.Builder
+	for i, p := range path[1:] {
+		switch p := p.(type) {
+		case ast.PathName:
+			if i > 0 {
+				name.WriteByte('.')
+			}
+			name.WriteString(string(p))
+		case ast.PathIndex:
+			fmt.Fprintf(&name, "[%d]", int(p))
+		}
+	}
+	return capMessage(fmt.Sprintf("variable $%s must be an integer, written in digits without a fraction or an exponent", name.String())), true
 }
 
 // maxMessageLen bounds an error message: validation messages quote field,

@@ -8,7 +8,6 @@ import (
 
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
-	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 
 	"flashsale/internal/auth"
@@ -34,6 +33,10 @@ type Limits struct {
 	// and __type.
 	MaxDepth              int
 	MaxIntrospectionDepth int
+	// MaxIntrospectionFields caps the fields of an introspection
+	// operation's answer, priced against the schema before it runs (see
+	// introspectionAnswers).
+	MaxIntrospectionFields int
 }
 
 // MaxAnswerBytesDefault is the default answer-size cap: a page of 100
@@ -60,15 +63,20 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxIntrospectionDepth <= 0 {
 		l.MaxIntrospectionDepth = 20
 	}
+	if l.MaxIntrospectionFields <= 0 {
+		l.MaxIntrospectionFields = MaxIntrospectionFieldsDefault
+	}
 	return l
 }
 
 // HandlerOptions configures the /query handler.
 type HandlerOptions struct {
-	Tokens        *auth.Tokens
-	Log           *slog.Logger
-	Limits        Limits
-	Introspection bool
+	Tokens *auth.Tokens
+	Log    *slog.Logger
+	Limits Limits
+	// Introspection says who may ask __schema and __type (INTROSPECTION);
+	// the zero value is IntrospectionOff.
+	Introspection IntrospectionMode
 	// PingInterval is how often a websocket client is pinged; a client that
 	// misses two pongs is disconnected. Legacy graphql-ws clients, which
 	// have no ping, get a keepalive message as often.
@@ -142,11 +150,9 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	srv.SetQueryCache(queries)
 	srv.SetParserTokenLimit(lim.MaxTokens)
 	srv.SetErrorPresenter(present)
+	srv.SetValidationRulesFn(cappedValidationRules)
 	srv.SetRecoverFunc(recoverPanic(opts.Log))
-	if opts.Introspection {
-		srv.Use(extension.Introspection{})
-	}
-	persisted := lru.New[string](256)
+	persisted := newPersistedCache()
 	srv.Use(extension.AutomaticPersistedQuery{Cache: persisted})
 	// After the persisted-query extension, which fills in the text a hash
 	// names: admission must see the text the executor will parse.
@@ -158,12 +164,16 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 		shape:   newShapeLimits(lim),
 		tokens:  lim.MaxTokens,
 		log:     opts.Log,
+
+		introspection: cmp.Or(opts.Introspection, IntrospectionOff),
 	})
 	srv.Use(&strictEnums{})
 	srv.Use(operationPolicy{})
 	srv.Use(extension.FixedComplexityLimit(lim.MaxComplexity))
 	srv.Use(depthLimit{max: lim.MaxDepth, introspectionMax: lim.MaxIntrospectionDepth})
+	srv.Use(newIntrospectionAnswers(lim.MaxIntrospectionFields, cmp.Or(opts.Introspection, IntrospectionOff)))
 	srv.Use(answerCap{max: lim.MaxAnswerBytes})
+	srv.Use(errorCap{})
 	var fast *compiledGrabs
 	if opts.CompiledGrabs {
 		fast = newCompiledGrabs(es, r.Mutation(), opts.Tokens, present, recoverPanic(opts.Log), flood, lim, persisted)

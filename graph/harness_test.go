@@ -123,7 +123,7 @@ func startNode(tb testing.TB, db *bun.DB, rs *testenv.RedisServer, options func(
 	}
 	bg.Go(func() { s.gate.Run(ctx, persistence.NewGate(s.rdb)) })
 	tb.Cleanup(func() { s.router.Close(); cancel(); bg.Wait() })
-	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router, DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciler(s.db, s.rdb), Gate: s.gate, RedPackets: redPackets}, graph.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: true, CompiledGrabs: true})
+	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router, DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciler(s.db, s.rdb), Gate: s.gate, RedPackets: redPackets}, graph.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: graph.IntrospectionPublic, CompiledGrabs: true})
 	s.client = client.New(h)
 	s.handler = h
 	return s

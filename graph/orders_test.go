@@ -31,7 +31,7 @@ func newOrdersServer(tb testing.TB) *testServer {
 		Catalog: s.catalog, Grabber: s.router, DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciler(s.db, s.rdb),
 		Orders:          orders.New(store, s.catalog, orders.Config{}, log),
 		Reconciliations: orders.NewReconciler(persistence.NewReconciler(s.db, s.rdb), persistence.NewStock(s.rdb), s.catalog, locker, orders.ReconcileConfig{}, log),
-	}, graph.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: true})
+	}, graph.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: graph.IntrospectionPublic})
 	s.client = client.New(h)
 	s.handler = h
 	return s

@@ -29,10 +29,13 @@ func (r *Resolver) createRedPacket(ctx context.Context, in model.CreateRedPacket
 	}
 	expiry := domain.RedPacketDefaultExpiry
 	if in.ExpiresInSeconds != nil {
-		expiry = time.Duration(*in.ExpiresInSeconds) * time.Second
-		if *in.ExpiresInSeconds < 1 { // keeps a huge negative from wrapping around
-			expiry = 0
+		// Checked here, as given: a duration would wrap a huge value
+		// around, and the message must quote what the client sent.
+		maxSeconds := int(domain.RedPacketMaxExpiry / time.Second)
+		if s := *in.ExpiresInSeconds; s < 1 || s > maxSeconds {
+			return nil, domain.InvalidField("expiresInSeconds", "must be 1 .. %d seconds, got %d", maxSeconds, s)
 		}
+		expiry = time.Duration(*in.ExpiresInSeconds) * time.Second
 	}
 	rp, err := r.RedPackets.Create(ctx, domain.NewRedPacket{CreatorID: id.UserID, TotalCents: int64(in.TotalCents), Count: in.Count, Expiry: expiry})
 	if err != nil {

@@ -44,6 +44,13 @@ type shapeLimits struct {
 	// which overcounts what the rule (which remembers fragment pairs)
 	// does: the budget errs on the side of refusing.
 	maxMerge int
+	// maxDirectives caps the directives of a document and maxArguments
+	// the arguments of one field or directive, as written (fragments not
+	// expanded): validation reports each unknown one, so they are what an
+	// error flood is made of (990 unknown directives in 5 KB made 1,979
+	// errors). The schema's fields take at most 4 arguments and clients
+	// use a few @include or @skip.
+	maxDirectives, maxArguments int
 	// depth and introspectionDepth are the depth limits (see depthLimit),
 	// checked here too so a deep document never reaches validation.
 	depth, introspectionDepth int
@@ -56,6 +63,8 @@ func newShapeLimits(l Limits) shapeLimits {
 		maxAliases:         100,
 		maxExpanded:        2000,
 		maxMerge:           2000,
+		maxDirectives:      100,
+		maxArguments:       16,
 		depth:              l.MaxDepth,
 		introspectionDepth: l.MaxIntrospectionDepth,
 	}
@@ -77,6 +86,9 @@ type shapeWalk struct {
 // checkShape walks every operation and every fragment definition of doc
 // (validation checks both) and reports the first limit passed, or nil.
 func checkShape(doc *ast.QueryDocument, lim shapeLimits) *gqlerror.Error {
+	if err := checkDirectives(doc, lim); err != nil {
+		return err
+	}
 	w := &shapeWalk{lim: lim, fragments: doc.Fragments, active: map[string]bool{}}
 	for _, op := range doc.Operations {
 		if err := w.set(op.SelectionSet); err != nil {
@@ -96,6 +108,71 @@ func checkShape(doc *ast.QueryDocument, lim shapeLimits) *gqlerror.Error {
 		// A fragment's own depth is bounded where it is spread; here only
 		// its size and repeats matter.
 		if err := w.walkSet(frag.SelectionSet, 1, lim.introspectionDepth); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkDirectives counts the directives of doc and the arguments of
+// each field and directive, as written: one pass over the text's nodes.
+func checkDirectives(doc *ast.QueryDocument, lim shapeLimits) *gqlerror.Error {
+	n := 0
+	directives := func(list ast.DirectiveList) *gqlerror.Error {
+		n += len(list)
+		if n > lim.maxDirectives {
+			return shapeError("TOO_MANY_DIRECTIVES", "the query has more than %d directives", lim.maxDirectives)
+		}
+		for _, d := range list {
+			if len(d.Arguments) > lim.maxArguments {
+				return shapeError("TOO_MANY_ARGUMENTS", "a directive has more than %d arguments", lim.maxArguments)
+			}
+		}
+		return nil
+	}
+	var set func(ast.SelectionSet) *gqlerror.Error
+	set = func(s ast.SelectionSet) *gqlerror.Error {
+		for _, sel := range s {
+			var err *gqlerror.Error
+			switch x := sel.(type) {
+			case *ast.Field:
+				if len(x.Arguments) > lim.maxArguments {
+					return shapeError("TOO_MANY_ARGUMENTS", "a field has more than %d arguments", lim.maxArguments)
+				}
+				if err = directives(x.Directives); err == nil {
+					err = set(x.SelectionSet)
+				}
+			case *ast.InlineFragment:
+				if err = directives(x.Directives); err == nil {
+					err = set(x.SelectionSet)
+				}
+			case *ast.FragmentSpread:
+				err = directives(x.Directives)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, op := range doc.Operations {
+		if err := directives(op.Directives); err != nil {
+			return err
+		}
+		for _, v := range op.VariableDefinitions {
+			if err := directives(v.Directives); err != nil {
+				return err
+			}
+		}
+		if err := set(op.SelectionSet); err != nil {
+			return err
+		}
+	}
+	for _, f := range doc.Fragments {
+		if err := directives(f.Directives); err != nil {
+			return err
+		}
+		if err := set(f.SelectionSet); err != nil {
 			return err
 		}
 	}

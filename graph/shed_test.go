@@ -62,7 +62,7 @@ func TestNonCoreOperationsAreShedWhileGrabsQueue(t *testing.T) {
 	open := sync.OnceFunc(func() { close(gate) })
 	t.Cleanup(func() { open(); router.Close() })
 	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: router}, graph.HandlerOptions{
-		Tokens: s.tokens, Log: log, Introspection: true,
+		Tokens: s.tokens, Log: log, Introspection: graph.IntrospectionPublic,
 		Shed: graph.LoadShedding{Gauge: router, QueueDepth: 10},
 	})
 	v := s.createVoucher(t, seckillInput(1, 100))

@@ -3,7 +3,10 @@
 package auth
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -168,6 +171,12 @@ func (t *Tokens) parse(token string) (Identity, error) {
 		}
 		return Identity{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token")
 	}
+	// encoding/json keeps the last of repeated keys, so a token with two
+	// role claims would be read as its last: whoever made such a token
+	// meant something the reader cannot know, so it is refused.
+	if repeatedKey(token) {
+		return Identity{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token: a claim appears twice")
+	}
 	// The parser has checked exp is present and iat, if present, not in
 	// the future.
 	var iat *time.Time
@@ -189,13 +198,59 @@ func (t *Tokens) identity(exp time.Time, iat *time.Time, sub string, role Role) 
 		return Identity{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token: lifetime over %s", t.maxTTL)
 	}
 	uid, err := strconv.ParseInt(sub, 10, 64)
-	if err != nil || uid <= 0 {
+	if err != nil || uid <= 0 || !canonicalDecimal(sub) {
 		return Identity{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token: sub must be a positive user id")
 	}
 	if role != RoleUser && role != RoleAdmin {
 		return Identity{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token: role must be user or admin")
 	}
 	return Identity{UserID: uid, Role: role, Expires: exp}, nil
+}
+
+// canonicalDecimal reports digits without sign or leading zero: a user
+// id has one spelling, so "+7" and "007" are not user 7.
+func canonicalDecimal(s string) bool {
+	if s == "" || s[0] < '1' || s[0] > '9' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// repeatedKey reports a header or claims object of token (verified
+// already, so well formed) in which a key appears twice, at its top
+// level.
+func repeatedKey(token string) bool {
+	head, rest, _ := strings.Cut(token, ".")
+	payload, _, _ := strings.Cut(rest, ".")
+	for _, seg := range []string{head, payload} {
+		b, err := base64.RawURLEncoding.DecodeString(strings.TrimRight(seg, "="))
+		if err != nil {
+			return true // the parser accepted it: refuse what we cannot read
+		}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+			return true
+		}
+		seen := map[string]bool{}
+		for dec.More() {
+			t, err := dec.Token()
+			key, ok := t.(string)
+			if err != nil || !ok || seen[key] {
+				return true
+			}
+			seen[key] = true
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Issue signs a token for id that expires after ttl, which must be within

@@ -1,7 +1,11 @@
 package auth
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -143,5 +147,53 @@ func TestMaxTTLIsConfigurable(t *testing.T) {
 	}
 	if _, err := tokens.Verify(long); err == nil {
 		t.Fatal("a 2h token passed a 1h maximum")
+	}
+}
+
+// signRaw makes a token of exactly this header and payload JSON, which
+// no JSON encoder of claims would write (repeated keys, odd spellings).
+func signRaw(secret, header, payload string) string {
+	enc := base64.RawURLEncoding
+	signing := enc.EncodeToString([]byte(header)) + "." + enc.EncodeToString([]byte(payload))
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(signing))
+	return signing + "." + enc.EncodeToString(mac.Sum(nil))
+}
+
+// A token must say one thing: a claim given twice (the JSON decoder
+// would keep the last role) and a user id in any spelling but its
+// canonical decimal are refused, on the fast path and the general one
+// alike (the issued header takes the fast path, another the general).
+func TestTokensWithAmbiguousClaimsAreRefused(t *testing.T) {
+	const secret = "s3cret"
+	exp := time.Now().Add(time.Hour).Unix()
+	headers := map[string]string{"fast": `{"alg":"HS256","typ":"JWT"}`, "general": `{"typ":"JWT","alg":"HS256"}`}
+	for _, tc := range []struct {
+		name, payload string
+		ok            bool
+	}{
+		{"canonical", fmt.Sprintf(`{"sub":"7","role":"user","exp":%d}`, exp), true},
+		{"role twice", fmt.Sprintf(`{"sub":"7","role":"user","role":"admin","exp":%d}`, exp), false},
+		{"sub twice", fmt.Sprintf(`{"sub":"7","sub":"8","role":"user","exp":%d}`, exp), false},
+		{"exp twice", fmt.Sprintf(`{"sub":"7","role":"user","exp":%d,"exp":%d}`, exp, exp), false},
+		{"sub with a plus sign", fmt.Sprintf(`{"sub":"+7","role":"user","exp":%d}`, exp), false},
+		{"sub with leading zeros", fmt.Sprintf(`{"sub":"007","role":"user","exp":%d}`, exp), false},
+		{"sub with a space", fmt.Sprintf(`{"sub":" 7","role":"user","exp":%d}`, exp), false},
+	} {
+		for path, header := range headers {
+			t.Run(tc.name+", "+path, func(t *testing.T) {
+				tokens := NewTokens(secret)
+				tok := signRaw(secret, header, tc.payload)
+				for i := range 2 { // the second time through the cache
+					id, err := tokens.Verify(tok)
+					switch {
+					case tc.ok && (err != nil || id.UserID != 7):
+						t.Fatalf("verify %d: %+v %v", i, id, err)
+					case !tc.ok && err == nil:
+						t.Fatalf("verify %d: accepted as %+v", i, id)
+					}
+				}
+			})
+		}
 	}
 }

@@ -21,6 +21,8 @@ import (
 	"unicode"
 
 	"github.com/redis/go-redis/v9"
+
+	"flashsale/graph"
 )
 
 // Config is the whole configuration. Each field is one setting of the
@@ -148,7 +150,9 @@ type Config struct {
 	PowDifficulty       int
 	GateRefresh         time.Duration
 
-	Introspection bool // schema introspection on /query
+	// Introspection says who may ask the schema on /query: off, token
+	// (a valid token of any role) or public.
+	Introspection graph.IntrospectionMode
 	// PprofAddr, if set, serves Go's profiles on a listener of its own.
 	PprofAddr string
 	// CompiledGrabs answers known grab documents without gqlgen's

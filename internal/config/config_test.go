@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"flashsale/graph"
 )
 
 func load(env map[string]string, args ...string) (Config, error) {
@@ -39,6 +41,41 @@ func TestListenAddressDefaultsToLoopbackWhenEmbedded(t *testing.T) {
 			c, err := load(tc.env)
 			if err != nil || c.HTTPAddr != tc.want {
 				t.Fatalf("HTTP_ADDR %q (%v), want %q", c.HTTPAddr, err, tc.want)
+			}
+		})
+	}
+}
+
+// Introspection is public when embedded (the playground shows the
+// schema before a token is pasted) and needs a token with real stores,
+// unless INTROSPECTION says otherwise; true and false, its values when it
+// was a switch, still mean public and off.
+func TestIntrospectionDefaultsPerMode(t *testing.T) {
+	real := map[string]string{"DATABASE_URL": "postgres://u@h:5432/d", "JWT_SECRET": "s"}
+	withReal := func(v string) map[string]string {
+		env := map[string]string{"INTROSPECTION": v}
+		for k, val := range real {
+			env[k] = val
+		}
+		return env
+	}
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want graph.IntrospectionMode
+	}{
+		{"embedded", nil, graph.IntrospectionPublic},
+		{"real stores", real, graph.IntrospectionToken},
+		{"real stores, opened", withReal("public"), graph.IntrospectionPublic},
+		{"real stores, off", withReal("OFF"), graph.IntrospectionOff},
+		{"embedded, token", map[string]string{"INTROSPECTION": "token"}, graph.IntrospectionToken},
+		{"true is public", withReal("true"), graph.IntrospectionPublic},
+		{"false is off", map[string]string{"INTROSPECTION": "false"}, graph.IntrospectionOff},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := load(tc.env)
+			if err != nil || c.Introspection != tc.want {
+				t.Fatalf("INTROSPECTION %q (%v), want %q", c.Introspection, err, tc.want)
 			}
 		})
 	}

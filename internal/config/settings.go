@@ -295,7 +295,28 @@ var settings = []setting{
 	intVar("POW_DIFFICULTY", strconv.Itoa(gate.DifficultyDefault), "leading zero bits of SHA-256(challenge+nonce) a proof of work needs (1-32; 16 takes a browser ~50-200 ms)", func(c *Config) *int { return &c.PowDifficulty }, difficulty),
 	durationVar("GATE_REFRESH", gate.RefreshDefault, "how often every node re-reads the blocklist and the cached vouchers' gates, besides pub/sub announcements", func(c *Config) *time.Duration { return &c.GateRefresh }).
 		checked(positiveDuration(func(c Config) time.Duration { return c.GateRefresh })),
-	boolVar("INTROSPECTION", "true", "allow schema introspection", func(c *Config) *bool { return &c.Introspection }),
+	// Real stores mean a deployment that strangers can reach: there the
+	// schema is answered to token holders only, unless the operator opens
+	// it; the embedded mode's playground needs it before a token is pasted.
+	setting{env: "INTROSPECTION", def: "", help: "who may ask the schema (__schema, __type): off, token (a valid token of any role) or public; default public when embedded, token otherwise (true = public, false = off)",
+		parse: func(c *Config, s string) error {
+			if s == "" {
+				return nil
+			}
+			m, err := graph.ParseIntrospectionMode(s)
+			if err != nil {
+				return err
+			}
+			c.Introspection = m
+			return nil
+		},
+		show: func(c Config) slog.Value { return slog.StringValue(string(c.Introspection)) },
+	}.derived(func(c *Config) {
+		c.Introspection = graph.IntrospectionToken
+		if c.Embedded() {
+			c.Introspection = graph.IntrospectionPublic
+		}
+	}),
 	stringVar("PPROF_ADDR", "", "serve Go's profiles (/debug/pprof/) on this address, a listener of its own; keep it private (empty = off)", func(c *Config) *string { return &c.PprofAddr }),
 	boolVar("GRAPHQL_COMPILED_GRABS", "true", "answer plain seckillVoucher documents on the compiled path (the same answers as gqlgen's, a fraction of the CPU)", func(c *Config) *bool { return &c.CompiledGrabs }),
 	boolVar("DEMO", "", "create a demo voucher and print tokens; default on when embedded", func(c *Config) *bool { return &c.Demo }).

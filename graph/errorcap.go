@@ -1,0 +1,125 @@
+package graph
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+	"github.com/vektah/gqlparser/v2/validator/core"
+	"github.com/vektah/gqlparser/v2/validator/rules"
+
+	"flashsale/domain"
+)
+
+// maxErrors bounds the errors one answer reports. A client needs the
+// first few to fix its request; a document of 990 unknown directives
+// (5 KB) made gqlparser report 1,979 errors, a 345 KB answer, built and
+// presented one by one. Past the bound one last error says how many were
+// cut (extensions.cut), so a client still learns that there were more.
+const maxErrors = 50
+
+// cutReason is the extensions.reason of the error that stands for the
+// errors cut from an answer.
+const cutReason = "TOO_MANY_ERRORS"
+
+// cappedValidationRules returns gqlparser's default rules, each wrapped so
+// that one validation builds at most maxErrors errors and one that counts
+// the rest: an error past the bound is counted, never built (its message,
+// which quotes names and suggestions, is never formatted). It is called
+// once per validation (gqlgen's validation rules hook), so the count is
+// that document's.
+func cappedValidationRules() *rules.Rules {
+	c := &validationCap{}
+	out := rules.NewRules()
+	for name, fn := range rules.NewDefaultRules().GetInner() {
+		out.AddRule(name, c.wrap(fn))
+	}
+	return out
+}
+
+// validationCap counts one validation's errors.
+type validationCap struct {
+	n      int
+	marker *gqlerror.Error // the error that stands for those cut
+}
+
+func (c *validationCap) wrap(fn core.RuleFunc) core.RuleFunc {
+	return func(observers *core.Events, addError core.AddErrFunc) {
+		fn(observers, func(options ...core.ErrorOption) {
+			c.n++
+			switch {
+			case c.n <= maxErrors:
+				addError(options...)
+			case c.marker == nil:
+				addError(func(e *gqlerror.Error) {
+					e.Extensions = map[string]any{"reason": cutReason}
+					c.marker = e
+				})
+				fallthrough
+			default:
+				// The message is rewritten as the count grows: the rules
+				// have no "done" event, and the marker is read only after
+				// the walk.
+				cut := c.n - maxErrors
+				c.marker.Message = cutMessage(cut)
+				c.marker.Extensions["cut"] = cut
+			}
+		})
+	}
+}
+
+func cutMessage(cut int) string {
+	return fmt.Sprintf("%d more errors were cut: an answer reports at most %d", cut, maxErrors)
+}
+
+// errorCap bounds the errors of every answer gqlgen writes (validation
+// errors, which cappedValidationRules already bounds, and errors raised
+// while executing): the first maxErrors are kept, and one more error
+// says how many were cut, with the code of the first cut error.
+type errorCap struct{}
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.ResponseInterceptor
+} = errorCap{}
+
+func (errorCap) ExtensionName() string                   { return "ErrorCap" }
+func (errorCap) Validate(graphql.ExecutableSchema) error { return nil }
+
+func (errorCap) InterceptResponse(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
+	resp := next(ctx)
+	if resp != nil {
+		resp.Errors = capErrors(resp.Errors)
+	}
+	return resp
+}
+
+// capErrors keeps the first maxErrors errors of list and adds one that
+// counts the rest; a list that ends with such an error already (from
+// validation) is left as it is.
+func capErrors(list gqlerror.List) gqlerror.List {
+	if len(list) <= maxErrors || (len(list) == maxErrors+1 && isCutMarker(list[maxErrors])) {
+		return list
+	}
+	rest := list[maxErrors:]
+	cut := len(rest)
+	if last := rest[len(rest)-1]; isCutMarker(last) {
+		n, _ := last.Extensions["cut"].(int)
+		cut += n - 1
+	}
+	code, _ := rest[0].Extensions["code"].(string)
+	if code == "" {
+		code = string(domain.CodeBadInput)
+	}
+	out := make(gqlerror.List, maxErrors, maxErrors+1)
+	copy(out, list)
+	return append(out, &gqlerror.Error{
+		Message:    cutMessage(cut),
+		Extensions: map[string]any{"code": code, "reason": cutReason, "cut": cut},
+	})
+}
+
+func isCutMarker(e *gqlerror.Error) bool {
+	return e != nil && e.Extensions["reason"] == cutReason
+}
