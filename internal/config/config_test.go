@@ -51,7 +51,7 @@ func TestListenAddressDefaultsToLoopbackWhenEmbedded(t *testing.T) {
 // unless INTROSPECTION says otherwise; true and false, its values when it
 // was a switch, still mean public and off.
 func TestIntrospectionDefaultsPerMode(t *testing.T) {
-	real := map[string]string{"DATABASE_URL": "postgres://u@h:5432/d", "JWT_SECRET": "s"}
+	real := map[string]string{"DATABASE_URL": "postgres://u@h:5432/d", "REDIS_URL": "redis://127.0.0.1:6379/0", "JWT_SECRET": "s"}
 	withReal := func(v string) map[string]string {
 		env := map[string]string{"INTROSPECTION": v}
 		for k, val := range real {
