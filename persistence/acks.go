@@ -47,9 +47,13 @@ var ErrNotAcknowledged = errors.New("the batch's writes were not acknowledged by
 // against the primary.
 var errNoTimeToAck = fmt.Errorf("too little time left to wait for the replicas: %w", domain.ErrNotSent)
 
+// AckRoom is the least time a call with acknowledgements needs besides
+// its wait: with less left it is not sent.
+const AckRoom = 2 * ackMargin
+
 // wait returns WAIT's timeout for a call with ctx: Timeout, shortened to
 // end ackMargin before ctx's deadline, and never 0, which WAIT takes as
-// "forever"; ok is false when less than twice ackMargin is left.
+// "forever"; ok is false when less than AckRoom is left.
 func (a Acks) wait(ctx context.Context) (_ time.Duration, ok bool) {
 	t := a.Timeout
 	if t <= 0 {
@@ -57,7 +61,7 @@ func (a Acks) wait(ctx context.Context) (_ time.Duration, ok bool) {
 	}
 	if dl, has := ctx.Deadline(); has {
 		left := time.Until(dl)
-		if left < 2*ackMargin {
+		if left < AckRoom {
 			return 0, false
 		}
 		t = min(t, left-ackMargin)

@@ -523,7 +523,9 @@ func TestRedisModesAndAcknowledgements(t *testing.T) {
 		{"negative replicas", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "-1"), "REDIS_ACK_REPLICAS", ">= 0"},
 		{"replicas of the in-process redis", env("ALLOW_EMBEDDED_REDIS", "true", "REDIS_ACK_REPLICAS", "1"), "REDIS_ACK_REPLICAS", "no replicas"},
 		{"acknowledgement under a millisecond", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "1", "REDIS_ACK_TIMEOUT", "500us"), "REDIS_ACK_TIMEOUT", "1ms"},
-		{"acknowledgement as long as a grab", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "1", "REDIS_ACK_TIMEOUT", "5s"), "REDIS_ACK_TIMEOUT", "GRAB_TIMEOUT (5s)"},
+		{"acknowledgement as long as a grab", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "1", "REDIS_ACK_TIMEOUT", "5s"), "REDIS_ACK_TIMEOUT", "GRAB_TIMEOUT (5s) less 200ms"},
+		{"acknowledgement without room in a grab", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "1", "REDIS_ACK_TIMEOUT", "900ms", "GRAB_TIMEOUT", "1s"), "REDIS_ACK_TIMEOUT", "GRAB_TIMEOUT (1s) less 200ms"},
+		{"acknowledgement with just the room", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "1", "REDIS_ACK_TIMEOUT", "800ms", "GRAB_TIMEOUT", "1s"), "", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

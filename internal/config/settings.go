@@ -141,9 +141,10 @@ var settings = []setting{
 	durationVar("REDIS_ACK_TIMEOUT", persistence.AckTimeoutDefault, "how long a grab batch waits for REDIS_ACK_REPLICAS; past it the batch answers UNAVAILABLE (undecided, settled by request id)", func(c *Config) *time.Duration { return &c.RedisAckTimeout }).
 		checked(func(c Config) string {
 			// WAIT counts in milliseconds; a batch waits for its answer at
-			// most GRAB_TIMEOUT (whose own check reports a bad one).
-			if c.RedisAckTimeout < time.Millisecond || c.GrabTimeout > 0 && c.RedisAckTimeout >= c.GrabTimeout {
-				return "want 1ms or more, less than GRAB_TIMEOUT (" + formatDuration(c.GrabTimeout) + ")"
+			// most GRAB_TIMEOUT (whose own check reports a bad one), and a
+			// call needs room besides the wait (persistence.AckRoom).
+			if c.RedisAckTimeout < time.Millisecond || c.GrabTimeout > 0 && c.RedisAckTimeout+persistence.AckRoom > c.GrabTimeout {
+				return "want 1ms or more, at most GRAB_TIMEOUT (" + formatDuration(c.GrabTimeout) + ") less " + formatDuration(persistence.AckRoom)
 			}
 			return ""
 		}),
