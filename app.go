@@ -58,11 +58,15 @@ type app struct {
 	// rdb serves request paths (grabs, rate limits, stock reads): short
 	// deadlines and the circuit breaker. bg serves the background loops
 	// (order writer, event watcher), which retry with backoff on their own.
-	rdb      *redis.Client
-	bg       *redis.Client
+	rdb redis.UniversalClient
+	bg  redis.UniversalClient
+	// acked runs the grab scripts when replicas must acknowledge them
+	// (REDIS_ACK_REPLICAS): the request path's client, with room in its
+	// read deadline for WAIT; rdb otherwise.
+	acked    redis.UniversalClient
 	breaker  *persistence.Breaker
-	fallback *persistence.DBGrabs // DEGRADE_TO_DB only
-	probe    *redis.Client        // /readyz's own client, with short timeouts
+	fallback *persistence.DBGrabs  // DEGRADE_TO_DB only
+	probe    redis.UniversalClient // /readyz's own client, with short timeouts
 	ready    *readiness
 	tokens   *auth.Tokens
 	catalog  *catalog.Service
@@ -113,22 +117,37 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		return nil, fmt.Errorf("database schema: %w", err)
 	}
 
-	redisOpts := &redis.Options{}
+	var target persistence.RedisTarget
 	if cfg.RedisURL == "" {
 		if a.mini, err = miniredis.Run(); err != nil {
 			return nil, fmt.Errorf("start embedded redis: %w", err)
 		}
-		redisOpts.Addr = a.mini.Addr()
-	} else {
-		redisOpts, _ = redis.ParseURL(cfg.RedisURL) // validated by config
+		target = persistence.SingleTarget(redis.Options{Addr: a.mini.Addr()})
+	} else if target, err = persistence.ParseRedisTarget(cfg.RedisMode, cfg.RedisURL); err != nil {
+		return nil, &config.Error{Var: "REDIS_URL", Msg: err.Error()} // validated by config
 	}
-	a.bg = redis.NewClient(persistence.BackgroundClientOptions(*redisOpts))
-	a.rdb = redis.NewClient(persistence.RequestClientOptions(*redisOpts, 0))
+	// Every client of the stock Redis is built from the one target, so
+	// each gets the same tuning in every REDIS_MODE.
+	a.bg = target.Client(persistence.BackgroundTuning())
+	a.rdb = target.Client(persistence.RequestTuning(0))
 	a.breaker = persistence.NewBreaker(log, persistence.BreakerOptions{OnClose: a.afterRedisOutage})
 	a.rdb.AddHook(a.breaker)
 	// After the breaker: a command it refuses never reached Redis.
 	a.rdb.AddHook(persistence.RedisErrors{})
 	a.bg.AddHook(persistence.RedisErrors{})
+	a.acked = a.rdb
+	acks := persistence.Acks{Replicas: cfg.RedisAckReplicas, Timeout: cfg.RedisAckTimeout}
+	if acks.Replicas > 0 {
+		// A pipeline reads its replies under the client's read timeout,
+		// WAIT's included: the grab scripts get a client whose timeout
+		// leaves room for the acknowledgement, so that a slow replica is
+		// an UNAVAILABLE batch, not a failed call that opens the breaker.
+		tuning := persistence.RequestTuning(0)
+		tuning.Read += acks.Timeout
+		a.acked = target.Client(tuning)
+		a.acked.AddHook(a.breaker)
+		a.acked.AddHook(persistence.RedisErrors{})
+	}
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err = a.bg.Ping(pingCtx).Err()
 	cancel()
@@ -139,11 +158,9 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 
 	// /readyz pings through a client of its own: the shared one waits
 	// seconds for a stalled Redis, and its pool may be busy with grabs.
-	probeOpts := *redisOpts
-	probeOpts.DialTimeout, probeOpts.ReadTimeout, probeOpts.WriteTimeout = readyTimeout, readyTimeout, readyTimeout
-	probeOpts.PoolTimeout, probeOpts.PoolSize, probeOpts.MinIdleConns = readyTimeout, 2, 0
-	probeOpts.MaxRetries, probeOpts.ContextTimeoutEnabled = -1, true
-	a.probe = redis.NewClient(&probeOpts)
+	a.probe = target.Client(persistence.ClientTuning{ContextTimeout: true,
+		Dial: readyTimeout, Read: readyTimeout, Write: readyTimeout, Pool: readyTimeout,
+		MaxRetries: -1, PoolSize: 2, MinIdleConns: 0})
 	a.probe.AddHook(persistence.RedisErrors{})
 	a.ready = &readiness{
 		redis:    func(ctx context.Context) error { return a.probe.Ping(ctx).Err() },
@@ -189,6 +206,14 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		GrabTimeout: cfg.GrabTimeout,
 		Redis:       a.breaker,
 	}
+	if acks.Replicas > 0 {
+		// A script call and a whole batch get the acknowledgement's wait
+		// on top of their own deadlines.
+		routerOpts.CallTimeout = actors.CallTimeoutDefault + acks.Timeout
+		routerOpts.BatchTimeout = actors.BatchTimeoutDefault + acks.Timeout
+	}
+	grabs := persistence.NewGrabs(a.acked)
+	grabs.Acks = acks
 	if cfg.DegradeToDB {
 		a.fallback = persistence.NewDBGrabs(a.db, a.breaker, 0)
 		routerOpts.Fallback = a.fallback
@@ -204,13 +229,13 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		// One node: plain local actors behind the same router, under the
 		// same leases and fencing (docs/DECISIONS.md, "A single node is
 		// not a cluster member").
-		a.router = actors.NewRouter(persistence.NewGrabs(a.rdb), a.ids, a.catalog, log, routerOpts)
+		a.router = actors.NewRouter(grabs, a.ids, a.catalog, log, routerOpts)
 	} else {
 		co, err := clusterOptions(cfg)
 		if err != nil {
 			return nil, err
 		}
-		if a.router, err = actors.NewClusteredRouter(persistence.NewGrabs(a.rdb), a.ids, a.catalog, log, routerOpts, co); err != nil {
+		if a.router, err = actors.NewClusteredRouter(grabs, a.ids, a.catalog, log, routerOpts, co); err != nil {
 			return nil, fmt.Errorf("cluster (%s): %w", clusterLabel(cfg), err)
 		}
 	}
@@ -307,7 +332,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		IdleTimeout:  2 * time.Minute,
 		BaseContext:  func(net.Listener) context.Context { return requests },
 	}
-	a.logConnected(redisOpts.Addr)
+	a.logConnected(target.String())
 	return a, nil
 }
 
@@ -498,6 +523,9 @@ func (a *app) stop() {
 	a.locks.close() // after the router and the maintenance: their leases are released
 	if a.probe != nil {
 		_ = a.probe.Close()
+	}
+	if a.acked != nil && a.acked != a.rdb {
+		_ = a.acked.Close()
 	}
 	if a.rdb != nil {
 		_ = a.rdb.Close()

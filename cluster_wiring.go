@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -15,28 +14,30 @@ import (
 	"flashsale/actors"
 	"flashsale/internal/config"
 	"flashsale/internal/lease"
+	"flashsale/persistence"
 )
 
 // lockPart is the Redlock over LOCK_REDIS_URLS (the stock Redis in the
 // embedded mode): segment ownership (issue 11) and the background
 // singletons (issue 9) take their leases from it.
 type lockPart struct {
-	clients []*redis.Client
+	clients []redis.UniversalClient
 	redlock *lease.Redlock
 }
 
 func (a *app) openLocks() error {
 	var nodes []redis.UniversalClient
 	for _, u := range a.cfg.LockRedisURLs {
-		opts, err := redis.ParseURL(u) // validated by config
+		// The default node, REDIS_URL, is reached in REDIS_MODE (its
+		// primary, through Sentinel); any other is one server.
+		target, err := persistence.ParseRedisTarget(config.LockNodeMode(a.cfg, u), u) // validated by config
 		if err != nil {
-			return fmt.Errorf("LOCK_REDIS_URLS: %w", err)
+			return &config.Error{Var: "LOCK_REDIS_URLS", Msg: err.Error()}
 		}
 		// A lock node that stalls must not hold an activation past its
 		// lease: Redlock needs a quorum, not every node.
-		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = time.Second, 500*time.Millisecond, 500*time.Millisecond
-		opts.MaxRetries, opts.DialerRetries = -1, 1
-		c := redis.NewClient(opts)
+		c := target.Client(persistence.ClientTuning{Dial: time.Second, Read: 500 * time.Millisecond, Write: 500 * time.Millisecond,
+			MaxRetries: -1, DialerRetries: 1})
 		a.locks.clients = append(a.locks.clients, c)
 		nodes = append(nodes, c)
 	}

@@ -35,7 +35,8 @@ type redPacketsPart struct {
 // refunds on bg (a.background waits for the writer; wait for the refunds).
 func (a *app) startRedPackets(ctx, bg context.Context) (*redPacketsPart, error) {
 	p := &redPacketsPart{}
-	rds := persistence.NewRedPacketRedis(a.rdb)
+	rds := persistence.NewRedPacketRedis(a.acked)
+	rds.Acks = persistence.Acks{Replicas: a.cfg.RedisAckReplicas, Timeout: a.cfg.RedisAckTimeout}
 	store := persistence.NewRedPacketStore(a.db, rds)
 	if a.mini != nil {
 		store.ReloadHold = time.Millisecond // as the vouchers' (app.go): nobody to wait for

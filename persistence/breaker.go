@@ -52,35 +52,17 @@ func notSent(err error) error {
 	return fmt.Errorf("%w: %w", domain.ErrNotSent, err)
 }
 
-// RequestClientOptions returns opts tuned for request paths: every call
-// ends at its context's deadline or after timeout, whichever comes first
-// (ContextTimeoutEnabled), waits at most timeout for a pooled connection,
-// and is not retried by go-redis: a retry after a timeout doubles what a
-// stalled Redis costs a request (measured: a catalogue read took 0.95 s),
-// and the grab path retries its batches itself, within its own deadline.
-// A refused connection fails at once, not after dial retries.
+// RequestClientOptions returns opts tuned for request paths (RequestTuning).
 func RequestClientOptions(opts redis.Options, timeout time.Duration) *redis.Options {
-	if timeout <= 0 {
-		timeout = RequestTimeoutDefault
-	}
-	opts.ContextTimeoutEnabled = true
-	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = timeout, timeout, timeout, timeout
-	opts.MaxRetries = -1
-	// go-redis dials up to 5 times, 100 ms apart, by default: against a
-	// Redis that is down (connection refused) each call then waits out its
-	// whole deadline instead of failing at once (measured: 200 ms a grab).
-	opts.DialerRetries = 1
-	return &opts
+	o, _ := SingleTarget(opts).Options(RequestTuning(timeout))
+	return o
 }
 
-// BackgroundClientOptions returns opts for the background loops (order
-// writer, event watcher): go-redis's own timeouts (seconds) suit their
-// batches and blocking reads, and ContextTimeoutEnabled lets their own
-// deadlines end a call to a stalled Redis, so they retry with backoff
-// instead of waiting on a socket.
+// BackgroundClientOptions returns opts for the background loops
+// (BackgroundTuning).
 func BackgroundClientOptions(opts redis.Options) *redis.Options {
-	opts.ContextTimeoutEnabled = true
-	return &opts
+	o, _ := SingleTarget(opts).Options(BackgroundTuning())
+	return o
 }
 
 // BreakerOptions tunes a Breaker; zero values take the defaults.

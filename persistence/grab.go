@@ -157,6 +157,10 @@ return out
 // Grabs runs the grab scripts on the stock Redis.
 type Grabs struct {
 	rdb redis.UniversalClient
+	// Acks, when it asks for replicas, makes a batch's answers wait until
+	// that many replicas hold its writes; a batch not acknowledged in time
+	// fails with ErrNotAcknowledged (undecided).
+	Acks Acks
 }
 
 // NewGrabs returns the grab store.
@@ -282,7 +286,9 @@ func parseState(meta []any, stock string, seen time.Time) domain.VoucherState {
 const grabHead = 9
 
 // Grab runs one batch through the grab script (EVALSHA, falling back to
-// EVAL when Redis lost the script).
+// EVAL when Redis lost the script), followed by WAIT when Acks asks for
+// replicas. A stale fence or a voucher Redis does not know wrote nothing
+// and answers without the acknowledgement.
 func (g *Grabs) Grab(ctx context.Context, voucherID int64, seg int, fence int64, grabs []domain.Grab) (domain.BatchOutcome, error) {
 	args := make([]any, 0, 2+3*len(grabs))
 	args = append(args, fence, voucherID)
@@ -291,7 +297,8 @@ func (g *Grabs) Grab(ctx context.Context, voucherID int64, seg int, fence int64,
 	}
 	keys := []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID), fenceKey(voucherID, seg), reqKey(voucherID), LogKey(voucherID)}
 	seen := time.Now()
-	raw, err := grabScript.Run(ctx, g.rdb, keys, args...).Slice()
+	call := g.Acks.runAcked(ctx, g.rdb, grabScript, keys, args...)
+	raw, err := call.res.Slice()
 	grabScriptDuration.Observe(time.Since(seen).Seconds())
 	if err != nil {
 		return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: %w", voucherID, notSent(err))
@@ -329,6 +336,11 @@ func (g *Grabs) Grab(ctx context.Context, voucherID int64, seg int, fence int64,
 	}
 	if refusal != 0 {
 		out.Refusal = scriptCodes[refusal]
+	}
+	// The script ran: its sales, and its answers to request ids sold
+	// before, count only once the replicas asked for hold them.
+	if err := call.check(); err != nil {
+		return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: %w", voucherID, err)
 	}
 	for i := range grabs {
 		code, _ := raw[grabHead+2*i].(int64)

@@ -223,6 +223,8 @@ return 1
 // script and the live state.
 type RedPacketRedis struct {
 	rdb redis.UniversalClient
+	// Acks makes a grab batch's answers wait for replicas, as Grabs.Acks.
+	Acks Acks
 }
 
 // NewRedPacketRedis returns the red packets' Redis store.
@@ -278,7 +280,8 @@ func (s *RedPacketRedis) Grab(ctx context.Context, id int64, grabs []domain.RedP
 		args = append(args, g.RequestID, g.UserID)
 	}
 	seen := time.Now()
-	raw, err := grabRedPacketScript.Run(ctx, s.rdb, redPacketKeys(id), args...).Slice()
+	call := s.Acks.runAcked(ctx, s.rdb, grabRedPacketScript, redPacketKeys(id), args...)
+	raw, err := call.res.Slice()
 	redPacketScriptDuration.Observe(time.Since(seen).Seconds())
 	if err != nil {
 		return domain.RedPacketBatch{}, fmt.Errorf("grab batch of red packet %d: %w", id, err)
@@ -295,6 +298,10 @@ func (s *RedPacketRedis) Grab(ctx context.Context, id int64, grabs []domain.RedP
 	}
 	if len(raw) != 3+2*len(grabs) {
 		return domain.RedPacketBatch{}, fmt.Errorf("grab batch of red packet %d: script returned %d values for %d grabs", id, len(raw), len(grabs))
+	}
+	// A packet handed out counts once the replicas asked for hold it.
+	if err := call.check(); err != nil {
+		return domain.RedPacketBatch{}, fmt.Errorf("grab batch of red packet %d: %w", id, err)
 	}
 	expire, _ := raw[1].(int64)
 	left, _ := raw[2].(int64)

@@ -20,9 +20,8 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/redis/go-redis/v9"
-
 	"flashsale/graph"
+	"flashsale/persistence"
 )
 
 // Config is the whole configuration. Each field is one setting of the
@@ -33,12 +32,20 @@ type Config struct {
 	// NodeID is this node's identity, stable across its restarts: its
 	// consumer name in the order logs' group, so that a restarted node
 	// resumes the orders it left pending at once (see DefaultNodeID).
-	NodeID        string
+	NodeID string
+	// RedisMode is how RedisURL reaches Redis: persistence.RedisSingle,
+	// RedisSentinel or RedisCluster, each with go-redis's URL form.
+	RedisMode     string
 	RedisURL      string   // empty = embedded in-process Redis
 	LockRedisURLs []string // default = RedisURL
-	DatabaseURL   string   // empty = embedded SQLite at SQLitePath
-	SQLitePath    string
-	JWTSecret     string
+	// RedisAckReplicas is how many replicas must hold a grab batch's
+	// writes before its answers are given (WAIT), within RedisAckTimeout;
+	// 0 = the primary alone.
+	RedisAckReplicas int
+	RedisAckTimeout  time.Duration
+	DatabaseURL      string // empty = embedded SQLite at SQLitePath
+	SQLitePath       string
+	JWTSecret        string
 	// AllowEmbeddedRedis lets real mode (DATABASE_URL set) run on an
 	// in-process Redis, which is refused otherwise: it dies with the
 	// process, and nodes sharing the database would each have their own.
@@ -324,11 +331,37 @@ func redactURL(s string) string {
 	return u.Redacted()
 }
 
-// redisURLProblem says what is wrong with a Redis URL, or returns "". It
-// checks the scheme itself because go-redis reports a missing one as
-// "invalid URL scheme: " with nothing after it.
-func redisURLProblem(s string) string {
-	const want = "want redis://host:port/db (or rediss://, unix://)"
+// clusterNotYet is why REDIS_MODE=cluster is refused: what would cross
+// hash slots, which Redis Cluster refuses (CROSSSLOT), or go to the wrong
+// node. A voucher's and a red packet's own keys and scripts are
+// cluster-safe already (their hash tags); these are not.
+const clusterNotYet = "cluster is not supported yet: the order-log and red-packet-log writers read every log " +
+	"in one XREADGROUP across hash slots, which Redis Cluster refuses (CROSSSLOT), and REDIS_ACK_REPLICAS " +
+	"would send WAIT to a node of go-redis's choosing rather than the one that ran the grab script; " +
+	"use single or sentinel"
+
+// LockNodeMode is the mode a LOCK_REDIS_URLS node is reached in: REDIS_URL
+// (the default) in REDIS_MODE, any other URL as one server: Redlock wants
+// independent nodes.
+func LockNodeMode(c Config, u string) string {
+	if u == c.RedisURL {
+		return c.RedisMode
+	}
+	return persistence.RedisSingle
+}
+
+// redisModeURLProblem says what is wrong with a Redis URL in mode, or
+// returns "". It checks the scheme itself because go-redis reports a
+// missing one as "invalid URL scheme: " with nothing after it.
+func redisModeURLProblem(mode, s string) string {
+	want := map[string]string{
+		persistence.RedisSingle:   "want redis://host:port/db (or rediss://, unix://)",
+		persistence.RedisSentinel: "want go-redis's failover URL, redis://sentinel:26379?master_name=NAME&addr=sentinel2:26379 (or rediss://), with REDIS_MODE=sentinel",
+		persistence.RedisCluster:  "want go-redis's cluster URL, redis://node1:7000?addr=node2:7001 (or rediss://), with REDIS_MODE=cluster",
+	}[mode]
+	if want == "" {
+		return "" // REDIS_MODE names the problem
+	}
 	if !strings.Contains(s, "://") { // host:port alone fails url.Parse obscurely
 		return want
 	}
@@ -336,10 +369,13 @@ func redisURLProblem(s string) string {
 	if err != nil {
 		return "not a URL: " + errMsg(err)
 	}
-	if u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix" {
+	if u.Scheme != "redis" && u.Scheme != "rediss" && (u.Scheme != "unix" || mode != persistence.RedisSingle) {
 		return want
 	}
-	if _, err := redis.ParseURL(s); err != nil {
+	if _, err := persistence.ParseRedisTarget(mode, s); err != nil {
+		if mode != persistence.RedisSingle {
+			return errMsg(err) + " (REDIS_MODE=" + mode + ")"
+		}
 		return errMsg(err)
 	}
 	return ""

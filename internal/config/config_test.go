@@ -516,3 +516,78 @@ func TestEverySettingHasAFlagAVariableAndALogEntry(t *testing.T) {
 		}
 	})
 }
+
+// REDIS_MODE decides which of go-redis's URL forms REDIS_URL must have;
+// a URL that does not parse in its mode, a mode without REDIS_URL, and
+// cluster (not cluster-safe yet) are refused naming the variable at fault.
+// Acknowledgements need a Redis of its own and a timeout WAIT can count
+// and a grab can wait out.
+func TestRedisModesAndAcknowledgements(t *testing.T) {
+	const (
+		single   = "redis://:pwsecret@127.0.0.1:6379/0"
+		failover = "redis://:pwsecret@127.0.0.1:26379/0?master_name=fs&addr=127.0.0.1:26380&password=pwsecret"
+		cluster  = "redis://:pwsecret@127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002"
+	)
+	base := map[string]string{"DATABASE_URL": "postgres://u@h:5432/db", "JWT_SECRET": "s"}
+	env := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	cases := []struct {
+		name    string
+		env     map[string]string
+		refused string // the variable named, "" = accepted
+		says    string // a phrase the refusal holds
+	}{
+		{"single by default", env("REDIS_URL", single), "", ""},
+		{"sentinel with a failover URL", env("REDIS_MODE", "sentinel", "REDIS_URL", failover), "", ""},
+		{"mode in capitals", env("REDIS_MODE", "SENTINEL", "REDIS_URL", failover), "", ""},
+		{"acknowledged by two replicas", env("REDIS_MODE", "sentinel", "REDIS_URL", failover, "REDIS_ACK_REPLICAS", "2", "REDIS_ACK_TIMEOUT", "50ms"), "", ""},
+		{"unknown mode", env("REDIS_MODE", "ring", "REDIS_URL", single), "REDIS_MODE", "single, sentinel, cluster"},
+		{"sentinel without REDIS_URL", env("REDIS_MODE", "sentinel", "ALLOW_EMBEDDED_REDIS", "true"), "REDIS_MODE", "needs REDIS_URL"},
+		{"cluster", env("REDIS_MODE", "cluster", "REDIS_URL", cluster), "REDIS_MODE", "XREADGROUP"},
+		{"single with a failover URL", env("REDIS_URL", failover), "REDIS_URL", "master_name"},
+		{"sentinel without master_name", env("REDIS_MODE", "sentinel", "REDIS_URL", single), "REDIS_URL", "master_name is required"},
+		{"sentinel routed to replicas", env("REDIS_MODE", "sentinel", "REDIS_URL", failover+"&replica_only=true"), "REDIS_URL", "primary"},
+		{"sentinel with a unix socket", env("REDIS_MODE", "sentinel", "REDIS_URL", "unix:///tmp/redis.sock"), "REDIS_URL", "failover URL"},
+		{"another lock node in the failover form", env("REDIS_MODE", "sentinel", "REDIS_URL", failover, "LOCK_REDIS_URLS", strings.Replace(failover, "26379", "26999", 1)), "LOCK_REDIS_URLS", "master_name"},
+		{"negative replicas", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "-1"), "REDIS_ACK_REPLICAS", ">= 0"},
+		{"replicas of the in-process redis", env("ALLOW_EMBEDDED_REDIS", "true", "REDIS_ACK_REPLICAS", "1"), "REDIS_ACK_REPLICAS", "no replicas"},
+		{"acknowledgement under a millisecond", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "1", "REDIS_ACK_TIMEOUT", "500us"), "REDIS_ACK_TIMEOUT", "1ms"},
+		{"acknowledgement as long as a grab", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "1", "REDIS_ACK_TIMEOUT", "5s"), "REDIS_ACK_TIMEOUT", "GRAB_TIMEOUT (5s) less 200ms"},
+		{"acknowledgement without room in a grab", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "1", "REDIS_ACK_TIMEOUT", "900ms", "GRAB_TIMEOUT", "1s"), "REDIS_ACK_TIMEOUT", "GRAB_TIMEOUT (1s) less 200ms"},
+		{"acknowledgement with just the room", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "1", "REDIS_ACK_TIMEOUT", "800ms", "GRAB_TIMEOUT", "1s"), "", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := load(tc.env)
+			if tc.refused == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				// The default lock node is REDIS_URL, reached in its mode.
+				if len(c.LockRedisURLs) != 1 || LockNodeMode(c, c.LockRedisURLs[0]) != c.RedisMode {
+					t.Fatalf("lock nodes %v in mode %s", c.LockRedisURLs, c.RedisMode)
+				}
+				return
+			}
+			var ce *Error
+			if !errors.As(err, &ce) || ce.Var != tc.refused || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("got %v, want an error naming %s that says %q", err, tc.refused, tc.says)
+			}
+			if strings.Contains(err.Error(), "pwsecret") {
+				t.Fatalf("%q shows the password", err)
+			}
+		})
+	}
+	c, err := load(env("REDIS_URL", single))
+	if err != nil || c.RedisMode != "single" || c.RedisAckReplicas != 0 || c.RedisAckTimeout != 200*time.Millisecond {
+		t.Fatalf("defaults: mode %q, %d replicas within %s (%v), want single, 0 and 200ms", c.RedisMode, c.RedisAckReplicas, c.RedisAckTimeout, err)
+	}
+}

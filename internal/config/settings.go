@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -86,11 +87,23 @@ var settings = []setting{
 			c.NodeID = DefaultNodeID(host, c.HTTPAddr)
 		}).
 		checked(func(c Config) string { return nodeIDProblem(c.NodeID) }),
-	stringVar("REDIS_URL", "", "stock Redis URL; empty runs an in-process Redis", func(c *Config) *string { return &c.RedisURL }).
+	lowerVar("REDIS_MODE", persistence.RedisSingle, "how REDIS_URL reaches Redis: single (redis://host:port/db), sentinel (go-redis's failover URL, redis://sentinel:26379?master_name=NAME&addr=sentinel2:26379) or cluster (go-redis's cluster URL; refused until every key and script is cluster-safe)", func(c *Config) *string { return &c.RedisMode }).
+		checked(func(c Config) string {
+			switch {
+			case !slices.Contains(persistence.RedisModes, c.RedisMode):
+				return "want " + strings.Join(persistence.RedisModes, ", ")
+			case c.RedisMode != persistence.RedisSingle && c.RedisURL == "":
+				return c.RedisMode + " needs REDIS_URL: the in-process Redis is a single server"
+			case c.RedisMode == persistence.RedisCluster:
+				return clusterNotYet
+			}
+			return ""
+		}),
+	stringVar("REDIS_URL", "", "stock Redis URL in REDIS_MODE's form; empty runs an in-process Redis", func(c *Config) *string { return &c.RedisURL }).
 		checked(func(c Config) string {
 			switch {
 			case c.RedisURL != "":
-				return redisURLProblem(c.RedisURL)
+				return redisModeURLProblem(c.RedisMode, c.RedisURL)
 			case c.DatabaseURL != "" && !c.AllowEmbeddedRedis:
 				return "required when DATABASE_URL is set: an in-process Redis dies with the process, losing the orders " +
 					"answered OK on their way to the database, and every node would sell the whole stock from its own; " +
@@ -101,7 +114,7 @@ var settings = []setting{
 		}).
 		shown(func(c Config) slog.Value { return slog.StringValue(orEmbedded(redactURL(c.RedisURL))) }),
 	boolVar("ALLOW_EMBEDDED_REDIS", "false", "with DATABASE_URL set and no REDIS_URL, run on an in-process Redis anyway (refused otherwise): a crash loses orders answered OK and nodes sharing the database oversell; for trying, never for a sale", func(c *Config) *bool { return &c.AllowEmbeddedRedis }),
-	listVar("LOCK_REDIS_URLS", "comma-separated Redlock nodes; default REDIS_URL", func(c *Config) *[]string { return &c.LockRedisURLs }).
+	listVar("LOCK_REDIS_URLS", "comma-separated Redlock nodes, each one server; default REDIS_URL (in REDIS_MODE)", func(c *Config) *[]string { return &c.LockRedisURLs }).
 		derived(func(c *Config) {
 			if c.RedisURL != "" {
 				c.LockRedisURLs = []string{c.RedisURL}
@@ -109,12 +122,29 @@ var settings = []setting{
 		}).
 		checked(func(c Config) string {
 			for _, u := range c.LockRedisURLs {
-				if msg := redisURLProblem(u); msg != "" {
+				if msg := redisModeURLProblem(LockNodeMode(c, u), u); msg != "" {
 					return fmt.Sprintf("%q: %s", redactURL(u), msg)
 				}
 			}
 			if n := len(c.LockRedisURLs); n > 0 && n%2 == 0 {
 				return fmt.Sprintf("Redlock needs an odd number of independent nodes (1, 3 or 5), got %d", n)
+			}
+			return ""
+		}),
+	intVar("REDIS_ACK_REPLICAS", "0", "a grab batch's answers wait until this many replicas hold its writes (WAIT); 0 = the primary alone", func(c *Config) *int { return &c.RedisAckReplicas }, replicas).
+		checked(func(c Config) string {
+			if c.RedisAckReplicas > 0 && c.RedisURL == "" {
+				return "needs REDIS_URL: the in-process Redis has no replicas"
+			}
+			return ""
+		}),
+	durationVar("REDIS_ACK_TIMEOUT", persistence.AckTimeoutDefault, "how long a grab batch waits for REDIS_ACK_REPLICAS; past it the batch answers UNAVAILABLE (undecided, settled by request id)", func(c *Config) *time.Duration { return &c.RedisAckTimeout }).
+		checked(func(c Config) string {
+			// WAIT counts in milliseconds; a batch waits for its answer at
+			// most GRAB_TIMEOUT (whose own check reports a bad one), and a
+			// call needs room besides the wait (persistence.AckRoom).
+			if c.RedisAckTimeout < time.Millisecond || c.GrabTimeout > 0 && c.RedisAckTimeout+persistence.AckRoom > c.GrabTimeout {
+				return "want 1ms or more, at most GRAB_TIMEOUT (" + formatDuration(c.GrabTimeout) + ") less " + formatDuration(persistence.AckRoom)
 			}
 			return ""
 		}),
@@ -457,6 +487,15 @@ func optional(conv func(string) (int, error)) func(string) (int, error) {
 		}
 		return conv(s)
 	}
+}
+
+// replicas is a count of replicas, 0 for none.
+func replicas(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("want a whole number >= 0 (0 = the primary alone)")
+	}
+	return n, nil
 }
 
 func rate(s string) (int, error) {

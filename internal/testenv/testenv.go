@@ -42,6 +42,10 @@ type RedisServer struct {
 	Port    int
 	dir     string
 	durable bool
+	// conf, if set, is a configuration file given before the flags;
+	// extra are flags after them (a replica's, a sentinel's: replicated.go).
+	conf  string
+	extra []string
 
 	mu   sync.Mutex
 	stop func() // kills the running server and waits for it; nil when none runs
@@ -115,6 +119,10 @@ func (s *RedisServer) start() error {
 	}
 	args := append([]string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
 		"--save", "", "--dir", s.dir, "--loglevel", "warning"}, aof...)
+	if s.conf != "" {
+		args = append([]string{s.conf}, args...)
+	}
+	args = append(args, s.extra...)
 	cmd := exec.Command("redis-server", args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

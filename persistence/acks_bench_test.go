@@ -1,0 +1,62 @@
+package persistence_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"flashsale/domain"
+	"flashsale/internal/testenv"
+	"flashsale/persistence"
+)
+
+// BenchmarkGrabAcknowledged measures what REDIS_ACK_REPLICAS costs a grab
+// batch: the grab script alone, and the script with WAIT 1 behind it on
+// the same connection, against a private primary with one replica on this
+// machine (real processes). One op is one batch, sent one after another,
+// so ns/op is a batch's latency; µs/grab divides it by the batch size.
+//
+//	go test -run '^$' -bench BenchmarkGrabAcknowledged -benchtime 3000x ./persistence/
+func BenchmarkGrabAcknowledged(b *testing.B) {
+	primary := testenv.MustRedis(b)
+	testenv.MustReplica(b, primary)
+	db := testenv.MustPostgres(b)
+	ids := testenv.MustOrderIDs(b, db)
+	ctx := context.Background()
+	var user int64
+	for _, acks := range []int{0, 1} {
+		for _, batch := range []int{1, 20} {
+			b.Run(fmt.Sprintf("acks=%d/batch=%d", acks, batch), func(b *testing.B) {
+				rdb := ackClient(b, primary)
+				v := testenv.MustVoucher(b, db, rdb, testenv.VoucherSpec{Stock: b.N * batch, Limit: 1})
+				g := persistence.NewGrabs(rdb)
+				g.Acks = persistence.Acks{Replicas: acks, Timeout: time.Second}
+				fence, _, err := g.Claim(ctx, v.ID, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				batches := make([][]domain.Grab, b.N)
+				for i := range batches {
+					users := make([]int64, batch)
+					for j := range users {
+						user++
+						users[j] = user
+					}
+					batches[i] = grabs(b, ids, users...)
+				}
+				b.ResetTimer()
+				for i := range b.N {
+					cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+					out, err := g.Grab(cctx, v.ID, 0, fence, batches[i])
+					cancel()
+					if err != nil || out.Results[batch-1].Code != domain.SeckillOK {
+						b.Fatalf("batch %d: %v %v", i, codes(out), err)
+					}
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*batch), "µs/grab")
+			})
+		}
+	}
+}

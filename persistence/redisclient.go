@@ -1,0 +1,197 @@
+package persistence
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// How REDIS_URL reaches the stock Redis (REDIS_MODE), each with go-redis's
+// own URL form, so that an operator can copy a URL from go-redis's docs.
+const (
+	// RedisSingle is one server: redis://host:port/db (redis.ParseURL).
+	RedisSingle = "single"
+	// RedisSentinel is a primary found through Sentinel, followed across
+	// failovers: redis://sentinel:26379?master_name=NAME&addr=sentinel2:26379
+	// (redis.ParseFailoverURL; the host and every addr are sentinels).
+	RedisSentinel = "sentinel"
+	// RedisCluster is a Redis Cluster: redis://node1:7000?addr=node2:7001
+	// (redis.ParseClusterURL; any nodes, the rest is discovered).
+	RedisCluster = "cluster"
+)
+
+// RedisModes lists the modes, in the order the docs give them.
+var RedisModes = []string{RedisSingle, RedisSentinel, RedisCluster}
+
+// RedisTarget is a parsed REDIS_URL in its mode: the one place that knows
+// how each mode's client is built, so that every client of the stock
+// Redis (request path, background loops, readiness probe) gets the same
+// tuning whatever the mode.
+type RedisTarget struct {
+	mode     string
+	single   *redis.Options
+	failover *redis.FailoverOptions
+	cluster  *redis.ClusterOptions
+}
+
+// ParseRedisTarget parses url in mode. Its errors say what is wrong
+// without repeating the URL, which may hold a password.
+func ParseRedisTarget(mode, url string) (RedisTarget, error) {
+	t := RedisTarget{mode: mode}
+	var err error
+	switch mode {
+	case RedisSingle:
+		t.single, err = redis.ParseURL(url)
+	case RedisSentinel:
+		if t.failover, err = redis.ParseFailoverURL(url); err == nil {
+			err = failoverProblem(t.failover)
+		}
+	case RedisCluster:
+		if t.cluster, err = redis.ParseClusterURL(url); err == nil {
+			err = clusterProblem(t.cluster)
+		}
+	default:
+		return t, fmt.Errorf("unknown redis mode %q: want %s", mode, strings.Join(RedisModes, ", "))
+	}
+	return t, err
+}
+
+// failoverProblem refuses what would not reach the primary: grabs write,
+// and go-redis's failover client panics on the routing options of its
+// failover-cluster client.
+func failoverProblem(o *redis.FailoverOptions) error {
+	switch {
+	case o.MasterName == "":
+		return errors.New("master_name is required: the name the sentinels monitor the primary under")
+	case o.ReplicaOnly || o.RouteByLatency || o.RouteRandomly || o.UseDisconnectedReplicas:
+		return errors.New("replica_only, route_by_latency, route_randomly and use_disconnected_replicas are not supported: every call goes to the primary")
+	}
+	return nil
+}
+
+// clusterProblem refuses reads from replicas: a grab decides from what it
+// reads, and a replica may lag its primary.
+func clusterProblem(o *redis.ClusterOptions) error {
+	if o.ReadOnly || o.RouteByLatency || o.RouteRandomly {
+		return errors.New("read_only, route_by_latency and route_randomly are not supported: every call goes to a primary")
+	}
+	return nil
+}
+
+// SingleTarget is one server reached with opts (the embedded Redis, tests).
+func SingleTarget(opts redis.Options) RedisTarget {
+	return RedisTarget{mode: RedisSingle, single: &opts}
+}
+
+// String names the servers the target starts from, never a password:
+// host:port of one server, the primary's name and the sentinels, or the
+// cluster nodes given.
+func (t RedisTarget) String() string {
+	switch {
+	case t.failover != nil:
+		return "sentinel " + t.failover.MasterName + " via " + strings.Join(t.failover.SentinelAddrs, ",")
+	case t.cluster != nil:
+		return "cluster via " + strings.Join(t.cluster.Addrs, ",")
+	case t.single != nil:
+		return t.single.Addr
+	}
+	return ""
+}
+
+// Mode is the target's REDIS_MODE.
+func (t RedisTarget) Mode() string { return t.mode }
+
+// ClientTuning is what the service sets on a client of the stock Redis,
+// over what the URL says: the same fields exist in every mode's options.
+type ClientTuning struct {
+	// ContextTimeout makes a call end at its context's deadline.
+	ContextTimeout bool
+	// Dial, Read, Write and Pool are go-redis's timeouts; 0 keeps the
+	// URL's (or go-redis's default).
+	Dial, Read, Write, Pool time.Duration
+	// MaxRetries and DialerRetries, when not 0, replace go-redis's.
+	MaxRetries, DialerRetries int
+	// PoolSize and MinIdleConns, when PoolSize is not 0, size the pool.
+	PoolSize, MinIdleConns int
+}
+
+// RequestTuning is the request paths' tuning: every call ends at its
+// context's deadline or after timeout, whichever comes first, waits at
+// most timeout for a pooled connection, and is not retried by go-redis: a
+// retry after a timeout doubles what a stalled Redis costs a request
+// (measured: a catalogue read took 0.95 s), and the grab path retries its
+// batches itself, within its own deadline. A refused connection fails at
+// once, not after dial retries: go-redis dials up to 5 times, 100 ms
+// apart, by default, and against a Redis that is down each call then
+// waited out its whole deadline (measured: 200 ms a grab).
+func RequestTuning(timeout time.Duration) ClientTuning {
+	if timeout <= 0 {
+		timeout = RequestTimeoutDefault
+	}
+	return ClientTuning{ContextTimeout: true, Dial: timeout, Read: timeout, Write: timeout, Pool: timeout,
+		MaxRetries: -1, DialerRetries: 1}
+}
+
+// BackgroundTuning is the background loops' (order writer, event
+// watcher): go-redis's own timeouts (seconds) suit their batches and
+// blocking reads, and the context's deadline ends a call to a stalled
+// Redis, so they retry with backoff instead of waiting on a socket.
+func BackgroundTuning() ClientTuning { return ClientTuning{ContextTimeout: true} }
+
+// tune sets t on one mode's fields.
+func (t ClientTuning) tune(ctxTimeout *bool, dial, read, write, pool *time.Duration, retries, dialer, poolSize, minIdle *int) {
+	*ctxTimeout = t.ContextTimeout
+	for _, d := range []struct {
+		to  *time.Duration
+		set time.Duration
+	}{{dial, t.Dial}, {read, t.Read}, {write, t.Write}, {pool, t.Pool}} {
+		if d.set != 0 {
+			*d.to = d.set
+		}
+	}
+	if t.MaxRetries != 0 {
+		*retries = t.MaxRetries
+	}
+	if t.DialerRetries != 0 {
+		*dialer = t.DialerRetries
+	}
+	if t.PoolSize != 0 {
+		*poolSize, *minIdle = t.PoolSize, t.MinIdleConns
+	}
+}
+
+// Options returns the single server's options tuned by tu; ok is false in
+// another mode.
+func (t RedisTarget) Options(tu ClientTuning) (_ *redis.Options, ok bool) {
+	if t.single == nil {
+		return nil, false
+	}
+	o := *t.single
+	tu.tune(&o.ContextTimeoutEnabled, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
+		&o.MaxRetries, &o.DialerRetries, &o.PoolSize, &o.MinIdleConns)
+	return &o, true
+}
+
+// Client returns a new client of the target tuned by tu: a plain client,
+// go-redis's failover client (which asks the sentinels for the primary
+// and follows it across failovers), or its cluster client.
+func (t RedisTarget) Client(tu ClientTuning) redis.UniversalClient {
+	switch {
+	case t.failover != nil:
+		o := *t.failover
+		tu.tune(&o.ContextTimeoutEnabled, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
+			&o.MaxRetries, &o.DialerRetries, &o.PoolSize, &o.MinIdleConns)
+		return redis.NewFailoverClient(&o)
+	case t.cluster != nil:
+		o := *t.cluster
+		tu.tune(&o.ContextTimeoutEnabled, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
+			&o.MaxRetries, &o.DialerRetries, &o.PoolSize, &o.MinIdleConns)
+		return redis.NewClusterClient(&o)
+	default:
+		o, _ := t.Options(tu)
+		return redis.NewClient(o)
+	}
+}
