@@ -338,9 +338,9 @@ func (s *RedPacketStore) Due(ctx context.Context, cutoff time.Time, limit int) (
 // RedPacketWriter.adopt): grabbed + refunded = total, whatever the order.
 // The same transaction takes it off its creator's open red packets (the
 // quota, see CreateWithin). A second run, on any node, changes nothing.
-// Then it removes the red packet's Redis state. done is false while grabs may still arrive;
-// refunded tells whether this call recorded the refund (false when it was
-// refunded before), and cents what it refunded.
+// Then it removes the red packet's Redis state. done is false while
+// grabs may still arrive; refunded tells whether this call recorded the
+// refund (false when it was refunded before), and cents what it refunded.
 func (s *RedPacketStore) Refund(ctx context.Context, id int64, now time.Time) (done, refunded bool, cents int64, err error) {
 	settled, err := s.redis.Settled(ctx, id, cmp.Or(s.ReloadHold, ReloadHoldDefault))
 	if err != nil {

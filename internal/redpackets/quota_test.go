@@ -202,11 +202,11 @@ func TestAClosedRedPacketFreesItsSlot(t *testing.T) {
 		t.Parallel()
 		g := newQuotaRig(t)
 		s := g.service(cfg)
-		short := mustCreate(t, s, 7, 2, time.Second)
+		short := mustCreate(t, s, 7, 2, 2*time.Second)
+		g.grab(t, short.ID, 20) // a grab does not close it: one packet is left
 		for range limit - 1 {
 			mustCreate(t, s, 7, 2, time.Hour)
 		}
-		g.grab(t, short.ID, 20) // a grab does not close it: one packet is left
 		time.Sleep(time.Until(short.ExpiresAt) + 50*time.Millisecond)
 		_, err := create(t.Context(), s, 7, 2, time.Hour)
 		refused(t, err) // expired, not refunded yet: its rest is still out

@@ -50,9 +50,9 @@ type Grabber interface {
 type Config struct {
 	// MaxOpenPerUser is how many open red packets one user may have at
 	// once (MaxOpenPerUserDefault when 0). Open: neither refunded nor
-	// fully grabbed. It bounds what one user locks up in Redis and in
-	// the refunds' work: at most this many times domain.RedPacketMaxCount
-	// packets nobody has taken.
+	// fully grabbed. It bounds what one user locks up: at most this many
+	// times domain.RedPacketMaxCount packets nobody has taken, in Redis
+	// and in cents.
 	MaxOpenPerUser int
 	// RefundLag is how long after its expiry a red packet is refunded at
 	// the latest (the refunds' Grace plus their Interval): when an expired
