@@ -41,7 +41,10 @@ func (a *app) startRedPackets(ctx, bg context.Context) (*redPacketsPart, error) 
 	if a.mini != nil {
 		store.ReloadHold = time.Millisecond // as the vouchers' (app.go): nobody to wait for
 	}
-	p.service = redpackets.New(store, a.ids, a.router.RedPackets(rds, store))
+	p.service = redpackets.New(store, a.ids, a.router.RedPackets(rds, store), redpackets.Config{
+		MaxOpenPerUser: a.cfg.RedPacketMaxOpenPerUser,
+		RefundLag:      a.cfg.RedPacketRefundGrace + a.cfg.RedPacketRefundInterval,
+	})
 	p.writer = persistence.NewRedPacketWriter(a.db, a.bg, a.log, logConsumerOptions(a.cfg))
 	if err := p.writer.Acquire(ctx); errors.Is(err, persistence.ErrConsumerInUse) {
 		return nil, &config.Error{Var: "NODE_ID", Msg: err.Error() + "; give each node its own NODE_ID"}

@@ -107,7 +107,7 @@ func startNode(tb testing.TB, db *bun.DB, rs *testenv.RedisServer, options func(
 	s.writer = persistence.NewOrderWriter(s.db, s.rdb, log, persistence.OrderWriterOptions{})
 	rds := persistence.NewRedPacketRedis(s.rdb)
 	rpStore := persistence.NewRedPacketStore(s.db, rds)
-	redPackets := redpackets.New(rpStore, ids, s.router.RedPackets(rds, rpStore))
+	redPackets := redpackets.New(rpStore, ids, s.router.RedPackets(rds, rpStore), redpackets.Config{})
 	s.rpWriter = persistence.NewRedPacketWriter(s.db, s.rdb, log, persistence.LogConsumerOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup

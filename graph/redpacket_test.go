@@ -200,6 +200,54 @@ func TestRedPacketGrabOutcomes(t *testing.T) {
 	}
 }
 
+// A user with ten open red packets (the default quota) gets RATE_LIMITED
+// for an eleventh, with a retryAfterMs until the earliest one's refund
+// and a message that says why, and nothing is stored; once one of the ten
+// is fully grabbed, the same request passes.
+func TestRedPacketQuotaThroughGraphQL(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	creator := s.token(t, 5, auth.RoleUser)
+	var first redPacketData
+	for i := range 10 {
+		rp := s.createRedPacket(t, 5, 20, 2, 3600+i)
+		if i == 0 {
+			first = rp
+		}
+	}
+	in := map[string]any{"in": map[string]any{"totalCents": 20, "count": 2, "expiresInSeconds": 3600}}
+	var out struct{ CreateRedPacket *redPacketData }
+	e := wantCode(t, s.do(t, creator, createRedPacketMutation, in, &out), "RATE_LIMITED")
+	if out.CreateRedPacket != nil {
+		t.Fatalf("refused, yet created %+v", out.CreateRedPacket)
+	}
+	want := "you have 10 open red packets, the limit per user is 10: one frees up once it is fully grabbed, " +
+		"or at the latest when the earliest expires (" + first.ExpiresAt.UTC().Format(time.RFC3339) + ") and its rest is refunded to you"
+	if e.Message != want {
+		t.Errorf("message %q, want %q", e.Message, want)
+	}
+	ms, _ := e.Extensions["retryAfterMs"].(float64)
+	if until := time.Until(first.ExpiresAt); time.Duration(ms)*time.Millisecond < until || time.Duration(ms)*time.Millisecond > until+time.Minute {
+		t.Errorf("retryAfterMs %v, want the %s until the earliest expiry and its refund", e.Extensions["retryAfterMs"], until)
+	}
+	if n, err := s.db.NewSelect().TableExpr("tb_red_packet").Where("creator_id = 5").Count(t.Context()); err != nil || n != 10 {
+		t.Fatalf("user 5 has %d red packets (%v), want 10", n, err)
+	}
+
+	for u := int64(20); u < 22; u++ {
+		if g := s.grabRedPacket(t, s.token(t, u, auth.RoleUser), first.ID, ""); g.Code != "OK" {
+			t.Fatalf("grab of user %d: %+v", u, g)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := s.rpWriter.WaitDrained(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.mustDo(t, creator, createRedPacketMutation, in, &out)
+	wantCode(t, s.do(t, creator, createRedPacketMutation, in, nil), "RATE_LIMITED")
+}
+
 func TestRedPacketBadInput(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)

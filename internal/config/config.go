@@ -66,6 +66,9 @@ type Config struct {
 	// packets; RedPacketRefundGrace how long after expiry it waits.
 	RedPacketRefundInterval time.Duration
 	RedPacketRefundGrace    time.Duration
+	// RedPacketMaxOpenPerUser is how many open red packets (neither
+	// refunded nor fully grabbed) one user may have at once.
+	RedPacketMaxOpenPerUser int
 
 	ClusterProvider        string // test, automanaged, etcd
 	ClusterName            string

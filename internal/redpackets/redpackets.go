@@ -7,6 +7,7 @@ package redpackets
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -17,9 +18,13 @@ import (
 
 // Storer keeps red packets (persistence.RedPacketStore).
 type Storer interface {
-	// Create commits the red packet and its packets, then loads it into
-	// Redis.
-	Create(ctx context.Context, rp domain.RedPacket, amounts []int64) error
+	// CreateWithin commits the red packet and its packets, then loads it
+	// into Redis; unless its creator has maxOpen open red packets (not
+	// refunded, and not fully grabbed in the database) already: then it
+	// stores nothing and returns their expiries, earliest first. The
+	// count and the commit hold the creator's lock: two creates at the
+	// limit never both pass.
+	CreateWithin(ctx context.Context, rp domain.RedPacket, amounts []int64, maxOpen int) (open []time.Time, err error)
 	Get(ctx context.Context, id int64) (domain.RedPacket, error)
 	// Due lists red packets expired before cutoff and not refunded.
 	Due(ctx context.Context, cutoff time.Time, limit int) ([]int64, error)
@@ -41,8 +46,28 @@ type Grabber interface {
 	Grab(ctx context.Context, id, userID int64, requestID string) domain.RedPacketResult
 }
 
+// Config tunes the service.
+type Config struct {
+	// MaxOpenPerUser is how many open red packets one user may have at
+	// once (MaxOpenPerUserDefault when 0). Open: neither refunded nor
+	// fully grabbed. It bounds what one user locks up: at most this many
+	// times domain.RedPacketMaxCount packets nobody has taken, in Redis
+	// and in cents.
+	MaxOpenPerUser int
+	// RefundLag is how long after its expiry a red packet is refunded at
+	// the latest (the refunds' Grace plus their Interval): when an expired
+	// red packet frees its creator's slot. It only shapes the answer to a
+	// create over the quota (RefundGraceDefault + RefundIntervalDefault
+	// when 0).
+	RefundLag time.Duration
+}
+
+// MaxOpenPerUserDefault is the default quota of open red packets per user.
+const MaxOpenPerUserDefault = 10
+
 // Service is the red-packet use case.
 type Service struct {
+	cfg     Config
 	store   Storer
 	ids     IDs
 	grabber Grabber
@@ -50,12 +75,22 @@ type Service struct {
 }
 
 // New returns the service.
-func New(store Storer, ids IDs, grabber Grabber) *Service {
-	return &Service{store: store, ids: ids, grabber: grabber, now: time.Now}
+func New(store Storer, ids IDs, grabber Grabber, cfg Config) *Service {
+	cfg.MaxOpenPerUser = cmp.Or(cfg.MaxOpenPerUser, MaxOpenPerUserDefault)
+	cfg.RefundLag = cmp.Or(cfg.RefundLag, RefundGraceDefault+RefundIntervalDefault)
+	return &Service{cfg: cfg, store: store, ids: ids, grabber: grabber, now: time.Now}
 }
 
 // Create checks the request, splits the sum (domain.SplitRedPacket) and
-// stores the red packet; its packets are in Redis when it returns.
+// stores the red packet; its packets are in Redis when it returns. A
+// creator with MaxOpenPerUser open red packets gets a RATE_LIMITED error
+// (overQuota) and nothing is stored.
+//
+// The service moves no money: it records who created how many cents, who
+// grabbed which packet and what was refunded (tb_red_packet,
+// tb_red_packet_grab, tb_red_packet.refund_*), and the platform that
+// calls it debits the creator and credits the grabbers and the refunds
+// from those records.
 func (s *Service) Create(ctx context.Context, in domain.NewRedPacket) (domain.RedPacket, error) {
 	if err := in.Check(); err != nil {
 		return domain.RedPacket{}, err
@@ -68,10 +103,30 @@ func (s *Service) Create(ctx context.Context, in domain.NewRedPacket) (domain.Re
 	rp := domain.RedPacket{ID: ids[0], CreatorID: in.CreatorID, TotalCents: in.TotalCents, Count: in.Count,
 		RemainingCount: in.Count, RemainingCents: in.TotalCents, ExpiresAt: now.Add(in.Expiry), CreatedAt: now}
 	amounts := domain.SplitRedPacket(in.TotalCents, in.Count, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
-	if err := s.store.Create(ctx, rp, amounts); err != nil {
+	open, err := s.store.CreateWithin(ctx, rp, amounts, s.cfg.MaxOpenPerUser)
+	if err != nil {
 		return domain.RedPacket{}, err
 	}
+	if len(open) > 0 {
+		return domain.RedPacket{}, s.overQuota(open, now)
+	}
 	return rp, nil
+}
+
+// overQuota is the answer to a create over the quota: RATE_LIMITED, as
+// the contract has it for "not now, later" (the request is valid, and the
+// same request passes once a slot frees), retryAfterMs until the latest
+// moment a slot frees for sure (the earliest expiry's refund), and a
+// message that says how many are open, the limit, and what frees one.
+func (s *Service) overQuota(open []time.Time, now time.Time) *domain.Error {
+	freed := open[0].Add(s.cfg.RefundLag)
+	return &domain.Error{
+		Code: domain.CodeRateLimited,
+		Message: fmt.Sprintf("you have %d open red packets, the limit per user is %d: "+
+			"one frees up once it is fully grabbed, or at the latest when the earliest expires (%s) and its rest is refunded to you",
+			len(open), s.cfg.MaxOpenPerUser, open[0].UTC().Format(time.RFC3339)),
+		RetryAfter: max(freed.Sub(now), time.Millisecond),
+	}
 }
 
 // Get reads a red packet with its live remaining packets and cents.
