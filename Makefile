@@ -55,9 +55,10 @@ cluster-demo:
 bench-sale:
 	./scripts/bench-sale.sh
 
-# The fixed-rate growth run (issue 13): one sale at RATE grabs/s for ten
-# minutes against the service alone, its goroutines, RSS and live heap
-# sampled every 30 s into SAMPLE (docs/BENCHMARKS.md).
+# The fixed-rate growth run, which shows whether a long sale leaks: one sale
+# at RATE grabs/s for ten minutes against the service alone, its
+# goroutines, RSS and live heap sampled every 30 s into SAMPLE
+# (docs/BENCHMARKS.md).
 SOAK_RATE ?= 500
 .PHONY: soak
 soak:

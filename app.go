@@ -336,9 +336,10 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	return a, nil
 }
 
-// startGate wires the grab gate (issue 14) and runs its refresh in the
-// background. Its key is TICKET_SECRET, or derived from the JWT secret,
-// which every node shares: a ticket from one node holds on every other.
+// startGate wires the grab gate against bots and scalpers and runs its
+// refresh in the background. Its key is TICKET_SECRET, or derived from the
+// JWT secret, which every node shares: a ticket from one node holds on
+// every other.
 func (a *app) startGate(ctx, bg context.Context, jwtSecret string) (*gate.Service, error) {
 	key := gate.KeyFrom(jwtSecret)
 	if a.cfg.TicketSecret != "" {

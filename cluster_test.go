@@ -22,7 +22,8 @@ import (
 	"flashsale/internal/testenv"
 )
 
-// The cluster of real processes (issue 11): members found through
+// The cluster of real processes, so that segment ownership and failover
+// are tested across process boundaries: members found through
 // protoactor's automanaged provider (static seeds), one stock Redis with
 // AOF, three lock Redis nodes for Redlock, one Postgres. Each test runs a
 // whole sale through the members' HTTP endpoints.

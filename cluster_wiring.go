@@ -18,8 +18,9 @@ import (
 )
 
 // lockPart is the Redlock over LOCK_REDIS_URLS (the stock Redis in the
-// embedded mode): segment ownership (issue 11) and the background
-// singletons (issue 9) take their leases from it.
+// embedded mode): segment ownership and the background singletons (the
+// maintenance services) take their leases from it, so that each runs on
+// one node at a time.
 type lockPart struct {
 	clients []redis.UniversalClient
 	redlock *lease.Redlock

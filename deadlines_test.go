@@ -18,7 +18,7 @@ import (
 // TestASlowBodyIsCutAtTheBodyTimeout: complete headers announcing 100000
 // bytes, then a byte every 200 ms. The node must drop the connection once
 // HTTP_BODY_TIMEOUT (1 s here) has passed, not hold it for as long as the
-// client keeps dripping (the finding: held past 30 s).
+// client keeps dripping (without the timeout: held past 30 s).
 func TestASlowBodyIsCutAtTheBodyTimeout(t *testing.T) {
 	t.Parallel()
 	base, _ := startService(t, map[string]string{
@@ -101,7 +101,7 @@ func TestAWebsocketOutlivesTheWriteTimeout(t *testing.T) {
 // TestAClientThatNeverReadsIsCutAtTheWriteTimeout: an answer far larger
 // than the sockets' buffers, to a client that sends its request and never
 // reads. Its writes must fail once the write timeout has passed, freeing
-// the connection and the answer (the finding: 8 such clients held 2.5 GB).
+// the connection and the answer (without it, 8 such clients held 2.5 GB).
 func TestAClientThatNeverReadsIsCutAtTheWriteTimeout(t *testing.T) {
 	t.Parallel()
 	const write = 500 * time.Millisecond

@@ -17,10 +17,10 @@ var (
 	_ live.Bus         = (*persistence.Live)(nil)
 )
 
-// startLive wires the live subscriptions (issue 10): this node's sales
-// are announced on Redis pub/sub, and every announcement (its own, other
-// nodes', the voucher events and order changes) reaches the subscribers
-// here. Both loops run on bg, owned by a.background.
+// startLive wires the live subscriptions: this node's sales are announced
+// on Redis pub/sub, and every announcement (its own, other nodes', the
+// voucher events and order changes) reaches the subscribers here. Both
+// loops run on bg, owned by a.background.
 func (a *app) startLive(bg context.Context) *live.Service {
 	bus := persistence.NewLive(a.bg)
 	s := live.New(a.catalog, a.orders.service, bus, a.log, live.Options{})

@@ -103,9 +103,10 @@ func createVoucher(t *testing.T, base, admin string, stock int) string {
 }
 
 // TestMetricsAfterASale runs a small sale through the real service (Redis,
-// Postgres, HTTP) and checks that /metrics shows every metric of issue 10
-// with values that match the sale; and that the start-up logs say what the
-// node connected to, with durations as text and no secret or token.
+// Postgres, HTTP) and checks that /metrics shows every metric an operator
+// watches a sale by (the table below) with values that match the sale; and
+// that the start-up logs say what the node connected to, with durations as
+// text and no secret or token.
 func TestMetricsAfterASale(t *testing.T) {
 	t.Parallel()
 	p, tokens, admin, env := saleEnv(t, map[string]string{"RATE_USER_PER_SEC": "1", "LOG_LEVEL": "debug"})

@@ -21,10 +21,11 @@ var (
 	_ orders.Locker         = (*lease.Redlock)(nil)
 )
 
-// ordersPart is the wiring of issue 9: the order service, reconciliation
-// and the three maintenance services (pay timeout, pending-stock sweeper,
-// background reconciliation), each running under a Redlock lease over
-// LOCK_REDIS_URLS (the stock Redis in the embedded mode).
+// ordersPart is the wiring of orders after the sale: the order service,
+// reconciliation and the three maintenance services (pay timeout,
+// pending-stock sweeper, background reconciliation), each running under a
+// Redlock lease over LOCK_REDIS_URLS (the stock Redis in the embedded
+// mode).
 type ordersPart struct {
 	service    *orders.Service
 	reconciler *orders.Reconciler

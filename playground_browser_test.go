@@ -17,13 +17,14 @@ import (
 	"time"
 )
 
-// The playground in a real browser (issue 10, item 6): headless Chromium,
-// with no network beyond loopback, loads `/`, finds the sample operations
-// and the demo token the embedded mode opens it with, runs a query, then a
-// subscription that updates live after a grab made over HTTP, and saves a
-// screenshot of the live update. It drives Chromium through chromedriver
-// (WebDriver: plain HTTP and JSON, see webDriver) and skips where either
-// is missing, unless FLASHSALE_E2E=1 (scripts/e2e.sh) makes that a failure.
+// The playground in a real browser, because only a browser runs its
+// scripts: headless Chromium, with no network beyond loopback, loads `/`,
+// finds the sample operations and the demo token the embedded mode opens it
+// with, runs a query, then a subscription that updates live after a grab
+// made over HTTP, and saves a screenshot of the live update. It drives
+// Chromium through chromedriver (WebDriver: plain HTTP and JSON, see
+// webDriver) and skips where either is missing, unless FLASHSALE_E2E=1
+// (scripts/e2e.sh) makes that a failure.
 func TestPlaygroundInChromiumShowsALiveUpdate(t *testing.T) {
 	wd := mustWebDriver(t)
 	base, _, banner := startServiceOut(t, map[string]string{

@@ -20,7 +20,8 @@ import (
 	"flashsale/domain"
 )
 
-// ClusterOptions makes a router a protoactor cluster member (issue 11).
+// ClusterOptions makes a router a protoactor cluster member, so that a
+// voucher's segments are hosted across nodes rather than on one.
 type ClusterOptions struct {
 	// Name: members with the same name form one cluster.
 	Name string

@@ -37,7 +37,8 @@ var (
 		Namespace: "flashsale", Name: "grab_actor_cap_total",
 		Help: "Grabs answered UNAVAILABLE because this node runs MaxActors voucher actors already.",
 	})
-	// The cluster's metrics (issue 11).
+	// The cluster's metrics: where segments live and how fairly the
+	// placement spreads them.
 	segmentsHosted = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "flashsale", Name: "cluster_segments_hosted",
 		Help: "Voucher segments this member hosts an activation of now.",

@@ -28,9 +28,10 @@ import (
 // by main). Declared here in domain types, so that actors needs no storage
 // package and a test can stand in for Redis.
 //
-// A voucher's grabs are spread over its segments (issue 11): each segment
-// is an actor identity of its own with its own fencing token, and every
-// segment sells from the voucher's one stock.
+// A voucher's grabs are spread over its segments, so that one hot voucher
+// is not bound to one actor's throughput: each segment is an actor
+// identity of its own with its own fencing token, and every segment sells
+// from the voucher's one stock.
 type Store interface {
 	Claim(ctx context.Context, voucherID int64, seg int) (int64, domain.VoucherState, error)
 	// Refence claims a new fence only while fence is still the newest
@@ -151,8 +152,9 @@ const (
 	QueueBoundDefault  = 8192
 	GrabTimeoutDefault = 5 * time.Second
 	// CallTimeoutDefault and BatchTimeoutDefault keep a grab's answer
-	// within 500 ms when Redis stalls (issue 8): a batch's script call
-	// takes a few milliseconds when Redis answers.
+	// within 500 ms when Redis stalls, rather than holding it for as long
+	// as Redis does: a batch's script call takes a few milliseconds when
+	// Redis answers.
 	CallTimeoutDefault  = 200 * time.Millisecond
 	BatchTimeoutDefault = 400 * time.Millisecond
 	// LeaseWaitDefault covers the default segment lease (3 s) lapsing

@@ -5,10 +5,10 @@ import (
 	"time"
 )
 
-// Red packets (issue 12): a sum split up front into random packets, one
-// per person, grabbed like a seckill voucher (a sequencer per red packet,
-// one Redis script call per batch, an order log written to the database
-// in batches) and refunded to its creator when it expires.
+// Red packets: a sum split up front into random packets, one per person,
+// grabbed like a seckill voucher (a sequencer per red packet, one Redis
+// script call per batch, an order log written to the database in batches)
+// and refunded to its creator when it expires.
 
 // Limits of createRedPacket.
 const (

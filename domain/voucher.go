@@ -38,8 +38,8 @@ const (
 	MaxTitleLen     = 200
 	MaxTextLen      = 4000
 	MaxPerUserLimit = 1000
-	// MaxSegments bounds a seckill voucher's segments (issue 11): each is
-	// one actor identity, so a hot voucher's grabs spread over members.
+	// MaxSegments bounds a seckill voucher's segments: each is one actor
+	// identity, so a hot voucher's grabs spread over members.
 	MaxSegments = 64
 	MaxValue    = math.MaxInt32
 )
@@ -76,7 +76,8 @@ type Seckill struct {
 	// (1..MaxSegments): a user's grabs go to segment hash(user) mod
 	// Segments. All segments sell from the one stock counter.
 	Segments int
-	// Gate is what a grab needs besides a token (issue 14).
+	// Gate is what a grab needs besides a token, against bots and
+	// scalpers.
 	Gate Gate
 }
 

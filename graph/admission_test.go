@@ -87,9 +87,10 @@ func cpuTime(tb testing.TB) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// The hostile inputs of issue 8's findings (item 3), each with what it
-// must be refused with. Before the shape check and the early token check
-// the first two cost 0.5–0.95 s of CPU each, in validation.
+// Hostile inputs, each with what it must be refused with: requests that
+// are small on the wire and costly to validate or answer. Before the shape
+// check and the early token check the first two cost 0.5–0.95 s of CPU
+// each, in validation.
 func hostileInputs(user string) []struct{ name, token, query, code string } {
 	ids := "{vouchers{edges{node{" + strings.Repeat("id ", 1985) + "}}}}"
 	typenames := "{__schema{" + strings.Repeat("__typename ", 1990) + "}}"
@@ -135,17 +136,18 @@ func hostileInputs(user string) []struct{ name, token, query, code string } {
 	}
 }
 
-// maxHostileCPU and maxHostileBytes are issue 8's goal for a hostile
-// request (times costFactor and memFactor under the race detector).
+// maxHostileCPU and maxHostileBytes bound what refusing a hostile request
+// may cost, so that a few clients cannot take a node's CPU or memory
+// (times costFactor and memFactor under the race detector).
 const (
 	maxHostileCPU   = 5 * time.Millisecond
 	maxHostileBytes = 1 << 20
 )
 
-// Every hostile input of the findings is refused for at most 5 ms of CPU
-// and 1 MB of allocations, measured in process over many requests, each
-// with a random comment in front so that no cache helps. A trivial query
-// measured in the same run is the reference.
+// Every hostile input above is refused for at most 5 ms of CPU and 1 MB of
+// allocations, measured in process over many requests, each with a random
+// comment in front so that no cache helps. A trivial query measured in the
+// same run is the reference.
 func TestHostileRequestsAreRefusedCheaply(t *testing.T) {
 	s := newServer(t)
 	user := s.token(t, 2, auth.RoleUser)

@@ -9,8 +9,8 @@ import (
 	"flashsale/internal/auth"
 )
 
-// BenchmarkBudgetProbes measures what each probe of the budget findings
-// costs the process, in process through the whole handler: CPU per
+// BenchmarkBudgetProbes measures what each hostile probe of the request
+// budgets costs the process, in process through the whole handler: CPU per
 // request from getrusage (every thread, reported as cpu-ms/op beside
 // ns/op) and bytes allocated. Each request carries a fresh comment so
 // that no cache answers it, except where the probe is the cache.

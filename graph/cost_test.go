@@ -72,12 +72,12 @@ func TestListsCostTheirPageSize(t *testing.T) {
 	withLongTexts(t, s, 100)
 	user := s.token(t, 2, auth.RoleUser)
 
-	// The finding: 100 aliases of a full page of long texts, a 63 MB answer.
-	finding := aliases(100, "vouchers(first: 100) { edges { node { subTitle rules } } }")
-	n := allocatedBy(t, s.handler, user, finding)
-	t.Logf("refusing the finding allocated %d bytes", n)
+	// 100 aliases of a full page of long texts: a 63 MB answer if served.
+	hostile := aliases(100, "vouchers(first: 100) { edges { node { subTitle rules } } }")
+	n := allocatedBy(t, s.handler, user, hostile)
+	t.Logf("refusing 100 aliased full pages allocated %d bytes", n)
 	if n > 1<<20 {
-		t.Fatalf("refusing the finding allocated %d bytes, want at most 1 MiB", n)
+		t.Fatalf("refusing 100 aliased full pages allocated %d bytes, want at most 1 MiB", n)
 	}
 
 	allFields := "edges { cursor node { id shopId title subTitle rules payValue actualValue type status createdAt seckill { initialStock remaining beginAt endAt perUserLimit } } } pageInfo { hasNextPage endCursor }"
@@ -86,7 +86,7 @@ func TestListsCostTheirPageSize(t *testing.T) {
 		vars        map[string]any
 		refused     bool
 	}{
-		{"the finding is refused", finding, nil, true},
+		{"100 aliased full pages are refused", hostile, nil, true},
 		{"a full page of every field is served", "{ vouchers(first: 100) { " + allFields + " } }", nil, false},
 		{"twelve default pages are served", aliases(12, "vouchers { edges { node { id title subTitle rules } } }"), nil, false},
 		{"a default page costs 20 items", aliases(42, "vouchers { edges { node { id title subTitle rules } } }"), nil, true},

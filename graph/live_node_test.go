@@ -15,12 +15,12 @@ import (
 	"flashsale/internal/testenv"
 )
 
-// The "done when": the real graphql-ws client (pinned in
-// e2e/live/package-lock.json) subscribes to stockChanged on node 0, ten
-// grabs go through HTTP on node 1, and it sees remaining fall N -> N-10
-// (first event at once, last = final) while a subscriber that stopped
-// reading is connected. It skips where Node is not installed, and where
-// the client cannot be installed (npm ci offline).
+// Live updates as a browser's client sees them: the real graphql-ws client
+// (pinned in e2e/live/package-lock.json) subscribes to stockChanged on
+// node 0, ten grabs go through HTTP on node 1, and it sees remaining fall
+// N -> N-10 (first event at once, last = final) while a subscriber that
+// stopped reading is connected. It skips where Node is not installed, and
+// where the client cannot be installed (npm ci offline).
 func TestGraphQLWSClientSeesStockFallAcrossNodes(t *testing.T) {
 	t.Parallel()
 	node, err := exec.LookPath("node")

@@ -62,7 +62,8 @@ func (q *queryFuzzer) post(t *testing.T, body []byte, who uint8) {
 
 // FuzzQueryBody posts arbitrary bodies to /query: malformed JSON, GraphQL
 // that does not parse or validate, batches, persisted-query hashes, the
-// hostile requests of the findings (seeds in testdata/fuzz/FuzzQueryBody).
+// hostile requests the budgets refuse (seeds in
+// testdata/fuzz/FuzzQueryBody).
 func FuzzQueryBody(f *testing.F) {
 	q := newQueryFuzzer(f)
 	f.Fuzz(func(t *testing.T, body []byte, who uint8) { q.post(t, body, who) })

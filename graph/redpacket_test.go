@@ -54,12 +54,12 @@ func (s *testServer) grabRedPacket(tb testing.TB, token, id, req string) grabRed
 	return out.GrabRedPacket
 }
 
-// TestRedPacketRushThroughGraphQL is issue 12's rush: 5,000 users each
-// grab a 1,000-packet red packet twice, all at once, through the GraphQL
-// handler. Exactly 1,000 grabs are OK, to distinct users, their amounts
-// (each at least 1 cent) sum to the total, every other answer is EMPTY or
-// ALREADY_GRABBED, and once the writer drained, tb_red_packet_grab holds
-// exactly the packets the OK answers named.
+// TestRedPacketRushThroughGraphQL is the rush a red packet is made for:
+// 5,000 users each grab a 1,000-packet red packet twice, all at once,
+// through the GraphQL handler. Exactly 1,000 grabs are OK, to distinct
+// users, their amounts (each at least 1 cent) sum to the total, every other
+// answer is EMPTY or ALREADY_GRABBED, and once the writer drained,
+// tb_red_packet_grab holds exactly the packets the OK answers named.
 func TestRedPacketRushThroughGraphQL(t *testing.T) {
 	t.Parallel()
 	const users, packets, total = 5000, 1000, 123_457

@@ -40,8 +40,9 @@ type Resolver struct {
 	Grabber     Grabber
 	DeadLetters DeadLetters
 	Reconciler  Reconciler
-	// Orders and Reconciliations serve issue 9's fields; nil in servers
-	// that do not use them.
+	// Orders and Reconciliations serve the fields of orders after the sale
+	// (pay, cancel, restock, reconcile); nil in servers that do not use
+	// them.
 	Orders          Orders
 	Reconciliations Reconciliations
 	// Live serves the subscriptions; nil answers NOT_IMPLEMENTED.
@@ -49,6 +50,7 @@ type Resolver struct {
 	// Gate guards grabs (tickets, blocklists); nil lets every grab through
 	// to the router and answers the gate's fields NOT_IMPLEMENTED.
 	Gate Gate
-	// RedPackets serves issue 12's fields; nil answers NOT_IMPLEMENTED.
+	// RedPackets serves the red-packet fields; nil answers
+	// NOT_IMPLEMENTED.
 	RedPackets RedPackets
 }

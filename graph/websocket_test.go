@@ -231,7 +231,7 @@ func TestWebsocketOperationsAreBoundedAndFreed(t *testing.T) {
 	user := s.token(t, 2, auth.RoleUser)
 	baseline := runtime.NumGoroutine()
 
-	// The finding sent 5000 subscribes on each of 3 connections.
+	// Far more subscribes than the bound on each of 3 connections.
 	const conns, sent, bound = 3, 200, graph.WebsocketMaxOperationsDefault
 	var cs []*websocket.Conn
 	for range conns {

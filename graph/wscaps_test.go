@@ -310,10 +310,11 @@ func TestWebsocketsAreCappedPerAddress(t *testing.T) {
 	}
 }
 
-// TestOneUserCannotHoldManySockets is the finding at a smaller scale: one
-// token opening 40 sockets got 40 (500 held 17,500 goroutines). With the
-// default cap 16 are acknowledged, the rest closed with 4429, and what the
-// node holds is bounded by the cap, in connections and goroutines.
+// TestOneUserCannotHoldManySockets: one token opening many sockets, so
+// that one user cannot hold a node's goroutines (without the cap, 40
+// sockets got 40, and 500 held 17,500 goroutines). With the default cap 16
+// are acknowledged, the rest closed with 4429, and what the node holds is
+// bounded by the cap, in connections and goroutines.
 // Not parallel: it counts the process's goroutines.
 func TestOneUserCannotHoldManySockets(t *testing.T) {
 	s := newServer(t)

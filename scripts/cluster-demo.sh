@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A local cluster of three members on 127.0.0.1 (issue 11):
+# A local cluster of three members on 127.0.0.1, to try a sale whose
+# segments are spread over several processes:
 #   - one stock Redis with AOF (appendfsync always), three lock Redis
 #     nodes for Redlock, and PostgreSQL (installed and started if missing,
 #     as the test command does: scripts/test-services.sh);

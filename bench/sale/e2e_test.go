@@ -102,9 +102,9 @@ func TestTinySaleIsCheckedOnServiceAndReference(t *testing.T) {
 }
 
 // TestTicketedSaleTakesTicketsFirst runs a sale of a voucher that requires
-// grab tickets and a proof of work (issue 14): the tool solves each user's
-// challenge, takes their ticket before the attack and sends it with every
-// grab, so the sale is exact and no grab is refused.
+// grab tickets and a proof of work: the tool solves each user's challenge,
+// takes their ticket before the attack and sends it with every grab, so the
+// sale is exact and no grab is refused.
 func TestTicketedSaleTakesTicketsFirst(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Redis, a Postgres database and the service")

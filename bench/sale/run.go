@@ -71,10 +71,10 @@ type Config struct {
 	// RequestIDs sends each attempt's requestId (the service's
 	// idempotency key) with the grab.
 	RequestIDs bool
-	// Tickets makes the service's voucher require grab tickets (issue
-	// 14): every user asks seckillTicket for one before the attack, and
-	// sends it with each grab. Challenge "POW" adds a proof of work
-	// before each ticket, solved here (gate.Solve).
+	// Tickets makes the service's voucher require grab tickets: every user
+	// asks seckillTicket for one before the attack, and sends it with each
+	// grab. Challenge "POW" adds a proof of work before each ticket, solved
+	// here (gate.Solve).
 	Tickets   bool
 	Challenge string
 	// LagTimeout bounds the wait for orders to reach the database

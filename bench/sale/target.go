@@ -222,7 +222,7 @@ func (a api) grabTarget(base, id, token string, user, attempt int, redPacket, re
 	return vegeta.Target{Method: http.MethodPost, URL: requestKey(base+"/query", user, attempt), Header: h, Body: body}
 }
 
-// ticketGrabQuery is a grab with a grab ticket (issue 14).
+// ticketGrabQuery is a grab with a grab ticket.
 const ticketGrabQuery = `mutation($v: ID!, $r: String, $t: String) { seckillVoucher(voucherId: $v, requestId: $r, ticket: $t) { code orderId } }`
 
 // ticketBody is the body of a grab that carries ticket.

@@ -20,7 +20,7 @@ import (
 // never decides a token the general one would decide differently; a fuzz
 // target (FuzzFastPathAgreesWithTheParser) holds the two to the same
 // answers. In a flash sale most grabs come from users seen for the first
-// time, whom the verified-token cache cannot help (issue 13).
+// time, whom the verified-token cache cannot help.
 
 // fastHeader is the header segment of every token Issue signs:
 // {"alg":"HS256","typ":"JWT"}.

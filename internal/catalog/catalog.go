@@ -178,10 +178,10 @@ func (s *Service) copyStatus(ctx context.Context, id int64, c statusCopy) {
 		"voucher", id, "status", int(c.status), "err", err)
 }
 
-// SetSegments changes how many segments share a seckill voucher's grabs
-// (issue 11), only while the sale is paused: in Postgres, then in the
-// voucher's metadata in Redis, whose announcement makes every member's
-// actors reload it.
+// SetSegments changes how many segments share a seckill voucher's grabs,
+// only while the sale is paused: in Postgres, then in the voucher's
+// metadata in Redis, whose announcement makes every member's actors reload
+// it.
 func (s *Service) SetSegments(ctx context.Context, id int64, segments int) (domain.Voucher, error) {
 	if !domain.ValidSegments(segments) {
 		return domain.Voucher{}, domain.InvalidField("segments", "must be between 1 and %d", domain.MaxSegments)

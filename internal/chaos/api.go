@@ -185,8 +185,8 @@ func (a *api) grab(ctx context.Context, base, token, voucherID, requestID, ticke
 type voucherSpec struct {
 	Stock, Limit int
 	Begin, End   time.Time
-	// RequireTicket makes every grab need a grab ticket (issue 14); POW
-	// makes a ticket need a solved proof-of-work challenge.
+	// RequireTicket makes every grab need a grab ticket; POW makes a
+	// ticket need a solved proof-of-work challenge.
 	RequireTicket, POW bool
 }
 

@@ -52,8 +52,8 @@ type fault struct {
 	// atOKs, when positive, fires the fault as soon as the sale has
 	// answered that many OKs, if that comes before at: the last units'
 	// batches are then in flight, where a lost reply or a crash matters
-	// most (issue 7's C needs the reply of the batch that sold the last
-	// unit lost).
+	// most (a sold grab answered SOLD_OUT shows only when the reply of the
+	// batch that sold the last unit is lost).
 	atOKs int
 	// blip, for faultRedisStall: Postgres refuses connections for blip,
 	// from blipLead before Redis resumes (0: Postgres stays up).
@@ -139,8 +139,8 @@ type plan struct {
 	// voucher is the voucher the round sells, once created.
 	voucher int64
 	// tickets: the voucher requires a grab ticket, which each client asks
-	// for (seckillTicket) before its first grab (issue 14); pow: and a
-	// ticket a solved proof-of-work challenge.
+	// for (seckillTicket) before its first grab; pow: and a ticket a
+	// solved proof-of-work challenge.
 	tickets, pow bool
 	// fallback: the round runs on the fallback profile (one node with the
 	// database fallback on, segment leases on a Redis of their own).
@@ -232,7 +232,8 @@ var kinds = []kind{
 		w := p.window
 		return someNodes(r), []fault{{what: faultRedisWipe, at: faultMoment(r, w), down: between(r, 100*time.Millisecond, time.Second)}}
 	}},
-	// Replies lost on the way back from Redis (issue 7's bug C needs one).
+	// Replies lost on the way back from Redis: a grab whose script sold
+	// must not be answered SOLD_OUT for want of its reply.
 	{name: "redis-cut", faults: func(r *rand.Rand, p *plan, _ bool) ([]int, []fault) {
 		w := p.window
 		var fs []fault
@@ -248,16 +249,17 @@ var kinds = []kind{
 		w := p.window
 		return someNodes(r), []fault{{what: faultPGOutage, at: faultMoment(r, w), down: outage(r, short)}}
 	}},
-	// Issue 7's bug A: Redis loses its data while the order writer holds
-	// orders that Postgres refuses to take.
+	// Redis loses its data while the order writer holds orders that
+	// Postgres refuses to take: those orders must still count against the
+	// stock and each user's perUserLimit once Redis is reloaded.
 	{name: "pg-outage+redis-empty", faults: func(r *rand.Rand, p *plan, short bool) ([]int, []fault) {
 		w := p.window
 		pg := fault{what: faultPGOutage, at: between(r, w/20, w*2/5), down: outage(r, short) + time.Second}
 		wipe := fault{what: faultRedisWipe, at: pg.at + between(r, 300*time.Millisecond, pg.down-500*time.Millisecond), down: between(r, 100*time.Millisecond, 500*time.Millisecond)}
 		return someNodes(r), []fault{pg, wipe}
 	}},
-	// Issue 7's bug B: two losses of Redis's data within one second,
-	// while both nodes allocate order ids.
+	// Two losses of Redis's data within one second, while both nodes
+	// allocate order ids: no order id may be handed out twice.
 	{name: "redis-empty-twice", faults: func(r *rand.Rand, p *plan, _ bool) ([]int, []fault) {
 		w := p.window
 		first := fault{what: faultRedisWipe, at: faultMoment(r, w), down: between(r, 50*time.Millisecond, 200*time.Millisecond)}

@@ -14,7 +14,9 @@ import (
 // at the same moments, with the same request ids and through the same
 // nodes, under the same faults. It expires after the round, or in
 // refund-wipe rounds during it, and must then be refunded.
-// After the round the checks below hold them to issue 12's promises.
+// After the round the checks below hold them to a red packet's promises:
+// the split sums to the total, each packet goes to one user, who was told
+// its amount, and what expired is refunded to the creator.
 
 // rpAnswer is one red-packet grab as the client saw it.
 type rpAnswer struct {

@@ -140,7 +140,8 @@ type Config struct {
 	HTTPMaxHeaderBytes int
 
 	// DegradeToDB sells grabs from the database while the breaker says
-	// Redis is down (issue 8, item 5).
+	// Redis is down, so that a Redis outage slows the sale rather than
+	// stopping it.
 	DegradeToDB bool
 	// ShedIPPerSec is the in-process per-IP request limit (0 = off);
 	// ShedQueueDepth and ShedGrabLatency the grab load at which non-core
@@ -151,7 +152,7 @@ type Config struct {
 
 	// TicketSecret keys grab tickets and challenges (empty = derived from
 	// JWTSecret); TicketReleaseBefore, TicketTTL, ChallengeTTL,
-	// PowDifficulty and GateRefresh are the grab gate's (issue 14, see
+	// PowDifficulty and GateRefresh are the grab gate's (see
 	// internal/gate).
 	TicketSecret        string
 	TicketReleaseBefore time.Duration

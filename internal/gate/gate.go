@@ -1,10 +1,9 @@
-// Package gate is the grab gate against bots and scalpers (issue 14):
-// signed grab tickets released shortly before a sale, an optional
-// proof-of-work challenge before a ticket, and blocklists of users and IP
-// networks. Everything a grab asks of it is answered from memory: the
-// voucher's gate is cached (re-read every Refresh and when a node announces
-// a change), the blocklist is held whole, and a ticket is checked with one
-// HMAC.
+// Package gate is the grab gate against bots and scalpers: signed grab
+// tickets released shortly before a sale, an optional proof-of-work
+// challenge before a ticket, and blocklists of users and IP networks.
+// Everything a grab asks of it is answered from memory: the voucher's gate
+// is cached (re-read every Refresh and when a node announces a change), the
+// blocklist is held whole, and a ticket is checked with one HMAC.
 package gate
 
 import (

@@ -54,9 +54,9 @@ func TestTicketVerify(t *testing.T) {
 	}
 }
 
-// The budget for a ticket check is 2 µs of CPU; the benchmark
-// below measures it (about 0.3 µs here), as performance targets are
-// measured, never timed in a unit test. What this test holds is the
+// A ticket check may cost 2 µs of CPU, a small share of a grab; the
+// benchmark below measures it (about 0.3 µs here), as performance targets
+// are measured, never timed in a unit test. What this test holds is the
 // shape of that cost: two small allocations, no map, cache or store.
 func TestTicketVerifyAllocatesTwice(t *testing.T) {
 	if raceEnabled {
