@@ -562,6 +562,7 @@ func TestRedisModesAndAcknowledgements(t *testing.T) {
 		{"acknowledgement under a millisecond", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "1", "REDIS_ACK_TIMEOUT", "500us"), "REDIS_ACK_TIMEOUT", "1ms"},
 		{"acknowledgement as long as a grab", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "1", "REDIS_ACK_TIMEOUT", "5s"), "REDIS_ACK_TIMEOUT", "GRAB_TIMEOUT (5s) less 200ms"},
 		{"acknowledgement without room in a grab", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "1", "REDIS_ACK_TIMEOUT", "900ms", "GRAB_TIMEOUT", "1s"), "REDIS_ACK_TIMEOUT", "GRAB_TIMEOUT (1s) less 200ms"},
+		{"no acknowledgements: the timeout is not checked against a short grab", env("REDIS_URL", single, "GRAB_TIMEOUT", "300ms"), "", ""},
 		{"acknowledgement with just the room", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "1", "REDIS_ACK_TIMEOUT", "800ms", "GRAB_TIMEOUT", "1s"), "", ""},
 	}
 	for _, tc := range cases {

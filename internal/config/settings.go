@@ -142,7 +142,11 @@ var settings = []setting{
 		checked(func(c Config) string {
 			// WAIT counts in milliseconds; a batch waits for its answer at
 			// most GRAB_TIMEOUT (whose own check reports a bad one), and a
-			// call needs room besides the wait (persistence.AckRoom).
+			// call needs room besides the wait (persistence.AckRoom). The
+			// timeout means nothing without acknowledgements to wait for.
+			if c.RedisAckReplicas == 0 {
+				return ""
+			}
 			if c.RedisAckTimeout < time.Millisecond || c.GrabTimeout > 0 && c.RedisAckTimeout+persistence.AckRoom > c.GrabTimeout {
 				return "want 1ms or more, at most GRAB_TIMEOUT (" + formatDuration(c.GrabTimeout) + ") less " + formatDuration(persistence.AckRoom)
 			}
