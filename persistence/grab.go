@@ -12,42 +12,6 @@ import (
 	"flashsale/domain"
 )
 
-// More keys of a voucher (see stock.go for the layout):
-//
-//	{v<ID>}:fence    counter: the fencing token of segment 0's newest actor activation
-//	{v<ID>}:fence:S  the same for segment S > 0 (issue 11: one actor identity per segment)
-//	{v<ID>}:req      hash: request id -> order id, for every grab that sold
-//	{v<ID>}:log      stream: the order log, read by the OrderWriter's group
-//
-// Every segment sells from the one stock counter: the keys share a hash
-// tag, so one script sees them all at once and a segment never runs dry
-// while its siblings have stock (docs/DECISIONS.md, "Segments").
-func fenceKey(id int64, seg int) string {
-	if seg == 0 {
-		return voucherTag(id) + ":fence"
-	}
-	return voucherTag(id) + ":fence:" + strconv.Itoa(seg)
-}
-func reqKey(id int64) string { return voucherTag(id) + ":req" }
-
-// adoptedKey is the set of order ids the order writer returned to a
-// reloaded stock (see OrderWriter.adopt).
-func adoptedKey(id int64) string { return voucherTag(id) + ":adopted" }
-
-// LogKey is the key of a voucher's order log (a Redis stream).
-func LogKey(id int64) string { return voucherTag(id) + ":log" }
-
-const (
-	// OrderLogGroup is the consumer group of every order log.
-	OrderLogGroup = "persist"
-	// orderLogsKey is the registry: the set of order logs the writers read.
-	orderLogsKey = "flashsale:order-logs"
-	// eventsChannel carries the id of a voucher whose status or stock
-	// changed outside the grab script (pause, resume, preheat, restock,
-	// cancellation), so that actors drop what they cached.
-	eventsChannel = "flashsale:voucher-events"
-)
-
 // Grab outcome codes as the script returns them.
 var scriptCodes = []domain.SeckillCode{
 	domain.SeckillOK, domain.SeckillNotFound, domain.SeckillNotStarted, domain.SeckillEnded,

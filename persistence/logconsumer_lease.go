@@ -32,7 +32,7 @@ import (
 var ErrConsumerInUse = errors.New("in use by another running process")
 
 // leaseKey is the key of the lease on this consumer's name.
-func (c *LogConsumer) leaseKey() string { return c.fam.LeasePrefix + c.opts.Consumer }
+func (c *LogConsumer) leaseKey() string { return consumerLeaseKey(c.fam.LeasePrefix, c.opts.Consumer) }
 
 // heldConsumers are the lease keys of the consumer names this process
 // holds: a lease left by an earlier process with this process's id (a

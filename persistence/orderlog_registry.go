@@ -15,18 +15,9 @@ import (
 // can unregister a log only if nobody registered it again since it looked
 // (see prune).
 //
-// Both keys below carry the hash tag {flashsale:order-logs}, which hashes
-// like the untagged name orderLogsKey itself: all three share one Redis
-// Cluster slot, so one script can update them together. A voucher's own
-// keys live in another slot, which is why the registry can never be
+// The registry's keys share one Redis Cluster slot (keys.go); a voucher's
+// own keys live in another, which is why the registry can never be
 // written by the voucher's scripts.
-const (
-	// orderLogGensKey is a hash: registered log -> generation of its latest
-	// registration.
-	orderLogGensKey = "{" + orderLogsKey + "}:gens"
-	// orderLogGenKey is the counter the generations are drawn from.
-	orderLogGenKey = "{" + orderLogsKey + "}:gen"
-)
 
 // registerScript registers an order log under a new generation.
 // KEYS: registry, gens, counter. ARGV: log.

@@ -8,13 +8,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// appliedKey is the set of stock changes (returned orders "c<id>" and
-// restocks "r<id>") Redis has applied to the voucher's current load: the
-// apply script changes stock once per member, however often a canceller
-// and the sweeper run it.
-func appliedKey(id int64) string { return voucherTag(id) + ":applied" }
-
-// pendingMember names a pending change in the applied set.
+// pendingMember names a pending change in the applied set (appliedKey):
+// the apply script changes stock once per member, however often a
+// canceller and the sweeper run it.
 func pendingMember(kind string, ref int64) string {
 	if kind == pendingRestock {
 		return "r" + strconv.FormatInt(ref, 10)

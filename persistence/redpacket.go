@@ -12,64 +12,6 @@ import (
 	"flashsale/domain"
 )
 
-// The Redis keys of a red packet share the hash tag {rp<ID>}, as a
-// voucher's share {v<ID>}, so that one script reaches all of them:
-//
-//	{rp<ID>}:meta     hash: expire (unix ms), left (cents not grabbed yet),
-//	                  hold (Redis ms until which a reload holds the grabs
-//	                  of users without a packet; see RedPacketStore.Load)
-//	{rp<ID>}:packets  list: the packets not grabbed yet, "seq:amount"
-//	{rp<ID>}:users    hash: user id -> "seq:amount:request id" of their packet
-//	{rp<ID>}:log      stream: the red packet's order log, read by the
-//	                  red-packet writer's group
-//	{rp<ID>}:returned set: the refused log entries whose packet went back
-//	                  (see returnPacketScript)
-//	{rp<ID>}:holders  sorted set: red-packet writers that hold grabs of the
-//	                  red packet they have not committed, scored with the
-//	                  Redis ms until which the claim holds (see
-//	                  holdGrabsScript)
-//	{rp<ID>}:settle   string: the Redis ms before which the refund of a red
-//	                  packet Redis lacks waits (see settleRedPacketScript)
-//
-// The registry redPacketLogsKey lists the logs the red-packet writer reads.
-func redPacketTag(id int64) string { return "{rp" + strconv.FormatInt(id, 10) + "}" }
-
-func redPacketKeys(id int64) []string {
-	t := redPacketTag(id)
-	return []string{t + ":meta", t + ":packets", t + ":users", t + ":log"}
-}
-
-// redPacketHoldersKey is the key of the writers that hold grabs of a red
-// packet.
-func redPacketHoldersKey(id int64) string { return redPacketTag(id) + ":holders" }
-
-// RedPacketLogKey is the key of a red packet's order log.
-func RedPacketLogKey(id int64) string { return redPacketTag(id) + ":log" }
-
-// redPacketIDFromLog is the red packet whose order log key s is.
-func redPacketIDFromLog(s string) (int64, bool) {
-	var id int64
-	if _, err := fmt.Sscanf(s, "{rp%d}:log", &id); err != nil {
-		return 0, false
-	}
-	return id, true
-}
-
-const (
-	// redPacketLogsKey is the registry of red-packet order logs.
-	redPacketLogsKey = "flashsale:redpacket-logs"
-	// RedPacketLogGroup is the consumer group of every red-packet log.
-	RedPacketLogGroup = "persist"
-)
-
-// More fields of an order-log entry, for a grabbed packet; the user,
-// request and time fields are the voucher order's (orderlog_entry.go).
-const (
-	EntryRedPacketID = "p" // red packet id
-	EntryPacketSeq   = "q" // which packet (its seq)
-	EntryAmount      = "a" // its amount, in cents
-)
-
 // redPacketKeep is how long a red packet's state outlives its expiry in
 // Redis if no refund removes it first (a cluster down for that long):
 // the refund needs only the database.
@@ -265,7 +207,7 @@ func (s *RedPacketRedis) Load(ctx context.Context, l RedPacketLoad) (loaded bool
 	for _, g := range l.Grabbed {
 		args = append(args, g.UserID, strconv.Itoa(g.Seq)+":"+strconv.FormatInt(g.AmountCents, 10)+":"+deref(g.RequestID))
 	}
-	n, err := loadRedPacketScript.Run(ctx, s.rdb, redPacketKeys(l.ID)[:3], args...).Int()
+	n, err := loadRedPacketScript.Run(ctx, s.rdb, []string{redPacketMetaKey(l.ID), redPacketPacketsKey(l.ID), redPacketUsersKey(l.ID)}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("load red packet %d into redis: %w", l.ID, err)
 	}
@@ -280,7 +222,8 @@ func (s *RedPacketRedis) Grab(ctx context.Context, id int64, grabs []domain.RedP
 		args = append(args, g.RequestID, g.UserID)
 	}
 	seen := time.Now()
-	call := s.Acks.runAcked(ctx, s.rdb, grabRedPacketScript, redPacketKeys(id), args...)
+	keys := []string{redPacketMetaKey(id), redPacketPacketsKey(id), redPacketUsersKey(id), RedPacketLogKey(id)}
+	call := s.Acks.runAcked(ctx, s.rdb, grabRedPacketScript, keys, args...)
 	raw, err := call.res.Slice()
 	redPacketScriptDuration.Observe(time.Since(seen).Seconds())
 	if err != nil {
@@ -335,10 +278,9 @@ func (s *RedPacketRedis) Live(ctx context.Context, id int64) (count int, cents i
 }
 
 func (s *RedPacketRedis) live(ctx context.Context, id int64) (domain.RedPacketState, int64, error) {
-	keys := redPacketKeys(id)
 	pipe := s.rdb.Pipeline()
-	meta := pipe.HMGet(ctx, keys[0], "expire", "left")
-	n := pipe.LLen(ctx, keys[1])
+	meta := pipe.HMGet(ctx, redPacketMetaKey(id), "expire", "left")
+	n := pipe.LLen(ctx, redPacketPacketsKey(id))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return domain.RedPacketState{}, 0, fmt.Errorf("read red packet %d: %w", id, err)
 	}
@@ -357,8 +299,7 @@ func (s *RedPacketRedis) live(ctx context.Context, id int64) (domain.RedPacketSt
 // database (settleRedPacketScript); a red packet Redis lacks is settled
 // only hold after the first call found it missing.
 func (s *RedPacketRedis) Settled(ctx context.Context, id int64, hold time.Duration) (bool, error) {
-	t := redPacketTag(id)
-	keys := []string{t + ":meta", t + ":log", t + ":settle", redPacketHoldersKey(id)}
+	keys := []string{redPacketMetaKey(id), RedPacketLogKey(id), redPacketSettleKey(id), redPacketHoldersKey(id)}
 	// The settle key outlives the hold by a minute: a refund delayed longer
 	// (the database down) finds it gone and waits one hold more, which is
 	// safe; a key that outlived its refund would only take room.
@@ -373,8 +314,8 @@ func (s *RedPacketRedis) Settled(ctx context.Context, id int64, hold time.Durati
 // until the writer prunes it). A grab then finds the red packet missing,
 // and its sequencer learns from the database that it is over.
 func (s *RedPacketRedis) Forget(ctx context.Context, id int64) error {
-	t := redPacketTag(id)
-	if err := s.rdb.Del(ctx, t+":meta", t+":packets", t+":users", t+":returned", t+":settle", redPacketHoldersKey(id)).Err(); err != nil {
+	if err := s.rdb.Del(ctx, redPacketMetaKey(id), redPacketPacketsKey(id), redPacketUsersKey(id), redPacketReturnedKey(id),
+		redPacketSettleKey(id), redPacketHoldersKey(id)).Err(); err != nil {
 		return fmt.Errorf("remove red packet %d from redis: %w", id, err)
 	}
 	return nil

@@ -63,11 +63,6 @@ var (
 	_ DeadLetterSink = (*RedPacketWriter)(nil)
 )
 
-// redPacketLeasePrefix prefixes the red-packet writer's consumer name in
-// the key of its lease: the order writer of the same node uses the same
-// name under its own prefix.
-const redPacketLeasePrefix = "flashsale:redpacket-consumer:"
-
 // NewRedPacketWriter returns a writer; Run drives it.
 func NewRedPacketWriter(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opts LogConsumerOptions) *RedPacketWriter {
 	opts = opts.withDefaults()
@@ -354,7 +349,7 @@ func (w *RedPacketWriter) adopt(ctx context.Context, tx bun.Tx, rows []GrabRow) 
 			r := rows[j]
 			args = append(args, r.UserID, strconv.Itoa(r.Seq)+":"+strconv.FormatInt(r.AmountCents, 10), deref(r.RequestID), r.AmountCents)
 		}
-		lost, err := adoptGrabsScript.Run(ctx, w.rdb, redPacketKeys(id)[:3], args...).Int64Slice()
+		lost, err := adoptGrabsScript.Run(ctx, w.rdb, []string{redPacketMetaKey(id), redPacketPacketsKey(id), redPacketUsersKey(id)}, args...).Int64Slice()
 		if err != nil {
 			return fmt.Errorf("adopt grabs of red packet %d: %w", id, err)
 		}
@@ -445,10 +440,10 @@ func (w *RedPacketWriter) returnPacket(ctx context.Context, entryID string, g Gr
 	if err != nil || held {
 		return err
 	}
-	keys := redPacketKeys(g.RedPacketID)
+	id := g.RedPacketID
+	keys := []string{redPacketMetaKey(id), redPacketPacketsKey(id), redPacketReturnedKey(id)}
 	packet := strconv.Itoa(g.Seq) + ":" + strconv.FormatInt(g.AmountCents, 10)
-	n, err := returnPacketScript.Run(ctx, w.rdb, []string{keys[0], keys[1], redPacketTag(g.RedPacketID) + ":returned"},
-		entryID, packet, g.AmountCents).Int()
+	n, err := returnPacketScript.Run(ctx, w.rdb, keys, entryID, packet, g.AmountCents).Int()
 	if err != nil {
 		return fmt.Errorf("return packet %d of red packet %d: %w", g.Seq, g.RedPacketID, err)
 	}
@@ -500,7 +495,7 @@ func (w *RedPacketWriter) prune(ctx context.Context, logs []string) int {
 		if !ok {
 			continue
 		}
-		if there, err := w.rdb.Exists(ctx, redPacketKeys(id)[0]).Result(); err != nil || there != 0 {
+		if there, err := w.rdb.Exists(ctx, redPacketMetaKey(id)).Result(); err != nil || there != 0 {
 			continue
 		}
 		if l, err := w.rdb.XLen(ctx, s).Result(); err != nil || l > 0 {

@@ -6,26 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"flashsale/domain"
 )
-
-// Redis key layout. Every key of one voucher shares the hash tag {v<ID>} so
-// that a Redis Cluster deployment keeps one voucher's scripts atomic.
-//
-//	{v<ID>}:meta   hash: status, begin, end (unix ms), limit, initial, ...; claim: the
-//	               nonce of the newest actor activation's claim (grab.go)
-//	{v<ID>}:stock  string: units not yet taken (the stock authority)
-//	{v<ID>}:users  hash: user id -> live orders held
-func voucherTag(id int64) string { return "{v" + strconv.FormatInt(id, 10) + "}" }
-
-func metaKey(id int64) string  { return voucherTag(id) + ":meta" }
-func stockKey(id int64) string { return voucherTag(id) + ":stock" }
-func usersKey(id int64) string { return voucherTag(id) + ":users" }
 
 // preheatScript writes a voucher's metadata and, only when the stock key
 // is absent, a whole load: stock, per-user marks, request ids and the ids
