@@ -7,9 +7,10 @@ import (
 )
 
 // The Redis layout: every key, hash tag, consumer group, channel and
-// order-log entry field the service uses is named here, once. Scripts get
-// their keys as KEYS from these functions, and the few names they write
-// themselves (a group, a channel, a field) from the constants below.
+// order-log entry field the service uses is named here, once. Scripts
+// (scripts/*.lua) get their keys as KEYS from these functions, and spell
+// the few names they write themselves (a group, a channel, a field) as
+// ${name} placeholders for the constants below (see scripts.go).
 //
 // Every key of one voucher shares the hash tag {v<ID>}, and every key of
 // one red packet the tag {rp<ID>}, so that a Redis Cluster keeps each
@@ -33,7 +34,7 @@ import (
 //	{v<ID>}:log       stream: the order log, read by OrderLogGroup
 //	{v<ID>}:adopted   set: ids of orders counted into the current load
 //	                  already (by a reload, or returned to it by the order
-//	                  writer, see adoptScript)
+//	                  writer, see adoptOrdersScript)
 //	{v<ID>}:applied   set: stock changes applied to the current load
 //	                  (pendingMember: "c<order id>" a returned order,
 //	                  "r<restock id>" a restock)

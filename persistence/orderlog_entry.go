@@ -8,15 +8,6 @@ import (
 	"flashsale/domain"
 )
 
-// luaEntryTemplate is the Lua table of one order-log entry for the grab
-// script, with the per-sale values empty: the script fills slots 2
-// (order), 4 (user) and 6 (request) for each sale. voucher, now and slot
-// are Lua expressions.
-func luaEntryTemplate(voucher, now, slot string) string {
-	return fmt.Sprintf("{'%s', '', '%s', '', '%s', '', '%s', %s, '%s', %s, '%s', %s}",
-		EntryOrderID, EntryUserID, EntryRequestID, EntryVoucherID, voucher, EntryTime, now, EntrySlot, slot)
-}
-
 // orderEntry is one order read from an order log, decoded.
 type orderEntry struct {
 	order orderRow

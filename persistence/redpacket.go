@@ -17,33 +17,8 @@ import (
 // the refund needs only the database.
 const redPacketKeep = 24 * time.Hour
 
-// loadRedPacketScript loads a red packet into Redis unless it is there:
-// its metadata, its packets not grabbed yet and the users who grabbed,
-// and for a reload the Redis time until which it holds new grabs.
-// KEYS: meta, packets, users. ARGV: expire ms, keep-until ms, left cents,
-// hold ms (0: none), packet count n, n packets "seq:amount", then "user"
-// "seq:amount:req" pairs. Returns 1 if it loaded, 0 if the red packet was
-// there.
-var loadRedPacketScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local n = tonumber(ARGV[5])
-for i = 6, 5 + n do
-  redis.call('RPUSH', KEYS[2], ARGV[i])
-end
-for i = 6 + n, #ARGV, 2 do
-  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
-end
-redis.call('HSET', KEYS[1], 'expire', ARGV[1], 'left', ARGV[3])
-if tonumber(ARGV[4]) > 0 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('HSET', KEYS[1], 'hold', string.format('%.0f', now + tonumber(ARGV[4])))
-end
-for i = 1, 3 do
-  redis.call('PEXPIREAT', KEYS[i], ARGV[2])
-end
-return 1
-`)
+// loadRedPacketScript loads a red packet into Redis unless it is there: scripts/load_red_packet.lua.
+var loadRedPacketScript = newScript("load_red_packet")
 
 // Red-packet grab codes as the script returns them.
 var redPacketScriptCodes = []domain.RedPacketCode{
@@ -51,115 +26,14 @@ var redPacketScriptCodes = []domain.RedPacketCode{
 	domain.RedPacketUnavailable,
 }
 
-// grabRedPacketScript grabs for a batch of users atomically (seed 004's
-// script, batched like the voucher's grabScript). For each grab in order:
-// a user who grabbed before hears OK with their packet if it is the same
-// request (a retry), else ALREADY_GRABBED; after the expiry (Redis TIME)
-// EXPIRED; else a packet is popped (EMPTY if none is left), the user
-// recorded with it, the cents left lowered and the packet appended to the
-// red packet's order log, in one atomic step; while a reload holds its
-// grabs (meta hold), a user without a packet hears UNAVAILABLE (code 4)
-// and nothing is popped. No fencing token: the users
-// hash makes a grab idempotent per user, so two activations of the
-// sequencer can never give one user two packets nor one packet twice.
-//
-// KEYS: meta, packets, users, log. ARGV: red packet id, then (request id,
-// user id) per grab. Returns {state, expire ms, packets left, code1,
-// amount1, ...} with state 0 = done, 1 = red packet not in Redis.
-var grabRedPacketScript = redis.NewScript(`
-local m = redis.call('HMGET', KEYS[1], 'expire', 'hold')
-local expire = tonumber(m[1] or '')
-if not expire then return {1, 0, 0} end
-local hold = tonumber(m[2] or '0')
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local now_s = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
-local out = {0, expire, 0}
-for i = 2, #ARGV, 2 do
-  local req, user = ARGV[i], ARGV[i + 1]
-  local prev = redis.call('HGET', KEYS[3], user)
-  if prev then
-    local _, amount, preq = string.match(prev, '^(%d+):(%d+):(.*)$')
-    if preq == req then out[#out + 1] = 0 else out[#out + 1] = 2 end
-    out[#out + 1] = amount
-  elseif now >= expire then
-    out[#out + 1] = 3
-    out[#out + 1] = '0'
-  elseif now < hold then
-    out[#out + 1] = 4
-    out[#out + 1] = '0'
-  else
-    local p = redis.call('LPOP', KEYS[2])
-    if not p then
-      out[#out + 1] = 1
-      out[#out + 1] = '0'
-    else
-      local seq, amount = string.match(p, '^(%d+):(%d+)$')
-      redis.call('HSET', KEYS[3], user, p .. ':' .. req)
-      redis.call('HINCRBY', KEYS[1], 'left', '-' .. amount)
-      redis.call('XADD', KEYS[4], '*', '` + EntryRedPacketID + `', ARGV[1], '` + EntryPacketSeq + `', seq,
-        '` + EntryUserID + `', user, '` + EntryAmount + `', amount, '` + EntryTime + `', now_s, '` + EntryRequestID + `', req)
-      out[#out + 1] = 0
-      out[#out + 1] = amount
-    end
-  end
-end
-out[3] = redis.call('LLEN', KEYS[2])
-return out
-`)
+// grabRedPacketScript grabs packets for a batch of users: scripts/grab_red_packet.lua.
+var grabRedPacketScript = newScript("grab_red_packet")
 
-// settleRedPacketScript tells whether no grab of a red packet can still
-// reach the database, so that its refund may count the grabs there. That
-// is when, by Redis's clock:
-//   - the red packet has expired (no grab appends to its log any more) and
-//     no reload holds its grabs (meta hold: a writer may still hold grabs
-//     of the load Redis lost, see RedPacketStore.Load);
-//   - or Redis lacks it (lost with Redis's data, or never loaded) and has
-//     lacked it for the hold (ARGV[1] ms, from the first call that found
-//     it missing, recorded in the settle key): a writer may hold grabs it
-//     read from a log Redis lost; it retries, and registers among the
-//     holders, within the hold;
-//   - and its order log is empty (every grab that Redis still knows of is
-//     committed) and no writer claims to hold grabs of it (holders with a
-//     score in the future: a writer retrying against a database it cannot
-//     reach, see holdGrabsScript).
-//
-// KEYS: meta, log, settle, holders. ARGV: hold ms, how long the settle key
-// lives in ms. Returns 1 if settled, 0 if the refund must wait.
-var settleRedPacketScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local m = redis.call('HMGET', KEYS[1], 'expire', 'hold')
-local expire = tonumber(m[1] or '')
-if expire then
-  if now < expire or now < tonumber(m[2] or '0') then return 0 end
-else
-  local wait = tonumber(redis.call('GET', KEYS[3]) or '')
-  if not wait then
-    redis.call('SET', KEYS[3], string.format('%.0f', now + tonumber(ARGV[1])), 'PX', ARGV[2])
-    return 0
-  end
-  if now < wait then return 0 end
-end
-if redis.call('XLEN', KEYS[2]) > 0 then return 0 end
-if redis.call('ZCOUNT', KEYS[4], '(' .. string.format('%.0f', now), '+inf') > 0 then return 0 end
-return 1
-`)
+// settleRedPacketScript tells whether a red packet's refund may count its grabs: scripts/settle_red_packet.lua.
+var settleRedPacketScript = newScript("settle_red_packet")
 
-// holdGrabsScript records that a writer holds grabs of the red packet it
-// has not committed, until ARGV[2] ms from now (Redis time), so that the
-// refund waits for them (settleRedPacketScript). A writer records it
-// before every attempt to commit, also while the database refuses it, and
-// removes it once its grabs are committed or refused: a Redis that lost
-// the record gets it again within one retry.
-// KEYS: holders. ARGV: writer, ms.
-var holdGrabsScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 1
-`)
+// holdGrabsScript records a writer among the holders of a red packet: scripts/hold_grabs.lua.
+var holdGrabsScript = newScript("hold_grabs")
 
 // RedPacketRedis is the Redis side of red packets: their load, the grab
 // script and the live state.
