@@ -3,8 +3,6 @@ package persistence
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -32,18 +30,4 @@ func (s *Stock) Watch(ctx context.Context, changed func(voucherID int64), resync
 			changed(id)
 		}
 	}, eventsChannel)
-}
-
-// voucherIDFromKey reads the id out of a key "{v<ID>}:...".
-func voucherIDFromKey(key string) (int64, bool) {
-	rest, ok := strings.CutPrefix(key, "{v")
-	if !ok {
-		return 0, false
-	}
-	digits, _, ok := strings.Cut(rest, "}")
-	if !ok {
-		return 0, false
-	}
-	id, err := strconv.ParseInt(digits, 10, 64)
-	return id, err == nil
 }

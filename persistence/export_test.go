@@ -2,6 +2,7 @@ package persistence
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -81,4 +82,19 @@ func WriteLogOrders(ctx context.Context, db *bun.DB, arrays bool, orders []LogOr
 		return upsertLiveOrderArrays(ctx, tx, users)
 	})
 	return inserted, err
+}
+
+// ScriptSources is the text Redis runs of every script in scripts/, by
+// file name.
+func ScriptSources() (map[string]string, error) {
+	entries, err := scriptFiles.ReadDir("scripts")
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(entries))
+	for _, e := range entries {
+		name := strings.TrimSuffix(e.Name(), ".lua")
+		out[name] = scriptSource(name)
+	}
+	return out, nil
 }

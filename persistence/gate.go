@@ -13,22 +13,6 @@ import (
 	"flashsale/domain"
 )
 
-// The grab gate's shared state (issue 14). Blocks are few and change
-// rarely, so every node keeps all of them in memory (internal/gate) and
-// re-reads the whole hash when told of a change; grabs never read it.
-const (
-	// blocksKey is a hash: field "<voucher id, 0 = all>|u:<user id>" or
-	// "<voucher id>|n:<prefix>", value the expiry in unix milliseconds
-	// (0 = until unblocked).
-	blocksKey = "flashsale:blocks"
-	// gateChannel announces "blocks" (the hash changed) or "voucher:<id>"
-	// (a voucher's gate changed); nodes re-read, never trust the payload.
-	gateChannel = "flashsale:gate-changed"
-	// usedChallengePrefix + the challenge's digest marks a solved
-	// challenge used, until the challenge expires.
-	usedChallengePrefix = "flashsale:pow-used:"
-)
-
 // Gate keeps the blocklist and the used challenges in Redis and announces
 // gate changes to every node.
 type Gate struct{ rdb redis.UniversalClient }
@@ -134,7 +118,7 @@ func (g *Gate) AnnounceVoucher(ctx context.Context, voucherID int64) error {
 // UseChallenge marks a solved challenge (by its digest) used until it
 // expires, and reports whether it was unused: one SET NX.
 func (g *Gate) UseChallenge(ctx context.Context, digest string, until time.Time) (bool, error) {
-	ok, err := g.rdb.SetArgs(ctx, usedChallengePrefix+digest, "1", redis.SetArgs{Mode: "NX", ExpireAt: until}).Result()
+	ok, err := g.rdb.SetArgs(ctx, usedChallengeKey(digest), "1", redis.SetArgs{Mode: "NX", ExpireAt: until}).Result()
 	if err == redis.Nil {
 		return false, nil
 	}

@@ -12,147 +12,14 @@ import (
 	"flashsale/domain"
 )
 
-// More keys of a voucher (see stock.go for the layout):
-//
-//	{v<ID>}:fence    counter: the fencing token of segment 0's newest actor activation
-//	{v<ID>}:fence:S  the same for segment S > 0 (issue 11: one actor identity per segment)
-//	{v<ID>}:req      hash: request id -> order id, for every grab that sold
-//	{v<ID>}:log      stream: the order log, read by the OrderWriter's group
-//
-// Every segment sells from the one stock counter: the keys share a hash
-// tag, so one script sees them all at once and a segment never runs dry
-// while its siblings have stock (docs/DECISIONS.md, "Segments").
-func fenceKey(id int64, seg int) string {
-	if seg == 0 {
-		return voucherTag(id) + ":fence"
-	}
-	return voucherTag(id) + ":fence:" + strconv.Itoa(seg)
-}
-func reqKey(id int64) string { return voucherTag(id) + ":req" }
-
-// adoptedKey is the set of order ids the order writer returned to a
-// reloaded stock (see OrderWriter.adopt).
-func adoptedKey(id int64) string { return voucherTag(id) + ":adopted" }
-
-// LogKey is the key of a voucher's order log (a Redis stream).
-func LogKey(id int64) string { return voucherTag(id) + ":log" }
-
-const (
-	// OrderLogGroup is the consumer group of every order log.
-	OrderLogGroup = "persist"
-	// orderLogsKey is the registry: the set of order logs the writers read.
-	orderLogsKey = "flashsale:order-logs"
-	// eventsChannel carries the id of a voucher whose status or stock
-	// changed outside the grab script (pause, resume, preheat, restock,
-	// cancellation), so that actors drop what they cached.
-	eventsChannel = "flashsale:voucher-events"
-)
-
 // Grab outcome codes as the script returns them.
 var scriptCodes = []domain.SeckillCode{
 	domain.SeckillOK, domain.SeckillNotFound, domain.SeckillNotStarted, domain.SeckillEnded,
 	domain.SeckillPaused, domain.SeckillSoldOut, domain.SeckillLimitReached, domain.SeckillUnavailable,
 }
 
-// grabScript sells a whole batch of grabs of one voucher atomically. For
-// each grab, in order: a request id seen before answers its first result
-// (a retried batch or request never sells twice); otherwise status, the
-// time window (Redis TIME), the user's live orders and stock decide (a
-// user at their limit hears so even after the sell-out), and a
-// sale deducts stock, counts the user's order, remembers the request,
-// and appends the order to the voucher's order log, in one atomic step.
-// Each order-log entry carries the request id and the load stamp of the
-// load it was sold from (orderlog_entry.go names its fields).
-// The whole batch is refused if the caller's fencing token is not the
-// newest: a stale actor activation can never sell.
-//
-// Order and user ids stay strings: Lua numbers are doubles, and order ids
-// exceed 2^53.
-//
-// With no grab it only reads: a sequencer confirms its record of the
-// sales that way (the tally: request ids sold and the load stamp, see
-// domain.SalesTally).
-//
-// KEYS: meta, stock, users, fence, req, log.
-// ARGV: fence, voucher id, then (request id, user id, order id) per grab.
-// Returns {state, remaining, status, begin, end, refusal, requests sold,
-// load stamp, claim, code1, order1, ...} with state 0 = done, -1 = stale
-// fence,
-// 1 = voucher not in Redis (then only the first five), and refusal the
-// code that status, time window or hold give every new grab (0: none).
-var grabScript = redis.NewScript(`
-if redis.call('GET', KEYS[4]) ~= ARGV[1] then
-  return {-1, 0, 0, 0, 0}
-end
-local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit', 'expire', '` + metaLoadStamp + `', 'hold', '` + metaClaim + `')
-local status = tonumber(m[1])
-if not status then
-  return {1, 0, 0, 0, 0}
-end
-local begin_ms, end_ms, limit = tonumber(m[2]), tonumber(m[3]), tonumber(m[4])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- The entry's time as a string built from TIME's own strings: a Lua number
--- written back to Redis may be formatted as a float.
-local now_s = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
-local verdict = 0
-if status == 2 then verdict = 4
-elseif status == 3 then verdict = 3
-elseif m[7] and now < tonumber(m[7]) then verdict = 7 -- a reload holds its sales (Stock.Preheat)
-elseif now < begin_ms then verdict = 2
-elseif now >= end_ms then verdict = 3
-end
-local stock = tonumber(redis.call('GET', KEYS[2]) or '0')
-local slot = '0'
-if limit == 1 then slot = '1' end
--- One order-log entry, reused for every sale of the batch; it carries the
--- request id and the load stamp of the load the order is sold from, when
--- there is one.
-local entry = ` + luaEntryTemplate("ARGV[2]", "now_s", "slot") + `
-if m[6] then
-  entry[#entry + 1] = '` + EntryLoadStamp + `'
-  entry[#entry + 1] = m[6]
-end
-local out = {0, 0, status, begin_ms, end_ms, verdict, 0, m[6] or '', m[8] or ''}
-local sold = 0
-for i = 3, #ARGV, 3 do
-  local req, user, oid = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local prev = redis.call('HGET', KEYS[5], req)
-  if prev then
-    out[#out + 1] = 0
-    out[#out + 1] = prev
-  elseif verdict ~= 0 then
-    out[#out + 1] = verdict
-    out[#out + 1] = '0'
-  elseif tonumber(redis.call('HGET', KEYS[3], user) or '0') >= limit then
-    out[#out + 1] = 6
-    out[#out + 1] = '0'
-  elseif stock <= 0 then
-    out[#out + 1] = 5
-    out[#out + 1] = '0'
-  else
-    stock = stock - 1
-    sold = sold + 1
-    redis.call('HINCRBY', KEYS[3], user, 1)
-    redis.call('HSET', KEYS[5], req, oid)
-    entry[2] = oid
-    entry[4] = user
-    entry[6] = req
-    redis.call('XADD', KEYS[6], '*', unpack(entry))
-    out[#out + 1] = 0
-    out[#out + 1] = oid
-  end
-end
-if sold > 0 then
-  redis.call('DECRBY', KEYS[2], sold)
-  if m[5] then
-    redis.call('PEXPIREAT', KEYS[5], m[5])
-  end
-end
-out[2] = stock
-out[7] = redis.call('HLEN', KEYS[5])
-return out
-`)
+// grabScript sells a batch of grabs of one voucher: scripts/grab.lua.
+var grabScript = newScript("grab")
 
 // Grabs runs the grab scripts on the stock Redis.
 type Grabs struct {
@@ -166,36 +33,8 @@ type Grabs struct {
 // NewGrabs returns the grab store.
 func NewGrabs(rdb redis.UniversalClient) *Grabs { return &Grabs{rdb: rdb} }
 
-// claimScript takes a fencing token for a new actor activation, writes
-// the activation's claim nonce (ARGV[1]) into the metadata and reads the
-// voucher with its tally of sales, but only for a voucher Redis knows:
-// unknown ids leave no key behind. KEYS: meta, stock, fence, req, users.
-// Returns {fence, status, begin, end, limit, stock, segments, requests
-// sold, buyers, load stamp, held}, or {0} for an unknown voucher; a missing
-// field is false (nil), never a hole that would cut the list short.
-// ARGV[2], if not empty, is the fence the caller holds: the claim is then
-// made only while that fence is still the newest, and {-1} answers one
-// that was superseded.
-var claimScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  return {0}
-end
-if ARGV[2] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[2] then
-  return {-1}
-end
-local f = redis.call('INCR', KEYS[3])
-redis.call('HSET', KEYS[1], '` + metaClaim + `', ARGV[1])
-local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit', 'segs', '` + metaLoadStamp + `', 'hold')
-local held = 0
-if m[7] then
-  local t = redis.call('TIME')
-  if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) < tonumber(m[7]) then
-    held = 1
-  end
-end
-return {f, m[1] or false, m[2] or false, m[3] or false, m[4] or false, redis.call('GET', KEYS[2]) or false, m[5] or false,
-  redis.call('HLEN', KEYS[4]), redis.call('HLEN', KEYS[5]), m[6] or '', held}
-`)
+// claimScript fences a new actor activation and reads the voucher: scripts/claim.lua.
+var claimScript = newScript("claim")
 
 // Claim takes a new fencing token for an activation of the voucher's actor
 // and reads the voucher's state, in one round trip. For a voucher Redis

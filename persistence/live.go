@@ -11,20 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Live changes travel between nodes on Redis pub/sub as lists of ids
-// ("12,15"), never as values: a node that hears of a change re-reads the
-// current value, so a late or reordered message can never leave a
-// subscriber on an old one.
-const (
-	// stockChannel carries the vouchers a node sold from (coalesced by
-	// the node: one message per interval, not one per grab).
-	stockChannel = "flashsale:stock-changed"
-	// orderChannel carries orders recorded, paid or cancelled.
-	orderChannel = "flashsale:order-changed"
-	// publishTimeout bounds an order announcement made after a change
-	// has committed: the change stands whether or not it is announced.
-	publishTimeout = time.Second
-)
+// publishTimeout bounds an order announcement made after a change has
+// committed: the change stands whether or not it is announced. The
+// channels and what they carry are in keys.go.
+const publishTimeout = time.Second
 
 // Live announces and watches the changes the live subscriptions follow.
 type Live struct{ rdb redis.UniversalClient }

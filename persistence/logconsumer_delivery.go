@@ -141,13 +141,8 @@ func (c *LogConsumer) ensureGroups(ctx context.Context) error {
 	return nil
 }
 
-// ackScript acknowledges and deletes entries of one log atomically, so
-// that no entry can stay in the log once acknowledged.
-// KEYS: log. ARGV: group, then entry ids.
-var ackScript = redis.NewScript(`
-redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
-return redis.call('XDEL', KEYS[1], unpack(ARGV, 2))
-`)
+// ackScript acknowledges and deletes entries of one log atomically: scripts/ack.lua.
+var ackScript = newScript("ack")
 
 // ack acknowledges and deletes handled entries, so that a log holds
 // exactly the entries not yet handled (reconciliation counts them).

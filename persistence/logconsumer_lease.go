@@ -32,7 +32,7 @@ import (
 var ErrConsumerInUse = errors.New("in use by another running process")
 
 // leaseKey is the key of the lease on this consumer's name.
-func (c *LogConsumer) leaseKey() string { return c.fam.LeasePrefix + c.opts.Consumer }
+func (c *LogConsumer) leaseKey() string { return consumerLeaseKey(c.fam.LeasePrefix, c.opts.Consumer) }
 
 // heldConsumers are the lease keys of the consumer names this process
 // holds: a lease left by an earlier process with this process's id (a
@@ -50,31 +50,14 @@ func leaseValue() string {
 	return strings.Join([]string{host, strconv.Itoa(os.Getpid()), hex.EncodeToString(b)}, " ")
 }
 
-// takeLeaseScript takes a consumer name's lease if it is free or still
-// holds the value the caller saw (its holder is known to be dead).
-// KEYS: lease. ARGV: new value, ttl ms, value seen ("" = free).
-var takeLeaseScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1]) or ''
-if v ~= ARGV[3] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
-`)
+// takeLeaseScript takes a consumer name's lease: scripts/take_lease.lua.
+var takeLeaseScript = newScript("take_lease")
 
-// refreshLeaseScript extends our lease, or takes it again if it lapsed
-// (Redis restarted, or a refresh came late); it fails only if another
-// process holds the name. KEYS: lease. ARGV: our value, ttl ms.
-var refreshLeaseScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-if v and v ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
-`)
+// refreshLeaseScript extends our lease, or takes it again: scripts/refresh_lease.lua.
+var refreshLeaseScript = newScript("refresh_lease")
 
-// releaseLeaseScript drops our lease. KEYS: lease. ARGV: our value.
-var releaseLeaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-`)
+// releaseLeaseScript drops our lease: scripts/release_lease.lua.
+var releaseLeaseScript = newScript("release_lease")
 
 // Acquire takes the lease on the consumer's name, so that no other
 // running process reads the family's logs under the same name; Run keeps it
@@ -211,28 +194,8 @@ func (c *LogConsumer) keepLease(ctx context.Context) (stop func()) {
 	}
 }
 
-// removeDeadConsumerScript deletes the consumers of a log's group that
-// hold no pending entry and have been idle longer than the bound, except
-// the caller. The check and the deletion are one script: a consumer that
-// read entries in between would have them dropped from the group's
-// pending list by DELCONSUMER, and nobody could claim them any more.
-// Entries a dead consumer left pending are first claimed by a live one
-// after ClaimIdle; the consumer is deleted in a later pass.
-// KEYS: log. ARGV: caller, bound ms, group. Returns how many it deleted.
-var removeDeadConsumerScript = redis.NewScript(`
-local cs = redis.pcall('XINFO', 'CONSUMERS', KEYS[1], ARGV[3])
-if type(cs) ~= 'table' or cs.err then return 0 end
-local n = 0
-for _, c in ipairs(cs) do
-  local f = {}
-  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end
-  if f['name'] ~= ARGV[1] and tonumber(f['pending']) == 0 and tonumber(f['idle']) > tonumber(ARGV[2]) then
-    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[3], f['name'])
-    n = n + 1
-  end
-end
-return n
-`)
+// removeDeadConsumerScript deletes a log's idle consumers that hold nothing: scripts/remove_dead_consumer.lua.
+var removeDeadConsumerScript = newScript("remove_dead_consumer")
 
 // removeDeadConsumers deletes, from every log's group, consumers that
 // hold nothing and have not read for DeadConsumerIdle: names of nodes that

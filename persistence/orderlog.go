@@ -47,10 +47,6 @@ var (
 	_ DeadLetterSink = (*OrderWriter)(nil)
 )
 
-// orderLeasePrefix prefixes an order writer's consumer name in the key of
-// its lease (see LogConsumer.Acquire).
-const orderLeasePrefix = "flashsale:consumer:"
-
 // NewOrderWriter returns a writer; Run drives it.
 func NewOrderWriter(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opts OrderWriterOptions) *OrderWriter {
 	opts = opts.withDefaults()

@@ -8,39 +8,6 @@ import (
 	"flashsale/domain"
 )
 
-// The fields of an order-log entry, as the grab script writes them (see
-// grabScript, whose Lua is built from these constants) and the order
-// writer and a reload read them. Their one-letter names are the wire
-// format of entries already in Redis and never change. They are exported
-// for tests and tools that write entries as the script does.
-const (
-	EntryOrderID   = "o" // order id (decimal; above 2^53, so never a Lua number)
-	EntryUserID    = "u" // user id
-	EntryRequestID = "r" // the grab's request id: traces the order to its grab and a client's key
-	EntryVoucherID = "v" // voucher id
-	EntryTime      = "t" // when the script accepted the grab, unix ms by Redis's clock
-	EntrySlot      = "s" // 1 for a perUserLimit = 1 voucher (the live-slot index), else 0
-	EntryLoadStamp = "l" // the load stamp of the Redis load the order was sold from; absent before stamps existed
-)
-
-// metaLoadStamp is the field of a voucher's metadata hash that holds the
-// stamp of the load Redis has (wire name "life", kept for data already in
-// Redis).
-const metaLoadStamp = "life"
-
-// metaClaim is the metadata field holding the claim nonce of the newest
-// actor activation of the voucher (domain.SalesTally.Claim).
-const metaClaim = "claim"
-
-// luaEntryTemplate is the Lua table of one order-log entry for the grab
-// script, with the per-sale values empty: the script fills slots 2
-// (order), 4 (user) and 6 (request) for each sale. voucher, now and slot
-// are Lua expressions.
-func luaEntryTemplate(voucher, now, slot string) string {
-	return fmt.Sprintf("{'%s', '', '%s', '', '%s', '', '%s', %s, '%s', %s, '%s', %s}",
-		EntryOrderID, EntryUserID, EntryRequestID, EntryVoucherID, voucher, EntryTime, now, EntrySlot, slot)
-}
-
 // orderEntry is one order read from an order log, decoded.
 type orderEntry struct {
 	order orderRow

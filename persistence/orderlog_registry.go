@@ -15,65 +15,29 @@ import (
 // can unregister a log only if nobody registered it again since it looked
 // (see prune).
 //
-// Both keys below carry the hash tag {flashsale:order-logs}, which hashes
-// like the untagged name orderLogsKey itself: all three share one Redis
-// Cluster slot, so one script can update them together. A voucher's own
-// keys live in another slot, which is why the registry can never be
+// The registry's keys share one Redis Cluster slot (keys.go); a voucher's
+// own keys live in another, which is why the registry can never be
 // written by the voucher's scripts.
-const (
-	// orderLogGensKey is a hash: registered log -> generation of its latest
-	// registration.
-	orderLogGensKey = "{" + orderLogsKey + "}:gens"
-	// orderLogGenKey is the counter the generations are drawn from.
-	orderLogGenKey = "{" + orderLogsKey + "}:gen"
-)
 
-// registerScript registers an order log under a new generation.
-// KEYS: registry, gens, counter. ARGV: log.
-// The generation is stored as the string GET returns, never as a Lua
-// number (see "No Lua number is written back" in docs/DECISIONS.md).
-var registerScript = redis.NewScript(`
-redis.call('INCR', KEYS[3])
-redis.call('SADD', KEYS[1], ARGV[1])
-redis.call('HSET', KEYS[2], ARGV[1], redis.call('GET', KEYS[3]))
-return 1
-`)
+// registerLogScript registers an order log under a new generation: scripts/register_log.lua.
+var registerLogScript = newScript("register_log")
 
-// unregisterScript unregisters an order log only if its generation is
-// still the one the caller read before it found the log finished ("" for
-// a log registered without one). KEYS: registry, gens. ARGV: log,
-// generation. Returns 1 if it unregistered the log.
-var unregisterScript = redis.NewScript(`
-local g = redis.call('HGET', KEYS[2], ARGV[1]) or ''
-if g ~= ARGV[2] then return 0 end
-redis.call('SREM', KEYS[1], ARGV[1])
-redis.call('HDEL', KEYS[2], ARGV[1])
-return 1
-`)
+// unregisterLogScript unregisters an order log not registered again since: scripts/unregister_log.lua.
+var unregisterLogScript = newScript("unregister_log")
 
 // registerLog adds a voucher's order log to the registry under a new
 // generation. It must follow the preheat script that wrote the voucher's
 // metadata: that order is what prune's argument rests on.
 func registerLog(ctx context.Context, rdb redis.UniversalClient, log string) error {
 	keys := []string{orderLogsKey, orderLogGensKey, orderLogGenKey}
-	if err := registerScript.Run(ctx, rdb, keys, log).Err(); err != nil {
+	if err := registerLogScript.Run(ctx, rdb, keys, log).Err(); err != nil {
 		return fmt.Errorf("register order log %s: %w", log, err)
 	}
 	return nil
 }
 
-// finishedScript tells whether an order log is finished: its voucher's
-// sale ended more than a minute ago by Redis's clock (so no grab can
-// append to it any more, even from a node whose clock lags) and it holds
-// no entry. A voucher Redis no longer knows counts as ended. KEYS: meta,
-// log. Returns 1 when finished.
-var finishedScript = redis.NewScript(`
-local e = tonumber(redis.call('HGET', KEYS[1], 'end') or '0')
-local t = redis.call('TIME')
-if tonumber(t[1]) * 1000 < e + 60000 then return 0 end
-if redis.call('EXISTS', KEYS[2]) == 1 and redis.call('XLEN', KEYS[2]) > 0 then return 0 end
-return 1
-`)
+// logFinishedScript tells whether an order log is finished: scripts/log_finished.lua.
+var logFinishedScript = newScript("log_finished")
 
 // prune drops finished order logs from the registry, so that the writer's
 // reads, claims and lag probes do not grow with every voucher ever sold.
@@ -108,11 +72,11 @@ func (w *OrderWriter) prune(ctx context.Context, logs []string) int {
 			continue
 		}
 		gen, _ := gens[i].(string) // nil: registered without a generation
-		done, err := finishedScript.Run(ctx, w.rdb, []string{metaKey(id), s}).Int()
+		done, err := logFinishedScript.Run(ctx, w.rdb, []string{metaKey(id), s}).Int()
 		if err != nil || done != 1 {
 			continue
 		}
-		removed, err := unregisterScript.Run(ctx, w.rdb, []string{orderLogsKey, orderLogGensKey}, s, gen).Int()
+		removed, err := unregisterLogScript.Run(ctx, w.rdb, []string{orderLogsKey, orderLogGensKey}, s, gen).Int()
 		if err != nil {
 			continue
 		}

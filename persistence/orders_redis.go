@@ -8,13 +8,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// appliedKey is the set of stock changes (returned orders "c<id>" and
-// restocks "r<id>") Redis has applied to the voucher's current load: the
-// apply script changes stock once per member, however often a canceller
-// and the sweeper run it.
-func appliedKey(id int64) string { return voucherTag(id) + ":applied" }
-
-// pendingMember names a pending change in the applied set.
+// pendingMember names a pending change in the applied set (appliedKey):
+// the apply script changes stock once per member, however often a
+// canceller and the sweeper run it.
 func pendingMember(kind string, ref int64) string {
 	if kind == pendingRestock {
 		return "r" + strconv.FormatInt(ref, 10)
@@ -22,49 +18,8 @@ func pendingMember(kind string, ref int64) string {
 	return "c" + strconv.FormatInt(ref, 10)
 }
 
-// applyScript applies stock changes the database committed (see
-// tb_stock_pending) to a voucher's Redis load, each at most once: a change
-// already in the applied set, or one made under another load than Redis
-// holds (a reload after the commit read it from the database already), or
-// for a voucher Redis does not hold, is skipped. A returned order gives
-// back its unit and its user's slot; a restock adds its units and raises
-// the metadata's initial stock to the database's figure. It announces the
-// voucher so that every node's actor reloads: a sold-out voucher sells
-// again.
-//
-// KEYS: meta, stock, users, applied. ARGV: (member, load stamp, delta,
-// user id or "", initial or "0") per change. Returns {applied, skipped}.
-var applyScript = redis.NewScript(`
-local life = redis.call('HGET', KEYS[1], '` + metaLoadStamp + `')
-local applied, skipped, total = 0, 0, 0
-for i = 1, #ARGV, 5 do
-  local member, stamp, delta, user, initial = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3], tonumber(ARGV[i + 4])
-  if (not life) or life ~= stamp or redis.call('SISMEMBER', KEYS[4], member) == 1 then
-    skipped = skipped + 1
-  else
-    redis.call('SADD', KEYS[4], member)
-    total = total + delta
-    if user ~= '' and tonumber(redis.call('HGET', KEYS[3], user) or '0') > 0 then
-      redis.call('HINCRBY', KEYS[3], user, -1)
-    end
-    if initial > tonumber(redis.call('HGET', KEYS[1], 'initial') or '0') then
-      redis.call('HSET', KEYS[1], 'initial', ARGV[i + 4])
-    end
-    applied = applied + 1
-  end
-end
-if total > 0 then
-  redis.call('INCRBY', KEYS[2], total)
-end
-if applied > 0 then
-  local expire = redis.call('HGET', KEYS[1], 'expire')
-  if expire then
-    redis.call('PEXPIREAT', KEYS[4], expire)
-  end
-  redis.call('PUBLISH', '` + eventsChannel + `', KEYS[1])
-end
-return {applied, skipped}
-`)
+// applyPendingScript applies committed stock changes to a load, each once: scripts/apply_pending.lua.
+var applyPendingScript = newScript("apply_pending")
 
 // applyPending runs the apply script for pending changes of one voucher.
 func applyPending(ctx context.Context, rdb redis.UniversalClient, voucherID int64, rows []pendingRow) (applied int, err error) {
@@ -80,7 +35,7 @@ func applyPending(ctx context.Context, rdb redis.UniversalClient, voucherID int6
 		args = append(args, pendingMember(p.Kind, p.RefID), p.LoadStamp, p.Delta, user, p.Initial)
 	}
 	keys := []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID), appliedKey(voucherID)}
-	res, err := applyScript.Run(ctx, rdb, keys, args...).Int64Slice()
+	res, err := applyPendingScript.Run(ctx, rdb, keys, args...).Int64Slice()
 	if err != nil || len(res) != 2 {
 		return 0, fmt.Errorf("apply %d stock changes to voucher %d in redis: %v %w", len(rows), voucherID, res, err)
 	}

@@ -55,7 +55,7 @@ type restockRow struct {
 // Orders is the record of orders after the sale: reads, payment,
 // cancellation (by the owner or after the pay deadline) and restocks, each
 // a conditional change in the database whose stock effect then reaches
-// Redis exactly once (tb_stock_pending and applyScript).
+// Redis exactly once (tb_stock_pending and applyPendingScript).
 type Orders struct {
 	db  *bun.DB
 	rdb redis.UniversalClient

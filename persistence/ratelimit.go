@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -51,7 +50,7 @@ func (l *RateLimits) AllowIP(ctx context.Context, ip string) (time.Duration, err
 	if !l.IPEnabled() || ip == "" {
 		return 0, nil
 	}
-	res, err := l.limiter.Allow(ctx, "ip:"+ip, l.perIP)
+	res, err := l.limiter.Allow(ctx, rateIPKey(ip), l.perIP)
 	if err != nil {
 		return 0, fmt.Errorf("rate limit ip %s: %w", ip, err)
 	}
@@ -85,11 +84,11 @@ func (l *RateLimits) Admit(ctx context.Context, voucherID int64, checks []domain
 	var calls []limitCall
 	for i, c := range checks {
 		if !l.perIP.IsZero() && c.IP != "" {
-			calls = append(calls, limitCall{i, "ip:" + c.IP, l.perIP, "ip"})
+			calls = append(calls, limitCall{i, rateIPKey(c.IP), l.perIP, "ip"})
 		}
 	}
 	if !l.perVoucher.IsZero() {
-		calls = append(calls, limitCall{-1, "v:" + strconv.FormatInt(voucherID, 10), l.perVoucher, "voucher"})
+		calls = append(calls, limitCall{-1, rateVoucherKey(voucherID), l.perVoucher, "voucher"})
 	}
 	run := func(lim redis_rate.Limiter, c limitCall) (*redis_rate.Result, error) {
 		if c.grab < 0 {

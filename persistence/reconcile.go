@@ -14,31 +14,8 @@ import (
 	"flashsale/domain"
 )
 
-// snapshotScript reads, in one atomic step, what Redis holds of a voucher:
-// its load stamp, its stock, its users' marks, the orders of its order
-// log, and which of the given pending stock changes it applied already.
-// KEYS: meta, stock, users, log, applied. ARGV: members of the applied
-// set to test. Returns {stamp or false, stock or false, {user, count,
-// ...}, {order, user, ...}, {1 or 0 per ARGV}}.
-var snapshotScript = redis.NewScript(`
-local entries = {}
-for _, e in ipairs(redis.call('XRANGE', KEYS[4], '-', '+')) do
-  local f = e[2]
-  local o, u
-  for i = 1, #f, 2 do
-    if f[i] == 'o' then o = f[i + 1] elseif f[i] == 'u' then u = f[i + 1] end
-  end
-  if o and u then
-    entries[#entries + 1] = o
-    entries[#entries + 1] = u
-  end
-end
-local applied = {}
-for i = 1, #ARGV do
-  applied[i] = redis.call('SISMEMBER', KEYS[5], ARGV[i])
-end
-return {redis.call('HGET', KEYS[1], 'life'), redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[3]), entries, applied}
-`)
+// reconcileSnapshotScript reads what Redis holds of a voucher at once: scripts/reconcile_snapshot.lua.
+var reconcileSnapshotScript = newScript("reconcile_snapshot")
 
 // Reconciler checks the stock identity of vouchers (invariant 5).
 type Reconciler struct {
@@ -86,7 +63,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, voucherID int64) (domain.Rec
 		for i, p := range pending {
 			members[i] = pendingMember(p.Kind, p.RefID)
 		}
-		raw, err := snapshotScript.Run(ctx, r.rdb, []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID), LogKey(voucherID), appliedKey(voucherID)}, members...).Slice()
+		raw, err := reconcileSnapshotScript.Run(ctx, r.rdb, []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID), LogKey(voucherID), appliedKey(voucherID)}, members...).Slice()
 		if err != nil || len(raw) != 5 {
 			return fmt.Errorf("read voucher %d from redis: %v %w", voucherID, raw, err)
 		}

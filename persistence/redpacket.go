@@ -12,96 +12,13 @@ import (
 	"flashsale/domain"
 )
 
-// The Redis keys of a red packet share the hash tag {rp<ID>}, as a
-// voucher's share {v<ID>}, so that one script reaches all of them:
-//
-//	{rp<ID>}:meta     hash: expire (unix ms), left (cents not grabbed yet),
-//	                  hold (Redis ms until which a reload holds the grabs
-//	                  of users without a packet; see RedPacketStore.Load)
-//	{rp<ID>}:packets  list: the packets not grabbed yet, "seq:amount"
-//	{rp<ID>}:users    hash: user id -> "seq:amount:request id" of their packet
-//	{rp<ID>}:log      stream: the red packet's order log, read by the
-//	                  red-packet writer's group
-//	{rp<ID>}:returned set: the refused log entries whose packet went back
-//	                  (see returnPacketScript)
-//	{rp<ID>}:holders  sorted set: red-packet writers that hold grabs of the
-//	                  red packet they have not committed, scored with the
-//	                  Redis ms until which the claim holds (see
-//	                  holdGrabsScript)
-//	{rp<ID>}:settle   string: the Redis ms before which the refund of a red
-//	                  packet Redis lacks waits (see settleRedPacketScript)
-//
-// The registry redPacketLogsKey lists the logs the red-packet writer reads.
-func redPacketTag(id int64) string { return "{rp" + strconv.FormatInt(id, 10) + "}" }
-
-func redPacketKeys(id int64) []string {
-	t := redPacketTag(id)
-	return []string{t + ":meta", t + ":packets", t + ":users", t + ":log"}
-}
-
-// redPacketHoldersKey is the key of the writers that hold grabs of a red
-// packet.
-func redPacketHoldersKey(id int64) string { return redPacketTag(id) + ":holders" }
-
-// RedPacketLogKey is the key of a red packet's order log.
-func RedPacketLogKey(id int64) string { return redPacketTag(id) + ":log" }
-
-// redPacketIDFromLog is the red packet whose order log key s is.
-func redPacketIDFromLog(s string) (int64, bool) {
-	var id int64
-	if _, err := fmt.Sscanf(s, "{rp%d}:log", &id); err != nil {
-		return 0, false
-	}
-	return id, true
-}
-
-const (
-	// redPacketLogsKey is the registry of red-packet order logs.
-	redPacketLogsKey = "flashsale:redpacket-logs"
-	// RedPacketLogGroup is the consumer group of every red-packet log.
-	RedPacketLogGroup = "persist"
-)
-
-// More fields of an order-log entry, for a grabbed packet; the user,
-// request and time fields are the voucher order's (orderlog_entry.go).
-const (
-	EntryRedPacketID = "p" // red packet id
-	EntryPacketSeq   = "q" // which packet (its seq)
-	EntryAmount      = "a" // its amount, in cents
-)
-
 // redPacketKeep is how long a red packet's state outlives its expiry in
 // Redis if no refund removes it first (a cluster down for that long):
 // the refund needs only the database.
 const redPacketKeep = 24 * time.Hour
 
-// loadRedPacketScript loads a red packet into Redis unless it is there:
-// its metadata, its packets not grabbed yet and the users who grabbed,
-// and for a reload the Redis time until which it holds new grabs.
-// KEYS: meta, packets, users. ARGV: expire ms, keep-until ms, left cents,
-// hold ms (0: none), packet count n, n packets "seq:amount", then "user"
-// "seq:amount:req" pairs. Returns 1 if it loaded, 0 if the red packet was
-// there.
-var loadRedPacketScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local n = tonumber(ARGV[5])
-for i = 6, 5 + n do
-  redis.call('RPUSH', KEYS[2], ARGV[i])
-end
-for i = 6 + n, #ARGV, 2 do
-  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
-end
-redis.call('HSET', KEYS[1], 'expire', ARGV[1], 'left', ARGV[3])
-if tonumber(ARGV[4]) > 0 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('HSET', KEYS[1], 'hold', string.format('%.0f', now + tonumber(ARGV[4])))
-end
-for i = 1, 3 do
-  redis.call('PEXPIREAT', KEYS[i], ARGV[2])
-end
-return 1
-`)
+// loadRedPacketScript loads a red packet into Redis unless it is there: scripts/load_red_packet.lua.
+var loadRedPacketScript = newScript("load_red_packet")
 
 // Red-packet grab codes as the script returns them.
 var redPacketScriptCodes = []domain.RedPacketCode{
@@ -109,115 +26,14 @@ var redPacketScriptCodes = []domain.RedPacketCode{
 	domain.RedPacketUnavailable,
 }
 
-// grabRedPacketScript grabs for a batch of users atomically (seed 004's
-// script, batched like the voucher's grabScript). For each grab in order:
-// a user who grabbed before hears OK with their packet if it is the same
-// request (a retry), else ALREADY_GRABBED; after the expiry (Redis TIME)
-// EXPIRED; else a packet is popped (EMPTY if none is left), the user
-// recorded with it, the cents left lowered and the packet appended to the
-// red packet's order log, in one atomic step; while a reload holds its
-// grabs (meta hold), a user without a packet hears UNAVAILABLE (code 4)
-// and nothing is popped. No fencing token: the users
-// hash makes a grab idempotent per user, so two activations of the
-// sequencer can never give one user two packets nor one packet twice.
-//
-// KEYS: meta, packets, users, log. ARGV: red packet id, then (request id,
-// user id) per grab. Returns {state, expire ms, packets left, code1,
-// amount1, ...} with state 0 = done, 1 = red packet not in Redis.
-var grabRedPacketScript = redis.NewScript(`
-local m = redis.call('HMGET', KEYS[1], 'expire', 'hold')
-local expire = tonumber(m[1] or '')
-if not expire then return {1, 0, 0} end
-local hold = tonumber(m[2] or '0')
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local now_s = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
-local out = {0, expire, 0}
-for i = 2, #ARGV, 2 do
-  local req, user = ARGV[i], ARGV[i + 1]
-  local prev = redis.call('HGET', KEYS[3], user)
-  if prev then
-    local _, amount, preq = string.match(prev, '^(%d+):(%d+):(.*)$')
-    if preq == req then out[#out + 1] = 0 else out[#out + 1] = 2 end
-    out[#out + 1] = amount
-  elseif now >= expire then
-    out[#out + 1] = 3
-    out[#out + 1] = '0'
-  elseif now < hold then
-    out[#out + 1] = 4
-    out[#out + 1] = '0'
-  else
-    local p = redis.call('LPOP', KEYS[2])
-    if not p then
-      out[#out + 1] = 1
-      out[#out + 1] = '0'
-    else
-      local seq, amount = string.match(p, '^(%d+):(%d+)$')
-      redis.call('HSET', KEYS[3], user, p .. ':' .. req)
-      redis.call('HINCRBY', KEYS[1], 'left', '-' .. amount)
-      redis.call('XADD', KEYS[4], '*', '` + EntryRedPacketID + `', ARGV[1], '` + EntryPacketSeq + `', seq,
-        '` + EntryUserID + `', user, '` + EntryAmount + `', amount, '` + EntryTime + `', now_s, '` + EntryRequestID + `', req)
-      out[#out + 1] = 0
-      out[#out + 1] = amount
-    end
-  end
-end
-out[3] = redis.call('LLEN', KEYS[2])
-return out
-`)
+// grabRedPacketScript grabs packets for a batch of users: scripts/grab_red_packet.lua.
+var grabRedPacketScript = newScript("grab_red_packet")
 
-// settleRedPacketScript tells whether no grab of a red packet can still
-// reach the database, so that its refund may count the grabs there. That
-// is when, by Redis's clock:
-//   - the red packet has expired (no grab appends to its log any more) and
-//     no reload holds its grabs (meta hold: a writer may still hold grabs
-//     of the load Redis lost, see RedPacketStore.Load);
-//   - or Redis lacks it (lost with Redis's data, or never loaded) and has
-//     lacked it for the hold (ARGV[1] ms, from the first call that found
-//     it missing, recorded in the settle key): a writer may hold grabs it
-//     read from a log Redis lost; it retries, and registers among the
-//     holders, within the hold;
-//   - and its order log is empty (every grab that Redis still knows of is
-//     committed) and no writer claims to hold grabs of it (holders with a
-//     score in the future: a writer retrying against a database it cannot
-//     reach, see holdGrabsScript).
-//
-// KEYS: meta, log, settle, holders. ARGV: hold ms, how long the settle key
-// lives in ms. Returns 1 if settled, 0 if the refund must wait.
-var settleRedPacketScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local m = redis.call('HMGET', KEYS[1], 'expire', 'hold')
-local expire = tonumber(m[1] or '')
-if expire then
-  if now < expire or now < tonumber(m[2] or '0') then return 0 end
-else
-  local wait = tonumber(redis.call('GET', KEYS[3]) or '')
-  if not wait then
-    redis.call('SET', KEYS[3], string.format('%.0f', now + tonumber(ARGV[1])), 'PX', ARGV[2])
-    return 0
-  end
-  if now < wait then return 0 end
-end
-if redis.call('XLEN', KEYS[2]) > 0 then return 0 end
-if redis.call('ZCOUNT', KEYS[4], '(' .. string.format('%.0f', now), '+inf') > 0 then return 0 end
-return 1
-`)
+// settleRedPacketScript tells whether a red packet's refund may count its grabs: scripts/settle_red_packet.lua.
+var settleRedPacketScript = newScript("settle_red_packet")
 
-// holdGrabsScript records that a writer holds grabs of the red packet it
-// has not committed, until ARGV[2] ms from now (Redis time), so that the
-// refund waits for them (settleRedPacketScript). A writer records it
-// before every attempt to commit, also while the database refuses it, and
-// removes it once its grabs are committed or refused: a Redis that lost
-// the record gets it again within one retry.
-// KEYS: holders. ARGV: writer, ms.
-var holdGrabsScript = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[1], string.format('%.0f', now + tonumber(ARGV[2])), ARGV[1])
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 1
-`)
+// holdGrabsScript records a writer among the holders of a red packet: scripts/hold_grabs.lua.
+var holdGrabsScript = newScript("hold_grabs")
 
 // RedPacketRedis is the Redis side of red packets: their load, the grab
 // script and the live state.
@@ -265,7 +81,7 @@ func (s *RedPacketRedis) Load(ctx context.Context, l RedPacketLoad) (loaded bool
 	for _, g := range l.Grabbed {
 		args = append(args, g.UserID, strconv.Itoa(g.Seq)+":"+strconv.FormatInt(g.AmountCents, 10)+":"+deref(g.RequestID))
 	}
-	n, err := loadRedPacketScript.Run(ctx, s.rdb, redPacketKeys(l.ID)[:3], args...).Int()
+	n, err := loadRedPacketScript.Run(ctx, s.rdb, []string{redPacketMetaKey(l.ID), redPacketPacketsKey(l.ID), redPacketUsersKey(l.ID)}, args...).Int()
 	if err != nil {
 		return false, fmt.Errorf("load red packet %d into redis: %w", l.ID, err)
 	}
@@ -280,7 +96,8 @@ func (s *RedPacketRedis) Grab(ctx context.Context, id int64, grabs []domain.RedP
 		args = append(args, g.RequestID, g.UserID)
 	}
 	seen := time.Now()
-	call := s.Acks.runAcked(ctx, s.rdb, grabRedPacketScript, redPacketKeys(id), args...)
+	keys := []string{redPacketMetaKey(id), redPacketPacketsKey(id), redPacketUsersKey(id), RedPacketLogKey(id)}
+	call := s.Acks.runAcked(ctx, s.rdb, grabRedPacketScript, keys, args...)
 	raw, err := call.res.Slice()
 	redPacketScriptDuration.Observe(time.Since(seen).Seconds())
 	if err != nil {
@@ -335,10 +152,9 @@ func (s *RedPacketRedis) Live(ctx context.Context, id int64) (count int, cents i
 }
 
 func (s *RedPacketRedis) live(ctx context.Context, id int64) (domain.RedPacketState, int64, error) {
-	keys := redPacketKeys(id)
 	pipe := s.rdb.Pipeline()
-	meta := pipe.HMGet(ctx, keys[0], "expire", "left")
-	n := pipe.LLen(ctx, keys[1])
+	meta := pipe.HMGet(ctx, redPacketMetaKey(id), "expire", "left")
+	n := pipe.LLen(ctx, redPacketPacketsKey(id))
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return domain.RedPacketState{}, 0, fmt.Errorf("read red packet %d: %w", id, err)
 	}
@@ -357,8 +173,7 @@ func (s *RedPacketRedis) live(ctx context.Context, id int64) (domain.RedPacketSt
 // database (settleRedPacketScript); a red packet Redis lacks is settled
 // only hold after the first call found it missing.
 func (s *RedPacketRedis) Settled(ctx context.Context, id int64, hold time.Duration) (bool, error) {
-	t := redPacketTag(id)
-	keys := []string{t + ":meta", t + ":log", t + ":settle", redPacketHoldersKey(id)}
+	keys := []string{redPacketMetaKey(id), RedPacketLogKey(id), redPacketSettleKey(id), redPacketHoldersKey(id)}
 	// The settle key outlives the hold by a minute: a refund delayed longer
 	// (the database down) finds it gone and waits one hold more, which is
 	// safe; a key that outlived its refund would only take room.
@@ -373,8 +188,8 @@ func (s *RedPacketRedis) Settled(ctx context.Context, id int64, hold time.Durati
 // until the writer prunes it). A grab then finds the red packet missing,
 // and its sequencer learns from the database that it is over.
 func (s *RedPacketRedis) Forget(ctx context.Context, id int64) error {
-	t := redPacketTag(id)
-	if err := s.rdb.Del(ctx, t+":meta", t+":packets", t+":users", t+":returned", t+":settle", redPacketHoldersKey(id)).Err(); err != nil {
+	if err := s.rdb.Del(ctx, redPacketMetaKey(id), redPacketPacketsKey(id), redPacketUsersKey(id), redPacketReturnedKey(id),
+		redPacketSettleKey(id), redPacketHoldersKey(id)).Err(); err != nil {
 		return fmt.Errorf("remove red packet %d from redis: %w", id, err)
 	}
 	return nil

@@ -63,11 +63,6 @@ var (
 	_ DeadLetterSink = (*RedPacketWriter)(nil)
 )
 
-// redPacketLeasePrefix prefixes the red-packet writer's consumer name in
-// the key of its lease: the order writer of the same node uses the same
-// name under its own prefix.
-const redPacketLeasePrefix = "flashsale:redpacket-consumer:"
-
 // NewRedPacketWriter returns a writer; Run drives it.
 func NewRedPacketWriter(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opts LogConsumerOptions) *RedPacketWriter {
 	opts = opts.withDefaults()
@@ -280,37 +275,8 @@ func (w *RedPacketWriter) insert(ctx context.Context, rows []GrabRow) error {
 	return nil
 }
 
-// adoptGrabsScript puts grabs into a red packet Redis holds unless they
-// are there: a grab read from the order log before Redis lost its data,
-// and committed after a reload from the database that did not have it
-// yet. Its user must have no packet in Redis and its packet must still be
-// unclaimed there (the reload holds new grabs for a while so that it is,
-// see RedPacketStore.Load); then the packet leaves the unclaimed ones and
-// the user is recorded with it, as the grab script would have done. A
-// grab whose user holds it already (every grab outside a reload) is left
-// alone. KEYS: meta, packets, users. ARGV: (user, "seq:amount", request
-// id, amount) per grab. Returns the 1-based positions of the grabs that
-// cannot be adopted: their user holds another packet, or their packet
-// went to someone else. Nothing if Redis lacks the red packet: a load,
-// which waits for this commit, reads them.
-var adoptGrabsScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
-local lost = {}
-local n = 0
-for i = 1, #ARGV, 4 do
-  n = n + 1
-  local prev = redis.call('HGET', KEYS[3], ARGV[i])
-  if prev then
-    if string.sub(prev, 1, #ARGV[i + 1] + 1) ~= ARGV[i + 1] .. ':' then lost[#lost + 1] = n end
-  elseif redis.call('LREM', KEYS[2], 1, ARGV[i + 1]) == 1 then
-    redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1] .. ':' .. ARGV[i + 2])
-    redis.call('HINCRBY', KEYS[1], 'left', '-' .. ARGV[i + 3])
-  else
-    lost[#lost + 1] = n
-  end
-end
-return lost
-`)
+// adoptGrabsScript puts committed grabs into a reloaded red packet: scripts/adopt_grabs.lua.
+var adoptGrabsScript = newScript("adopt_grabs")
 
 // adopt locks the red packets of rows (shared, in id order), refuses the
 // grabs of those refunded, and runs adoptGrabsScript for each of the
@@ -354,7 +320,7 @@ func (w *RedPacketWriter) adopt(ctx context.Context, tx bun.Tx, rows []GrabRow) 
 			r := rows[j]
 			args = append(args, r.UserID, strconv.Itoa(r.Seq)+":"+strconv.FormatInt(r.AmountCents, 10), deref(r.RequestID), r.AmountCents)
 		}
-		lost, err := adoptGrabsScript.Run(ctx, w.rdb, redPacketKeys(id)[:3], args...).Int64Slice()
+		lost, err := adoptGrabsScript.Run(ctx, w.rdb, []string{redPacketMetaKey(id), redPacketPacketsKey(id), redPacketUsersKey(id)}, args...).Int64Slice()
 		if err != nil {
 			return fmt.Errorf("adopt grabs of red packet %d: %w", id, err)
 		}
@@ -417,21 +383,8 @@ func refusable(err error) bool {
 	return isConstraintViolation(err) || errors.As(err, &taken)
 }
 
-// returnPacketScript puts a packet whose grab the database refused back
-// among the red packet's unclaimed packets, once per refused log entry,
-// if Redis holds the red packet and not the packet already.
-// KEYS: meta, packets, returned (set of entry ids). ARGV: entry id,
-// "seq:amount", amount. Returns 1 if it returned the packet.
-var returnPacketScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if redis.call('SADD', KEYS[3], ARGV[1]) == 0 then return 0 end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl > 0 then redis.call('PEXPIRE', KEYS[3], ttl) end
-if redis.call('LPOS', KEYS[2], ARGV[2]) then return 0 end
-redis.call('RPUSH', KEYS[2], ARGV[2])
-redis.call('HINCRBY', KEYS[1], 'left', ARGV[3])
-return 1
-`)
+// returnPacketScript puts a refused grab's packet back: scripts/return_packet.lua.
+var returnPacketScript = newScript("return_packet")
 
 // returnPacket gives a refused grab's packet back to the red packet when
 // no grab in the database holds it. Redis handed it to a user the database
@@ -445,10 +398,10 @@ func (w *RedPacketWriter) returnPacket(ctx context.Context, entryID string, g Gr
 	if err != nil || held {
 		return err
 	}
-	keys := redPacketKeys(g.RedPacketID)
+	id := g.RedPacketID
+	keys := []string{redPacketMetaKey(id), redPacketPacketsKey(id), redPacketReturnedKey(id)}
 	packet := strconv.Itoa(g.Seq) + ":" + strconv.FormatInt(g.AmountCents, 10)
-	n, err := returnPacketScript.Run(ctx, w.rdb, []string{keys[0], keys[1], redPacketTag(g.RedPacketID) + ":returned"},
-		entryID, packet, g.AmountCents).Int()
+	n, err := returnPacketScript.Run(ctx, w.rdb, keys, entryID, packet, g.AmountCents).Int()
 	if err != nil {
 		return fmt.Errorf("return packet %d of red packet %d: %w", g.Seq, g.RedPacketID, err)
 	}
@@ -500,7 +453,7 @@ func (w *RedPacketWriter) prune(ctx context.Context, logs []string) int {
 		if !ok {
 			continue
 		}
-		if there, err := w.rdb.Exists(ctx, redPacketKeys(id)[0]).Result(); err != nil || there != 0 {
+		if there, err := w.rdb.Exists(ctx, redPacketMetaKey(id)).Result(); err != nil || there != 0 {
 			continue
 		}
 		if l, err := w.rdb.XLen(ctx, s).Result(); err != nil || l > 0 {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,104 +13,11 @@ import (
 	"flashsale/domain"
 )
 
-// Redis key layout. Every key of one voucher shares the hash tag {v<ID>} so
-// that a Redis Cluster deployment keeps one voucher's scripts atomic.
-//
-//	{v<ID>}:meta   hash: status, begin, end (unix ms), limit, initial, ...; claim: the
-//	               nonce of the newest actor activation's claim (grab.go)
-//	{v<ID>}:stock  string: units not yet taken (the stock authority)
-//	{v<ID>}:users  hash: user id -> live orders held
-func voucherTag(id int64) string { return "{v" + strconv.FormatInt(id, 10) + "}" }
+// preheatScript writes a voucher's metadata and, unless Redis has one, a load: scripts/preheat.lua.
+var preheatScript = newScript("preheat")
 
-func metaKey(id int64) string  { return voucherTag(id) + ":meta" }
-func stockKey(id int64) string { return voucherTag(id) + ":stock" }
-func usersKey(id int64) string { return voucherTag(id) + ":users" }
-
-// preheatScript writes a voucher's metadata and, only when the stock key
-// is absent, a whole load: stock, per-user marks, request ids and the ids
-// of orders already counted (the adopted set). Running it again never
-// resets stock that grabs have already taken. Metadata carries a version
-// (the row's update time): an older version never overwrites a newer one,
-// so a start-up preheat that read the row before an admin paused the
-// voucher cannot resume it in Redis.
-//
-// It also creates the order log's consumer group (from the start of the
-// order log, so no order is ever appended before a group can see it) and
-// announces the voucher on the events channel so actors reload it.
-//
-// Every value is passed as a string from Go and written as is: Lua numbers
-// written back to Redis risk float formatting.
-//
-// A load that writes the stock stamps the metadata with its load stamp
-// (a random string from the caller), which every order sold from this load
-// carries into the order log (see Vouchers.Preload and the OrderWriter),
-// and, for a reload, with the Redis time until which it holds its sales
-// (see Stock.ReloadHold).
-//
-// KEYS: meta, stock, users, log, req, adopted. ARGV: status, begin, end,
-// limit, initial, version, expire, stock, load stamp, hold ms (0 = none),
-// "meta" to refresh metadata only or "resync" to replace a stale load,
-// segments, then the number of users and
-// user/count pairs, the number of requests and request/order pairs, and
-// the rest: ids of orders counted already. Returns 1 when it wrote the
-// load, 0 when Redis had it, 2 when a metadata-only call found no stock.
-var preheatScript = redis.NewScript(`
-local cur = tonumber(redis.call('HGET', KEYS[1], 'ver') or '-1')
-if tonumber(ARGV[6]) >= cur then
-  redis.call('HSET', KEYS[1], 'status', ARGV[1], 'begin', ARGV[2], 'end', ARGV[3], 'limit', ARGV[4],
-    'initial', ARGV[5], 'ver', ARGV[6], 'expire', ARGV[7], 'segs', ARGV[12])
-end
-redis.pcall('XGROUP', 'CREATE', KEYS[4], '` + OrderLogGroup + `', '0', 'MKSTREAM')
-redis.call('PUBLISH', '` + eventsChannel + `', KEYS[1])
-if redis.call('EXISTS', KEYS[2]) == 1 and ARGV[11] ~= 'resync' then
-  return 0
-end
-if ARGV[11] == 'meta' then
-  return 2
-end
-redis.call('DEL', KEYS[3], KEYS[5], KEYS[6])
-local i = 14
-for _ = 1, tonumber(ARGV[13]) do
-  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
-  i = i + 2
-end
-local nreq = tonumber(ARGV[i])
-i = i + 1
-for _ = 1, nreq do
-  redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
-  i = i + 2
-end
-for k = i, #ARGV do
-  redis.call('SADD', KEYS[6], ARGV[k])
-end
-for _, k in ipairs({KEYS[5], KEYS[6]}) do
-  if redis.call('EXISTS', k) == 1 then
-    redis.call('PEXPIREAT', k, ARGV[7])
-  end
-end
-redis.call('SET', KEYS[2], ARGV[8])
-redis.call('HSET', KEYS[1], '` + metaLoadStamp + `', ARGV[9])
-if tonumber(ARGV[10]) > 0 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('HSET', KEYS[1], 'hold', string.format('%.0f', now + tonumber(ARGV[10])))
-else
-  redis.call('HDEL', KEYS[1], 'hold')
-end
-return 1
-`)
-
-// setStatusScript changes the status of a preheated voucher unless a newer
-// version is already there, and does nothing for one that is not in Redis
-// (the next preheat copies it). It announces the change so that actors
-// caching the old status reload. KEYS: meta. ARGV: status, version.
-var setStatusScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-if tonumber(ARGV[2]) < tonumber(redis.call('HGET', KEYS[1], 'ver') or '-1') then return 0 end
-redis.call('HSET', KEYS[1], 'status', ARGV[1], 'ver', ARGV[2])
-redis.call('PUBLISH', '` + eventsChannel + `', KEYS[1])
-return 1
-`)
+// setStatusScript copies a status change to a preheated voucher: scripts/set_status.lua.
+var setStatusScript = newScript("set_status")
 
 // reqExpiry is how long after a sale ends its request ids are kept.
 const reqExpiry = 24 * time.Hour
@@ -122,7 +28,7 @@ const reqExpiry = 24 * time.Hour
 // the reload cannot count them, so it waits for them: longer than a
 // writer's longest pause between attempts (MaxBackoffDefault) plus one
 // attempt (AttemptTimeoutDefault). Orders that come later are
-// dead-lettered, never sold twice (see adoptScript).
+// dead-lettered, never sold twice (see adoptOrdersScript).
 const ReloadHoldDefault = 8 * time.Second
 
 // Stock is the live stock of seckill vouchers in Redis.
@@ -146,7 +52,7 @@ func NewStock(rdb redis.UniversalClient) *Stock { return &Stock{rdb: rdb} }
 // the adopted set so that the order writer does not count them again. No
 // grab can append to the log meanwhile: with no stock in Redis there is no
 // load to sell from. A reload (snap.Reload) also holds its sales for
-// ReloadHold, for the orders no log shows (see adoptScript).
+// ReloadHold, for the orders no log shows (see adoptOrdersScript).
 func (s *Stock) Preheat(ctx context.Context, snap domain.LoadSnapshot, stamp string) (bool, error) {
 	v := snap.Voucher
 	if v.Seckill == nil {
@@ -267,16 +173,8 @@ func (s *Stock) inflight(ctx context.Context, snap domain.LoadSnapshot) ([]infli
 	return out, nil
 }
 
-// unloadScript removes a voucher's load from Redis if Redis still holds
-// that load (by its load stamp), and announces it so that actors
-// re-activate and load the voucher again. KEYS: meta, stock, users.
-// ARGV: load stamp. Returns 1 if it removed the load.
-var unloadScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], '` + metaLoadStamp + `') ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-redis.call('PUBLISH', '` + eventsChannel + `', KEYS[1])
-return 1
-`)
+// unloadScript removes a voucher's load if Redis still holds that load: scripts/unload.lua.
+var unloadScript = newScript("unload")
 
 // Unload takes back a load of a voucher whose load stamp the database did
 // not record (the transaction around it failed after Redis was written):

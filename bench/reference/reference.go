@@ -29,6 +29,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	_ "embed" // grab.lua
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,22 +47,14 @@ import (
 	"flashsale/internal/auth"
 )
 
-// grabScript is the seeds' seckill.lua with the order-log XADD: stock
-// check, one order per user, take the unit, remember the buyer, queue
-// the order. 0 = OK, 1 = sold out, 2 = already bought, 3 = no such voucher.
+// grabSource is the seeds' grab script, headed by its KEYS, ARGV and
+// returns: grab.lua.
 //
-// KEYS[1] stock, KEYS[2] buyers set, KEYS[3] order stream;
-// ARGV[1] voucher id, ARGV[2] user id, ARGV[3] order id.
-var grabScript = redis.NewScript(`
-local stock = redis.call('get', KEYS[1])
-if not stock then return 3 end
-if tonumber(stock) <= 0 then return 1 end
-if redis.call('sismember', KEYS[2], ARGV[2]) == 1 then return 2 end
-redis.call('incrby', KEYS[1], -1)
-redis.call('sadd', KEYS[2], ARGV[2])
-redis.call('xadd', KEYS[3], '*', 'userId', ARGV[2], 'voucherId', ARGV[1], 'id', ARGV[3])
-return 0
-`)
+//go:embed grab.lua
+var grabSource string
+
+// grabScript runs grab.lua.
+var grabScript = redis.NewScript(grabSource)
 
 // epoch2023 is the origin of order ids' time part, as in the seeds'
 // RedisIdWorker: id = seconds since 2023-01-01 << 32 | the day's counter.
