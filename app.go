@@ -184,7 +184,12 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		stock.ReloadHold = time.Millisecond
 	}
 	a.catalog = catalog.New(persistence.NewVouchers(a.db), stock, log)
-	n, err := a.catalog.PreheatAll(ctx)
+	// The start-up preheat reads every live voucher through the background
+	// client: a request's 200 ms deadline is for a shopper waiting, and a
+	// busy Redis must not stop a node from starting.
+	startStock := persistence.NewStock(a.bg)
+	startStock.ReloadHold = stock.ReloadHold
+	n, err := catalog.New(persistence.NewVouchers(a.db), startStock, log).PreheatAll(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("preheat vouchers: %w", err)
 	}
