@@ -69,9 +69,9 @@ func BenchmarkGrabKinds(b *testing.B) {
 	})
 	creator := int64(1 << 40) // above every grabbing user's id
 	b.Run("red-packet/in-packets", func(b *testing.B) {
-		// One red packet of 10,000 packets per 10,000 grabs, each grab by
-		// a user of its own: every grab takes a packet.
-		const per = 10_000
+		// One red packet of the most packets allowed per as many grabs,
+		// each grab by a user of its own: every grab takes a packet.
+		const per = domain.RedPacketMaxCount
 		n := b.N/per + 1
 		vars := make([]map[string]any, n)
 		for k := range vars {
