@@ -10,9 +10,13 @@ import (
 // script call per batch, an order log written to the database in batches)
 // and refunded to its creator when it expires.
 
-// Limits of createRedPacket.
+// Limits of createRedPacket. RedPacketMaxCount keeps an accepted create
+// within a request's budget (a few milliseconds of the service's CPU, under
+// a megabyte): every packet is written to Postgres and Redis up front,
+// and 5,000 of them cost 2.9-3.8 ms of CPU where 10,000 cost 4.3-7.0 ms
+// (docs/BENCHMARKS.md, "What a createRedPacket costs").
 const (
-	RedPacketMaxCount      = 10_000
+	RedPacketMaxCount      = 5_000
 	RedPacketMaxCents      = 100_000_000
 	RedPacketMinExpiry     = time.Second
 	RedPacketMaxExpiry     = 7 * 24 * time.Hour

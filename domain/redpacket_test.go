@@ -100,7 +100,8 @@ func TestNewRedPacketCheck(t *testing.T) {
 	}{
 		{"a valid one passes", domain.NewRedPacket{TotalCents: 100, Count: 100, Expiry: time.Hour}, ""},
 		{"no packets", domain.NewRedPacket{TotalCents: 100, Count: 0, Expiry: time.Hour}, "count"},
-		{"too many packets", domain.NewRedPacket{TotalCents: 1e6, Count: 10_001, Expiry: time.Hour}, "count"},
+		{"the most packets pass", domain.NewRedPacket{TotalCents: 1e6, Count: domain.RedPacketMaxCount, Expiry: time.Hour}, ""},
+		{"too many packets", domain.NewRedPacket{TotalCents: 1e6, Count: domain.RedPacketMaxCount + 1, Expiry: time.Hour}, "count"},
 		{"less than a cent a packet", domain.NewRedPacket{TotalCents: 9, Count: 10, Expiry: time.Hour}, "totalCents"},
 		{"over the maximum sum", domain.NewRedPacket{TotalCents: 100_000_001, Count: 10, Expiry: time.Hour}, "totalCents"},
 		{"negative sum", domain.NewRedPacket{TotalCents: -5, Count: 1, Expiry: time.Hour}, "totalCents"},

@@ -258,7 +258,7 @@ func TestRedPacketBadInput(t *testing.T) {
 		field string
 	}{
 		{"no packets", map[string]any{"totalCents": 10, "count": 0}, "count"},
-		{"over 10,000 packets", map[string]any{"totalCents": 1_000_000, "count": 10_001}, "count"},
+		{"over 5,000 packets", map[string]any{"totalCents": 1_000_000, "count": 5_001}, "count"},
 		{"less than a cent a packet", map[string]any{"totalCents": 5, "count": 6}, "totalCents"},
 		{"a negative sum", map[string]any{"totalCents": -100, "count": 1}, "totalCents"},
 		{"over 100,000,000 cents", map[string]any{"totalCents": 100_000_001, "count": 1}, "totalCents"},

@@ -98,3 +98,24 @@ func ScriptSources() (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// InsertPackets stores red packet id (a tb_red_packet row) and its
+// packets in one transaction, the packets in the create's array form or
+// its VALUES form.
+func InsertPackets(ctx context.Context, db *bun.DB, arrays bool, id int64, amounts []int64) error {
+	var total int64
+	for _, a := range amounts {
+		total += a
+	}
+	now := time.Now().UTC()
+	row := redPacketRow{ID: id, CreatorID: 7, TotalCents: total, Count: len(amounts), ExpireTime: now.Add(time.Hour), CreateTime: now}
+	return db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if _, err := tx.NewInsert().Model(&row).Exec(ctx); err != nil {
+			return err
+		}
+		if arrays {
+			return insertPacketArray(ctx, tx, id, amounts)
+		}
+		return insertPacketValues(ctx, tx, id, amounts)
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -52,7 +53,11 @@ type RedPacketLoad struct {
 	ID        int64
 	ExpiresAt time.Time
 	Packets   []PacketRow // not grabbed yet, in the order they are to be handed out
-	Grabbed   []GrabRow
+	// Amounts, for a red packet just created, stand for Packets: packet i
+	// holds Amounts[i] (a PacketRow per packet would be 24 bytes each of
+	// garbage).
+	Amounts []int64
+	Grabbed []GrabRow
 	// Hold, for a reload, is how long the red packet holds the grabs of
 	// users without a packet (see RedPacketStore.Load); 0 for none.
 	Hold time.Duration
@@ -60,6 +65,16 @@ type RedPacketLoad struct {
 
 // Load registers the red packet's order log and loads the red packet into
 // Redis unless Redis has it; loaded says whether it did.
+//
+// The packets and the users who grabbed go in as one RPUSH and one HSET,
+// queued in one MULTI with the load script (given none of either, it only
+// writes the metadata and the expiries), under a WATCH of the metadata
+// key. The script's own loop makes a Redis call per packet: about 0.9 µs
+// of Redis's one thread per packet, 9 ms for 10,000 during which no grab
+// runs, against about 0.2 µs in one RPUSH. The WATCH keeps the script's
+// "unless Redis has it": a load that lands between the check and the
+// EXEC (a grab's reload of a red packet just committed) aborts this one,
+// which then finds it there.
 func (s *RedPacketRedis) Load(ctx context.Context, l RedPacketLoad) (loaded bool, err error) {
 	// The log and its group first, then its registration, as a voucher's
 	// preheat does: a writer never lists a log without its group.
@@ -69,23 +84,103 @@ func (s *RedPacketRedis) Load(ctx context.Context, l RedPacketLoad) (loaded bool
 	if err := s.rdb.SAdd(ctx, redPacketLogsKey, RedPacketLogKey(l.ID)).Err(); err != nil {
 		return false, fmt.Errorf("register red packet %d log: %w", l.ID, err)
 	}
+	keys := []string{redPacketMetaKey(l.ID), redPacketPacketsKey(l.ID), redPacketUsersKey(l.ID)}
 	var left int64
-	args := make([]any, 0, 5+len(l.Packets)+2*len(l.Grabbed))
-	for _, p := range l.Packets {
-		left += p.AmountCents
+	var rpush []any
+	if l.Amounts != nil {
+		for _, a := range l.Amounts {
+			left += a
+		}
+		rpush = rpushPackets(keys[1], len(l.Amounts), func(i int) (int, int64) { return i, l.Amounts[i] })
+	} else {
+		for _, p := range l.Packets {
+			left += p.AmountCents
+		}
+		rpush = rpushPackets(keys[1], len(l.Packets), func(i int) (int, int64) { return l.Packets[i].Seq, l.Packets[i].AmountCents })
 	}
-	args = append(args, l.ExpiresAt.UnixMilli(), l.ExpiresAt.Add(redPacketKeep).UnixMilli(), left, l.Hold.Milliseconds(), len(l.Packets))
-	for _, p := range l.Packets {
-		args = append(args, strconv.Itoa(p.Seq)+":"+strconv.FormatInt(p.AmountCents, 10))
-	}
+	users := make([]any, 0, 2*len(l.Grabbed))
 	for _, g := range l.Grabbed {
-		args = append(args, g.UserID, strconv.Itoa(g.Seq)+":"+strconv.FormatInt(g.AmountCents, 10)+":"+deref(g.RequestID))
+		users = append(users, g.UserID, strconv.Itoa(g.Seq)+":"+strconv.FormatInt(g.AmountCents, 10)+":"+deref(g.RequestID))
 	}
-	n, err := loadRedPacketScript.Run(ctx, s.rdb, []string{redPacketMetaKey(l.ID), redPacketPacketsKey(l.ID), redPacketUsersKey(l.ID)}, args...).Int()
+	load := func(tx *redis.Tx) error {
+		n, err := tx.Exists(ctx, keys[0]).Result()
+		if err != nil || n == 1 {
+			return err
+		}
+		_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			if rpush != nil {
+				pipe.Do(ctx, rpush...)
+			}
+			if len(users) > 0 {
+				pipe.HSet(ctx, keys[2], users...)
+			}
+			// EVAL, not EVALSHA: a NOSCRIPT inside MULTI cannot be retried.
+			loadRedPacketScript.Eval(ctx, pipe, keys, l.ExpiresAt.UnixMilli(), l.ExpiresAt.Add(redPacketKeep).UnixMilli(), left, l.Hold.Milliseconds(), 0)
+			return nil
+		})
+		if err == nil {
+			loaded = true
+		}
+		return err
+	}
+	// An abort means the metadata changed under the WATCH: the next
+	// attempt finds the red packet there (or, deleted again since, loads it).
+	for range 3 {
+		loaded = false
+		if err = s.rdb.Watch(ctx, load, keys[0]); !errors.Is(err, redis.TxFailedErr) {
+			break
+		}
+	}
 	if err != nil {
 		return false, fmt.Errorf("load red packet %d into redis: %w", l.ID, err)
 	}
-	return n == 1, nil
+	return loaded, nil
+}
+
+// rpushPackets is the RPUSH of n packets (packet(i) is the i-th's seq and
+// amount) onto key as the grab script pops them, "seq:amount"; nil for
+// none. Each is cut from one string and passed by pointer (go-redis
+// writes a *string as the string), and the command is built whole for
+// Do: boxing each string into an interface would allocate once per
+// packet, and RPush would copy the arguments once more.
+func rpushPackets(key string, n int, packet func(i int) (seq int, amount int64)) []any {
+	if n == 0 {
+		return nil
+	}
+	size := 0
+	for i := range n {
+		seq, amount := packet(i)
+		size += digits(int64(seq)) + 1 + digits(amount)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	entries := make([]string, n)
+	cmd := make([]any, 2, 2+n)
+	cmd[0], cmd[1] = "rpush", key
+	var num [20]byte
+	for i := range n {
+		seq, amount := packet(i)
+		start := b.Len()
+		b.Write(strconv.AppendInt(num[:0], int64(seq), 10))
+		b.WriteByte(':')
+		b.Write(strconv.AppendInt(num[:0], amount, 10))
+		// The builder never changes what it wrote: the entry stays as is.
+		entries[i] = b.String()[start:]
+		cmd = append(cmd, &entries[i])
+	}
+	return cmd
+}
+
+// digits is the length of n in decimal.
+func digits(n int64) int {
+	d := 1
+	if n < 0 {
+		d, n = 2, -n
+	}
+	for ; n >= 10; n /= 10 {
+		d++
+	}
+	return d
 }
 
 // Grab runs one batch of grabs through the grab script.

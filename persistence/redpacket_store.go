@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"flashsale/domain"
 )
@@ -88,10 +89,6 @@ func (s *RedPacketStore) Create(ctx context.Context, rp domain.RedPacket, amount
 func (s *RedPacketStore) CreateWithin(ctx context.Context, rp domain.RedPacket, amounts []int64, maxOpen int) (open []time.Time, err error) {
 	row := redPacketRow{ID: rp.ID, CreatorID: rp.CreatorID, TotalCents: rp.TotalCents, Count: rp.Count,
 		ExpireTime: rp.ExpiresAt.UTC(), CreateTime: rp.CreatedAt.UTC()}
-	parts := make([]PacketRow, len(amounts))
-	for i, a := range amounts {
-		parts[i] = PacketRow{RedPacketID: rp.ID, Seq: i, AmountCents: a}
-	}
 	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		open = nil
 		if maxOpen > 0 {
@@ -110,12 +107,8 @@ func (s *RedPacketStore) CreateWithin(ctx context.Context, rp domain.RedPacket, 
 		if _, err := tx.NewInsert().Model(&row).Exec(ctx); err != nil {
 			return err
 		}
-		// Chunks keep each statement under the drivers' parameter limits.
-		for i := 0; i < len(parts); i += 2000 {
-			chunk := parts[i:min(i+2000, len(parts))]
-			if _, err := tx.NewInsert().Model(&chunk).Exec(ctx); err != nil {
-				return err
-			}
+		if err := insertPackets(ctx, tx, rp.ID, amounts); err != nil {
+			return err
 		}
 		_, err := tx.NewInsert().Model(&openRedPacketRow{RedPacketID: rp.ID, CreatorID: rp.CreatorID}).Exec(ctx)
 		return err
@@ -126,8 +119,50 @@ func (s *RedPacketStore) CreateWithin(ctx context.Context, rp domain.RedPacket, 
 	if open != nil {
 		return open, nil
 	}
-	_, err = s.redis.Load(ctx, RedPacketLoad{ID: rp.ID, ExpiresAt: rp.ExpiresAt, Packets: parts})
+	_, err = s.redis.Load(ctx, RedPacketLoad{ID: rp.ID, ExpiresAt: rp.ExpiresAt, Amounts: amounts})
 	return nil, err
+}
+
+// insertPackets inserts a new red packet's packets (amounts[i] is packet
+// i). On Postgres it is one statement over one array of the amounts, the
+// seqs taken from their positions (WITH ORDINALITY): its text is a
+// number per packet, which bun writes without reflection. The VALUES form
+// has bun format every row's struct: with the garbage it left, 4-5 ms of
+// the 10-11 ms of CPU an accepted create of 10,000 packets cost. SQLite
+// has no unnest and keeps the VALUES form;
+// TestPacketInsertsAgreeAcrossForms holds the two to the same rows.
+func insertPackets(ctx context.Context, tx bun.Tx, id int64, amounts []int64) error {
+	if IsPostgres(tx) {
+		return insertPacketArray(ctx, tx, id, amounts)
+	}
+	return insertPacketValues(ctx, tx, id, amounts)
+}
+
+// insertPacketArray is insertPackets's array form.
+func insertPacketArray(ctx context.Context, tx bun.Tx, id int64, amounts []int64) error {
+	_, err := tx.NewRaw(`INSERT INTO tb_red_packet_part (red_packet_id, seq, amount_cents)
+SELECT ?, (t.n - 1)::int, t.amount FROM unnest(?::bigint[]) WITH ORDINALITY AS t (amount, n)`,
+		id, pgdialect.Array(amounts)).Exec(ctx)
+	if err != nil {
+		return fmt.Errorf("insert %d packets: %w", len(amounts), err)
+	}
+	return nil
+}
+
+// insertPacketValues is insertPackets's VALUES form, in statements of at
+// most 2,000 rows (which bounds each statement's text).
+func insertPacketValues(ctx context.Context, tx bun.Tx, id int64, amounts []int64) error {
+	parts := make([]PacketRow, 0, min(len(amounts), 2000))
+	for i := 0; i < len(amounts); i += 2000 {
+		parts = parts[:0]
+		for j, a := range amounts[i:min(i+2000, len(amounts))] {
+			parts = append(parts, PacketRow{RedPacketID: id, Seq: i + j, AmountCents: a})
+		}
+		if _, err := tx.NewInsert().Model(&parts).Exec(ctx); err != nil {
+			return fmt.Errorf("insert %d packets: %w", len(amounts), err)
+		}
+	}
+	return nil
 }
 
 // openRedPacketRow is a tb_red_packet_open row: a red packet that counts

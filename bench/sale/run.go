@@ -16,6 +16,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"flashsale/domain"
 	"flashsale/internal/auth"
 )
 
@@ -37,8 +39,9 @@ const (
 	Mixed = "mixed"
 	// Cluster: Mixed, round robin over several nodes.
 	Cluster = "cluster"
-	// RedPacket: grabRedPacket on a red packet of half as many packets
-	// as users, two attempts each.
+	// RedPacket: grabRedPacket on red packets of half as many packets as
+	// users in all, two attempts each; as few red packets as the
+	// service's largest allows (createRedPackets).
 	RedPacket = "red-packet"
 )
 
@@ -158,7 +161,8 @@ type Report struct {
 	// Round numbers the reports of a run that ran its scenarios more than
 	// once over the targets (seckill-bench --rounds); 0 or 1 otherwise.
 	Round int `json:"round,omitempty"`
-	// SaleID is the voucher's (or red packet's) id.
+	// SaleID is the voucher's id, or the red packets' ids joined by
+	// commas.
 	SaleID   string        `json:"saleId"`
 	Users    int           `json:"users"`
 	Attempts int           `json:"attempts"`
@@ -230,19 +234,30 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep := &Report{Target: ep.Name, Scenario: cfg.Scenario, Users: cfg.Users, Attempts: cfg.Attempts,
 		Expect: Expect{Stock: cfg.Stock, PerUserLimit: cfg.PerUserLimit}}
+	// Users nobody used before on this target: their limits start empty.
+	// The red packets' creators are the ids just below them.
+	base := int64(rand.IntN(1<<30)) + 1<<31
 	redPacket := cfg.Scenario == RedPacket
+	// saleIDs: user u grabs saleIDs[u % len(saleIDs)]; watchID is what
+	// the row watch selects by.
+	var saleIDs []string
+	var watchID string
 	if redPacket {
 		rep.Expect.TotalCents = int64(cfg.Stock) * 100
-		rep.SaleID, err = a.createRedPacket(ctx, admin, rep.Expect.TotalCents, cfg.Stock)
+		if saleIDs, err = a.createRedPackets(ctx, tokens, base, cfg.Stock); err != nil {
+			return nil, err
+		}
+		rep.SaleID, watchID = strings.Join(saleIDs, ","), "{"+strings.Join(saleIDs, ",")+"}"
+		if len(saleIDs) > 1 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%d red packets (the service allows at most %d packets in one), user u grabs red packet u mod %d",
+				len(saleIDs), domain.RedPacketMaxCount, len(saleIDs)))
+		}
 	} else {
-		rep.SaleID, err = a.createVoucher(ctx, admin, cfg.Stock, cfg.PerUserLimit, cfg.Segments, cfg.Tickets, cfg.Challenge)
+		if rep.SaleID, err = a.createVoucher(ctx, admin, cfg.Stock, cfg.PerUserLimit, cfg.Segments, cfg.Tickets, cfg.Challenge); err != nil {
+			return nil, err
+		}
+		saleIDs, watchID = []string{rep.SaleID}, rep.SaleID
 	}
-	if err != nil {
-		return nil, err
-	}
-
-	// Users nobody used before on this target: their limits start empty.
-	base := int64(rand.IntN(1<<30)) + 1<<31
 	userTokens := make([]string, cfg.Users)
 	for i := range userTokens {
 		if userTokens[i], err = tokens.Issue(auth.Identity{UserID: base + int64(i), Role: auth.RoleUser}, time.Hour); err != nil {
@@ -263,7 +278,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for i := range cfg.Users * cfg.Attempts {
 		user, attempt := i%cfg.Users, i/cfg.Users
 		url := ep.URLs[i%len(ep.URLs)]
-		t := a.grabTarget(url, rep.SaleID, userTokens[user], user, attempt, redPacket, cfg.RequestIDs, runTag)
+		t := a.grabTarget(url, saleIDs[user%len(saleIDs)], userTokens[user], user, attempt, redPacket, cfg.RequestIDs, runTag)
 		if tickets != nil {
 			t.Body = ticketBody(rep.SaleID, tickets[user], cfg.RequestIDs, fmt.Sprintf("%s-%d-%d", runTag, user, attempt))
 		}
@@ -272,7 +287,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	var rowCounter *rowWatch
 	if ep.DatabaseURL != "" && !ep.NoStock {
-		if rowCounter, err = watchRows(ctx, ep.DatabaseURL, rep.SaleID, redPacket); err != nil {
+		if rowCounter, err = watchRows(ctx, ep.DatabaseURL, watchID, redPacket); err != nil {
 			return nil, err
 		}
 		defer rowCounter.close()
@@ -557,6 +572,8 @@ type rowSample struct {
 
 const rowPoll = 20 * time.Millisecond
 
+// watchRows counts the sale's rows: saleID is the voucher's id, or the
+// red packets' ids as a Postgres array ("{1,2}").
 func watchRows(ctx context.Context, dbURL, saleID string, redPacket bool) (*rowWatch, error) {
 	db, err := sql.Open("pgx", dbURL)
 	if err != nil {
@@ -565,7 +582,7 @@ func watchRows(ctx context.Context, dbURL, saleID string, redPacket bool) (*rowW
 	w := &rowWatch{db: db, id: saleID, redPacket: redPacket, stop: make(chan struct{}), done: make(chan struct{}),
 		countQuery: `SELECT count(*) FROM tb_voucher_order WHERE voucher_id = $1`}
 	if redPacket {
-		w.countQuery = `SELECT count(*) FROM tb_red_packet_grab WHERE red_packet_id = $1`
+		w.countQuery = `SELECT count(*) FROM tb_red_packet_grab WHERE red_packet_id = ANY($1::bigint[])`
 	}
 	w.attacking.Store(true)
 	go w.run(ctx)
@@ -682,7 +699,7 @@ func (w *rowWatch) wait(ctx context.Context, outs []Outcome, timeout time.Durati
 func readRows(ctx context.Context, db *sql.DB, saleID string, redPacket bool) ([]Row, error) {
 	q := `SELECT id::text, user_id, status NOT IN (4, 6), 0 FROM tb_voucher_order WHERE voucher_id = $1`
 	if redPacket {
-		q = `SELECT seq::text, user_id, true, amount_cents FROM tb_red_packet_grab WHERE red_packet_id = $1`
+		q = `SELECT red_packet_id::text || ':' || seq::text, user_id, true, amount_cents FROM tb_red_packet_grab WHERE red_packet_id = ANY($1::bigint[])`
 	}
 	rs, err := db.QueryContext(ctx, q, saleID)
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
+	"flashsale/domain"
+	"flashsale/internal/auth"
 	"flashsale/internal/gate"
 )
 
@@ -173,6 +175,32 @@ func (a api) createRedPacket(ctx context.Context, token string, totalCents int64
 		return "", fmt.Errorf("create red packet: %w", err)
 	}
 	return out.CreateRedPacket.ID, nil
+}
+
+// createRedPackets creates red packets of count packets in all, 100 cents
+// each, as few as the service's largest red packet allows
+// (domain.RedPacketMaxCount), of sizes that differ by at most one, and
+// returns their ids. Each has a creator of its own, the ids just below
+// firstCreator: one user may have only a few open red packets (the
+// service's quota), and a red packet a sale leaves not fully grabbed
+// stays open until it expires, an hour later.
+func (a api) createRedPackets(ctx context.Context, tokens *auth.Tokens, firstCreator int64, count int) ([]string, error) {
+	n := (count + domain.RedPacketMaxCount - 1) / domain.RedPacketMaxCount
+	ids := make([]string, n)
+	for i := range ids {
+		packets := count / n
+		if i < count%n {
+			packets++
+		}
+		creator, err := tokens.Issue(auth.Identity{UserID: firstCreator - 1 - int64(i), Role: auth.RoleUser}, time.Hour)
+		if err != nil {
+			return nil, err
+		}
+		if ids[i], err = a.createRedPacket(ctx, creator, int64(packets)*100, packets); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
 }
 
 // remaining asks the target for the voucher's live stock.
