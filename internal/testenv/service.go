@@ -83,6 +83,9 @@ func StartService(ctx context.Context, bin string, env map[string]string) (*Serv
 // ready. It fails at once if the process exits (for example because its
 // database refuses connections at start-up), with the end of its output.
 func (s *Service) Start(ctx context.Context) error {
+	if !s.Running() {
+		s.Kill() // a process that exited by itself: forget it
+	}
 	s.mu.Lock()
 	if s.cmd != nil {
 		s.mu.Unlock()
