@@ -16,8 +16,7 @@ import (
 	"flashsale/domain"
 )
 
-// Request-path Redis: short deadlines and a circuit breaker (issue 8,
-// item 4). A stalled Redis (process stopped, sockets open) answers nothing
+// Request-path Redis: short deadlines and a circuit breaker. A stalled Redis (process stopped, sockets open) answers nothing
 // and closes nothing, so only deadlines end a call; the breaker then stops
 // sending calls at all, so requests answer at once rather than each
 // waiting out its deadline, and lets a probe through now and then.

@@ -13,7 +13,7 @@ import (
 	"flashsale/domain"
 )
 
-// The database fallback (DEGRADE_TO_DB, issue 8 item 5): while the stock
+// The database fallback (DEGRADE_TO_DB): while the stock
 // Redis is down, grabs are sold straight from Postgres, one transaction
 // per grab, at bounded concurrency.
 //

@@ -38,7 +38,7 @@ type seckillRow struct {
 	BeginTime    time.Time `bun:"begin_time,notnull"`
 	EndTime      time.Time `bun:"end_time,notnull"`
 	Segments     int       `bun:"segments,notnull"`
-	// RequireTicket and Challenge are the voucher's grab gate (issue 14).
+	// RequireTicket and Challenge are the voucher's grab gate against bots.
 	RequireTicket bool                 `bun:"require_ticket,notnull"`
 	Challenge     domain.ChallengeKind `bun:"challenge,notnull"`
 }

@@ -153,7 +153,7 @@ func deadLetters(tb testing.TB, db *bun.DB, voucherID int64) int64 {
 // reloaded from the database, which cannot count those orders, and users
 // grab again BEFORE the writer commits them: the reload must sell nothing
 // until they are accounted for, and then only what they left, with no user
-// over the limit (issue: 15 OK answers for a stock of 10, a user holding 3
+// over the limit (once: 15 OK answers for a stock of 10, a user holding 3
 // orders at limit 2).
 func TestOrdersHeldAcrossARedisReloadAreNotSoldAgain(t *testing.T) {
 	t.Parallel()

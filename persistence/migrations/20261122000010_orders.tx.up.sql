@@ -1,4 +1,4 @@
--- Orders after the sale (issue 9): why an order was cancelled, the stock
+-- Orders after the sale: why an order was cancelled, the stock
 -- changes committed here and not yet applied to Redis, and restocks by
 -- their idempotency key.
 --

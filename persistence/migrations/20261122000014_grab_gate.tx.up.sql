@@ -1,4 +1,4 @@
--- Bots and scalpers (issue 14): whether a seckill voucher's grabs need a
+-- Bots and scalpers: whether a seckill voucher's grabs need a
 -- signed grab ticket, and which challenge a ticket request must solve
 -- first (0 none, 1 proof of work; domain.ChallengeKind). Columns only:
 -- nothing is renamed, and every voucher that existed stays open.

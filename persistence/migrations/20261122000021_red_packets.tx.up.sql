@@ -1,8 +1,8 @@
--- Red packets (issue 12). tb_red_packet and tb_red_packet_grab are the
+-- Red packets. tb_red_packet and tb_red_packet_grab are the
 -- contract's (../shared/contract/db.md, created by the first migration);
 -- the rest is ours.
 --
--- refund_* record the expiry refund (issue 12, item 4): the unclaimed
+-- refund_* record the expiry refund: the unclaimed
 -- cents and packets handed back to the creator, and when. The refund job
 -- sets them with one conditional UPDATE (WHERE refund_time IS NULL), so a
 -- red packet is refunded exactly once whichever node runs the job.

@@ -1,5 +1,5 @@
 -- The order writer's per-order tables lose their foreign keys to
--- tb_voucher (Postgres only; issue 13). Postgres checks a foreign key row
+-- tb_voucher (Postgres only). Postgres checks a foreign key row
 -- by row, with one query and one row lock each: three per stored order
 -- (the order, its user's live-order counter, its ledger row), measured at
 -- about a third of the database CPU an order costs (docs/BENCHMARKS.md,
