@@ -356,6 +356,10 @@ type floodResult struct {
 	// flood request.
 	ServiceCores       float64       `json:"serviceCores"`
 	CPUPerFloodRequest time.Duration `json:"cpuPerFloodRequest"`
+	// ServiceCore and ClientCore are what the two cores did during the
+	// user's flooded sample (when each is one CPU).
+	ServiceCore coreUse `json:"serviceCore"`
+	ClientCore  coreUse `json:"clientCore"`
 	// Outcomes count the flood's answers; Unexpected those the probe
 	// does not expect.
 	Outcomes   map[string]int64 `json:"outcomes"`
@@ -367,9 +371,9 @@ type floodResult struct {
 func (r floodResult) ratio() float64 { return float64(r.Flood.P99) / float64(r.Quiet.P99) }
 
 func (r floodResult) line() string {
-	return fmt.Sprintf("p99 %s -> %s (%.2fx), p50 %s -> %s, flood %.0f/s, service %.2f cores, %s per flood request, legit refused %d %v / %d %v, flood %s",
+	return fmt.Sprintf("p99 %s -> %s (%.2fx), p50 %s -> %s, flood %.0f/s, service %.2f cores, %s per flood request, service core %s, client core %s, legit refused %d %v / %d %v, flood %s",
 		msec(r.Quiet.P99), msec(r.Flood.P99), r.ratio(), msec(r.Quiet.P50), msec(r.Flood.P50), r.FloodPerSecond, r.ServiceCores,
-		usec(r.CPUPerFloodRequest), r.Quiet.Refused, r.Quiet.RefusedAs, r.Flood.Refused, r.Flood.RefusedAs, outcomeText(r.Outcomes))
+		usec(r.CPUPerFloodRequest), r.ServiceCore, r.ClientCore, r.Quiet.Refused, r.Quiet.RefusedAs, r.Flood.Refused, r.Flood.RefusedAs, outcomeText(r.Outcomes))
 }
 
 func outcomeText(m map[string]int64) string {
@@ -418,11 +422,15 @@ func measure(ctx context.Context, o floodOptions, t *floodTarget, p floodProbe, 
 		busy := cpu1 - cpu0 - time.Duration(t.idleCores*float64(took))
 		res.CPUPerFloodRequest = max(busy, 0) / time.Duration(sent)
 	}
-	// Then the user's sample under the flood.
+	// Then the user's sample under the flood, and what both cores did
+	// meanwhile (every process's work on them, and the kernel's).
 	began = time.Now()
+	serviceCore0, clientCore0 := readCoreTicks(o.serviceCPU), readCoreTicks(o.clientCPU)
 	if res.Flood, err = t.legit.sample(ctx, t.voucher, o.legit); err != nil {
 		return res, fmt.Errorf("flooded: %w", err)
 	}
+	res.ServiceCore = readCoreTicks(o.serviceCPU).since(serviceCore0)
+	res.ClientCore = readCoreTicks(o.clientCPU).since(clientCore0)
 	c2, err := w.counts()
 	if err != nil {
 		return res, err
@@ -436,6 +444,54 @@ func measure(ctx context.Context, o floodOptions, t *floodTarget, p floodProbe, 
 	}
 	res.Errors, res.LastError = c2.Errors, c2.LastError
 	return res, nil
+}
+
+// coreTicks are one CPU's counters from /proc/stat (USER_HZ ticks).
+type coreTicks struct{ busy, softirq, total int64 }
+
+// coreUse is the share of a window one CPU spent busy (any process, or
+// the kernel), and of it in softirq (network receive work among it).
+type coreUse struct {
+	Busy    float64 `json:"busy"`
+	Softirq float64 `json:"softirq"`
+}
+
+func (u coreUse) String() string {
+	return fmt.Sprintf("%.0f%% busy (%.0f%% softirq)", 100*u.Busy, 100*u.Softirq)
+}
+
+// readCoreTicks reads one CPU's line of /proc/stat; zero when cpu is not
+// one CPU number or the line is not there.
+func readCoreTicks(cpu string) coreTicks {
+	if _, err := strconv.Atoi(cpu); err != nil {
+		return coreTicks{}
+	}
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return coreTicks{}
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 || f[0] != "cpu"+cpu {
+			continue
+		}
+		var v [7]int64 // user nice system idle iowait irq softirq
+		for i := range v {
+			v[i], _ = strconv.ParseInt(f[i+1], 10, 64)
+		}
+		t := coreTicks{busy: v[0] + v[1] + v[2] + v[5] + v[6], softirq: v[6]}
+		t.total = t.busy + v[3] + v[4]
+		return t
+	}
+	return coreTicks{}
+}
+
+func (t coreTicks) since(before coreTicks) coreUse {
+	total := t.total - before.total
+	if total <= 0 {
+		return coreUse{}
+	}
+	return coreUse{Busy: float64(t.busy-before.busy) / float64(total), Softirq: float64(t.softirq-before.softirq) / float64(total)}
 }
 
 func mustCPU(pid int) time.Duration {
@@ -772,8 +828,8 @@ func printFlood(w io.Writer, o floodOptions, results []floodResult) {
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| probe | service | flood req/s | service cores under the flood | service CPU per flood request | legit p99 quiet → flooded | ratio median [min–max] | legit p50 quiet → flooded | legit refused | flood answers (last round) |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---|---|---|---:|---|")
+	fmt.Fprintln(w, "| probe | service | flood req/s | service cores under the flood | service CPU per flood request | legit p99 quiet → flooded | ratio median [min–max] | legit p50 quiet → flooded | service core / client core busy (softirq) while flooded | legit refused | flood answers (last round) |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---|---|---|---|---:|---|")
 	for _, p := range o.probes {
 		for _, v := range o.variants {
 			var rs []floodResult
@@ -819,12 +875,15 @@ func summaryRow(p floodProbe, v variant, rs []floodResult) string {
 	if p.name == idleProbe {
 		cpu = "–"
 	}
-	return fmt.Sprintf("| %s | %s | %.0f | %.2f | %s | %s → %s | %.2f× [%.2f–%.2f] | %s → %s | %d | %s |",
+	cores := fmt.Sprintf("%.0f%% (%.0f%%) / %.0f%% (%.0f%%)",
+		100*med(func(r floodResult) float64 { return r.ServiceCore.Busy }), 100*med(func(r floodResult) float64 { return r.ServiceCore.Softirq }),
+		100*med(func(r floodResult) float64 { return r.ClientCore.Busy }), 100*med(func(r floodResult) float64 { return r.ClientCore.Softirq }))
+	return fmt.Sprintf("| %s | %s | %.0f | %.2f | %s | %s → %s | %.2f× [%.2f–%.2f] | %s → %s | %s | %d | %s |",
 		p.name, v.name, med(func(r floodResult) float64 { return r.FloodPerSecond }), med(func(r floodResult) float64 { return r.ServiceCores }), cpu,
 		msec(d(func(r floodResult) time.Duration { return r.Quiet.P99 })), msec(d(func(r floodResult) time.Duration { return r.Flood.P99 })),
 		ratios[len(ratios)/2], ratios[0], ratios[len(ratios)-1],
 		msec(d(func(r floodResult) time.Duration { return r.Quiet.P50 })), msec(d(func(r floodResult) time.Duration { return r.Flood.P50 })),
-		refused, answers)
+		cores, refused, answers)
 }
 
 // msec is a latency in milliseconds, to 10 µs.
