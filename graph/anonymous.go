@@ -43,11 +43,11 @@ type AnonymousBudget struct {
 }
 
 // Defaults of the budget (ANON_MAX_IN_FLIGHT, ANON_PER_SEC, ANON_WAIT),
-// per core (GOMAXPROCS). The costliest anonymous operation measured
-// takes about 1 ms of CPU (an introspection answered from the cache, the
-// hostile shapes refused after their parse), so 100 a second keep them
-// under about a tenth of a core; nobody signed in needs more (the
-// playground's schema query, health checks).
+// per core (GOMAXPROCS). The costliest anonymous requests measured take
+// 1-2 ms of CPU (the hostile shapes refused after their parse, a 60 KB
+// document or persisted-query registration), so 100 a second keep them
+// under a fifth of a core; nobody signed in needs more (health checks,
+// the playground's schema query where introspection is open).
 const (
 	AnonymousInFlightPerCore  = 1
 	AnonymousPerSecondPerCore = 100
@@ -77,6 +77,9 @@ func (g anonymousGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	release, retry, ok := g.budget.admit(r.Context())
 	if !ok {
+		if r.Context().Err() != nil {
+			return // the client left while it waited
+		}
 		shedTotal.WithLabelValues("anonymous").Inc()
 		g.refuse(w, r, retry)
 		return
