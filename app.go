@@ -298,6 +298,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		Log:                    log,
 		IPLimit:                limits,
 		FloodPerSec:            cfg.ShedIPPerSec,
+		Anonymous:              graph.AnonymousBudget{InFlight: cfg.AnonMaxInFlight, PerSecond: cfg.AnonPerSec, Wait: cfg.AnonWait},
 		Shed:                   graph.LoadShedding{Gauge: a.router, QueueDepth: cfg.ShedQueueDepth, GrabLatency: cfg.ShedGrabLatency},
 		Introspection:          cfg.Introspection,
 		CompiledGrabs:          cfg.CompiledGrabs,

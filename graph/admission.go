@@ -15,7 +15,8 @@ import (
 )
 
 // admission refuses, before gqlgen parses and validates an operation,
-// what can be refused cheaply, cheapest first:
+// what can be refused cheaply, cheapest first (a request without a valid
+// token has passed the anonymous budget before, see anonymousGate):
 //
 //  1. the in-process per-IP flood limit (SHED_IP_PER_SEC), every
 //     operation;

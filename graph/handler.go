@@ -99,6 +99,9 @@ type HandlerOptions struct {
 	// (SHED_IP_PER_SEC) every request passes before it is parsed; see
 	// floodShedder.
 	FloodPerSec int
+	// Anonymous bounds the requests without a valid token (see
+	// AnonymousBudget); the zero value is off.
+	Anonymous AnonymousBudget
 	// Shed configures shedding non-core operations under grab load.
 	Shed LoadShedding
 	// CompiledGrabs answers grab documents on the compiled path
@@ -179,7 +182,8 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 		fast = newCompiledGrabs(es, r.Mutation(), opts.Tokens, present, recoverPanic(opts.Log), flood, lim, persisted)
 	}
 	return requestGuard{
-		next:        http.MaxBytesHandler(withClientIP(opts.Tokens.Middleware(srv)), lim.MaxBodyBytes),
+		next: http.MaxBytesHandler(withClientIP(opts.Tokens.Middleware(
+			anonymousGate{next: srv, budget: newAnonymousBudget(opts.Anonymous), present: present})), lim.MaxBodyBytes),
 		fast:        fast,
 		present:     present,
 		maxURLQuery: int(lim.MaxBodyBytes),

@@ -9,6 +9,11 @@
 // binary's `serve` subcommand) on free loopback ports; the reference gets
 // a database of its own on the Postgres server of DATABASE_URL and keys
 // of its own in REDIS_URL. See docs/BENCHMARKS.md.
+//
+//	seckill-bench flood [--probes ...] [--rounds 3]
+//
+// measures a legitimate user's latency quiet and under floods of
+// anonymous requests, the service pinned to a core of its own (flood.go).
 package main
 
 import (
@@ -32,9 +37,18 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
-	if len(os.Args) > 1 && os.Args[1] == "serve" {
+	sub := ""
+	if len(os.Args) > 1 {
+		sub = os.Args[1]
+	}
+	switch sub {
+	case "serve":
 		err = serve(ctx, os.Args[2:])
-	} else {
+	case "flood":
+		err = flood(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	case "flood-worker":
+		err = floodWorker(ctx, os.Args[2:], os.Stdin, os.Stdout)
+	default:
 		err = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	}
 	if err != nil {

@@ -149,6 +149,11 @@ type Config struct {
 	ShedIPPerSec    int
 	ShedQueueDepth  int
 	ShedGrabLatency time.Duration
+	// AnonMaxInFlight, AnonPerSec and AnonWait are the budget of requests
+	// without a valid token (0 = that bound off). See graph.AnonymousBudget.
+	AnonMaxInFlight int
+	AnonPerSec      int
+	AnonWait        time.Duration
 
 	// TicketSecret keys grab tickets and challenges (empty = derived from
 	// JWTSecret); TicketReleaseBefore, TicketTTL, ChallengeTTL,

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -308,6 +309,14 @@ var settings = []setting{
 			}
 			return ""
 		}),
+	// The anonymous budget scales with the cores the node schedules on:
+	// what it bounds is a share of their time.
+	intVar("ANON_MAX_IN_FLIGHT", "", "requests without a valid token running at once on this node; one more waits for its turn (ANON_WAIT), then 429 RATE_LIMITED; default "+strconv.Itoa(graph.AnonymousInFlightPerCore)+" per core (GOMAXPROCS) (0 = no bound)", func(c *Config) *int { return &c.AnonMaxInFlight }, optional(rate)).
+		derived(func(c *Config) { c.AnonMaxInFlight = graph.AnonymousInFlightPerCore * runtime.GOMAXPROCS(0) }),
+	intVar("ANON_PER_SEC", "", "requests without a valid token started per second on this node; more wait for their turn (ANON_WAIT), then 429 RATE_LIMITED; default "+strconv.Itoa(graph.AnonymousPerSecondPerCore)+" per core (GOMAXPROCS) (0 = no bound)", func(c *Config) *int { return &c.AnonPerSec }, optional(rate)).
+		derived(func(c *Config) { c.AnonPerSec = graph.AnonymousPerSecondPerCore * runtime.GOMAXPROCS(0) }),
+	durationVar("ANON_WAIT", graph.AnonymousWaitDefault, "how long a request without a valid token waits for the anonymous budget (ANON_MAX_IN_FLIGHT, ANON_PER_SEC) before it is answered 429 (0 = not at all)", func(c *Config) *time.Duration { return &c.AnonWait }).
+		checked(nonNegative(func(c Config) time.Duration { return c.AnonWait })),
 	intVar("MAX_RESPONSE_BYTES", strconv.Itoa(graph.MaxAnswerBytesDefault), "largest GraphQL answer in bytes; a larger one is refused with an error", func(c *Config) *int { return &c.MaxResponseBytes }, positive),
 	intVar("WS_MAX_OPERATIONS", strconv.Itoa(graph.WebsocketMaxOperationsDefault), "operations running at once on one websocket; one more gets an error", func(c *Config) *int { return &c.WSMaxOperations }, positive),
 	intVar("WS_MAX_PER_USER", strconv.Itoa(graph.WebsocketMaxPerUserDefault), "websockets one user holds open at once on this node; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerUser }, positive),

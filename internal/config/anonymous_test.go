@@ -1,0 +1,41 @@
+package config
+
+import (
+	"runtime"
+	"testing"
+	"time"
+
+	"flashsale/graph"
+)
+
+// The anonymous budget scales with the cores the node schedules on
+// unless set; 0 turns a bound off, and a negative value is refused.
+func TestAnonymousBudgetDefaultsPerCore(t *testing.T) {
+	cores := runtime.GOMAXPROCS(0)
+	cases := []struct {
+		name             string
+		env              map[string]string
+		inFlight, perSec int
+		wait             time.Duration
+	}{
+		{"unset", nil, graph.AnonymousInFlightPerCore * cores, graph.AnonymousPerSecondPerCore * cores, graph.AnonymousWaitDefault},
+		{"set", map[string]string{"ANON_MAX_IN_FLIGHT": "3", "ANON_PER_SEC": "7", "ANON_WAIT": "250ms"}, 3, 7, 250 * time.Millisecond},
+		{"off", map[string]string{"ANON_MAX_IN_FLIGHT": "0", "ANON_PER_SEC": "0", "ANON_WAIT": "0s"}, 0, 0, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := load(tc.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.AnonMaxInFlight != tc.inFlight || c.AnonPerSec != tc.perSec || c.AnonWait != tc.wait {
+				t.Fatalf("in flight %d, per second %d, wait %v; want %d, %d, %v", c.AnonMaxInFlight, c.AnonPerSec, c.AnonWait, tc.inFlight, tc.perSec, tc.wait)
+			}
+		})
+	}
+	for _, env := range []map[string]string{{"ANON_MAX_IN_FLIGHT": "-1"}, {"ANON_PER_SEC": "x"}, {"ANON_WAIT": "-1s"}} {
+		if _, err := load(env); err == nil {
+			t.Errorf("%v accepted", env)
+		}
+	}
+}
