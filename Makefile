@@ -43,7 +43,7 @@ FUZZTIME ?= 10m
 fuzz:
 	./scripts/fuzz.sh $(FUZZTIME)
 
-# A local 3-member cluster on 127.0.0.1 (README, "A cluster"); Ctrl-C stops it.
+# A local 3-member cluster on 127.0.0.1 (docs/OPERATIONS.md, "A cluster"); Ctrl-C stops it.
 .PHONY: cluster-demo
 cluster-demo:
 	scripts/cluster-demo.sh

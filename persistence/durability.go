@@ -43,7 +43,7 @@ func ReadRedisDurability(ctx context.Context, rdb redis.UniversalClient) (RedisD
 
 // DurabilityRisk is one row of the table of what a crash of the stock
 // Redis can do to the service's promises, by its persistence setting. The
-// start-up warning (Warning) and the operators' documentation (README,
+// start-up warning (Warning) and the operators' documentation (docs/OPERATIONS.md,
 // docs/RELIABILITY.md, checked against DurabilityTable by a test) say the
 // same words.
 type DurabilityRisk struct {

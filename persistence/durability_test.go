@@ -61,12 +61,12 @@ func TestReadRedisDurability(t *testing.T) {
 }
 
 // The operators' documentation shows the table the start-up line speaks
-// from, word for word: README's production section and
+// from, word for word: docs/OPERATIONS.md (real Redis and Postgres) and
 // docs/RELIABILITY.md each have a row "| setting | what a crash can do |"
 // for every row of persistence.DurabilityTable (code spans aside).
 func TestTheDocsShowTheDurabilityTable(t *testing.T) {
 	t.Parallel()
-	for _, doc := range []string{"README.md", filepath.Join("docs", "RELIABILITY.md")} {
+	for _, doc := range []string{filepath.Join("docs", "OPERATIONS.md"), filepath.Join("docs", "RELIABILITY.md")} {
 		b, err := os.ReadFile(filepath.Join("..", doc))
 		if err != nil {
 			t.Fatal(err)
