@@ -55,20 +55,14 @@ var rootOrder = []string{"Query", "Mutation", "Subscription"}
 
 // render is the schema file for the *.graphqls files of dir.
 func render(dir string) ([]byte, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.graphqls"))
-	if err != nil || len(files) == 0 {
-		return nil, fmt.Errorf("no *.graphqls in %s (%v)", dir, err)
+	srcs, err := sources(dir)
+	if err != nil {
+		return nil, err
 	}
-	var srcs []*ast.Source
 	var conventions string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		srcs = append(srcs, &ast.Source{Name: filepath.Base(f), Input: string(b)})
-		if filepath.Base(f) == "schema.graphqls" {
-			conventions = leadingComment(string(b), conventionsFrom)
+	for _, src := range srcs {
+		if src.Name == "schema.graphqls" {
+			conventions = leadingComment(src.Input, conventionsFrom)
 		}
 	}
 	if conventions == "" {
@@ -99,6 +93,23 @@ func render(dir string) ([]byte, error) {
 		formatter.NewFormatter(&b, formatter.WithIndent("  ")).FormatSchema(&ast.Schema{Types: map[string]*ast.Definition{name: def}})
 	}
 	return b.Bytes(), nil
+}
+
+// sources are the *.graphqls files of dir, each named by its base name.
+func sources(dir string) ([]*ast.Source, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.graphqls"))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("no *.graphqls in %s (%v)", dir, err)
+	}
+	srcs := make([]*ast.Source, 0, len(files))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		srcs = append(srcs, &ast.Source{Name: filepath.Base(f), Input: string(b)})
+	}
+	return srcs, nil
 }
 
 // leadingComment is the part of src's opening comment that starts at the
