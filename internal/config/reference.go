@@ -87,14 +87,14 @@ func cell(s string) string {
 // found out by working it out again with those changed, it is shown as
 // derived, and its help says from what.
 func derivedDefaults() map[string]string {
-	embedded, real := baseConfig(nil), baseConfig(map[string]string{
+	embedded, realMode := baseConfig(nil), baseConfig(map[string]string{
 		"REDIS_URL":    "redis://127.0.0.1:6379/0",
 		"DATABASE_URL": "postgres://flashsale@127.0.0.1:5432/flashsale",
 		"JWT_SECRET":   "secret",
 	})
 	// The same modes on another machine with other settings: another
 	// listen address, another Redis and more cores.
-	embedded2, real2 := embedded, real
+	embedded2, real2 := embedded, realMode
 	embedded2.HTTPAddr, real2.HTTPAddr = "127.0.0.1:9090", ":9090"
 	real2.RedisURL = "redis://10.0.0.9:6379/1"
 	prev := runtime.GOMAXPROCS(0)
@@ -106,7 +106,7 @@ func derivedDefaults() map[string]string {
 		case s.def != "":
 			out[s.env] = "`" + s.def + "`"
 		default:
-			e, r := deriveShown(s, embedded), deriveShown(s, real)
+			e, r := deriveShown(s, embedded), deriveShown(s, realMode)
 			runtime.GOMAXPROCS(prev + 1)
 			e2, r2 := deriveShown(s, embedded2), deriveShown(s, real2)
 			runtime.GOMAXPROCS(prev)
