@@ -24,7 +24,9 @@ const (
 // differ), its help, and what a wrong value is told, as the service
 // itself says it. Nothing in it is written twice: a setting added to the
 // table appears here once the documentation is regenerated, and a test
-// fails until it is.
+// fails until it is. It changes GOMAXPROCS for a moment (see
+// derivedDefaults), so it is for the generator and for a test that runs
+// alone, not for a running service.
 func Reference() string {
 	defaults := derivedDefaults()
 	var b strings.Builder
