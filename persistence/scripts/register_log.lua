@@ -1,7 +1,7 @@
 -- Registers an order log under a new generation, so that a writer's prune
 -- can tell that the log was registered again while it looked. The
 -- generation is stored as the string GET returns, never as a Lua number
--- (see "No Lua number is written back" in docs/DECISIONS.md).
+-- (see "Clocks, versions, and no Lua number written back" in docs/DECISIONS.md).
 --
 -- KEYS[1] -> flashsale:order-logs, the registry (a set)
 -- KEYS[2] -> {flashsale:order-logs}:gens, log -> generation
