@@ -1,4 +1,4 @@
-package main
+package node
 
 import (
 	"bytes"
@@ -31,7 +31,7 @@ func TestLogsRenderDurationsAsText(t *testing.T) {
 			var buf bytes.Buffer
 			c := cfg
 			c.LogFormat = tc.format
-			log := newLogger(c, &buf)
+			log := NewLogger(c, &buf)
 			log.Info("x", "delay", 30*time.Minute, slog.Group("g", "timeout", 250*time.Millisecond), "config", cfg, "any", any(1500*time.Millisecond))
 			out := buf.String()
 			for _, w := range tc.want {

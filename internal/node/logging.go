@@ -1,9 +1,23 @@
-package main
+package node
 
 import (
+	"io"
 	"log/slog"
 	"time"
+
+	"flashsale/internal/config"
 )
+
+// NewLogger is the service's logger: LOG_LEVEL and LOG_FORMAT (text or
+// JSON) on w, durations as text.
+func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	level, _ := cfg.Level()
+	opts := logOptions(level)
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
 
 // logOptions are the slog handler options of the service's logger, for
 // the text and the JSON handler alike.
