@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -283,7 +283,7 @@ func (wd *webDriver) screenshot(name string) string {
 	}
 	dir := os.Getenv("FLASHSALE_ARTIFACTS")
 	if dir == "" {
-		dir = "artifacts"
+		dir = filepath.Join("..", "artifacts") // the test runs in e2e/
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		wd.t.Fatal(err)

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -51,6 +51,7 @@ func TestTestScriptStopsAtTheFirstFailedStep(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command("bash", "scripts/test.sh")
+			cmd.Dir = ".." // the repository's root, where the script runs from
 			cmd.Env = append(os.Environ(), "FLASHSALE_TEST_SERVICES="+tc.services, "PATH="+tc.path)
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr

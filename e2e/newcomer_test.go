@@ -1,9 +1,7 @@
-package main
+package e2e
 
 import (
-	"bytes"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -55,11 +53,7 @@ func TestEmbeddedTokensSurviveARestart(t *testing.T) {
 	// the first process, so no order writer elsewhere can hold orders of
 	// the lost load, and it does not wait for one), and the buyer of the
 	// first start is still at the limit.
-	var out bytes.Buffer
-	if err := run(t.Context(), []string{"token", "--user", "7"}, func(k string) string { return env[k] }, &out, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	if code := grab(base2, strings.TrimSpace(out.String())); code != "OK" {
+	if code := grab(base2, mustToken(t, env, "--user", "7")); code != "OK" {
 		t.Fatalf("a new buyer's grab right after the restart: %s, want OK", code)
 	}
 	if code := grab(base2, admin); code != "LIMIT_REACHED" {
@@ -73,12 +67,7 @@ func TestTokenCommandSignsWithTheEmbeddedSecret(t *testing.T) {
 	dbPath := filepath.Join(t.TempDir(), "flashsale.db")
 	base, _ := startService(t, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SQLITE_PATH": dbPath})
 
-	var out bytes.Buffer
-	env := map[string]string{"SQLITE_PATH": dbPath}
-	if err := run(t.Context(), []string{"token", "--user", "7", "--role", "admin"}, func(k string) string { return env[k] }, &out, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	tok := strings.TrimSpace(out.String())
+	tok := mustToken(t, map[string]string{"SQLITE_PATH": dbPath}, "--user", "7", "--role", "admin")
 	postQuery(t, base, tok, `{ vouchers { edges { node { id } } } }`)
 
 	secret, err := os.ReadFile(config.SecretPath(dbPath))
@@ -88,6 +77,17 @@ func TestTokenCommandSignsWithTheEmbeddedSecret(t *testing.T) {
 	if id, err := auth.NewTokens(strings.TrimSpace(string(secret))).Verify(tok); err != nil || id.UserID != 7 {
 		t.Fatalf("token does not verify with the file's secret: %+v %v", id, err)
 	}
+}
+
+// mustToken is `flashsale token args...` of the built binary under env
+// alone: the token it prints.
+func mustToken(t *testing.T, env map[string]string, args ...string) string {
+	t.Helper()
+	out, stderr, code := runBinaryOut(t, buildBinary(t), env, append([]string{"token"}, args...)...)
+	if code != 0 {
+		t.Fatalf("token %v: exit %d: %s", args, code, stderr)
+	}
+	return strings.TrimSpace(out)
 }
 
 // waitClosed waits until nothing answers at base (a stopped service).
@@ -158,12 +158,12 @@ func TestEmbeddedDemoWalksTheGate(t *testing.T) {
 		t.Fatalf("the first demo voucher needs nothing: %s", code)
 	}
 	ch := postQuery(t, base, user, `{ seckillChallenge(voucherId: "2") { challenge difficulty } }`)["seckillChallenge"].(map[string]any)
-	var nonce bytes.Buffer
-	if err := run(t.Context(), []string{"solve", ch["challenge"].(string)}, func(string) string { return "" }, &nonce, io.Discard); err != nil {
-		t.Fatalf("solve: %v", err)
+	nonce, stderr, code := runBinaryOut(t, buildBinary(t), nil, "solve", ch["challenge"].(string))
+	if code != 0 {
+		t.Fatalf("solve: exit %d: %s", code, stderr)
 	}
 	ticket := postQuery(t, base, user, fmt.Sprintf(`{ seckillTicket(voucherId: "2", challenge: %q, nonce: %q) { ticket } }`,
-		ch["challenge"], strings.TrimSpace(nonce.String())))["seckillTicket"].(map[string]any)["ticket"].(string)
+		ch["challenge"], strings.TrimSpace(nonce)))["seckillTicket"].(map[string]any)["ticket"].(string)
 
 	if code := grabCode(t, base, user, "2"); code != "FORBIDDEN" {
 		t.Fatalf("grab without a ticket: %s", code)

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -16,7 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"flashsale/internal/auth"
+	"flashsale/internal/config"
+	"flashsale/internal/node"
 	"flashsale/internal/testenv"
 )
 
@@ -44,6 +45,17 @@ var (
 	userRe  = regexp.MustCompile(`User token:\s+(\S+)`)
 )
 
+// serve is what the server does after its subcommands (see run in
+// server.go), in-process: the configuration from env alone, the logs
+// discarded, the demo banner on out, the node served until ctx ends.
+func serve(ctx context.Context, env map[string]string, out io.Writer) error {
+	cfg, err := config.Load(nil, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		return err
+	}
+	return node.Serve(ctx, cfg, node.NewLogger(cfg, io.Discard), out)
+}
+
 // startService runs the whole program in-process and waits for its demo
 // banner; it returns the base URL, the admin token and a stop function.
 func startService(t *testing.T, env map[string]string) (base, admin string) {
@@ -68,7 +80,7 @@ func startStoppableService(t *testing.T, env map[string]string) (base, admin, ba
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		runErr = run(ctx, nil, func(k string) string { return env[k] }, out, io.Discard)
+		runErr = serve(ctx, env, out)
 	}()
 	// stop returns once run has: the shutdown drained the order log, so a
 	// next start on the same files sees everything the first one sold.
@@ -230,6 +242,13 @@ func closedPort(tb testing.TB) string {
 // stderr and exit code.
 func runBinary(tb testing.TB, bin string, env map[string]string, args ...string) (stderr string, code int) {
 	tb.Helper()
+	_, stderr, code = runBinaryOut(tb, bin, env, args...)
+	return stderr, code
+}
+
+// runBinaryOut is runBinary that also returns the process's stdout.
+func runBinaryOut(tb testing.TB, bin string, env map[string]string, args ...string) (stdout, stderr string, code int) {
+	tb.Helper()
 	// A hung process fails its test in a minute rather than the package's.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -239,14 +258,14 @@ func runBinary(tb testing.TB, bin string, env map[string]string, args ...string)
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
+	var outb, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &outb, &errb
 	err := cmd.Run()
 	var exit *exec.ExitError
 	if err != nil && !errors.As(err, &exit) {
 		tb.Fatal(err)
 	}
-	return errb.String(), cmd.ProcessState.ExitCode()
+	return outb.String(), errb.String(), cmd.ProcessState.ExitCode()
 }
 
 // The contract: a wrong value stops the process non-zero with one line
@@ -315,27 +334,5 @@ func TestHelpExitsZeroWithoutSecrets(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestTokenCommand(t *testing.T) {
-	t.Parallel()
-	var out bytes.Buffer
-	env := map[string]string{"JWT_SECRET": "cmd-secret"}
-	if err := run(t.Context(), []string{"token", "--user", "42", "--role", "admin"}, func(k string) string { return env[k] }, &out, io.Discard); err != nil {
-		t.Fatal(err)
-	}
-	id, err := auth.NewTokens("cmd-secret").Verify(strings.TrimSpace(out.String()))
-	if err != nil || id.UserID != 42 || !id.IsAdmin() {
-		t.Fatalf("token %q: %+v %v", out.String(), id, err)
-	}
-	realMode := map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:5432/x"}
-	if err := run(t.Context(), []string{"token", "--user", "42"}, func(k string) string { return realMode[k] }, io.Discard, io.Discard); err == nil {
-		t.Fatal("token without a secret succeeded in real mode")
-	}
-	var usage bytes.Buffer
-	_ = run(t.Context(), []string{"token", "-h"}, func(k string) string { return env[k] }, io.Discard, &usage)
-	if !strings.Contains(usage.String(), "jwt-secret") || strings.Contains(usage.String(), "cmd-secret") {
-		t.Fatalf("token usage shows the secret or no flags:\n%s", usage.String())
 	}
 }
