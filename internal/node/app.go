@@ -48,13 +48,16 @@ var (
 	_ gate.Watcher         = (*persistence.Gate)(nil)
 )
 
-// app is the wired service. start builds it in a visible order (database,
-// Redis, services, GraphQL, HTTP); stop tears it down in reverse.
+// app is the wired service. start builds it from one ordered list of
+// steps (order, below): database, Redis, stores, services, actors, GraphQL,
+// HTTP; stop runs the steps' stops in the reverse order.
 type app struct {
 	cfg  config.Config
 	log  *slog.Logger
 	db   *bun.DB
 	mini *miniredis.Miniredis // embedded mode only
+	// target is the stock Redis every client of it is built from.
+	target persistence.RedisTarget
 	// rdb serves request paths (grabs, rate limits, stock reads): short
 	// deadlines and the circuit breaker. bg serves the background loops
 	// (order writer, event watcher), which retry with backoff on their own.
@@ -68,21 +71,25 @@ type app struct {
 	fallback *persistence.DBGrabs  // DEGRADE_TO_DB only
 	probe    redis.UniversalClient // /readyz's own client, with short timeouts
 	ready    *readiness
+	secret   string // JWT_SECRET, or the embedded mode's from its file
 	tokens   *auth.Tokens
+	stock    *persistence.Stock // the request path's
 	catalog  *catalog.Service
 	ids      *persistence.OrderIDs
+	limits   *persistence.RateLimits
 	router   *actors.Router
-	writer   *persistence.OrderWriter
+	writer   *persistence.OrderWriter // set once it runs
 	orders   *ordersPart
 	locks    lockPart
 	redPkts  *redPacketsPart
 	live     *live.Service
 	gate     *gate.Service
+	mux      *http.ServeMux
 	listener net.Listener
 	http     *http.Server
 	profiler *profiler // PPROF_ADDR only
-	// cancelRequests ends every request's context; stop calls it last,
-	// after the HTTP server has let its open requests finish.
+	// cancelRequests ends every request's context; the http step's stop
+	// calls it, after the shutdown has let the open requests finish.
 	cancelRequests context.CancelFunc
 	// closeWebsockets is the shutdown's slot for closing the websockets
 	// (each gets its close frame), after the grabs are answered and the
@@ -92,10 +99,81 @@ type app struct {
 	// websocket's connection.
 	closeWebsockets func() int
 
-	// background runs the order writer and the voucher-event watcher;
-	// stop cancels it and waits for them.
-	cancelBackground context.CancelFunc
-	background       sync.WaitGroup
+	// started are the steps begun so far, in start order, each with the
+	// loops it runs; stop ends them from the last.
+	started []started
+}
+
+// step is one line of the start order: start acquires or starts what the
+// step names, running its goroutines on bg; stop releases it. A stop runs
+// after the step's loops have ended, also for a step whose start failed
+// half-way, so it must be safe on what is nil.
+type step struct {
+	name  string
+	start func(ctx context.Context, bg *loops) error
+	stop  func()
+}
+
+type started struct {
+	step
+	loops *loops
+}
+
+// order is the node's start order; each line says why it stands where it
+// does. stop runs it backwards: what a step uses stops after it.
+func (a *app) order() []step {
+	return []step{
+		// First: every other step reads or writes the schema, and the
+		// order ids and the fallback live in the database.
+		{"database", a.openDatabase, a.closeDatabase},
+		// Stock truth is Redis: an unreachable REDIS_URL stops the start
+		// before anything is built on it.
+		{"redis", a.openRedis, a.closeRedis},
+		// /readyz answers from its own client, built beside the others.
+		{"readiness", a.openReadiness, a.closeReadiness},
+		// The tokens need the secret, which embedded mode keeps beside
+		// its database file.
+		{"tokens", a.openTokens, nil},
+		// Every live voucher is in Redis before an actor asks for one.
+		{"catalog", a.openCatalog, nil},
+		// Order ids come from a node slot leased in the database; the
+		// router and the red packets take ids, so it closes after them.
+		{"order ids", a.startOrderIDs, a.closeOrderIDs},
+		// The Redlock: segment leases of the actors and the singletons of
+		// the maintenance, released after both stopped.
+		{"locks", func(context.Context, *loops) error { return a.openLocks() }, a.locks.close},
+		// The sequencers: they take the leases and the ids above.
+		{"router", a.startRouter, a.closeRouter},
+		// The breaker's probe and its re-sync after an outage use the
+		// router: closed before it.
+		{"breaker watch", a.watchBreaker, a.closeBreaker},
+		// The order writer persists what the router's grabs log; the
+		// shutdown drains it while the router still answers.
+		{"order writer", a.startOrderWriter, nil},
+		// Voucher events (pause, restock, ...) reach the router's actors.
+		{"voucher events", a.watchVoucherEvents, nil},
+		// Status changes Redis missed are copied by every node.
+		{"status sync", a.startStatusSync, nil},
+		// Orders after the sale: pay timeout, sweeper, reconciliation.
+		{"orders", a.startOrdersStep, func() { a.orders.wait() }},
+		// Red packets need the router's actor system and the orders' lock.
+		{"red packets", a.startRedPacketsStep, func() { a.redPkts.wait() }},
+		// Live stock needs the orders' service; the router's sales reach
+		// it (Sold), and no grab is taken before HTTP.
+		{"live", a.startLiveStep, nil},
+		// The gate loads its blocklist before the first grab.
+		{"gate", a.startGateStep, nil},
+		// GraphQL over everything above.
+		{"graphql", a.buildHandler, nil},
+		// The port is bound once everything it serves is built: a node
+		// that cannot listen fails its start before it is announced.
+		{"listener", a.listen, a.closeListener},
+		// The profiler listens on its own private address.
+		{"profiler", a.startProfilerStep, func() { a.profiler.close() }},
+		// The HTTP server serves once run calls serve; its requests'
+		// contexts end first in stop, after the shutdown let them finish.
+		{"http", a.buildServer, a.endRequests},
+	}
 }
 
 func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, err error) {
@@ -105,27 +183,104 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 			a.stop()
 		}
 	}()
+	if err := a.begin(ctx, a.order()); err != nil {
+		return nil, err
+	}
+	a.logConnected(a.target.String())
+	return a, nil
+}
 
-	dbURL := cfg.DatabaseURL
+// begin starts steps in their order, each with loops of its own, and
+// stops at the first that fails; that one counts as started, so that end
+// releases what it acquired before it failed.
+func (a *app) begin(ctx context.Context, steps []step) error {
+	for _, s := range steps {
+		bg := newLoops(ctx)
+		a.started = append(a.started, started{step: s, loops: bg})
+		if err := s.start(ctx, bg); err != nil {
+			a.log.Debug("start step failed", "step", s.name, "err", err)
+			return err
+		}
+	}
+	return nil
+}
+
+// end stops the started steps from the last: each step's loops end
+// before its stop runs. Safe to repeat.
+func (a *app) end() {
+	for i := len(a.started) - 1; i >= 0; i-- {
+		s := a.started[i]
+		s.loops.stop()
+		if s.stop != nil {
+			s.stop()
+		}
+	}
+	a.started = nil
+}
+
+// loops are the goroutines of one start step, on a context of their own:
+// the step's stop cancels it and waits for them, so that each step's
+// loops end in the reverse of the start order.
+type loops struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// newLoops derives the loops' context from ctx without its cancellation:
+// they run until stop, not until the start's context ends.
+func newLoops(ctx context.Context) *loops {
+	l := &loops{}
+	l.ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	return l
+}
+
+// Go runs fn on the loops' context until they stop.
+func (l *loops) Go(fn func(ctx context.Context)) {
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		fn(l.ctx)
+	}()
+}
+
+func (l *loops) stop() {
+	l.cancel()
+	l.wg.Wait()
+}
+
+func (a *app) openDatabase(ctx context.Context, _ *loops) (err error) {
+	dbURL := a.cfg.DatabaseURL
 	if dbURL == "" {
-		dbURL = cfg.SQLitePath
+		dbURL = a.cfg.SQLitePath
 	}
 	if a.db, err = persistence.Open(ctx, dbURL); err != nil {
-		return nil, &config.Error{Var: "DATABASE_URL", Msg: "cannot use the database: " + err.Error()}
+		return &config.Error{Var: "DATABASE_URL", Msg: "cannot use the database: " + err.Error()}
 	}
 	if err = persistence.Migrate(ctx, a.db); err != nil {
-		return nil, fmt.Errorf("database schema: %w", err)
+		return fmt.Errorf("database schema: %w", err)
 	}
+	return nil
+}
 
+func (a *app) closeDatabase() {
+	if a.db != nil {
+		_ = a.db.Close()
+	}
+}
+
+func (a *app) openRedis(ctx context.Context, _ *loops) (err error) {
+	cfg, log := a.cfg, a.log
 	var target persistence.RedisTarget
 	if cfg.RedisURL == "" {
 		if a.mini, err = miniredis.Run(); err != nil {
-			return nil, fmt.Errorf("start embedded redis: %w", err)
+			return fmt.Errorf("start embedded redis: %w", err)
 		}
 		target = persistence.SingleTarget(redis.Options{Addr: a.mini.Addr()})
 	} else if target, err = persistence.ParseRedisTarget(cfg.RedisMode, cfg.RedisURL); err != nil {
-		return nil, &config.Error{Var: "REDIS_URL", Msg: err.Error()} // validated by config
+		return &config.Error{Var: "REDIS_URL", Msg: err.Error()} // validated by config
 	}
+	a.target = target
 	// Every client of the stock Redis is built from the one target, so
 	// each gets the same tuning in every REDIS_MODE.
 	a.bg = target.Client(persistence.BackgroundTuning())
@@ -152,30 +307,61 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	err = a.bg.Ping(pingCtx).Err()
 	cancel()
 	if err != nil {
-		return nil, &config.Error{Var: "REDIS_URL", Msg: "cannot reach redis: " + err.Error()}
+		return &config.Error{Var: "REDIS_URL", Msg: "cannot reach redis: " + err.Error()}
 	}
 	checkRedisDurability(ctx, cfg, a.bg, log)
+	return nil
+}
 
+func (a *app) closeRedis() {
+	if a.acked != nil && a.acked != a.rdb {
+		_ = a.acked.Close()
+	}
+	if a.rdb != nil {
+		_ = a.rdb.Close()
+	}
+	if a.bg != nil {
+		_ = a.bg.Close()
+	}
+	if a.mini != nil {
+		a.mini.Close()
+	}
+}
+
+func (a *app) openReadiness(context.Context, *loops) error {
 	// /readyz pings through a client of its own: the shared one waits
 	// seconds for a stalled Redis, and its pool may be busy with grabs.
-	a.probe = target.Client(persistence.ClientTuning{ContextTimeout: true,
+	a.probe = a.target.Client(persistence.ClientTuning{ContextTimeout: true,
 		Dial: readyTimeout, Read: readyTimeout, Write: readyTimeout, Pool: readyTimeout,
 		MaxRetries: -1, PoolSize: 2, MinIdleConns: 0})
 	a.probe.AddHook(persistence.RedisErrors{})
 	a.ready = &readiness{
 		redis:    func(ctx context.Context) error { return a.probe.Ping(ctx).Err() },
 		db:       a.db.PingContext,
-		fallback: cfg.DegradeToDB,
+		fallback: a.cfg.DegradeToDB,
 	}
+	return nil
+}
 
-	secret := cfg.JWTSecret
-	if secret == "" { // embedded mode only; config requires it otherwise
-		if secret, err = auth.SecretFromFile(config.SecretPath(cfg.SQLitePath)); err != nil {
-			return nil, &config.Error{Var: "JWT_SECRET", Msg: err.Error()}
+func (a *app) closeReadiness() {
+	if a.probe != nil {
+		_ = a.probe.Close()
+	}
+}
+
+func (a *app) openTokens(context.Context, *loops) (err error) {
+	a.secret = a.cfg.JWTSecret
+	if a.secret == "" { // embedded mode only; config requires it otherwise
+		if a.secret, err = auth.SecretFromFile(config.SecretPath(a.cfg.SQLitePath)); err != nil {
+			return &config.Error{Var: "JWT_SECRET", Msg: err.Error()}
 		}
 	}
-	a.tokens = auth.NewTokens(secret, auth.WithMaxTTL(cfg.JWTMaxTTL))
+	a.tokens = auth.NewTokens(a.secret, auth.WithMaxTTL(a.cfg.JWTMaxTTL))
+	return nil
+}
 
+func (a *app) openCatalog(ctx context.Context, _ *loops) error {
+	log := a.log
 	stock := persistence.NewStock(a.rdb)
 	if a.mini != nil {
 		// The embedded Redis lives and dies with this process, and so does
@@ -183,6 +369,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		// reload has nobody to wait for (see persistence.ReloadHoldDefault).
 		stock.ReloadHold = time.Millisecond
 	}
+	a.stock = stock
 	a.catalog = catalog.New(persistence.NewVouchers(a.db), stock, log)
 	// The start-up preheat reads every live voucher through the background
 	// client: a request's 200 ms deadline is for a shopper waiting, and a
@@ -191,20 +378,34 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	startStock.ReloadHold = stock.ReloadHold
 	n, err := catalog.New(persistence.NewVouchers(a.db), startStock, log).PreheatAll(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("preheat vouchers: %w", err)
+		return fmt.Errorf("preheat vouchers: %w", err)
 	}
 	log.Info("seckill vouchers ready in redis", "vouchers", n)
+	return nil
+}
 
+func (a *app) startOrderIDs(ctx context.Context, _ *loops) error {
 	// Order ids come from a node slot leased in the database, not from
 	// Redis: they must not repeat when Redis loses its data.
-	a.ids = persistence.NewOrderIDs(a.db, log, persistence.OrderIDOptions{})
-	if err = a.ids.Start(context.WithoutCancel(ctx)); err != nil {
-		return nil, fmt.Errorf("order ids: %w", err)
+	a.ids = persistence.NewOrderIDs(a.db, a.log, persistence.OrderIDOptions{})
+	if err := a.ids.Start(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("order ids: %w", err)
 	}
+	return nil
+}
 
-	limits := persistence.NewRateLimits(a.rdb, cfg.RateVoucherPerSec, cfg.RateIPPerSec)
+func (a *app) closeOrderIDs() {
+	if a.ids != nil {
+		a.ids.Close() // after the router and the red packets: no grab takes ids any more
+	}
+}
+
+func (a *app) startRouter(context.Context, *loops) error {
+	cfg, log := a.cfg, a.log
+	acks := persistence.Acks{Replicas: cfg.RedisAckReplicas, Timeout: cfg.RedisAckTimeout}
+	a.limits = persistence.NewRateLimits(a.rdb, cfg.RateVoucherPerSec, cfg.RateIPPerSec)
 	routerOpts := actors.Options{
-		Limits:      limits,
+		Limits:      a.limits,
 		UserRate:    cfg.RateUserPerSec,
 		BatchSize:   cfg.GrabBatchSize,
 		QueueBound:  cfg.GrabQueueBound,
@@ -223,11 +424,8 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		a.fallback = persistence.NewDBGrabs(a.db, a.breaker, 0)
 		routerOpts.Fallback = a.fallback
 	}
-	// a.live is set below, before the server takes any grab.
+	// a.live is set by a later step, before the server takes any grab.
 	routerOpts.Sold = func(voucherID int64) { a.live.Sold(voucherID) }
-	if err = a.openLocks(); err != nil {
-		return nil, err
-	}
 	routerOpts.Leases = segmentLeases{redlock: a.locks.redlock, ttl: cfg.SegmentLeaseTTL}
 	routerOpts.LeaseWait = min(cfg.SegmentLeaseTTL+time.Second, max(cfg.GrabTimeout-time.Second, cfg.GrabTimeout/2))
 	if cfg.ClusterProvider == "test" {
@@ -235,68 +433,102 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		// same leases and fencing (docs/DECISIONS.md, "A single node is
 		// not a cluster member").
 		a.router = actors.NewRouter(grabs, a.ids, a.catalog, log, routerOpts)
-	} else {
-		co, err := clusterOptions(cfg)
-		if err != nil {
-			return nil, err
-		}
-		if a.router, err = actors.NewClusteredRouter(grabs, a.ids, a.catalog, log, routerOpts, co); err != nil {
-			return nil, fmt.Errorf("cluster (%s): %w", clusterLabel(cfg), err)
-		}
+		return nil
 	}
-	writerOpts := logConsumerOptions(cfg)
+	co, err := clusterOptions(cfg)
+	if err != nil {
+		return err
+	}
+	if a.router, err = actors.NewClusteredRouter(grabs, a.ids, a.catalog, log, routerOpts, co); err != nil {
+		return fmt.Errorf("cluster (%s): %w", clusterLabel(cfg), err)
+	}
+	return nil
+}
+
+func (a *app) closeRouter() {
+	if a.router != nil {
+		a.router.Close() // drains first if the shutdown did not
+	}
+}
+
+func (a *app) watchBreaker(_ context.Context, bg *loops) error {
+	bg.Go(func(ctx context.Context) {
+		a.breaker.Watch(ctx, breakerProbeInterval, func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() })
+	})
+	return nil
+}
+
+func (a *app) closeBreaker() {
+	if a.breaker != nil {
+		a.breaker.Close() // a re-sync after an outage uses the router and the database
+	}
+}
+
+func (a *app) startOrderWriter(ctx context.Context, bg *loops) error {
+	writerOpts := logConsumerOptions(a.cfg)
 	writerOpts.Reclaim = func(ctx context.Context, fn func(context.Context) error) (bool, error) {
 		return a.locks.redlock.Do(ctx, "order-log-reclaim", fn)
 	}
-	a.writer = persistence.NewOrderWriter(a.db, a.bg, log, writerOpts)
-	if err = a.writer.Acquire(ctx); errors.Is(err, persistence.ErrConsumerInUse) {
-		return nil, &config.Error{Var: "NODE_ID", Msg: err.Error() + "; give each node its own NODE_ID"}
+	writer := persistence.NewOrderWriter(a.db, a.bg, a.log, writerOpts)
+	if err := writer.Acquire(ctx); errors.Is(err, persistence.ErrConsumerInUse) {
+		return &config.Error{Var: "NODE_ID", Msg: err.Error() + "; give each node its own NODE_ID"}
 	} else if err != nil {
-		return nil, fmt.Errorf("order writer: %w", err)
+		return fmt.Errorf("order writer: %w", err)
 	}
-	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a.cancelBackground = cancel
-	a.background.Add(3)
-	go func() {
-		defer a.background.Done()
-		a.breaker.Watch(bg, breakerProbeInterval, func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() })
-	}()
-	go func() {
-		defer a.background.Done()
-		if err := a.writer.Run(bg); err != nil {
-			log.Error("order writer stopped", "err", err)
+	bg.Go(func(ctx context.Context) {
+		if err := writer.Run(ctx); err != nil {
+			a.log.Error("order writer stopped", "err", err)
 		}
-	}()
-	go func() {
-		defer a.background.Done()
-		if err := persistence.NewStock(a.bg).Watch(bg, a.router.Changed, a.router.Resync); err != nil {
-			log.Error("voucher-event watcher stopped", "err", err)
-		}
-	}()
+	})
+	a.writer = writer
+	return nil
+}
 
+func (a *app) watchVoucherEvents(_ context.Context, bg *loops) error {
+	bg.Go(func(ctx context.Context) {
+		if err := persistence.NewStock(a.bg).Watch(ctx, a.router.Changed, a.router.Resync); err != nil {
+			a.log.Error("voucher-event watcher stopped", "err", err)
+		}
+	})
+	return nil
+}
+
+func (a *app) startStatusSync(_ context.Context, bg *loops) error {
 	// Every node copies to Redis the status changes Redis missed (a pause
 	// whose Redis write failed), so that the record wins within a bound.
-	a.background.Add(1)
-	go func() {
-		defer a.background.Done()
-		<-catalog.NewStatusSync(a.catalog, cfg.StatusSyncInterval, log).Start(bg)
-	}()
+	bg.Go(func(ctx context.Context) {
+		<-catalog.NewStatusSync(a.catalog, a.cfg.StatusSyncInterval, a.log).Start(ctx)
+	})
+	return nil
+}
 
-	if a.orders, err = a.startOrders(bg, stock); err != nil {
-		return nil, err
-	}
-	if a.redPkts, err = a.startRedPackets(ctx, bg); err != nil {
-		return nil, err
-	}
+func (a *app) startOrdersStep(_ context.Context, bg *loops) (err error) {
+	a.orders, err = a.startOrders(bg.ctx, a.stock)
+	return err
+}
+
+func (a *app) startRedPacketsStep(ctx context.Context, bg *loops) (err error) {
+	a.redPkts, err = a.startRedPackets(ctx, bg)
+	return err
+}
+
+func (a *app) startLiveStep(_ context.Context, bg *loops) error {
 	a.live = a.startLive(bg)
-	if a.gate, err = a.startGate(ctx, bg, secret); err != nil {
-		return nil, err
-	}
+	return nil
+}
+
+func (a *app) startGateStep(ctx context.Context, bg *loops) (err error) {
+	a.gate, err = a.startGate(ctx, bg, a.secret)
+	return err
+}
+
+func (a *app) buildHandler(context.Context, *loops) error {
+	cfg, log := a.cfg, a.log
 	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router, DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: persistence.NewReconciler(a.db, a.rdb),
 		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live, Gate: a.gate, RedPackets: a.redPkts.service}, graph.HandlerOptions{
 		Tokens:                 a.tokens,
 		Log:                    log,
-		IPLimit:                limits,
+		IPLimit:                a.limits,
 		FloodPerSec:            cfg.ShedIPPerSec,
 		Anonymous:              graph.AnonymousBudget{InFlight: cfg.AnonMaxInFlight, PerSecond: cfg.AnonPerSec, Wait: cfg.AnonWait},
 		Shed:                   graph.LoadShedding{Gauge: a.router, QueueDepth: cfg.ShedQueueDepth, GrabLatency: cfg.ShedGrabLatency},
@@ -311,25 +543,42 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	mux.Handle("/query", gql)
 	pgOpts, err := playgroundOptions(cfg, a.tokens)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	mux.Handle("GET /{$}", playground.Handler("flashsale", "/query", pgOpts...))
 	mux.Handle("GET "+playground.AssetsPath, playground.Assets())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.Handle("GET /readyz", a.ready)
 	mux.Handle("GET /metrics", promhttp.Handler())
+	a.mux = mux
+	return nil
+}
 
-	if a.listener, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return nil, &config.Error{Var: "HTTP_ADDR", Msg: err.Error()}
+func (a *app) listen(context.Context, *loops) (err error) {
+	if a.listener, err = net.Listen("tcp", a.cfg.HTTPAddr); err != nil {
+		return &config.Error{Var: "HTTP_ADDR", Msg: err.Error()}
 	}
-	if a.profiler, err = startProfiler(cfg.PprofAddr, a.log); err != nil {
-		return nil, err
+	return nil
+}
+
+func (a *app) closeListener() {
+	if a.listener != nil { // Shutdown closed it already if serve ran; a second Close is harmless
+		_ = a.listener.Close()
 	}
+}
+
+func (a *app) startProfilerStep(context.Context, *loops) (err error) {
+	a.profiler, err = startProfiler(a.cfg.PprofAddr, a.log)
+	return err
+}
+
+func (a *app) buildServer(ctx context.Context, _ *loops) error {
+	cfg := a.cfg
 	requests, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancelRequests = cancelRequests
 	a.closeWebsockets = func() int { cancelRequests(); return -1 }
 	a.http = &http.Server{
-		Handler:           withDeadlines(mux, cfg.HTTPBodyTimeout, cfg.HTTPWriteTimeout),
+		Handler:           withDeadlines(a.mux, cfg.HTTPBodyTimeout, cfg.HTTPWriteTimeout),
 		ReadHeaderTimeout: cfg.HTTPHeaderTimeout,
 		MaxHeaderBytes:    cfg.HTTPMaxHeaderBytes,
 		// Also set per request by withDeadlines (and lifted for
@@ -338,15 +587,20 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		IdleTimeout:  2 * time.Minute,
 		BaseContext:  func(net.Listener) context.Context { return requests },
 	}
-	a.logConnected(target.String())
-	return a, nil
+	return nil
+}
+
+func (a *app) endRequests() {
+	if a.cancelRequests != nil {
+		a.cancelRequests()
+	}
 }
 
 // startGate wires the grab gate against bots and scalpers and runs its
 // refresh in the background. Its key is TICKET_SECRET, or derived from the
 // JWT secret, which every node shares: a ticket from one node holds on
 // every other.
-func (a *app) startGate(ctx, bg context.Context, jwtSecret string) (*gate.Service, error) {
+func (a *app) startGate(ctx context.Context, bg *loops, jwtSecret string) (*gate.Service, error) {
 	key := gate.KeyFrom(jwtSecret)
 	if a.cfg.TicketSecret != "" {
 		key = []byte(a.cfg.TicketSecret)
@@ -362,11 +616,7 @@ func (a *app) startGate(ctx, bg context.Context, jwtSecret string) (*gate.Servic
 	if err := g.Load(ctx); err != nil {
 		return nil, fmt.Errorf("blocklist: %w", err)
 	}
-	a.background.Add(1)
-	go func() {
-		defer a.background.Done()
-		g.Run(bg, persistence.NewGate(a.bg))
-	}()
+	bg.Go(func(ctx context.Context) { g.Run(ctx, persistence.NewGate(a.bg)) })
 	return g, nil
 }
 
@@ -437,7 +687,8 @@ func (a *app) serve(ctx context.Context) error {
 //     (ORDER_LOG_DRAIN_TIMEOUT; what is left waits for another node or
 //     the next start, except in embedded mode, where it is lost);
 //  5. websockets are closed (closeWebsockets);
-//  6. the actors stop, the background loops end, the stores close.
+//  6. stop runs the start order backwards: each step's loops end and
+//     what it holds is released, the HTTP side first, the database last.
 //
 // One line at the end says what was drained.
 func (a *app) shutdown() error {
@@ -476,7 +727,7 @@ func (a *app) shutdown() error {
 // drainOrderLog waits, up to ORDER_LOG_DRAIN_TIMEOUT, until the order
 // writer has committed every accepted order, and reports whether it did.
 func (a *app) drainOrderLog() bool {
-	if a.writer == nil || a.cancelBackground == nil {
+	if a.writer == nil { // the start failed before the writer ran
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.OrderLogDrainTimeout)
@@ -494,58 +745,23 @@ func (a *app) drainOrderLog() bool {
 	return true
 }
 
-// stop releases what start acquired, in reverse order; after shutdown it
-// only stops and closes (the grabs are answered and the order log drained
-// already), after a failed start or a failed server it drains as well as
-// it can. Each step is safe to repeat.
+// stop releases what start acquired: it runs the start order backwards,
+// each step after its loops have ended. After shutdown it only stops and
+// closes (the grabs are answered and the order log drained already);
+// after a failed start or a failed server it first drains as well as it
+// can. Safe to repeat.
 func (a *app) stop() {
-	if a.listener != nil { // Shutdown closed it already if serve ran; a second Close is harmless
-		_ = a.listener.Close()
+	if a.started == nil {
+		return
 	}
-	a.profiler.close()
-	if a.router != nil {
-		a.router.Drain()
+	if a.ready == nil || !a.ready.draining.Load() { // not drained by shutdown: a failed start or server
+		a.closeListener()
+		if a.router != nil {
+			a.router.Drain()
+		}
+		a.drainOrderLog()
 	}
-	if a.ids != nil {
-		a.ids.Close() // after the router drained: no grab takes ids any more
-	}
-	if a.cancelBackground != nil && a.ready != nil && !a.ready.draining.Load() {
-		a.drainOrderLog() // not drained by shutdown: a failed start or server
-	}
-	if a.cancelRequests != nil {
-		a.cancelRequests()
-	}
-	if a.breaker != nil {
-		a.breaker.Close() // a re-sync after an outage uses the router and the database
-	}
-	if a.router != nil {
-		a.router.Close()
-	}
-	if a.cancelBackground != nil {
-		a.cancelBackground()
-		a.background.Wait()
-		a.redPkts.wait() // before the orders close the lock clients
-		a.orders.wait()
-	}
-	a.locks.close() // after the router and the maintenance: their leases are released
-	if a.probe != nil {
-		_ = a.probe.Close()
-	}
-	if a.acked != nil && a.acked != a.rdb {
-		_ = a.acked.Close()
-	}
-	if a.rdb != nil {
-		_ = a.rdb.Close()
-	}
-	if a.bg != nil {
-		_ = a.bg.Close()
-	}
-	if a.mini != nil {
-		a.mini.Close()
-	}
-	if a.db != nil {
-		_ = a.db.Close()
-	}
+	a.end()
 }
 
 // breakerProbeInterval is how often a node whose breaker is not closed

@@ -20,20 +20,15 @@ var (
 // startLive wires the live subscriptions: this node's sales are announced
 // on Redis pub/sub, and every announcement (its own, other nodes', the
 // voucher events and order changes) reaches the subscribers here. Both
-// loops run on bg, owned by a.background.
-func (a *app) startLive(bg context.Context) *live.Service {
+// loops run on bg.
+func (a *app) startLive(bg *loops) *live.Service {
 	bus := persistence.NewLive(a.bg)
 	s := live.New(a.catalog, a.orders.service, bus, a.log, live.Options{})
-	a.background.Add(2)
-	go func() {
-		defer a.background.Done()
-		s.Run(bg)
-	}()
-	go func() {
-		defer a.background.Done()
-		if err := bus.Watch(bg, s.StockChanged, s.OrderChanged, s.Resync); err != nil {
+	bg.Go(s.Run)
+	bg.Go(func(ctx context.Context) {
+		if err := bus.Watch(ctx, s.StockChanged, s.OrderChanged, s.Resync); err != nil {
 			a.log.Error("live-change watcher stopped", "err", err)
 		}
-	}()
+	})
 	return s
 }

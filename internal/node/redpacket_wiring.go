@@ -32,8 +32,8 @@ type redPacketsPart struct {
 }
 
 // startRedPackets wires the red packets and starts their writer and
-// refunds on bg (a.background waits for the writer; wait for the refunds).
-func (a *app) startRedPackets(ctx, bg context.Context) (*redPacketsPart, error) {
+// refunds on bg (bg's stop waits for the writer; wait for the refunds).
+func (a *app) startRedPackets(ctx context.Context, bg *loops) (*redPacketsPart, error) {
 	p := &redPacketsPart{}
 	rds := persistence.NewRedPacketRedis(a.acked)
 	rds.Acks = persistence.Acks{Replicas: a.cfg.RedisAckReplicas, Timeout: a.cfg.RedisAckTimeout}
@@ -51,16 +51,14 @@ func (a *app) startRedPackets(ctx, bg context.Context) (*redPacketsPart, error) 
 	} else if err != nil {
 		return nil, fmt.Errorf("red-packet writer: %w", err)
 	}
-	a.background.Add(1)
-	go func() {
-		defer a.background.Done()
-		if err := p.writer.Run(bg); err != nil {
+	bg.Go(func(ctx context.Context) {
+		if err := p.writer.Run(ctx); err != nil {
 			a.log.Error("red-packet writer stopped", "err", err)
 		}
-	}()
+	})
 	p.done = redpackets.NewRefunds(store, a.orders.locker, redpackets.RefundConfig{
 		Interval: a.cfg.RedPacketRefundInterval, Grace: a.cfg.RedPacketRefundGrace,
-	}, a.log).Start(bg)
+	}, a.log).Start(bg.ctx)
 	return p, nil
 }
 
