@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"flashsale/internal/config"
+	"flashsale/internal/node"
 )
 
 //go:generate go tool gqlgen generate
@@ -60,29 +61,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg, stderr)
+	log := node.NewLogger(cfg, stderr)
 	slog.SetDefault(log) // libraries that log through slog's default (go-redis, via redisLogger) use ours
 	log.Info("starting", "config", cfg)
-	app, err := start(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	if cfg.Demo {
-		if err := app.printDemo(ctx, stdout); err != nil {
-			app.stop()
-			return err
-		}
-	}
-	return app.serve(ctx)
-}
-
-func newLogger(cfg config.Config, w io.Writer) *slog.Logger {
-	level, _ := cfg.Level()
-	opts := logOptions(level)
-	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return node.Serve(ctx, cfg, log, stdout)
 }
 
 // redisLogger routes go-redis's internal logger, which otherwise writes to

@@ -55,3 +55,25 @@ func TestTokenCommandMintsWithinTheMaximumLifetime(t *testing.T) {
 		}
 	})
 }
+
+func TestTokenCommand(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	env := map[string]string{"JWT_SECRET": "cmd-secret"}
+	if err := run(t.Context(), []string{"token", "--user", "42", "--role", "admin"}, func(k string) string { return env[k] }, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	id, err := auth.NewTokens("cmd-secret").Verify(strings.TrimSpace(out.String()))
+	if err != nil || id.UserID != 42 || !id.IsAdmin() {
+		t.Fatalf("token %q: %+v %v", out.String(), id, err)
+	}
+	realMode := map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:5432/x"}
+	if err := run(t.Context(), []string{"token", "--user", "42"}, func(k string) string { return realMode[k] }, io.Discard, io.Discard); err == nil {
+		t.Fatal("token without a secret succeeded in real mode")
+	}
+	var usage bytes.Buffer
+	_ = run(t.Context(), []string{"token", "-h"}, func(k string) string { return env[k] }, io.Discard, &usage)
+	if !strings.Contains(usage.String(), "jwt-secret") || strings.Contains(usage.String(), "cmd-secret") {
+		t.Fatalf("token usage shows the secret or no flags:\n%s", usage.String())
+	}
+}

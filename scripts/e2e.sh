@@ -2,7 +2,7 @@
 # The playground in a real browser (`make e2e` is the same where make
 # exists): installs Debian's chromium and chromium-driver with apt-get when
 # either is missing (needs root or sudo), then runs the browser test
-# (playground_browser_test.go) once, with FLASHSALE_E2E=1 so that a
+# (e2e/playground_browser_test.go) once, with FLASHSALE_E2E=1 so that a
 # missing browser fails instead of skipping. The screenshot of the live
 # update lands in artifacts/ (ignored by git), or in $FLASHSALE_ARTIFACTS.
 set -euo pipefail
@@ -29,6 +29,6 @@ export FLASHSALE_E2E=1
 export FLASHSALE_ARTIFACTS=${FLASHSALE_ARTIFACTS:-$PWD/artifacts}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-go test -count=1 -run '^TestPlaygroundInChromiumShowsALiveUpdate$' -v . 2>&1 | tee "$log"
+go test -count=1 -run '^TestPlaygroundInChromiumShowsALiveUpdate$' -v ./e2e/ 2>&1 | tee "$log"
 # A renamed test would match nothing, and go test passes on that.
 grep -q '^--- PASS: TestPlaygroundInChromiumShowsALiveUpdate' "$log" || { echo "e2e: the browser test did not pass" >&2; exit 1; }

@@ -8,7 +8,7 @@
 #
 # FLASHSALE_TEST_SERVICES names the service set-up command (default
 # scripts/test-services.sh); the script's own test stubs it
-# (scripts_test.go).
+# (e2e/scripts_test.go).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -111,7 +111,7 @@ func TestRealModeDefaults(t *testing.T) {
 
 // Real mode (DATABASE_URL set) on the in-process Redis is refused, naming
 // REDIS_URL, the setting to set, and the one that allows it anyway; with
-// that, it starts (and warns at start: see the root package's tests).
+// that, it starts (and warns at start: see internal/node's durability test).
 func TestRealModeRefusesTheInProcessRedisUnlessAllowed(t *testing.T) {
 	db := "postgres://u@h:5432/db"
 	cases := []struct {

@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// scripts/test.sh stops at the first failed step and names it: a failed
+// service set-up (say, no root for apt-get) must not run on into minutes
+// of unrelated failures. The steps are stubbed (FLASHSALE_TEST_SERVICES,
+// and a `go` first on PATH), so the test costs milliseconds.
+func TestTestScriptStopsAtTheFirstFailedStep(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	failingServices := write("services-fail", "echo 'test-services: FAILED: need root to run: apt-get update' >&2; exit 1\n")
+	goodServices := write("services-ok", "echo \"export TEST_DATABASE_URL='postgres://stub'\"\n")
+	stubBin := filepath.Join(dir, "bin")
+	if err := os.Mkdir(stubBin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A `go` whose vet fails; anything else it is asked is recorded.
+	if err := os.WriteFile(filepath.Join(stubBin, "go"), []byte("#!/bin/sh\necho \"go $*\" >> "+filepath.Join(dir, "go-calls")+"\n[ \"$1\" = vet ] && { echo 'vet: stub failure' >&2; exit 3; }\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, services, path string
+		wantErr              []string
+		notRun               string
+	}{
+		// The stub `go` here too: a script that ran on would not start
+		// the real suite.
+		{"service set-up fails", failingServices, stubBin + string(os.PathListSeparator) + os.Getenv("PATH"),
+			[]string{"need root to run: apt-get update", `FAILED at step "services" (exit 1)`}, "== go vet"},
+		{"go vet fails", goodServices, stubBin + string(os.PathListSeparator) + os.Getenv("PATH"),
+			[]string{"vet: stub failure", `FAILED at step "go vet" (exit 3)`}, "== generated code"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command("bash", "scripts/test.sh")
+			cmd.Dir = ".." // the repository's root, where the script runs from
+			cmd.Env = append(os.Environ(), "FLASHSALE_TEST_SERVICES="+tc.services, "PATH="+tc.path)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			if err == nil {
+				t.Fatalf("test.sh succeeded:\n%s\n%s", stdout.String(), stderr.String())
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+				}
+			}
+			if strings.Contains(stdout.String(), tc.notRun) {
+				t.Errorf("test.sh ran on past the failed step:\n%s", stdout.String())
+			}
+		})
+	}
+	if calls, _ := os.ReadFile(filepath.Join(dir, "go-calls")); strings.TrimSpace(string(calls)) != "go vet ./..." {
+		t.Errorf("go was asked more than vet: %q", calls)
+	}
+}

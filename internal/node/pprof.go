@@ -1,0 +1,64 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"sync"
+	"time"
+
+	"flashsale/internal/config"
+)
+
+// profiler serves Go's profiles (net/http/pprof) on PPROF_ADDR, a listener
+// of its own, never on the public address: a profile shows the code and
+// costs CPU, so it is for an operator on a private interface. Off unless
+// PPROF_ADDR is set; docs/BENCHMARKS.md's CPU profiles are taken from it.
+type profiler struct {
+	srv  *http.Server
+	done sync.WaitGroup
+}
+
+// startProfiler listens on addr and serves until close; nil when addr is
+// empty.
+func startProfiler(addr string, log *slog.Logger) (*profiler, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, &config.Error{Var: "PPROF_ADDR", Msg: err.Error()}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	p := &profiler{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+	p.done.Add(1)
+	go func() {
+		defer p.done.Done()
+		if err := p.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("profiler stopped", "err", err)
+		}
+	}()
+	log.Info("profiles served", "addr", ln.Addr().String(), "path", "/debug/pprof/")
+	return p, nil
+}
+
+// close stops the listener, ends open profiles after a second, and waits.
+func (p *profiler) close() {
+	if p == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if p.srv.Shutdown(ctx) != nil {
+		_ = p.srv.Close()
+	}
+	p.done.Wait()
+}
