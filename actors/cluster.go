@@ -293,7 +293,7 @@ func (c *Cluster) request(ctx context.Context, key segKey, g *grabMsg) (domain.G
 		addr, gone := c.owner(id)
 		req := &clusterpb.GrabRequest{
 			VoucherId: key.voucher, Segment: int32(key.seg), UserId: g.user, ClientIp: g.ip,
-			RequestId: g.req, Keyed: g.keyed, Sent: sent, BudgetMs: (left - replyRoom).Milliseconds(),
+			RequestId: g.req, Keyed: g.keyed, Sent: sent, BudgetMs: max((left - replyRoom).Milliseconds(), 1), // 0 would mean none
 		}
 		f := c.r.system.Root.RequestFuture(actor.NewPID(addr, entryName), req, left)
 		answer := make(chan futureResult, 1)
