@@ -91,7 +91,7 @@ var _ cluster.IdentityLookup = (*placement)(nil)
 
 // NewClusteredRouter starts a router that is a member of a protoactor
 // cluster: grabs of a segment hosted by another member are sent to it
-// with cluster.Request. Close leaves the cluster.
+// (see Cluster.request). Close leaves the cluster.
 func NewClusteredRouter(store Store, ids OrderIDs, preheater Preheater, log *slog.Logger, opts Options, co ClusterOptions) (*Router, error) {
 	r := NewRouter(store, ids, preheater, log, opts)
 	c := &Cluster{r: r, log: log, handed: map[string]struct{}{}, departures: map[string]chan struct{}{}}
