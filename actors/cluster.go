@@ -2,10 +2,14 @@ package actors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +19,7 @@ import (
 	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/cespare/xxhash/v2"
+	"google.golang.org/grpc"
 
 	"flashsale/actors/clusterpb"
 	"flashsale/domain"
@@ -31,6 +36,10 @@ type ClusterOptions struct {
 	// any free port).
 	Host string
 	Port int
+
+	// dial, if set, opens this member's outgoing remoting connections:
+	// tests cut a member off with it, as a kill would.
+	dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // segmentKind is the cluster kind of a voucher segment.
@@ -54,20 +63,23 @@ const entryName = "flashsale-segments"
 // its fencing token, so a duplicate can neither sell twice nor oversell;
 // it stops itself (see voucherActor).
 type Cluster struct {
-	r       *Router
-	c       *cluster.Cluster
-	timeout time.Duration
-	log     *slog.Logger
+	r   *Router
+	c   *cluster.Cluster
+	log *slog.Logger
 
 	// members is the sorted placement view: each hosting member's address
 	// and its hash seed.
 	members atomic.Pointer[[]placed]
 	sub     *eventstream.Subscription
 
+	mu sync.Mutex
 	// handed is every identity the lookup has resolved, so that a change
 	// of membership can drop their cached PIDs.
-	mu     sync.Mutex
 	handed map[string]struct{}
+	// departures holds, per member a grab was sent to, a channel closed
+	// when that member leaves the placement: the grabs waiting on it are
+	// sent to the segment's new host at once (see request).
+	departures map[string]chan struct{}
 }
 
 type placed struct {
@@ -79,25 +91,21 @@ var _ cluster.IdentityLookup = (*placement)(nil)
 
 // NewClusteredRouter starts a router that is a member of a protoactor
 // cluster: grabs of a segment hosted by another member are sent to it
-// with cluster.Request. Close leaves the cluster.
+// (see Cluster.request). Close leaves the cluster.
 func NewClusteredRouter(store Store, ids OrderIDs, preheater Preheater, log *slog.Logger, opts Options, co ClusterOptions) (*Router, error) {
 	r := NewRouter(store, ids, preheater, log, opts)
-	c := &Cluster{r: r, log: log, handed: map[string]struct{}{}}
-	// A member answers a grab within GrabTimeout (it abandons one that
-	// waited longer, see serve) plus a batch in flight, the database
-	// fallback's bound included: waiting longer than that for a reply
-	// only means the member is gone. cluster.Request retries only after
-	// a dead letter (the grab never arrived) within this bound, and the
-	// request id makes any repeat the same sale.
-	c.timeout = 2*r.opts.GrabTimeout + time.Second
+	c := &Cluster{r: r, log: log, handed: map[string]struct{}{}, departures: map[string]chan struct{}{}}
 	r.cluster = c
 	if _, err := r.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &entryActor{r: r} }), entryName); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("start the cluster entry actor: %w", err)
 	}
-	cfg := cluster.Configure(co.Name, co.Provider, &placement{c: c}, remote.Configure(co.Host, co.Port),
-		cluster.WithKinds(cluster.NewKind(segmentKind, actor.PropsFromProducer(func() actor.Actor { return &entryActor{r: r} }))),
-		cluster.WithRequestTimeout(c.timeout))
+	rc := remote.Configure(co.Host, co.Port)
+	if co.dial != nil {
+		rc.DialOptions = append(rc.DialOptions, grpc.WithContextDialer(co.dial))
+	}
+	cfg := cluster.Configure(co.Name, co.Provider, &placement{c: c}, rc,
+		cluster.WithKinds(cluster.NewKind(segmentKind, actor.PropsFromProducer(func() actor.Actor { return &entryActor{r: r} }))))
 	c.c = cluster.New(r.system, cfg)
 	c.sub = r.system.EventStream.Subscribe(func(ev any) {
 		if t, ok := ev.(*cluster.ClusterTopology); ok {
@@ -163,7 +171,15 @@ func (c *Cluster) setMembers(addrs []string, self string) {
 	for i, a := range addrs {
 		ms[i] = placed{addr: a, seed: xxhash.Sum64String(a)}
 	}
+	c.mu.Lock()
 	c.members.Store(&ms)
+	for addr, gone := range c.departures {
+		if !slices.Contains(addrs, addr) {
+			close(gone)
+			delete(c.departures, addr)
+		}
+	}
+	c.mu.Unlock()
 	clusterMembers.Set(float64(len(ms)))
 	placementShare.Set(Share(addrs, self, 4096))
 }
@@ -227,32 +243,119 @@ func Share(members []string, member string, n int) float64 {
 }
 
 // forward sends a grab to the member hosting its segment and waits for
-// the answer.
-func (c *Cluster) forward(key segKey, g *grabMsg) domain.GrabResult {
-	res, segs := c.request(key, g)
+// the answer, until the grab's deadline at most.
+func (c *Cluster) forward(ctx context.Context, key segKey, g *grabMsg) domain.GrabResult {
+	res, segs := c.request(ctx, key, g)
 	c.r.learnSegments(key.voucher, segs)
 	return res
 }
 
-// request is one grab's round trip through the cluster.
-func (c *Cluster) request(key segKey, g *grabMsg) (domain.GrabResult, int) {
-	req := &clusterpb.GrabRequest{
-		VoucherId: key.voucher, Segment: int32(key.seg), UserId: g.user, ClientIp: g.ip,
-		RequestId: g.req, Keyed: g.keyed, Sent: g.sent(),
+// replyRoom is the part of a grab's remaining time kept for the host's
+// answer to travel back: the budget a request gives the host is that much
+// shorter than the asking member's own wait.
+const replyRoom = 50 * time.Millisecond
+
+// redeliverPause spaces the sends of a grab that came back undelivered
+// (a dead letter), so that a member that is starting or stopping is not
+// asked in a tight loop.
+const redeliverPause = 50 * time.Millisecond
+
+// request is one grab's round trip through the cluster, answered by the
+// grab's deadline whatever happens to the member hosting its segment: an
+// answer that has not come by then is UNAVAILABLE, and, when the grab may
+// have reached that member, undecided (its request id settles it, like a
+// lost reply's).
+//
+// It does not use cluster.Request: that gives each attempt the whole
+// timeout and checks the overall deadline only between attempts, and a
+// member killed without leaving holds every message sent to it in
+// protoactor's endpoint writer while the writer retries its connection
+// (5 attempts 2 s apart) before the message comes back as a dead letter:
+// a grab sent just after the kill waited 10 s. Here the grab is sent
+// to the owner's entry actor (this member's own when it hosts the
+// segment now) and waited for until the deadline, and when the owner
+// leaves the placement meanwhile (its death noticed), the grab goes to the
+// new owner at once, marked sent: it may have reached the dead member
+// and sold, so only its request id may decide it there.
+func (c *Cluster) request(ctx context.Context, key segKey, g *grabMsg) (domain.GrabResult, int) {
+	deadline := g.deadline
+	if deadline.IsZero() {
+		deadline = time.Now().Add(c.r.opts.GrabTimeout)
 	}
-	resp, err := c.c.Request(key.identity(), segmentKind, req, cluster.WithTimeout(c.timeout))
-	reply, ok := resp.(*clusterpb.GrabReply)
-	if err != nil || !ok {
-		remoteGrabs.WithLabelValues("failed").Inc()
-		c.log.Debug("grab sent to another member got no answer", "voucher", key.voucher, "segment", key.seg, "err", err)
-		return domain.GrabResult{Code: domain.SeckillUnavailable}, 0
+	sent := g.sent()
+	id := xxhash.Sum64String(key.identity())
+	for {
+		left := time.Until(deadline)
+		if left <= replyRoom || ctx.Err() != nil {
+			remoteGrabs.WithLabelValues("failed").Inc()
+			return domain.GrabResult{Code: domain.SeckillUnavailable}, 0
+		}
+		addr, gone := c.owner(id)
+		req := &clusterpb.GrabRequest{
+			VoucherId: key.voucher, Segment: int32(key.seg), UserId: g.user, ClientIp: g.ip,
+			RequestId: g.req, Keyed: g.keyed, Sent: sent, BudgetMs: max((left - replyRoom).Milliseconds(), 1), // 0 would mean none
+		}
+		f := c.r.system.Root.RequestFuture(actor.NewPID(addr, entryName), req, left)
+		answer := make(chan futureResult, 1)
+		go func() { // ends when the future does: by the deadline
+			res, err := f.Result()
+			answer <- futureResult{res, err}
+		}()
+		var got futureResult
+		select {
+		case got = <-answer:
+		case <-gone:
+			select {
+			case got = <-answer: // answered as it left: take the answer
+			default:
+				remoteGrabs.WithLabelValues("resent").Inc()
+				c.log.Debug("member left with a grab sent to it; sending it to the new host", "member", addr, "voucher", key.voucher, "segment", key.seg)
+				sent = true
+				continue
+			}
+		case <-ctx.Done():
+			continue // answered UNAVAILABLE above: nobody is listening
+		}
+		if reply, ok := got.res.(*clusterpb.GrabReply); ok && got.err == nil {
+			res := domain.GrabResult{Code: domain.SeckillCode(reply.Code), OrderID: reply.OrderId, RetryAfter: time.Duration(reply.RetryAfterMs) * time.Millisecond}
+			if !res.Code.Valid() {
+				break
+			}
+			remoteGrabs.WithLabelValues("ok").Inc()
+			return res, int(reply.Segments)
+		}
+		if errors.Is(got.err, actor.ErrDeadLetter) || errors.Is(got.err, remote.ErrDeadLetter) {
+			// Never delivered: the same grab may be sent again.
+			select {
+			case <-time.After(min(redeliverPause, max(time.Until(deadline)-replyRoom, 0))):
+			case <-gone:
+			}
+			continue
+		}
+		break // the deadline passed
 	}
-	remoteGrabs.WithLabelValues("ok").Inc()
-	res := domain.GrabResult{Code: domain.SeckillCode(reply.Code), OrderID: reply.OrderId, RetryAfter: time.Duration(reply.RetryAfterMs) * time.Millisecond}
-	if !res.Code.Valid() {
-		return domain.GrabResult{Code: domain.SeckillUnavailable}, 0
+	remoteGrabs.WithLabelValues("failed").Inc()
+	c.log.Debug("grab sent to another member got no answer in time", "voucher", key.voucher, "segment", key.seg)
+	return domain.GrabResult{Code: domain.SeckillUnavailable}, 0
+}
+
+type futureResult struct {
+	res any
+	err error
+}
+
+// owner is the member hosting the identity now, with a channel closed
+// when it leaves the placement.
+func (c *Cluster) owner(id uint64) (string, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	addr := c.ownerOf(id)
+	gone := c.departures[addr]
+	if gone == nil {
+		gone = make(chan struct{})
+		c.departures[addr] = gone
 	}
-	return res, int(reply.Segments)
+	return addr, gone
 }
 
 func (c *Cluster) shutdown() {
@@ -299,19 +402,23 @@ func (e *entryActor) Receive(ctx actor.Context) {
 	}
 }
 
-// serve runs a grab another member sent, answering to reply. A grab that
-// waits here longer than GrabTimeout is answered UNAVAILABLE and never
-// sent to Redis (its sender gives up soon after), like a local one.
+// serve runs a grab another member sent, answering to reply. The sender
+// waits for the answer for the request's budget (GrabTimeout if it gives
+// none): a grab still waiting here when a script call could no longer
+// answer within it (batchRoom) is answered UNAVAILABLE and never sent to
+// Redis, like a local one whose caller gave up.
 func (r *Router) serve(m *clusterpb.GrabRequest, reply *actor.PID) {
 	key := segKey{voucher: m.VoucherId, seg: int(m.Segment)}
 	if m.Segment < 0 || int(m.Segment) >= domain.MaxSegments {
 		key.seg = 0
 	}
-	var answered atomic.Bool
-	g := &grabMsg{user: m.UserId, ip: m.ClientIp, req: m.RequestId, keyed: m.Keyed}
-	if m.Sent {
-		g.state.Store(grabTaken)
+	budget := r.opts.GrabTimeout
+	if m.BudgetMs > 0 {
+		budget = min(budget, time.Duration(m.BudgetMs)*time.Millisecond)
 	}
+	var answered atomic.Bool
+	g := &grabMsg{user: m.UserId, ip: m.ClientIp, req: m.RequestId, keyed: m.Keyed, sentBefore: m.Sent,
+		deadline: time.Now().Add(budget)}
 	var timer *time.Timer
 	g.done = func(res domain.GrabResult, segs int) {
 		if !answered.CompareAndSwap(false, true) {
@@ -324,7 +431,7 @@ func (r *Router) serve(m *clusterpb.GrabRequest, reply *actor.PID) {
 			Code: string(res.Code), OrderId: res.OrderID, RetryAfterMs: res.RetryAfter.Milliseconds(), Segments: int32(segs),
 		})
 	}
-	timer = time.AfterFunc(r.opts.GrabTimeout, func() {
+	timer = time.AfterFunc(budget-r.batchRoom(budget), func() {
 		if g.abandon() {
 			g.done(domain.GrabResult{Code: domain.SeckillUnavailable}, 0)
 		}
@@ -334,15 +441,35 @@ func (r *Router) serve(m *clusterpb.GrabRequest, reply *actor.PID) {
 	}
 }
 
+// batchRoom is the part of a forwarded grab's budget kept for its script
+// call: a grab not taken into one by then is answered UNAVAILABLE, so that
+// a call's answer (bounded by BatchTimeout) reaches the sender before it
+// gives up. At most a quarter of the budget, so that a long BatchTimeout
+// leaves a grab time to wait for its turn.
+func (r *Router) batchRoom(budget time.Duration) time.Duration {
+	return min(r.opts.BatchTimeout, budget/4)
+}
+
 // protoactorLogger is the logger protoactor-go writes to: ours, with its
 // per-retry ERROR lines ("cluster.RequestFuture failed" on every dead
 // letter while membership changes) and its INFO chatter about topology
-// and actors starting sent to DEBUG.
+// and actors starting sent to DEBUG, and its warnings and errors logged
+// once per event (see repeats).
 func protoactorLogger(log *slog.Logger) *slog.Logger {
-	return slog.New(&quietHandler{Handler: log.Handler()}).With("component", "protoactor")
+	return newProtoactorLogger(log, time.Now)
 }
 
-type quietHandler struct{ slog.Handler }
+func newProtoactorLogger(log *slog.Logger, now func() time.Time) *slog.Logger {
+	h := &quietHandler{Handler: log.Handler(), seen: &repeats{gap: repeatGap, now: now, runs: map[string]*run{}}}
+	return slog.New(h).With("component", "protoactor")
+}
+
+type quietHandler struct {
+	slog.Handler
+	seen *repeats
+	// scope is the member a logger derived with With speaks of, if any.
+	scope string
+}
 
 var noisy = map[string]bool{
 	"cluster.RequestFuture failed": true,
@@ -360,13 +487,109 @@ func (h *quietHandler) Handle(ctx context.Context, r slog.Record) error {
 	if !h.Handler.Enabled(ctx, r.Level) {
 		return nil
 	}
+	if r.Level >= slog.LevelWarn {
+		held, ok := h.seen.admit(r.Level.String() + " " + r.Message + " " + h.scope + memberOf(r.Attrs))
+		if !ok {
+			return nil
+		}
+		if held > 0 {
+			r = r.Clone()
+			r.AddAttrs(slog.Int("suppressed", held))
+		}
+	}
 	return h.Handler.Handle(ctx, r)
 }
 
 func (h *quietHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return &quietHandler{Handler: h.Handler.WithAttrs(as)}
+	return &quietHandler{Handler: h.Handler.WithAttrs(as), seen: h.seen, scope: h.scope + memberOf(func(f func(slog.Attr) bool) {
+		for _, a := range as {
+			if !f(a) {
+				return
+			}
+		}
+	})}
 }
 
 func (h *quietHandler) WithGroup(name string) slog.Handler {
-	return &quietHandler{Handler: h.Handler.WithGroup(name)}
+	return &quietHandler{Handler: h.Handler.WithGroup(name), seen: h.seen, scope: h.scope}
+}
+
+// memberAttrs are the attributes by which protoactor's lines name the
+// member they are about.
+var memberAttrs = map[string]bool{
+	"address": true, "MemberId": true, "memberId": true, "member": true, "autoManMemberUrl": true,
+	"pid": true, "PID": true, "gossipPid": true,
+}
+
+// memberOf is the member a line is about, from its attributes: a PID by
+// its address only (a future's PID differs on every request).
+func memberOf(attrs func(func(slog.Attr) bool)) string {
+	var b strings.Builder
+	attrs(func(a slog.Attr) bool {
+		if !memberAttrs[a.Key] {
+			return true
+		}
+		v := a.Value.Resolve()
+		if pid, ok := v.Any().(*actor.PID); ok && pid != nil {
+			b.WriteString(pid.Address)
+		} else {
+			b.WriteString(v.String())
+		}
+		b.WriteByte(' ')
+		return true
+	})
+	return b.String()
+}
+
+// repeatGap is how long a line must have been quiet for its next
+// occurrence to count as a new event. protoactor repeats a failure about
+// a dead member without end: automanaged's health check of a seed that
+// no longer answers logs an ERROR every second, and every message sent
+// to it costs five connection attempts 2 s apart, each an ERROR line.
+const repeatGap = time.Minute
+
+// maxRuns bounds the lines remembered: past it, those quiet for repeatGap
+// are forgotten, and if none is, all are.
+const maxRuns = 1024
+
+// repeats lets through the first line of each event: a line (level,
+// message, the member it is about) is logged when it has not been seen
+// for repeatGap, and held back (counted in flashsale_protoactor_log_
+// suppressed_total) while it keeps coming. The next line of it logged,
+// after a quiet gap, carries how many were held back since the last.
+type repeats struct {
+	gap time.Duration
+	now func() time.Time
+
+	mu   sync.Mutex
+	runs map[string]*run
+}
+
+type run struct {
+	last time.Time
+	held int
+}
+
+func (s *repeats) admit(key string) (held int, ok bool) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.runs[key]; r != nil {
+		if now.Sub(r.last) < s.gap {
+			r.last = now
+			r.held++
+			protoactorSuppressed.Inc()
+			return 0, false
+		}
+		held, r.last, r.held = r.held, now, 0
+		return held, true
+	}
+	if len(s.runs) >= maxRuns {
+		maps.DeleteFunc(s.runs, func(_ string, r *run) bool { return now.Sub(r.last) >= s.gap })
+		if len(s.runs) >= maxRuns {
+			clear(s.runs)
+		}
+	}
+	s.runs[key] = &run{last: now}
+	return 0, true
 }

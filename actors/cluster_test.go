@@ -136,3 +136,40 @@ func TestProtoactorRetryNoiseIsDebug(t *testing.T) {
 		t.Errorf("warning lost or unlabelled:\n%s", out)
 	}
 }
+
+// A member that died makes protoactor repeat the same failure about it
+// without end (automanaged's health check of its seed every second, five
+// connection attempts per message sent to it): each is logged once per
+// event, by message and member, and the next line of it after a quiet
+// minute is a new event that says how many were held back.
+func TestProtoactorRepeatsAreLoggedOncePerEvent(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	log := actors.ProtoactorLoggerAt(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})), func() time.Time { return now })
+	health := "Bad connection to the node health status"
+	for range 30 { // a dead seed, checked every second
+		log.Error(health, "error", "connection refused", "autoManMemberUrl", "http://10.0.0.3:6330/_health")
+		log.Error("EndpointWriter failed to connect", "address", "10.0.0.3:8090", "retry", 1)
+		log.With("address", "10.0.0.4:8090").Warn("EndpointWriter lost connection")
+		now = now.Add(time.Second)
+	}
+	log.Error(health, "error", "connection refused", "autoManMemberUrl", "http://10.0.0.4:6330/_health") // another member
+	log.Warn("something else")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 5 {
+		t.Fatalf("%d lines for 5 events, want 5:\n%s", len(lines), buf.String())
+	}
+	for _, l := range lines {
+		if strings.Contains(l, "suppressed=") {
+			t.Errorf("first line of an event carries a count: %s", l)
+		}
+	}
+
+	now = now.Add(time.Minute) // quiet for a minute: the dead seed's line is news again
+	buf.Reset()
+	log.Error(health, "error", "connection refused", "autoManMemberUrl", "http://10.0.0.3:6330/_health")
+	if out := buf.String(); !strings.Contains(out, health) || !strings.Contains(out, "suppressed=29") {
+		t.Errorf("after a quiet minute: %q, want the line with suppressed=29", out)
+	}
+}

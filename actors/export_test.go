@@ -1,6 +1,12 @@
 package actors
 
 import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
 	"github.com/cespare/xxhash/v2"
 	dto "github.com/prometheus/client_model/go"
 
@@ -48,7 +54,7 @@ func Hosted(r *Router) [][2]int64 {
 // the placement says: a test's way to force two members to host one
 // segment.
 func GrabOn(r *Router, req domain.GrabRequest, seg int) domain.GrabResult {
-	msg := &grabMsg{user: req.UserID, req: r.requestID(req), reply: make(chan domain.GrabResult, 1)}
+	msg := &grabMsg{user: req.UserID, req: r.requestID(req), reply: make(chan domain.GrabResult, 1), deadline: time.Now().Add(r.opts.GrabTimeout)}
 	if !r.send(segKey{voucher: req.VoucherID, seg: seg}, msg) {
 		return domain.GrabResult{Code: domain.SeckillUnavailable}
 	}
@@ -76,3 +82,54 @@ func SaleMemoryDrops() float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// Cut stands in for a cluster member's death as the other members see it
+// (kill -9): Kill stops the member's remoting server, so that the others'
+// connections to it break and new ones are refused, and closes every
+// connection the member opened to them, opening none after. The member's
+// goroutines go on, talking to nobody; its Redis clients are the test's
+// to cut.
+type Cut struct {
+	mu     sync.Mutex
+	conns  []net.Conn
+	killed bool
+}
+
+// WithCut makes co's member open its connections through cut.
+func WithCut(co ClusterOptions, cut *Cut) ClusterOptions {
+	co.dial = cut.dial
+	return co
+}
+
+func (cut *Cut) dial(ctx context.Context, addr string) (net.Conn, error) {
+	cut.mu.Lock()
+	defer cut.mu.Unlock()
+	if cut.killed {
+		return nil, errors.New("member killed")
+	}
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err == nil {
+		cut.conns = append(cut.conns, conn)
+	}
+	return conn, err
+}
+
+// Kill cuts the member off (see Cut).
+func (cut *Cut) Kill(r *Router) {
+	r.cluster.c.Remote.Shutdown(false)
+	cut.mu.Lock()
+	defer cut.mu.Unlock()
+	cut.killed = true
+	for _, c := range cut.conns {
+		_ = c.Close()
+	}
+}
+
+// Unregister removes the member from its cluster provider without a
+// graceful leave: what the provider's health checks do when a member died.
+func Unregister(r *Router) {
+	_ = r.cluster.c.Config.ClusterProvider.Shutdown(false)
+}
+
+// ProtoactorLoggerAt is ProtoactorLogger on a given clock.
+var ProtoactorLoggerAt = newProtoactorLogger

@@ -51,9 +51,13 @@ var (
 		Namespace: "flashsale", Name: "cluster_members",
 		Help: "Members of the cluster hosting segments, as this member sees them.",
 	})
+	protoactorSuppressed = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "flashsale", Name: "protoactor_log_suppressed_total",
+		Help: "protoactor-go warning and error lines not logged: repeats of a line already logged for the same event (the same message about the same member, each within a minute of the last).",
+	})
 	remoteGrabs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "flashsale", Name: "cluster_remote_grabs_total",
-		Help: "Grabs this member sent to the member hosting their segment, by result (ok: an answer came back; failed: none did, answered UNAVAILABLE).",
+		Help: "Grabs this member sent to the member hosting their segment, by result (ok: an answer came back; failed: none did by the grab's deadline, answered UNAVAILABLE; resent: sent again to the segment's new host after the member it was sent to left).",
 	}, []string{"result"})
 	undecidedCalls = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "flashsale", Name: "grab_undecided_calls_total",
@@ -94,7 +98,7 @@ var grabCodes = map[domain.SeckillCode]struct {
 
 func init() {
 	prometheus.MustRegister(grabsTotal, grabDuration, batchSize, actorsAlive, actorsFull,
-		segmentsHosted, placementShare, clusterMembers, remoteGrabs, leaseRefusals, leaseLosses, userRateRefusals,
+		segmentsHosted, placementShare, clusterMembers, remoteGrabs, protoactorSuppressed, leaseRefusals, leaseLosses, userRateRefusals,
 		saleMemoryAnswers, saleMemoryDrops, undecidedCalls)
 	for _, c := range []domain.SeckillCode{domain.SeckillOK, domain.SeckillNotFound, domain.SeckillNotStarted,
 		domain.SeckillEnded, domain.SeckillPaused, domain.SeckillSoldOut, domain.SeckillLimitReached,

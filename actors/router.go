@@ -297,14 +297,15 @@ func (r *Router) Grab(ctx context.Context, req domain.GrabRequest) domain.GrabRe
 func (r *Router) grab(ctx context.Context, req domain.GrabRequest) domain.GrabResult {
 	key := segKey{voucher: req.VoucherID, seg: SegmentOf(req.UserID, r.segmentCount(req.VoucherID))}
 	msg := &grabMsg{
-		user:  req.UserID,
-		ip:    req.ClientIP,
-		req:   r.requestID(req),
-		keyed: req.RequestID != "",
-		reply: make(chan domain.GrabResult, 1),
+		user:     req.UserID,
+		ip:       req.ClientIP,
+		req:      r.requestID(req),
+		keyed:    req.RequestID != "",
+		reply:    make(chan domain.GrabResult, 1),
+		deadline: time.Now().Add(r.opts.GrabTimeout),
 	}
 	if r.cluster != nil && !r.cluster.Local(key) {
-		return r.cluster.forward(key, msg)
+		return r.cluster.forward(ctx, key, msg)
 	}
 	if !r.send(key, msg) {
 		return domain.GrabResult{Code: domain.SeckillUnavailable}

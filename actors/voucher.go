@@ -22,6 +22,9 @@ type grabMsg struct {
 	// may be the retry of one that sold (see voucherActor.decided).
 	keyed bool
 	reply chan domain.GrabResult
+	// deadline is when the grab's caller stops waiting: a grab handed to
+	// another member is waited for until then at most.
+	deadline time.Time
 	// done, if set, takes the answer instead of reply: a grab another
 	// member sent (see Cluster) is answered by a message back to it.
 	done func(res domain.GrabResult, segments int)
@@ -39,6 +42,10 @@ type grabMsg struct {
 	// decide the grab as a check: it goes to the script, never back to
 	// the record.
 	unproven bool
+	// sentBefore: the member that handed the grab over says it may have
+	// been in a script call before (GrabRequest.sent; see sent). Unlike a
+	// grab taken here, it may still be abandoned while it waits here.
+	sentBefore bool
 	// state is grabWaiting until the actor puts the grab in a script call
 	// (grabTaken) or the caller gives up first (grabAbandoned); whoever
 	// moves it first decides, so a caller told UNAVAILABLE after a timeout
@@ -79,7 +86,7 @@ func (g *grabMsg) forward() bool {
 // may have sold (an earlier attempt of its batch ran in Redis and lost its
 // reply, then the retry met a newer activation's fence), so only its
 // request id in Redis may decide it, never an activation's memory.
-func (g *grabMsg) sent() bool { return g.state.Load() == grabTaken }
+func (g *grabMsg) sent() bool { return g.sentBefore || g.state.Load() == grabTaken }
 
 // maxHops bounds re-routing: two nodes whose activations keep superseding
 // each other must not bounce a grab forever.
@@ -404,7 +411,7 @@ func (a *voucherActor) reroute(g *grabMsg) {
 			return
 		}
 		go func() { // the segment moved: hand the grab to its new host
-			res, segs := c.request(key, g)
+			res, segs := c.request(context.Background(), key, g)
 			g.deliver(res, segs)
 		}()
 		return

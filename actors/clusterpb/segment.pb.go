@@ -27,8 +27,8 @@ const (
 
 // GrabRequest asks the member hosting a voucher segment's actor to grab one
 // unit for a user. request_id is fixed by the member that took the grab, so
-// cluster.Request's retries are the same grab to the grab script, which
-// sells once per request id.
+// a request sent again (to the segment's new host after its member died)
+// is the same grab to the grab script, which sells once per request id.
 type GrabRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	VoucherId int64                  `protobuf:"varint,1,opt,name=voucher_id,json=voucherId,proto3" json:"voucher_id,omitempty"`
@@ -40,7 +40,11 @@ type GrabRequest struct {
 	Keyed bool `protobuf:"varint,6,opt,name=keyed,proto3" json:"keyed,omitempty"`
 	// sent: the grab was in a script call before (a batch that was retired
 	// mid-call), so it may have sold and only the script may decide it.
-	Sent          bool `protobuf:"varint,7,opt,name=sent,proto3" json:"sent,omitempty"`
+	Sent bool `protobuf:"varint,7,opt,name=sent,proto3" json:"sent,omitempty"`
+	// budget_ms: how long the asking member still waits for the answer
+	// (0: the host's own GRAB_TIMEOUT). The host puts the grab in no script
+	// call whose answer could come later than that.
+	BudgetMs      int64 `protobuf:"varint,8,opt,name=budget_ms,json=budgetMs,proto3" json:"budget_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -124,6 +128,13 @@ func (x *GrabRequest) GetSent() bool {
 	return false
 }
 
+func (x *GrabRequest) GetBudgetMs() int64 {
+	if x != nil {
+		return x.BudgetMs
+	}
+	return 0
+}
+
 // GrabReply is the grab's outcome. code is a SeckillCode's name.
 type GrabReply struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -199,7 +210,7 @@ var File_actors_clusterpb_segment_proto protoreflect.FileDescriptor
 
 const file_actors_clusterpb_segment_proto_rawDesc = "" +
 	"\n" +
-	"\x1eactors/clusterpb/segment.proto\x12\x11flashsale.cluster\"\xc5\x01\n" +
+	"\x1eactors/clusterpb/segment.proto\x12\x11flashsale.cluster\"\xe2\x01\n" +
 	"\vGrabRequest\x12\x1d\n" +
 	"\n" +
 	"voucher_id\x18\x01 \x01(\x03R\tvoucherId\x12\x18\n" +
@@ -209,7 +220,8 @@ const file_actors_clusterpb_segment_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x05 \x01(\tR\trequestId\x12\x14\n" +
 	"\x05keyed\x18\x06 \x01(\bR\x05keyed\x12\x12\n" +
-	"\x04sent\x18\a \x01(\bR\x04sent\"|\n" +
+	"\x04sent\x18\a \x01(\bR\x04sent\x12\x1b\n" +
+	"\tbudget_ms\x18\b \x01(\x03R\bbudgetMs\"|\n" +
 	"\tGrabReply\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x19\n" +
 	"\border_id\x18\x02 \x01(\x03R\aorderId\x12$\n" +

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"flashsale/internal/auth"
+)
+
+// A member of a three-process cluster is killed with SIGKILL in the
+// middle of a sale (the automanaged provider notices within its 1 s
+// health check; the segment leases lapse after SEGMENT_LEASE_TTL, its 3 s
+// default here): every grab entering at the two others is answered
+// within GRAB_TIMEOUT (5 s; a margin for HTTP on a loaded machine),
+// UNAVAILABLE being a fine answer, a late one not; the sale sells out
+// exactly (one order per user and request id, all in Postgres,
+// reconciliation balanced); and the survivors log each protoactor
+// failure about the dead member once, where automanaged's health check
+// alone logged an ERROR every second.
+func TestClusterMemberKilledEveryGrabAnsweredWithinGrabTimeout(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("runs a cluster of processes")
+	}
+	const (
+		grabTimeout = 5 * time.Second // GRAB_TIMEOUT's default
+		slack       = time.Second
+		stock, segs = 4000, 4
+	)
+	rig := newClusterRig(t)
+	delete(rig.env, "SEGMENT_LEASE_TTL") // the default, 3 s
+	members := []*process{rig.start(0), rig.start(1), rig.start(2)}
+	waitClusterMembers(t, 3, members...)
+	id := rig.voucher(members[0], stock, segs)
+
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	s := &clusterSale{ok: map[string]int64{}, perUser: map[int64]int{}, codes: map[string]int{}}
+	var (
+		mu       sync.Mutex
+		attempts []timedGrab
+		killedAt atomic.Pointer[time.Time]
+		entries  atomic.Pointer[[]*process]
+	)
+	entries.Store(&members)
+	// Each user grabs once with its own request id, at the live members
+	// in turn, until the answer is decided (30 s at most).
+	grab := func(u int64) {
+		tok, _ := rig.tokens.Issue(auth.Identity{UserID: u, Role: auth.RoleUser}, time.Hour)
+		giveUp := time.Now().Add(30 * time.Second)
+		var code, orderID string
+		for try := 0; ; try++ {
+			es := *entries.Load()
+			start := time.Now()
+			var err error
+			code, orderID, err = grabWithKey(client, es[(int(u)+try)%len(es)].Base, tok, id, "k")
+			took := time.Since(start)
+			if err != nil {
+				code = "ERROR " + err.Error()
+			}
+			a := timedGrab{user: u, took: took, code: code, at: -time.Hour}
+			if k := killedAt.Load(); k != nil {
+				a.at = start.Sub(*k)
+			}
+			mu.Lock()
+			attempts = append(attempts, a)
+			mu.Unlock()
+			if err == nil && code != "UNAVAILABLE" || time.Now().After(giveUp) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.codes[code]++
+		if code == "OK" {
+			if _, seen := s.ok[orderID]; !seen {
+				s.perUser[u]++
+				s.ok[orderID] = u
+			}
+		}
+	}
+	for u := int64(2); u < 60; u++ { // every segment active, every member knowing the count
+		grab(u)
+	}
+
+	// The member hosting the most segments dies.
+	victim, most := -1, 0.0
+	for i, p := range members {
+		if n, _ := strconv.ParseFloat(metric(t, p.Base, "flashsale_cluster_segments_hosted"), 64); n > most {
+			victim, most = i, n
+		}
+	}
+	if victim < 0 {
+		t.Fatal("no member hosts a segment")
+	}
+	survivors := slices.Delete(slices.Clone(members), victim, victim+1)
+	entries.Store(&survivors)
+
+	var next atomic.Int64
+	next.Store(60)
+	soldOut := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.ok) >= stock
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+				grab(next.Add(1) - 1)
+			}
+		})
+	}
+	time.Sleep(time.Second)
+	now := time.Now()
+	killedAt.Store(&now)
+	members[victim].Kill()
+	// Long enough for the provider, the lease and a whole GRAB_TIMEOUT;
+	// then until the sale sells out.
+	time.Sleep(10 * time.Second)
+	for deadline := time.Now().Add(60 * time.Second); !soldOut() && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+
+	worst := timedGrab{}
+	byHalf := map[int]timedGrab{}
+	for _, a := range attempts {
+		if a.took > worst.took {
+			worst = a
+		}
+		if a.at > -time.Second && a.at < 10*time.Second {
+			i := int((a.at + time.Second) / (500 * time.Millisecond))
+			if a.took > byHalf[i].took {
+				byHalf[i] = a
+			}
+		}
+		if a.took > grabTimeout+slack {
+			t.Errorf("user %d's grab sent %v after the kill waited %v for %s, past GRAB_TIMEOUT (%v)", a.user, a.at.Round(time.Millisecond), a.took.Round(time.Millisecond), a.code, grabTimeout)
+		}
+	}
+	t.Logf("%d attempts by %d users; slowest %v, sent %v after the kill (%s)", len(attempts), next.Load()-2, worst.took.Round(time.Millisecond), worst.at.Round(time.Millisecond), worst.code)
+	for i := range 22 {
+		if a, ok := byHalf[i]; ok {
+			t.Logf("sent %+.1fs after the kill: slowest %v (%s)", float64(i)/2-1, a.took.Round(time.Millisecond), a.code)
+		}
+	}
+	rig.verify(s, id, stock, segs, 6, survivors[0])
+
+	for _, p := range survivors {
+		for line, n := range protoactorRepeats(p.Output()) {
+			t.Errorf("%s logged %d times: %s", p.Base, n, line)
+		}
+	}
+}
+
+// timedGrab is one grab attempt: when it was sent (since the kill), how
+// long its answer took, and the answer.
+type timedGrab struct {
+	user int64
+	at   time.Duration
+	took time.Duration
+	code string
+}
+
+// protoactorRepeats counts a member's protoactor warnings and errors (its
+// JSON log lines) by level, message and the member they are about, for
+// those logged more than once.
+func protoactorRepeats(out string) map[string]int {
+	seen := map[string]int{}
+	for _, line := range strings.Split(out, "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) != nil || rec["component"] != "protoactor" || rec["level"] != "WARN" && rec["level"] != "ERROR" {
+			continue
+		}
+		key := fmt.Sprint(rec["level"], " ", rec["msg"])
+		for _, f := range []string{"address", "MemberId", "autoManMemberUrl"} {
+			if v, ok := rec[f]; ok {
+				key += fmt.Sprint(" ", f, "=", v)
+			}
+		}
+		seen[key]++
+	}
+	for k, n := range seen {
+		if n < 2 {
+			delete(seen, k)
+		}
+	}
+	return seen
+}
