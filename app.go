@@ -41,7 +41,6 @@ var (
 	_ graph.IPLimiter      = (*persistence.RateLimits)(nil)
 	_ graph.LoadGauge      = (*actors.Router)(nil)
 	_ graph.DeadLetters    = (*persistence.DeadLetters)(nil)
-	_ graph.Reconciler     = (*persistence.Reconciler)(nil)
 	_ graph.Gate           = (*gate.Service)(nil)
 	_ gate.Store           = (*persistence.Gate)(nil)
 	_ gate.Vouchers        = (*persistence.Vouchers)(nil)
@@ -78,6 +77,7 @@ type app struct {
 	redPkts  *redPacketsPart
 	live     *live.Service
 	gate     *gate.Service
+	statuses *catalog.StatusSync // copies to Redis the voucher statuses it missed
 	listener net.Listener
 	http     *http.Server
 	profiler *profiler // PPROF_ADDR only
@@ -276,11 +276,10 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 
 	// Every node copies to Redis the status changes Redis missed (a pause
 	// whose Redis write failed), so that the record wins within a bound.
-	a.background.Add(1)
-	go func() {
-		defer a.background.Done()
-		<-catalog.NewStatusSync(a.catalog, cfg.StatusSyncInterval, log).Start(bg)
-	}()
+	a.statuses = catalog.NewStatusSync(a.catalog, cfg.StatusSyncInterval, log)
+	if err = a.statuses.Start(bg); err != nil {
+		return nil, err
+	}
 
 	if a.orders, err = a.startOrders(bg, stock); err != nil {
 		return nil, err
@@ -292,7 +291,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	if a.gate, err = a.startGate(ctx, bg, secret); err != nil {
 		return nil, err
 	}
-	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router, DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: persistence.NewReconciler(a.db, a.rdb),
+	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router, DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: reconciliationQuery{a.orders.reconciler},
 		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live, Gate: a.gate, RedPackets: a.redPkts.service}, graph.HandlerOptions{
 		Tokens:                 a.tokens,
 		Log:                    log,
@@ -524,8 +523,11 @@ func (a *app) stop() {
 	if a.cancelBackground != nil {
 		a.cancelBackground()
 		a.background.Wait()
-		a.redPkts.wait() // before the orders close the lock clients
-		a.orders.wait()
+		if a.statuses != nil {
+			a.statuses.Stop()
+		}
+		a.redPkts.stop() // before the orders close the lock clients
+		a.orders.stop()
 	}
 	a.locks.close() // after the router and the maintenance: their leases are released
 	if a.probe != nil {

@@ -105,7 +105,7 @@ func newNode(tb testing.TB, s *stores, name string, payTimeout time.Duration) *n
 	n.store = persistence.NewOrders(s.db, s.rdb, quiet)
 	n.service = New(n.store, n.catalog, Config{PayTimeout: payTimeout}, quiet)
 	n.locker = lease.New([]redis.UniversalClient{s.rdb}, 2*time.Second, quiet)
-	n.reconciler = NewReconciler(persistence.NewReconciler(s.db, s.rdb), n.stock, n.catalog, n.locker, ReconcileConfig{}, quiet)
+	n.reconciler = NewReconciler(persistence.NewReconciliations(s.db, s.rdb), n.stock, n.catalog, n.locker, ReconcileConfig{}, quiet)
 	return n
 }
 
