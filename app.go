@@ -19,6 +19,7 @@ import (
 	"flashsale/actors"
 	"flashsale/graph"
 	"flashsale/internal/auth"
+	"flashsale/internal/breaker"
 	"flashsale/internal/catalog"
 	"flashsale/internal/config"
 	"flashsale/internal/gate"
@@ -34,7 +35,7 @@ var (
 	_ actors.Store         = (*persistence.Grabs)(nil)
 	_ actors.OrderIDs      = (*persistence.OrderIDs)(nil)
 	_ actors.Limits        = (*persistence.RateLimits)(nil)
-	_ actors.RedisHealth   = (*persistence.Breaker)(nil)
+	_ actors.RedisHealth   = (*breaker.Breaker)(nil)
 	_ actors.Fallback      = (*persistence.DBGrabs)(nil)
 	_ catalog.VoucherStore = (*persistence.Vouchers)(nil)
 	_ catalog.StockStore   = (*persistence.Stock)(nil)
@@ -44,8 +45,12 @@ var (
 	_ graph.Gate           = (*gate.Service)(nil)
 	_ gate.Store           = (*persistence.Gate)(nil)
 	_ gate.Vouchers        = (*persistence.Vouchers)(nil)
-	_ gate.Watcher         = (*persistence.Gate)(nil)
+	_ gate.Announcements   = (*persistence.Subscription)(nil)
+	_ actors.Announcements = (*persistence.Subscription)(nil)
 )
+
+// The database fallback sells only while the breaker says Redis is down.
+var _ persistence.RedisOutage = (*breaker.Breaker)(nil)
 
 // app is the wired service. start builds it in a visible order (database,
 // Redis, services, GraphQL, HTTP); stop tears it down in reverse.
@@ -63,7 +68,7 @@ type app struct {
 	// (REDIS_ACK_REPLICAS): the request path's client, with room in its
 	// read deadline for WAIT; rdb otherwise.
 	acked    redis.UniversalClient
-	breaker  *persistence.Breaker
+	breaker  *breaker.Breaker
 	fallback *persistence.DBGrabs  // DEGRADE_TO_DB only
 	probe    redis.UniversalClient // /readyz's own client, with short timeouts
 	ready    *readiness
@@ -130,7 +135,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	// each gets the same tuning in every REDIS_MODE.
 	a.bg = target.Client(persistence.BackgroundTuning())
 	a.rdb = target.Client(persistence.RequestTuning(0))
-	a.breaker = persistence.NewBreaker(log, persistence.BreakerOptions{OnClose: a.afterRedisOutage})
+	a.breaker = breaker.New(log, breaker.Options{OnClose: a.afterRedisOutage})
 	a.rdb.AddHook(a.breaker)
 	// After the breaker: a command it refuses never reached Redis.
 	a.rdb.AddHook(persistence.RedisErrors{})
@@ -267,9 +272,11 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 			log.Error("order writer stopped", "err", err)
 		}
 	}()
+	events := persistence.NewStock(a.bg).Subscribe(bg)
 	go func() {
 		defer a.background.Done()
-		if err := persistence.NewStock(a.bg).Watch(bg, a.router.Changed, a.router.Resync); err != nil {
+		defer events.Close()
+		if err := a.router.Follow(bg, events); err != nil {
 			log.Error("voucher-event watcher stopped", "err", err)
 		}
 	}()
@@ -362,9 +369,11 @@ func (a *app) startGate(ctx, bg context.Context, jwtSecret string) (*gate.Servic
 		return nil, fmt.Errorf("blocklist: %w", err)
 	}
 	a.background.Add(1)
+	announcements := persistence.NewGate(a.bg).Subscribe(bg)
 	go func() {
 		defer a.background.Done()
-		g.Run(bg, persistence.NewGate(a.bg))
+		defer announcements.Close()
+		g.Run(bg, announcements)
 	}()
 	return g, nil
 }

@@ -17,6 +17,8 @@ var (
 	_ live.Bus         = (*persistence.Live)(nil)
 )
 
+var _ live.Announcements = (*persistence.Subscription)(nil)
+
 // startLive wires the live subscriptions: this node's sales are announced
 // on Redis pub/sub, and every announcement (its own, other nodes', the
 // voucher events and order changes) reaches the subscribers here. Both
@@ -29,9 +31,11 @@ func (a *app) startLive(bg context.Context) *live.Service {
 		defer a.background.Done()
 		s.Run(bg)
 	}()
+	announcements := bus.Subscribe(bg)
 	go func() {
 		defer a.background.Done()
-		if err := bus.Watch(bg, s.StockChanged, s.OrderChanged, s.Resync); err != nil {
+		defer announcements.Close()
+		if err := s.Follow(bg, announcements); err != nil {
 			a.log.Error("live-change watcher stopped", "err", err)
 		}
 	}()

@@ -1,4 +1,4 @@
-package persistence_test
+package breaker_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"flashsale/internal/breaker"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -24,7 +25,7 @@ func TestBreakerOpensOnOutagesAndRecoversByItself(t *testing.T) {
 	proxy := testenv.MustProxy(t, testenv.MustRedis(t).Addr())
 	var resyncs atomic.Int32
 	release := make(chan struct{})
-	b := persistence.NewBreaker(slog.New(slog.DiscardHandler), persistence.BreakerOptions{
+	b := breaker.New(slog.New(slog.DiscardHandler), breaker.Options{
 		Open: 100 * time.Millisecond,
 		OnClose: func(context.Context) error {
 			<-release
@@ -47,7 +48,7 @@ func TestBreakerOpensOnOutagesAndRecoversByItself(t *testing.T) {
 	}
 
 	proxy.Stall()
-	for i := 0; i < persistence.BreakerFailuresDefault; i++ {
+	for i := 0; i < breaker.FailuresDefault; i++ {
 		began := time.Now()
 		if err := c.Ping(ctx).Err(); err == nil {
 			t.Fatal("ping through a stalled proxy succeeded")
@@ -60,7 +61,7 @@ func TestBreakerOpensOnOutagesAndRecoversByItself(t *testing.T) {
 		t.Fatal("breaker not open after 3 failed calls")
 	}
 	began := time.Now()
-	if err := c.Ping(ctx).Err(); !errors.Is(err, persistence.ErrRedisUnavailable) {
+	if err := c.Ping(ctx).Err(); !errors.Is(err, breaker.ErrRedisUnavailable) {
 		t.Fatalf("call while open: %v, want ErrRedisUnavailable", err)
 	}
 	if took := time.Since(began); took > 50*time.Millisecond {
@@ -74,7 +75,7 @@ func TestBreakerOpensOnOutagesAndRecoversByItself(t *testing.T) {
 	// Past the open time the breaker lets one probe through; a request's
 	// call is not it (only Watch's ping probes), however healthy Redis is.
 	time.Sleep(150 * time.Millisecond)
-	if err := c.Get(ctx, "no-such-key").Err(); !errors.Is(err, persistence.ErrRedisUnavailable) {
+	if err := c.Get(ctx, "no-such-key").Err(); !errors.Is(err, breaker.ErrRedisUnavailable) {
 		t.Fatalf("a request's call while half-open: %v, want ErrRedisUnavailable", err)
 	}
 	if !b.Down() {
@@ -103,7 +104,7 @@ func TestBreakerCloseEndsAFailingResync(t *testing.T) {
 	proxy := testenv.MustProxy(t, testenv.MustRedis(t).Addr())
 	var attempts atomic.Int32
 	var running atomic.Int32
-	b := persistence.NewBreaker(slog.New(slog.DiscardHandler), persistence.BreakerOptions{
+	b := breaker.New(slog.New(slog.DiscardHandler), breaker.Options{
 		Open: 100 * time.Millisecond,
 		OnClose: func(ctx context.Context) error {
 			running.Add(1)
@@ -122,7 +123,7 @@ func TestBreakerCloseEndsAFailingResync(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := context.Background()
 	proxy.Stall()
-	for i := 0; i < persistence.BreakerFailuresDefault; i++ {
+	for i := 0; i < breaker.FailuresDefault; i++ {
 		_ = c.Ping(ctx).Err()
 	}
 	if !b.Down() {
