@@ -53,7 +53,7 @@ func (a *app) startOrders(bg context.Context, stock *persistence.Stock) (*orders
 		p.reconciler,
 	} {
 		if err := job.Start(bg); err != nil {
-			return nil, err
+			return p, err // stop stops the jobs started
 		}
 		p.jobs = append(p.jobs, job)
 	}

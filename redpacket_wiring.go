@@ -62,7 +62,7 @@ func (a *app) startRedPackets(ctx, bg context.Context) (*redPacketsPart, error) 
 		Interval: a.cfg.RedPacketRefundInterval, Grace: a.cfg.RedPacketRefundGrace,
 	}, a.log)
 	if err := p.refunds.Start(bg); err != nil {
-		return nil, err
+		return p, err
 	}
 	return p, nil
 }
