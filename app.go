@@ -24,6 +24,7 @@ import (
 	"flashsale/internal/config"
 	"flashsale/internal/gate"
 	"flashsale/internal/live"
+	"flashsale/internal/maintenance"
 	"flashsale/internal/playground"
 	"flashsale/persistence"
 )
@@ -82,7 +83,7 @@ type app struct {
 	redPkts  *redPacketsPart
 	live     *live.Service
 	gate     *gate.Service
-	statuses *catalog.StatusSync // copies to Redis the voucher statuses it missed
+	jobs     []maintenance.Service // this node's own jobs: started in order, stopped in reverse
 	listener net.Listener
 	http     *http.Server
 	profiler *profiler // PPROF_ADDR only
@@ -261,11 +262,7 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancelBackground = cancel
-	a.background.Add(3)
-	go func() {
-		defer a.background.Done()
-		a.breaker.Watch(bg, breakerProbeInterval, func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() })
-	}()
+	a.background.Add(2)
 	go func() {
 		defer a.background.Done()
 		if err := a.writer.Run(bg); err != nil {
@@ -281,11 +278,18 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 		}
 	}()
 
-	// Every node copies to Redis the status changes Redis missed (a pause
-	// whose Redis write failed), so that the record wins within a bound.
-	a.statuses = catalog.NewStatusSync(a.catalog, cfg.StatusSyncInterval, log)
-	if err = a.statuses.Start(bg); err != nil {
-		return nil, err
+	// The node's own jobs, on every node: the breaker's probe finds Redis
+	// back after an outage; the status sync copies to Redis the status
+	// changes Redis missed (a pause whose Redis write failed), so that the
+	// record wins within a bound.
+	for _, job := range []maintenance.Service{
+		a.breaker.Prober(breakerProbeInterval, func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() }),
+		catalog.NewStatusSync(a.catalog, cfg.StatusSyncInterval, log),
+	} {
+		if err = job.Start(bg); err != nil {
+			return nil, err
+		}
+		a.jobs = append(a.jobs, job)
 	}
 
 	if a.orders, err = a.startOrders(bg, stock); err != nil {
@@ -532,8 +536,8 @@ func (a *app) stop() {
 	if a.cancelBackground != nil {
 		a.cancelBackground()
 		a.background.Wait()
-		if a.statuses != nil {
-			a.statuses.Stop()
+		for i := len(a.jobs) - 1; i >= 0; i-- {
+			a.jobs[i].Stop()
 		}
 		a.redPkts.stop() // before the orders close the lock clients
 		a.orders.stop()

@@ -2,7 +2,7 @@
 // Redis client: a stalled Redis (process stopped, sockets open) answers
 // nothing and closes nothing, so only deadlines end a call; the breaker
 // then stops sending calls at all, so requests answer at once rather than
-// each waiting out its deadline, probes Redis now and then (Watch), and
+// each waiting out its deadline, probes Redis now and then (Prober), and
 // re-syncs Redis from the database when it is back (Options.OnClose)
 // before grabs use it again. The database fallback asks it whether Redis
 // is down (persistence.RedisOutage), the actors whether Redis is usable
@@ -23,6 +23,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"flashsale/domain"
+	"flashsale/internal/maintenance"
 )
 
 // Defaults of the breaker.
@@ -63,7 +64,7 @@ type Options struct {
 // count as successes: Redis answered. Timeouts, refused connections and
 // pool timeouts count as failures; a caller's cancellation counts as a
 // success (gobreaker 2.1 has no third outcome), which can only delay an
-// opening: while the breaker is not closed, only Watch's ping reaches
+// opening: while the breaker is not closed, only the Prober's ping reaches
 // Redis (see run).
 type Breaker struct {
 	cb      *gobreaker.CircuitBreaker[struct{}]
@@ -184,26 +185,24 @@ func (b *Breaker) Down() bool {
 	return b.cb.State() != gobreaker.StateClosed
 }
 
-// Watch probes Redis with ping, through the breaker, every interval while
-// the breaker is not closed, until ctx ends. Grabs do not probe: while
-// Redis is down they are answered without it (UNAVAILABLE, or by the
-// database fallback), and a grab as the half-open probe could sell from a
-// load that the database fallback made stale.
-func (b *Breaker) Watch(ctx context.Context, interval time.Duration, ping func(context.Context) error) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if b.cb.State() != gobreaker.StateClosed {
+// Prober returns the job that probes Redis with ping, through the
+// breaker, every interval while the breaker is not closed (a run reports
+// whether it probed). Grabs do not probe: while Redis is down they are
+// answered without it (UNAVAILABLE, or by the database fallback), and a
+// grab as the half-open probe could sell from a load that the database
+// fallback made stale. It runs on every node, under no lease: each node
+// has its own breaker.
+func (b *Breaker) Prober(interval time.Duration, ping func(context.Context) error) *maintenance.Job[bool] {
+	return maintenance.New(maintenance.Config{Name: "redis-probe", Interval: interval, FirstAfterInterval: true}, b.log,
+		func(ctx context.Context) (bool, error) {
+			if b.cb.State() == gobreaker.StateClosed {
+				return false, nil
+			}
 			pctx, cancel := context.WithTimeout(context.WithValue(ctx, probeCall{}, true), interval)
-			_ = ping(pctx)
-			cancel()
-		}
-	}
+			defer cancel()
+			_ = ping(pctx) // a failed probe is the breaker's to count, not the job's to log
+			return true, nil
+		})
 }
 
 // inBreaker marks the context of a call the breaker let through: go-redis
@@ -213,7 +212,7 @@ func (b *Breaker) Watch(ctx context.Context, interval time.Duration, ping func(c
 // would be refused and fail the probe).
 type inBreaker struct{}
 
-// probeCall marks Watch's ping: the only call that may pass a breaker that
+// probeCall marks the Prober's ping: the only call that may pass a breaker that
 // is not closed. Any other call as the half-open probe could close it on
 // a cancelled caller's "success" while Redis is still down.
 type probeCall struct{}

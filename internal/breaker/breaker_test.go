@@ -73,7 +73,7 @@ func TestBreakerOpensOnOutagesAndRecoversByItself(t *testing.T) {
 	proxy.Up()
 	proxy.Resume()
 	// Past the open time the breaker lets one probe through; a request's
-	// call is not it (only Watch's ping probes), however healthy Redis is.
+	// call is not it (only the Prober's ping probes), however healthy Redis is.
 	time.Sleep(150 * time.Millisecond)
 	if err := c.Get(ctx, "no-such-key").Err(); !errors.Is(err, breaker.ErrRedisUnavailable) {
 		t.Fatalf("a request's call while half-open: %v, want ErrRedisUnavailable", err)
@@ -81,9 +81,7 @@ func TestBreakerOpensOnOutagesAndRecoversByItself(t *testing.T) {
 	if !b.Down() {
 		t.Fatal("a request's call probed and closed the breaker")
 	}
-	watchCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	go b.Watch(watchCtx, 20*time.Millisecond, func(ctx context.Context) error { return c.Ping(ctx).Err() })
+	startProber(t, b, c)
 	testenv.WaitFor(t, "the breaker closed", func() bool { return !b.Down() })
 	if b.Usable() {
 		t.Fatal("usable before the re-sync returned")
@@ -132,9 +130,7 @@ func TestBreakerCloseEndsAFailingResync(t *testing.T) {
 	proxy.Down()
 	proxy.Up()
 	proxy.Resume()
-	watchCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	go b.Watch(watchCtx, 20*time.Millisecond, func(ctx context.Context) error { return c.Ping(ctx).Err() })
+	startProber(t, b, c)
 	testenv.WaitFor(t, "two failed re-sync attempts", func() bool { return attempts.Load() >= 2 })
 
 	closed := make(chan struct{})
@@ -155,4 +151,14 @@ func TestBreakerCloseEndsAFailingResync(t *testing.T) {
 	if b.Usable() {
 		t.Fatal("usable although the re-sync never succeeded")
 	}
+}
+
+// startProber probes Redis through c every 20 ms until the test ends.
+func startProber(tb testing.TB, b *breaker.Breaker, c *redis.Client) {
+	tb.Helper()
+	p := b.Prober(20*time.Millisecond, func(ctx context.Context) error { return c.Ping(ctx).Err() })
+	if err := p.Start(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(p.Stop)
 }
