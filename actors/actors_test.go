@@ -33,6 +33,22 @@ type env struct {
 	catalog *catalog.Service
 }
 
+// follow has r follow the voucher events until the test ends; it returns
+// once the subscription is confirmed, so an announcement made after it
+// reaches r.
+func follow(tb testing.TB, r *actors.Router, rdb redis.UniversalClient) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	events := persistence.NewStock(rdb).Subscribe(ctx)
+	if an, err := events.Next(ctx); err != nil || an.Kind != domain.Missed {
+		tb.Fatalf("voucher events subscription: first announcement %+v, %v; want the subscription's", an, err)
+	}
+	r.Resync()
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Follow(ctx, events) }()
+	tb.Cleanup(func() { cancel(); <-done; _ = events.Close() })
+}
+
 func newEnv(tb testing.TB) *env {
 	tb.Helper()
 	e := &env{db: testenv.MustPostgres(tb), redis: testenv.MustRedis(tb)}
@@ -161,11 +177,8 @@ func TestCachedAnswersFollowStatusChanges(t *testing.T) {
 	if c := grab(3); c != domain.SeckillPaused { // now from memory
 		t.Fatalf("second grab on a paused voucher: %s", c)
 	}
-	// Resuming announces the change; the watcher delivers it.
-	watchCtx, stop := context.WithCancel(context.Background())
-	defer stop()
-	go func() { _ = persistence.NewStock(e.rdb).Watch(watchCtx, r.Changed, r.Resync) }()
-	time.Sleep(100 * time.Millisecond) // let the subscription start
+	// Resuming announces the change; the router's subscription delivers it.
+	follow(t, r, e.rdb)
 	if _, err := e.catalog.SetStatus(ctx, id, domain.StatusActive); err != nil {
 		t.Fatal(err)
 	}
@@ -341,9 +354,7 @@ func TestRedisLosingItsDataReactivatesTheVoucher(t *testing.T) {
 	id := e.live(t, 10, 1)
 	r := e.router(t, nil, actors.Options{})
 	w := e.writer(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = persistence.NewStock(e.rdb).Watch(ctx, r.Changed, r.Resync) }()
+	follow(t, r, e.rdb)
 	mustSell(t, r, id, 1, 2, 3, 4)
 	drained(t, w)
 	e.redis.Restart() // empty: the voucher is gone from Redis
@@ -683,10 +694,8 @@ func TestSoldOutLiftsWhenStockComesBack(t *testing.T) {
 	e := newEnv(t)
 	id := e.live(t, 1, 1)
 	r := e.router(t, nil, actors.Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	stock := persistence.NewStock(e.rdb)
-	go func() { _ = stock.Watch(ctx, r.Changed, r.Resync) }()
+	follow(t, r, e.rdb)
 	grab := func(u int64) domain.SeckillCode {
 		return r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: u}).Code
 	}

@@ -79,7 +79,7 @@ type Limits interface {
 	Admit(ctx context.Context, voucherID int64, checks []domain.RateCheck) ([]time.Duration, error)
 }
 
-// RedisHealth says whether grabs may use Redis now (persistence.Breaker).
+// RedisHealth says whether grabs may use Redis now (breaker.Breaker).
 type RedisHealth interface {
 	// Usable is false while the breaker is not closed, and while the node
 	// re-syncs Redis from the database after an outage.

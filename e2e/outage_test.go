@@ -217,7 +217,7 @@ func assertLanded(t *testing.T, n *outageNode, voucherID string, ok map[string]i
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: n.redis.Addr()})
 	defer rdb.Close()
-	rec := persistence.NewReconciler(db, rdb)
+	rec := persistence.NewReconciliations(db, rdb)
 	var last any
 	eventually(t, "the voucher reconciled", 20*time.Second, func() bool {
 		r, err := rec.Reconcile(ctx, vid)

@@ -113,7 +113,8 @@ func startNode(tb testing.TB, db *bun.DB, rs *testenv.RedisServer, options func(
 	var bg sync.WaitGroup
 	bg.Go(func() { _ = s.writer.Run(ctx) })
 	bg.Go(func() { _ = s.rpWriter.Run(ctx) })
-	bg.Go(func() { _ = persistence.NewStock(s.rdb).Watch(ctx, s.router.Changed, s.router.Resync) })
+	events := persistence.NewStock(s.rdb).Subscribe(ctx)
+	bg.Go(func() { defer events.Close(); _ = s.router.Follow(ctx, events) })
 	s.gateCalls = new(testenv.Counter)
 	gateRdb := s.redis.Client()
 	gateRdb.AddHook(s.gateCalls)
@@ -121,9 +122,10 @@ func startNode(tb testing.TB, db *bun.DB, rs *testenv.RedisServer, options func(
 	if err := s.gate.Load(ctx); err != nil {
 		tb.Fatal(err)
 	}
-	bg.Go(func() { s.gate.Run(ctx, persistence.NewGate(s.rdb)) })
+	gateChanges := persistence.NewGate(s.rdb).Subscribe(ctx)
+	bg.Go(func() { defer gateChanges.Close(); s.gate.Run(ctx, gateChanges) })
 	tb.Cleanup(func() { s.router.Close(); cancel(); bg.Wait() })
-	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router, DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciler(s.db, s.rdb), Gate: s.gate, RedPackets: redPackets}, graph.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: graph.IntrospectionPublic, CompiledGrabs: true})
+	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router, DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciliations(s.db, s.rdb), Gate: s.gate, RedPackets: redPackets}, graph.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: graph.IntrospectionPublic, CompiledGrabs: true})
 	s.client = client.New(h)
 	s.handler = h
 	return s

@@ -56,14 +56,20 @@ func newLiveNodes(tb testing.TB, n int, options ...func(*graph.HandlerOptions)) 
 		bus := persistence.NewLive(s.rdb)
 		svc = live.New(s.catalog, ordersSvc, bus, log, live.Options{})
 		ctx, cancel := context.WithCancel(context.Background())
+		// The live subscription is confirmed once its first announcement
+		// (Missed) is read; Follow then reads the rest.
 		subscribed := make(chan struct{})
-		var once sync.Once
+		changes := bus.Subscribe(ctx)
+		if an, err := changes.Next(ctx); err != nil || an.Kind != domain.Missed {
+			tb.Fatalf("live subscription: %+v, %v", an, err)
+		}
+		svc.Resync()
+		close(subscribed)
+		events := persistence.NewStock(s.rdb).Subscribe(ctx)
 		var bg sync.WaitGroup
 		bg.Go(func() { svc.Run(ctx) })
-		bg.Go(func() {
-			_ = bus.Watch(ctx, svc.StockChanged, svc.OrderChanged, func() { svc.Resync(); once.Do(func() { close(subscribed) }) })
-		})
-		bg.Go(func() { _ = persistence.NewStock(s.rdb).Watch(ctx, router.Changed, router.Resync) })
+		bg.Go(func() { defer changes.Close(); _ = svc.Follow(ctx, changes) })
+		bg.Go(func() { defer events.Close(); _ = router.Follow(ctx, events) })
 		tb.Cleanup(func() { router.Close(); cancel(); bg.Wait() })
 		opts := graph.HandlerOptions{Tokens: s.tokens, Log: log}
 		for _, o := range options {

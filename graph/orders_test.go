@@ -28,9 +28,9 @@ func newOrdersServer(tb testing.TB) *testServer {
 	store := persistence.NewOrders(s.db, s.rdb, log)
 	locker := lease.New([]redis.UniversalClient{s.rdb}, 0, log)
 	h := graph.NewHandler(&graph.Resolver{
-		Catalog: s.catalog, Grabber: s.router, DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciler(s.db, s.rdb),
+		Catalog: s.catalog, Grabber: s.router, DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciliations(s.db, s.rdb),
 		Orders:          orders.New(store, s.catalog, orders.Config{}, log),
-		Reconciliations: orders.NewReconciler(persistence.NewReconciler(s.db, s.rdb), persistence.NewStock(s.rdb), s.catalog, locker, orders.ReconcileConfig{}, log),
+		Reconciliations: orders.NewReconciler(persistence.NewReconciliations(s.db, s.rdb), persistence.NewStock(s.rdb), s.catalog, locker, orders.ReconcileConfig{}, log),
 	}, graph.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: graph.IntrospectionPublic})
 	s.client = client.New(h)
 	s.handler = h

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/redis/go-redis/v9"
+	"flashsale/domain"
 )
 
 // Voucher events: the scripts that change a voucher outside a grab
-// announce it on eventsChannel, and every node's watcher tells its actors
-// to reload.
+// announce it on eventsChannel, and every node's router, reading its
+// subscription, tells its actors to reload.
 
 // Announce tells every node's actors that a voucher changed outside the
 // grab script (for code that changes stock or status without one of the
@@ -21,13 +21,13 @@ func (s *Stock) Announce(ctx context.Context, voucherID int64) error {
 	return nil
 }
 
-// Watch calls changed with the id of every voucher announced on the events
-// channel, and resync whenever the subscription is (re)established, since
-// announcements made while it was down are lost. It returns when ctx ends.
-func (s *Stock) Watch(ctx context.Context, changed func(voucherID int64), resync func()) error {
-	return watch(ctx, s.rdb, 1024, func(string) { resync() }, func(m *redis.Message) {
-		if id, ok := voucherIDFromKey(m.Payload); ok {
-			changed(id)
-		}
+// Subscribe subscribes to the voucher events: every voucher announced is
+// a domain.VoucherChanged, and every (re)subscription a domain.Missed,
+// since announcements made while it was down are lost. The owner reads it
+// with Next and closes it.
+func (s *Stock) Subscribe(ctx context.Context) *Subscription {
+	return subscribe(ctx, s.rdb, 1024, []string{eventsChannel}, func(_, payload string) (domain.Announcement, bool) {
+		id, ok := voucherIDFromKey(payload)
+		return domain.Announcement{Kind: domain.VoucherChanged, IDs: []int64{id}}, ok
 	}, eventsChannel)
 }

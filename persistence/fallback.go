@@ -70,11 +70,17 @@ const FallbackConcurrencyDefault = 8
 // between nodes (NTP keeps it well under a second).
 const fallbackSlack = 3 * time.Second
 
+// RedisOutage says whether Redis is taken to be down: the request
+// path's circuit breaker (breaker.Breaker) is open or half-open.
+type RedisOutage interface {
+	Down() bool
+}
+
 // DBGrabs sells seckill vouchers from Postgres while the breaker says
 // Redis is down.
 type DBGrabs struct {
 	db      *bun.DB
-	breaker *Breaker
+	breaker RedisOutage
 	sem     chan struct{}
 	now     func() time.Time
 	// mu is held shared by every database grab; Barrier takes it alone,
@@ -86,7 +92,7 @@ type DBGrabs struct {
 
 // NewDBGrabs returns the database fallback; concurrency <= 0 takes
 // FallbackConcurrencyDefault.
-func NewDBGrabs(db *bun.DB, breaker *Breaker, concurrency int) *DBGrabs {
+func NewDBGrabs(db *bun.DB, breaker RedisOutage, concurrency int) *DBGrabs {
 	if concurrency <= 0 {
 		concurrency = FallbackConcurrencyDefault
 	}

@@ -128,17 +128,21 @@ func (g *Gate) UseChallenge(ctx context.Context, digest string, until time.Time)
 	return ok == "OK", nil
 }
 
-// Watch calls blocks when the blocklist changed, voucher when a voucher's
-// gate did, and resync whenever the subscription is (re)established (a
-// message may have been missed). It returns when ctx ends.
-func (g *Gate) Watch(ctx context.Context, blocks func(), voucher func(id int64), resync func()) error {
-	return watch(ctx, g.rdb, 256, func(string) { resync() }, func(m *redis.Message) {
-		if m.Payload == "blocks" {
-			blocks()
-		} else if s, ok := strings.CutPrefix(m.Payload, "voucher:"); ok {
+// Subscribe subscribes to the gate's announcements: a
+// domain.BlocklistChanged when the blocklist changed, a
+// domain.GateChanged when a voucher's gate did, and a domain.Missed at
+// every (re)subscription (a message may have been missed). The owner
+// reads it with Next and closes it.
+func (g *Gate) Subscribe(ctx context.Context) *Subscription {
+	return subscribe(ctx, g.rdb, 256, []string{gateChannel}, func(_, payload string) (domain.Announcement, bool) {
+		if payload == "blocks" {
+			return domain.Announcement{Kind: domain.BlocklistChanged}, true
+		}
+		if s, ok := strings.CutPrefix(payload, "voucher:"); ok {
 			if id, err := strconv.ParseInt(s, 10, 64); err == nil {
-				voucher(id)
+				return domain.Announcement{Kind: domain.GateChanged, IDs: []int64{id}}, true
 			}
 		}
+		return domain.Announcement{}, false
 	}, gateChannel)
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"flashsale/domain"
 )
 
 // publishTimeout bounds an order announcement made after a change has
@@ -16,11 +18,12 @@ import (
 // channels and what they carry are in keys.go.
 const publishTimeout = time.Second
 
-// Live announces and watches the changes the live subscriptions follow.
+// Live announces the changes the live subscriptions follow, and
+// subscribes to them.
 type Live struct{ rdb redis.UniversalClient }
 
-// NewLive returns the announcer and watcher over rdb (the background
-// client: its watcher holds a pub/sub connection for ever).
+// NewLive returns the announcer over rdb (the background client: a
+// subscription holds a pub/sub connection for ever).
 func NewLive(rdb redis.UniversalClient) *Live { return &Live{rdb: rdb} }
 
 // PublishStock announces that the stock of the vouchers changed.
@@ -31,27 +34,26 @@ func (l *Live) PublishStock(ctx context.Context, voucherIDs []int64) error {
 	return nil
 }
 
-// Watch calls stock with every voucher whose stock changed (announced
-// by a node's sales or by the voucher events: restock, returns, status),
-// order with every order announced, and resync whenever the subscription
-// is (re)established. It returns when ctx ends.
-func (l *Live) Watch(ctx context.Context, stock, order func(id int64), resync func()) error {
-	subscribed := func(channel string) {
-		if channel == eventsChannel {
-			resync()
-		}
-	}
-	return watch(ctx, l.rdb, 1024, subscribed, func(m *redis.Message) {
-		switch m.Channel {
+// Subscribe subscribes to what the live subscriptions follow: a
+// domain.StockChanged for every voucher whose stock changed (announced by
+// a node's sales or by the voucher events: restock, returns, status), a
+// domain.OrdersChanged for every order announced, and a domain.Missed
+// whenever the voucher events are (re)subscribed. The owner reads it with
+// Next and closes it.
+func (l *Live) Subscribe(ctx context.Context) *Subscription {
+	return subscribe(ctx, l.rdb, 1024, []string{eventsChannel}, func(channel, payload string) (domain.Announcement, bool) {
+		switch channel {
 		case eventsChannel:
-			if id, ok := voucherIDFromKey(m.Payload); ok {
-				stock(id)
-			}
+			id, ok := voucherIDFromKey(payload)
+			return domain.Announcement{Kind: domain.StockChanged, IDs: []int64{id}}, ok
 		case stockChannel:
-			eachID(m.Payload, stock)
+			ids := parseIDs(payload)
+			return domain.Announcement{Kind: domain.StockChanged, IDs: ids}, len(ids) > 0
 		case orderChannel:
-			eachID(m.Payload, order)
+			ids := parseIDs(payload)
+			return domain.Announcement{Kind: domain.OrdersChanged, IDs: ids}, len(ids) > 0
 		}
+		return domain.Announcement{}, false
 	}, stockChannel, orderChannel, eventsChannel)
 }
 
@@ -80,10 +82,13 @@ func joinIDs(ids []int64) string {
 	return b.String()
 }
 
-func eachID(list string, f func(int64)) {
+// parseIDs reads a joinIDs list, skipping what is no id.
+func parseIDs(list string) []int64 {
+	var ids []int64
 	for s := range strings.SplitSeq(list, ",") {
 		if id, err := strconv.ParseInt(s, 10, 64); err == nil {
-			f(id)
+			ids = append(ids, id)
 		}
 	}
+	return ids
 }

@@ -32,10 +32,6 @@ var (
 		Namespace: "flashsale", Name: "orders_dead_total",
 		Help: "Order-log entries the database refused for good, kept in tb_order_dead_letter, by reason.",
 	}, []string{"reason"})
-	breakerState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "flashsale", Name: "breaker_state",
-		Help: "Circuit breaker state per store: 0 closed, 1 half-open, 2 open.",
-	}, []string{"store"})
 	orderLogPending = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "flashsale", Name: "order_log_pending",
 		Help: "Order-log entries delivered to a writer and not yet acknowledged (all order logs, all writers).",
@@ -84,7 +80,7 @@ var (
 )
 
 func init() {
-	prometheus.MustRegister(orderLogLag, ordersPersisted, orderWriteErrors, ordersAdopted, ordersDead, breakerState, fallbackGrabs,
+	prometheus.MustRegister(orderLogLag, ordersPersisted, orderWriteErrors, ordersAdopted, ordersDead, fallbackGrabs,
 		orderLogPending, orderLogLagSeconds, writeBatchSize, writeDuration, scriptDuration, redisErrors, rateLimited)
 	// Present at 0 from the start, so that a dashboard tells "none" from
 	// "not reported".

@@ -17,15 +17,17 @@ import (
 // reconcileSnapshotScript reads what Redis holds of a voucher at once: scripts/reconcile_snapshot.lua.
 var reconcileSnapshotScript = newScript("reconcile_snapshot")
 
-// Reconciler checks the stock identity of vouchers (invariant 5).
-type Reconciler struct {
+// Reconciliations reads the stock identity of vouchers (invariant 5) for
+// the reconciler (orders.Reconciler), which judges and repairs.
+type Reconciliations struct {
 	db  *bun.DB
 	rdb redis.UniversalClient
 }
 
-// NewReconciler returns a reconciler over the database and the stock Redis.
-func NewReconciler(db *bun.DB, rdb redis.UniversalClient) *Reconciler {
-	return &Reconciler{db: db, rdb: rdb}
+// NewReconciliations returns the reads over the database and the stock
+// Redis.
+func NewReconciliations(db *bun.DB, rdb redis.UniversalClient) *Reconciliations {
+	return &Reconciliations{db: db, rdb: rdb}
 }
 
 // Reconcile reads one voucher's identity at one moment: it holds the
@@ -35,7 +37,7 @@ func NewReconciler(db *bun.DB, rdb redis.UniversalClient) *Reconciler {
 // Dead letters count when they were sold from the load Redis holds: a
 // reload starts again from the database, and an order sold from a lost
 // load never took a unit of the current one.
-func (r *Reconciler) Reconcile(ctx context.Context, voucherID int64) (domain.Reconciliation, error) {
+func (r *Reconciliations) Reconcile(ctx context.Context, voucherID int64) (domain.Reconciliation, error) {
 	out := domain.Reconciliation{VoucherID: voucherID}
 	err := r.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		if _, err := lockSeckillRows(ctx, tx, []int64{voucherID}); err != nil {
@@ -168,7 +170,7 @@ func unpersisted(ctx context.Context, tx bun.Tx, orders map[string]string) ([]st
 
 // Vouchers lists the seckill vouchers whose sale ends after t: the ones
 // reconciliation checks.
-func (r *Reconciler) Vouchers(ctx context.Context, t time.Time) ([]int64, error) {
+func (r *Reconciliations) Vouchers(ctx context.Context, t time.Time) ([]int64, error) {
 	var ids []int64
 	if err := r.db.NewSelect().Table("tb_seckill_voucher").Column("voucher_id").
 		Where("end_time > ?", t.UTC()).Order("voucher_id").Scan(ctx, &ids); err != nil {

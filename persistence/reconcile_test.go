@@ -16,7 +16,7 @@ import (
 
 func reconcile(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, voucherID int64) domain.Reconciliation {
 	tb.Helper()
-	r, err := persistence.NewReconciler(db, rdb).Reconcile(context.Background(), voucherID)
+	r, err := persistence.NewReconciliations(db, rdb).Reconcile(context.Background(), voucherID)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -252,7 +252,7 @@ func (s *Service) PreheatAll(ctx context.Context) (int, error) {
 // ResyncDBSold re-syncs Redis from the database for every voucher the
 // database fallback sold while Redis was down: Redis's load does not know
 // those sales. It runs when Redis is back, before grabs use it again (see
-// persistence.Breaker); each reload counts the orders still in the
+// breaker.Breaker); each reload counts the orders still in the
 // voucher's order log, as every reload does.
 func (s *Service) ResyncDBSold(ctx context.Context) error {
 	ids, err := s.vouchers.DBSoldVouchers(ctx)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"flashsale/internal/maintenance"
 )
 
 // StatusSyncIntervalDefault is how often StatusSync runs: with one run's
@@ -82,53 +84,27 @@ func (s *Service) SyncStatuses(ctx context.Context) (int, error) {
 // StatusSync runs SyncStatuses on this node every interval. It runs on
 // every node, under no lease: a run is idempotent and costs one query and
 // one Redis round trip when nothing is missed, and without a lease the
-// bound does not wait for a dead holder's lease to expire.
+// bound does not wait for a dead holder's lease to expire. Its first run
+// is an interval after the start: the start-up preheat copied every
+// record whole.
 type StatusSync struct {
-	catalog  *Service
-	interval time.Duration
-	log      *slog.Logger
+	// Job runs RunOnce every interval (Start, Stop).
+	*maintenance.Job[int]
+	catalog *Service
+	log     *slog.Logger
 }
 
 // NewStatusSync returns the status sync of c; interval 0 takes
 // StatusSyncIntervalDefault.
 func NewStatusSync(c *Service, interval time.Duration, log *slog.Logger) *StatusSync {
-	return &StatusSync{catalog: c, interval: cmp.Or(interval, StatusSyncIntervalDefault), log: log}
+	j := &StatusSync{catalog: c, log: log}
+	j.Job = maintenance.New(maintenance.Config{Name: "status-sync", Interval: cmp.Or(interval, StatusSyncIntervalDefault),
+		Timeout: statusSyncRunTimeout, FirstAfterInterval: true}, log, j.RunOnce)
+	return j
 }
 
-// Start runs the sync until ctx ends; the channel closes then. A run that
-// fails is retried at the next tick; the first failure of a streak is
-// logged, and the recovery.
-func (j *StatusSync) Start(ctx context.Context) <-chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(j.interval)
-		defer t.Stop()
-		failing := false
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			_, err := j.runOnce(ctx)
-			switch {
-			case err != nil && ctx.Err() == nil && !failing:
-				failing = true
-				j.log.WarnContext(ctx, "voucher status sync failed; retried every interval", "interval", j.interval, "err", err)
-			case err == nil && failing:
-				failing = false
-				j.log.InfoContext(ctx, "voucher status sync works again")
-			}
-		}
-	}()
-	return done
-}
-
-// runOnce is one bounded run; it reports how many statuses it copied.
-func (j *StatusSync) runOnce(ctx context.Context) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, statusSyncRunTimeout)
-	defer cancel()
+// RunOnce is one run; it reports how many statuses it copied.
+func (j *StatusSync) RunOnce(ctx context.Context) (int, error) {
 	n, err := j.catalog.SyncStatuses(ctx)
 	if n > 0 {
 		j.log.WarnContext(ctx, "voucher statuses redis had missed were copied to it", "vouchers", n)

@@ -159,9 +159,11 @@ func newStatusNode(t *testing.T) *statusNode {
 // test ends.
 func (n *statusNode) startSync(t *testing.T, c *catalog.Service) *catalog.Service {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := catalog.NewStatusSync(c, 0, quiet).Start(ctx)
-	t.Cleanup(func() { cancel(); <-done })
+	sync := catalog.NewStatusSync(c, 0, quiet)
+	if err := sync.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sync.Stop)
 	return c
 }
 

@@ -41,10 +41,11 @@ type Store interface {
 	UseChallenge(ctx context.Context, digest string, until time.Time) (bool, error)
 }
 
-// Watcher hears the gate changes other nodes announce (persistence.Gate
-// over the background client: it holds a pub/sub connection).
-type Watcher interface {
-	Watch(ctx context.Context, blocks func(), voucher func(id int64), resync func()) error
+// Announcements is a subscription to the gate changes nodes announce
+// (persistence.Subscription from persistence.Gate.Subscribe over the
+// background client: it holds a pub/sub connection), read one at a time.
+type Announcements interface {
+	Next(ctx context.Context) (domain.Announcement, error)
 }
 
 // Vouchers is the voucher record (persistence.Vouchers).
@@ -139,21 +140,13 @@ func (s *Service) Load(ctx context.Context) error {
 }
 
 // Run keeps the blocklist and the cached gates fresh: at once on an
-// announcement heard by w, and every Refresh whatever happens. It returns
-// when ctx ends.
-func (s *Service) Run(ctx context.Context, w Watcher) {
+// announcement read from a, and every Refresh whatever happens. It returns
+// when ctx ends; the caller owns a and closes it after.
+func (s *Service) Run(ctx context.Context, a Announcements) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		for ctx.Err() == nil {
-			err := w.Watch(ctx, func() { s.reloadBlocks(ctx) }, func(id int64) { s.reloadVoucher(ctx, id) },
-				func() { s.reloadBlocks(ctx); s.reloadVouchers(ctx) })
-			if err != nil && ctx.Err() == nil {
-				s.log.WarnContext(ctx, "gate watcher stopped; retrying", "err", err)
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(s.opts.Refresh):
-			}
+		if err := s.follow(ctx, a); err != nil {
+			s.log.WarnContext(ctx, "gate announcements stopped; the gate is refreshed every interval only", "refresh", s.opts.Refresh, "err", err)
 		}
 	})
 	t := time.NewTicker(s.opts.Refresh)
@@ -166,6 +159,30 @@ func (s *Service) Run(ctx context.Context, w Watcher) {
 		case <-t.C:
 			s.reloadBlocks(ctx)
 			s.reloadVouchers(ctx)
+		}
+	}
+}
+
+// follow applies every announcement of a until ctx ends (nil then).
+func (s *Service) follow(ctx context.Context, a Announcements) error {
+	for {
+		an, err := a.Next(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch an.Kind {
+		case domain.Missed:
+			s.reloadBlocks(ctx)
+			s.reloadVouchers(ctx)
+		case domain.BlocklistChanged:
+			s.reloadBlocks(ctx)
+		case domain.GateChanged:
+			for _, id := range an.IDs {
+				s.reloadVoucher(ctx, id)
+			}
 		}
 	}
 }

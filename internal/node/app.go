@@ -19,10 +19,12 @@ import (
 	"flashsale/actors"
 	"flashsale/graph"
 	"flashsale/internal/auth"
+	"flashsale/internal/breaker"
 	"flashsale/internal/catalog"
 	"flashsale/internal/config"
 	"flashsale/internal/gate"
 	"flashsale/internal/live"
+	"flashsale/internal/maintenance"
 	"flashsale/internal/playground"
 	"flashsale/persistence"
 )
@@ -34,19 +36,22 @@ var (
 	_ actors.Store         = (*persistence.Grabs)(nil)
 	_ actors.OrderIDs      = (*persistence.OrderIDs)(nil)
 	_ actors.Limits        = (*persistence.RateLimits)(nil)
-	_ actors.RedisHealth   = (*persistence.Breaker)(nil)
+	_ actors.RedisHealth   = (*breaker.Breaker)(nil)
 	_ actors.Fallback      = (*persistence.DBGrabs)(nil)
 	_ catalog.VoucherStore = (*persistence.Vouchers)(nil)
 	_ catalog.StockStore   = (*persistence.Stock)(nil)
 	_ graph.IPLimiter      = (*persistence.RateLimits)(nil)
 	_ graph.LoadGauge      = (*actors.Router)(nil)
 	_ graph.DeadLetters    = (*persistence.DeadLetters)(nil)
-	_ graph.Reconciler     = (*persistence.Reconciler)(nil)
 	_ graph.Gate           = (*gate.Service)(nil)
 	_ gate.Store           = (*persistence.Gate)(nil)
 	_ gate.Vouchers        = (*persistence.Vouchers)(nil)
-	_ gate.Watcher         = (*persistence.Gate)(nil)
+	_ gate.Announcements   = (*persistence.Subscription)(nil)
+	_ actors.Announcements = (*persistence.Subscription)(nil)
 )
+
+// The database fallback sells only while the breaker says Redis is down.
+var _ persistence.RedisOutage = (*breaker.Breaker)(nil)
 
 // app is the wired service. start builds it from one ordered list of
 // steps (order, below): database, Redis, stores, services, actors, GraphQL,
@@ -67,7 +72,7 @@ type app struct {
 	// (REDIS_ACK_REPLICAS): the request path's client, with room in its
 	// read deadline for WAIT; rdb otherwise.
 	acked    redis.UniversalClient
-	breaker  *persistence.Breaker
+	breaker  *breaker.Breaker
 	fallback *persistence.DBGrabs  // DEGRADE_TO_DB only
 	probe    redis.UniversalClient // /readyz's own client, with short timeouts
 	ready    *readiness
@@ -85,9 +90,12 @@ type app struct {
 	live     *live.Service
 	gate     *gate.Service
 	mux      *http.ServeMux
-	listener net.Listener
-	http     *http.Server
-	profiler *profiler // PPROF_ADDR only
+	// prober (the breaker's probe) and statusSync are this node's own
+	// maintenance jobs, run on every node.
+	prober, statusSync maintenance.Service
+	listener           net.Listener
+	http               *http.Server
+	profiler           *profiler // PPROF_ADDR only
 	// cancelRequests ends every request's context; the http step's stop
 	// calls it, after the shutdown has let the open requests finish.
 	cancelRequests context.CancelFunc
@@ -153,11 +161,11 @@ func (a *app) order() []step {
 		// Voucher events (pause, restock, ...) reach the router's actors.
 		{"voucher events", a.watchVoucherEvents, nil},
 		// Status changes Redis missed are copied by every node.
-		{"status sync", a.startStatusSync, nil},
+		{"status sync", a.startStatusSync, a.stopStatusSync},
 		// Orders after the sale: pay timeout, sweeper, reconciliation.
-		{"orders", a.startOrdersStep, func() { a.orders.wait() }},
+		{"orders", a.startOrdersStep, func() { a.orders.stop() }},
 		// Red packets need the router's actor system and the orders' lock.
-		{"red packets", a.startRedPacketsStep, func() { a.redPkts.wait() }},
+		{"red packets", a.startRedPacketsStep, func() { a.redPkts.stop() }},
 		// Live stock needs the orders' service; the router's sales reach
 		// it (Sold), and no grab is taken before HTTP.
 		{"live", a.startLiveStep, nil},
@@ -285,7 +293,7 @@ func (a *app) openRedis(ctx context.Context, _ *loops) (err error) {
 	// each gets the same tuning in every REDIS_MODE.
 	a.bg = target.Client(persistence.BackgroundTuning())
 	a.rdb = target.Client(persistence.RequestTuning(0))
-	a.breaker = persistence.NewBreaker(log, persistence.BreakerOptions{OnClose: a.afterRedisOutage})
+	a.breaker = breaker.New(log, breaker.Options{OnClose: a.afterRedisOutage})
 	a.rdb.AddHook(a.breaker)
 	// After the breaker: a command it refuses never reached Redis.
 	a.rdb.AddHook(persistence.RedisErrors{})
@@ -451,14 +459,17 @@ func (a *app) closeRouter() {
 	}
 }
 
+// watchBreaker starts the breaker's probe, which finds Redis back after
+// an outage.
 func (a *app) watchBreaker(_ context.Context, bg *loops) error {
-	bg.Go(func(ctx context.Context) {
-		a.breaker.Watch(ctx, breakerProbeInterval, func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() })
-	})
-	return nil
+	a.prober = a.breaker.Prober(breakerProbeInterval, func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() })
+	return a.prober.Start(bg.ctx)
 }
 
 func (a *app) closeBreaker() {
+	if a.prober != nil {
+		a.prober.Stop()
+	}
 	if a.breaker != nil {
 		a.breaker.Close() // a re-sync after an outage uses the router and the database
 	}
@@ -485,8 +496,10 @@ func (a *app) startOrderWriter(ctx context.Context, bg *loops) error {
 }
 
 func (a *app) watchVoucherEvents(_ context.Context, bg *loops) error {
+	events := persistence.NewStock(a.bg).Subscribe(bg.ctx)
 	bg.Go(func(ctx context.Context) {
-		if err := persistence.NewStock(a.bg).Watch(ctx, a.router.Changed, a.router.Resync); err != nil {
+		defer events.Close()
+		if err := a.router.Follow(ctx, events); err != nil {
 			a.log.Error("voucher-event watcher stopped", "err", err)
 		}
 	})
@@ -496,10 +509,14 @@ func (a *app) watchVoucherEvents(_ context.Context, bg *loops) error {
 func (a *app) startStatusSync(_ context.Context, bg *loops) error {
 	// Every node copies to Redis the status changes Redis missed (a pause
 	// whose Redis write failed), so that the record wins within a bound.
-	bg.Go(func(ctx context.Context) {
-		<-catalog.NewStatusSync(a.catalog, a.cfg.StatusSyncInterval, a.log).Start(ctx)
-	})
-	return nil
+	a.statusSync = catalog.NewStatusSync(a.catalog, a.cfg.StatusSyncInterval, a.log)
+	return a.statusSync.Start(bg.ctx)
+}
+
+func (a *app) stopStatusSync() {
+	if a.statusSync != nil {
+		a.statusSync.Stop()
+	}
 }
 
 func (a *app) startOrdersStep(_ context.Context, bg *loops) (err error) {
@@ -524,7 +541,7 @@ func (a *app) startGateStep(ctx context.Context, bg *loops) (err error) {
 
 func (a *app) buildHandler(context.Context, *loops) error {
 	cfg, log := a.cfg, a.log
-	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router, DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: persistence.NewReconciler(a.db, a.rdb),
+	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router, DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: reconciliationQuery{a.orders.reconciler},
 		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live, Gate: a.gate, RedPackets: a.redPkts.service}, graph.HandlerOptions{
 		Tokens:                 a.tokens,
 		Log:                    log,
@@ -616,7 +633,11 @@ func (a *app) startGate(ctx context.Context, bg *loops, jwtSecret string) (*gate
 	if err := g.Load(ctx); err != nil {
 		return nil, fmt.Errorf("blocklist: %w", err)
 	}
-	bg.Go(func(ctx context.Context) { g.Run(ctx, persistence.NewGate(a.bg)) })
+	announcements := persistence.NewGate(a.bg).Subscribe(bg.ctx)
+	bg.Go(func(ctx context.Context) {
+		defer announcements.Close()
+		g.Run(ctx, announcements)
+	})
 	return g, nil
 }
 

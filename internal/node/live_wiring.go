@@ -17,6 +17,8 @@ var (
 	_ live.Bus         = (*persistence.Live)(nil)
 )
 
+var _ live.Announcements = (*persistence.Subscription)(nil)
+
 // startLive wires the live subscriptions: this node's sales are announced
 // on Redis pub/sub, and every announcement (its own, other nodes', the
 // voucher events and order changes) reaches the subscribers here. Both
@@ -25,8 +27,10 @@ func (a *app) startLive(bg *loops) *live.Service {
 	bus := persistence.NewLive(a.bg)
 	s := live.New(a.catalog, a.orders.service, bus, a.log, live.Options{})
 	bg.Go(s.Run)
+	announcements := bus.Subscribe(bg.ctx)
 	bg.Go(func(ctx context.Context) {
-		if err := bus.Watch(ctx, s.StockChanged, s.OrderChanged, s.Resync); err != nil {
+		defer announcements.Close()
+		if err := s.Follow(ctx, announcements); err != nil {
 			a.log.Error("live-change watcher stopped", "err", err)
 		}
 	})

@@ -28,11 +28,11 @@ var (
 type redPacketsPart struct {
 	service *redpackets.Service
 	writer  *persistence.RedPacketWriter
-	done    <-chan struct{}
+	refunds *redpackets.Refunds
 }
 
 // startRedPackets wires the red packets and starts their writer and
-// refunds on bg (bg's stop waits for the writer; wait for the refunds).
+// refunds (bg runs the writer; stop stops the refunds).
 func (a *app) startRedPackets(ctx context.Context, bg *loops) (*redPacketsPart, error) {
 	p := &redPacketsPart{}
 	rds := persistence.NewRedPacketRedis(a.acked)
@@ -56,15 +56,18 @@ func (a *app) startRedPackets(ctx context.Context, bg *loops) (*redPacketsPart, 
 			a.log.Error("red-packet writer stopped", "err", err)
 		}
 	})
-	p.done = redpackets.NewRefunds(store, a.orders.locker, redpackets.RefundConfig{
+	p.refunds = redpackets.NewRefunds(store, a.orders.locker, redpackets.RefundConfig{
 		Interval: a.cfg.RedPacketRefundInterval, Grace: a.cfg.RedPacketRefundGrace,
-	}, a.log).Start(bg.ctx)
+	}, a.log)
+	if err := p.refunds.Start(bg.ctx); err != nil {
+		return p, err
+	}
 	return p, nil
 }
 
-// wait waits for the refunds (their context is cancelled).
-func (p *redPacketsPart) wait() {
-	if p != nil && p.done != nil {
-		<-p.done
+// stop stops the refunds, after their run under way returned.
+func (p *redPacketsPart) stop() {
+	if p != nil && p.refunds != nil {
+		p.refunds.Stop()
 	}
 }

@@ -100,12 +100,13 @@ func newNode(tb testing.TB, s *stores, name string, payTimeout time.Duration) *n
 	ctx, cancel := context.WithCancel(context.Background())
 	n.startWriter()
 	var bg sync.WaitGroup
-	bg.Go(func() { _ = n.stock.Watch(ctx, n.router.Changed, n.router.Resync) })
-	tb.Cleanup(func() { n.router.Close(); n.stopWriter(); cancel(); bg.Wait() })
+	events := n.stock.Subscribe(ctx)
+	bg.Go(func() { _ = n.router.Follow(ctx, events) })
+	tb.Cleanup(func() { n.router.Close(); n.stopWriter(); cancel(); bg.Wait(); _ = events.Close() })
 	n.store = persistence.NewOrders(s.db, s.rdb, quiet)
 	n.service = New(n.store, n.catalog, Config{PayTimeout: payTimeout}, quiet)
 	n.locker = lease.New([]redis.UniversalClient{s.rdb}, 2*time.Second, quiet)
-	n.reconciler = NewReconciler(persistence.NewReconciler(s.db, s.rdb), n.stock, n.catalog, n.locker, ReconcileConfig{}, quiet)
+	n.reconciler = NewReconciler(persistence.NewReconciliations(s.db, s.rdb), n.stock, n.catalog, n.locker, ReconcileConfig{}, quiet)
 	return n
 }
 

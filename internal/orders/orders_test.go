@@ -30,10 +30,13 @@ func TestPayCancelAndTimeoutRaceEndEachOrderOnce(t *testing.T) {
 	defer cancel()
 	// A pay timeout of a nanosecond makes every order due at once: the
 	// two nodes' timeout services race the owners from the start.
-	var timeoutRuns sync.WaitGroup
+	var timeouts []*Timeouts
 	for _, nd := range []*node{a, b} {
 		tm := NewTimeouts(nd.store, nd.locker, TimeoutConfig{PayTimeout: time.Nanosecond, Interval: time.Millisecond, Batch: 50}, quiet)
-		timeoutRuns.Go(func() { <-tm.Start(ctx) })
+		if err := tm.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		timeouts = append(timeouts, tm)
 	}
 	var paid, cancelled sync.Map // order id -> true, for answers that said so
 	var wg sync.WaitGroup
@@ -70,8 +73,9 @@ func TestPayCancelAndTimeoutRaceEndEachOrderOnce(t *testing.T) {
 		_ = s.db.NewSelect().Table("tb_voucher_order").ColumnExpr("COUNT(*)").Where("status = 1").Scan(context.Background(), &left)
 		return left == 0
 	})
-	cancel()
-	timeoutRuns.Wait()
+	for _, tm := range timeouts {
+		tm.Stop()
+	}
 
 	var rows []struct {
 		ID     int64   `bun:"id"`
@@ -203,31 +207,39 @@ func TestUnpaidOrdersTimeOutOnceWithTwoNodes(t *testing.T) {
 			t.Fatalf("pay: %v", err)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// The jobs themselves run, each on its node under the lease, and
+	// report every run: the test counts what they say they cancelled,
+	// and waits for a few more runs of each once all are, in which
+	// nothing more may be cancelled.
 	var runs sync.WaitGroup
 	var total atomic.Int64
-	for _, nd := range []*node{a, b} {
+	var after [2]atomic.Int64 // runs of each node's job since every due order was cancelled
+	for i, nd := range []*node{a, b} {
 		tm := NewTimeouts(nd.store, nd.locker, TimeoutConfig{PayTimeout: payTimeout, Interval: 50 * time.Millisecond}, quiet)
+		signals := tm.TestSignals()
+		if err := tm.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		defer tm.Stop()
 		runs.Go(func() {
-			tick := time.NewTicker(50 * time.Millisecond)
-			defer tick.Stop()
-			for ctx.Err() == nil {
-				_, _ = nd.locker.Do(ctx, "pay-timeout", func(ctx context.Context) error {
-					c, err := tm.runOnce(ctx)
-					total.Add(int64(c))
-					return err
-				})
-				select {
-				case <-ctx.Done():
-				case <-tick.C:
+			for run := range signals {
+				done := total.Load() >= n-pay
+				total.Add(int64(run.Result))
+				if done {
+					if after[i].Add(1) == 3 {
+						return
+					}
 				}
 			}
 		})
 	}
-	testenv.WaitFor(t, "unpaid orders cancelled", func() bool { return total.Load() >= n-pay })
-	time.Sleep(200 * time.Millisecond) // a few more ticks of both nodes: nothing more to cancel
-	cancel()
-	runs.Wait()
+	finished := make(chan struct{})
+	go func() { runs.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the timeout jobs cancelled %d orders in 30s, want %d", total.Load(), n-pay)
+	}
 	if got := total.Load(); got != n-pay {
 		t.Fatalf("the timeout services reported %d cancellations, want %d", got, n-pay)
 	}

@@ -10,9 +10,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"flashsale/domain"
+	"flashsale/internal/maintenance"
 )
 
-// ReconcileStore reads vouchers' stock identities (persistence.Reconciler).
+// ReconcileStore reads vouchers' stock identities
+// (persistence.Reconciliations).
 type ReconcileStore interface {
 	Reconcile(ctx context.Context, voucherID int64) (domain.Reconciliation, error)
 	// Vouchers lists the seckill vouchers whose sale ends after t.
@@ -52,24 +54,34 @@ var reconcileDrift = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 
 func init() { prometheus.MustRegister(reconcileDrift) }
 
-// Reconciler checks invariant 5 for an admin (Reconcile) and in the
-// background (Start, lease "reconcile"), and repairs Redis from the
-// database on request.
+// Reconciler is the one reconciler of the service: it checks invariant 5
+// for an admin (Reconciliation for one voucher's identity, Reconcile for
+// reports and repairs) and in the background (its Job, lease
+// "reconcile"), and repairs Redis from the database on request.
 type Reconciler struct {
+	// Job runs RunOnce every interval under the lease (Start, Stop).
+	*maintenance.Job[ReconcileRun]
 	cfg     ReconcileConfig
 	store   ReconcileStore
 	unload  Unloader
 	preheat Preheater
-	locker  Locker
 	log     *slog.Logger
 	now     func() time.Time
 }
 
-// NewReconciler returns the reconciliation service.
-func NewReconciler(store ReconcileStore, unload Unloader, preheat Preheater, locker Locker, cfg ReconcileConfig, log *slog.Logger) *Reconciler {
+// NewReconciler returns the reconciliation service and its background job.
+func NewReconciler(store ReconcileStore, unload Unloader, preheat Preheater, locker maintenance.Locker, cfg ReconcileConfig, log *slog.Logger) *Reconciler {
 	cfg.Interval = cmp.Or(cfg.Interval, ReconcileIntervalDefault)
 	cfg.Lookback = cmp.Or(cfg.Lookback, ReconcileLookbackDefault)
-	return &Reconciler{cfg: cfg, store: store, unload: unload, preheat: preheat, locker: locker, log: log, now: time.Now}
+	r := &Reconciler{cfg: cfg, store: store, unload: unload, preheat: preheat, log: log, now: time.Now}
+	r.Job = maintenance.New(maintenance.Config{Name: "reconcile", Interval: cfg.Interval, Locker: locker}, log, r.RunOnce)
+	return r
+}
+
+// Reconciliation reads one voucher's stock identity at one moment, as it
+// is: no report, no repair.
+func (r *Reconciler) Reconciliation(ctx context.Context, voucherID int64) (domain.Reconciliation, error) {
+	return r.store.Reconcile(ctx, voucherID)
 }
 
 // Reconcile reports one voucher, or every voucher on sale or ended within
@@ -150,24 +162,21 @@ func describe(rec domain.Reconciliation) []string {
 	return lines
 }
 
-// Start runs the background reconciliation until ctx ends; the channel
-// closes then.
-func (r *Reconciler) Start(ctx context.Context) <-chan struct{} {
-	return every(ctx, r.cfg.Interval, r.locker, "reconcile", r.log, func(ctx context.Context) error {
-		_, _, err := r.runOnce(ctx)
-		return err
-	})
+// ReconcileRun is what one background reconciliation did.
+type ReconcileRun struct {
+	// Checked vouchers, of which Off were not balanced.
+	Checked, Off int
 }
 
-// runOnce checks every voucher in the lookback without repairing, sets the
-// drift metric, logs each unbalanced voucher, and returns how many it
+// RunOnce checks every voucher in the lookback without repairing, sets
+// the drift metric, logs each unbalanced voucher, and returns how many it
 // checked and how many were off.
-func (r *Reconciler) runOnce(ctx context.Context) (checked, off int, err error) {
+func (r *Reconciler) RunOnce(ctx context.Context) (ReconcileRun, error) {
 	reps, err := r.Reconcile(ctx, nil, false)
 	if err != nil {
-		return 0, 0, err
+		return ReconcileRun{}, err
 	}
-	stock, users := 0, 0
+	stock, users, off := 0, 0, 0
 	for _, rep := range reps {
 		if rep.Balanced() {
 			continue
@@ -183,5 +192,5 @@ func (r *Reconciler) runOnce(ctx context.Context) (checked, off int, err error) 
 	}
 	reconcileDrift.WithLabelValues("stock").Set(float64(stock))
 	reconcileDrift.WithLabelValues("users").Set(float64(users))
-	return len(reps), off, nil
+	return ReconcileRun{Checked: len(reps), Off: off}, nil
 }

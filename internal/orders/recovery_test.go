@@ -23,7 +23,7 @@ func TestSweeperReturnsUnitsACrashLeftPendingExactlyOnce(t *testing.T) {
 	if got := s.redisStock(t, v.ID); got != 0 {
 		t.Fatalf("redis stock %d before the sweep, want 0", got)
 	}
-	rec, err := persistence.NewReconciler(s.db, s.rdb).Reconcile(context.Background(), v.ID)
+	rec, err := persistence.NewReconciliations(s.db, s.rdb).Reconcile(context.Background(), v.ID)
 	if err != nil || rec.Pending != cancels || !rec.Balanced() {
 		t.Fatalf("reconciliation with returns pending: %+v %v", rec, err)
 	}
@@ -36,7 +36,7 @@ func TestSweeperReturnsUnitsACrashLeftPendingExactlyOnce(t *testing.T) {
 		sw := NewSweeper(nd.store, nd.locker, SweepConfig{Grace: time.Nanosecond}, quiet)
 		for range 3 {
 			wg.Go(func() {
-				got, err := sw.runOnce(context.Background())
+				got, err := sw.RunOnce(context.Background())
 				if err != nil {
 					t.Errorf("sweep: %v", err)
 				}
@@ -114,7 +114,7 @@ func TestPendingReturnsOfALostLoadAreNotAppliedTwice(t *testing.T) {
 		t.Fatalf("rebuilt stock %d, want %d", got, cancels)
 	}
 	sw := NewSweeper(a.store, a.locker, SweepConfig{Grace: time.Nanosecond}, quiet)
-	if _, err := sw.runOnce(context.Background()); err != nil {
+	if _, err := sw.RunOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if got := s.redisStock(t, v.ID); got != cancels {

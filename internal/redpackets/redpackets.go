@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"flashsale/domain"
-	"flashsale/internal/orders"
+	"flashsale/internal/maintenance"
 )
 
 // Storer keeps red packets (persistence.RedPacketStore).
@@ -161,27 +161,22 @@ const (
 // time (lease "red-packet-refund"); the conditional update in the
 // database makes a second run, on any node, a no-op.
 type Refunds struct {
-	cfg    RefundConfig
-	store  Storer
-	locker orders.Locker
-	log    *slog.Logger
-	now    func() time.Time
+	// Job runs RunOnce every interval under the lease (Start, Stop).
+	*maintenance.Job[int]
+	cfg   RefundConfig
+	store Storer
+	log   *slog.Logger
+	now   func() time.Time
 }
 
-// NewRefunds returns the refund service.
-func NewRefunds(store Storer, locker orders.Locker, cfg RefundConfig, log *slog.Logger) *Refunds {
+// NewRefunds returns the refund job.
+func NewRefunds(store Storer, locker maintenance.Locker, cfg RefundConfig, log *slog.Logger) *Refunds {
 	cfg.Interval = cmp.Or(cfg.Interval, RefundIntervalDefault)
 	cfg.Grace = cmp.Or(cfg.Grace, RefundGraceDefault)
 	cfg.Batch = cmp.Or(cfg.Batch, RefundBatchDefault)
-	return &Refunds{cfg: cfg, store: store, locker: locker, log: log, now: time.Now}
-}
-
-// Start runs the refunds until ctx ends; the channel closes then.
-func (r *Refunds) Start(ctx context.Context) <-chan struct{} {
-	return orders.Every(ctx, r.cfg.Interval, r.locker, "red-packet-refund", r.log, func(ctx context.Context) error {
-		_, err := r.RunOnce(ctx)
-		return err
-	})
+	r := &Refunds{cfg: cfg, store: store, log: log, now: time.Now}
+	r.Job = maintenance.New(maintenance.Config{Name: "red-packet-refund", Interval: cfg.Interval, Locker: locker}, log, r.RunOnce)
+	return r
 }
 
 // RunOnce refunds the red packets due now and returns how many this run

@@ -1,4 +1,4 @@
-package persistence_test
+package breaker_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"flashsale/internal/breaker"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -24,7 +25,7 @@ func TestBreakerOpensOnOutagesAndRecoversByItself(t *testing.T) {
 	proxy := testenv.MustProxy(t, testenv.MustRedis(t).Addr())
 	var resyncs atomic.Int32
 	release := make(chan struct{})
-	b := persistence.NewBreaker(slog.New(slog.DiscardHandler), persistence.BreakerOptions{
+	b := breaker.New(slog.New(slog.DiscardHandler), breaker.Options{
 		Open: 100 * time.Millisecond,
 		OnClose: func(context.Context) error {
 			<-release
@@ -47,7 +48,7 @@ func TestBreakerOpensOnOutagesAndRecoversByItself(t *testing.T) {
 	}
 
 	proxy.Stall()
-	for i := 0; i < persistence.BreakerFailuresDefault; i++ {
+	for i := 0; i < breaker.FailuresDefault; i++ {
 		began := time.Now()
 		if err := c.Ping(ctx).Err(); err == nil {
 			t.Fatal("ping through a stalled proxy succeeded")
@@ -60,7 +61,7 @@ func TestBreakerOpensOnOutagesAndRecoversByItself(t *testing.T) {
 		t.Fatal("breaker not open after 3 failed calls")
 	}
 	began := time.Now()
-	if err := c.Ping(ctx).Err(); !errors.Is(err, persistence.ErrRedisUnavailable) {
+	if err := c.Ping(ctx).Err(); !errors.Is(err, breaker.ErrRedisUnavailable) {
 		t.Fatalf("call while open: %v, want ErrRedisUnavailable", err)
 	}
 	if took := time.Since(began); took > 50*time.Millisecond {
@@ -72,17 +73,15 @@ func TestBreakerOpensOnOutagesAndRecoversByItself(t *testing.T) {
 	proxy.Up()
 	proxy.Resume()
 	// Past the open time the breaker lets one probe through; a request's
-	// call is not it (only Watch's ping probes), however healthy Redis is.
+	// call is not it (only the Prober's ping probes), however healthy Redis is.
 	time.Sleep(150 * time.Millisecond)
-	if err := c.Get(ctx, "no-such-key").Err(); !errors.Is(err, persistence.ErrRedisUnavailable) {
+	if err := c.Get(ctx, "no-such-key").Err(); !errors.Is(err, breaker.ErrRedisUnavailable) {
 		t.Fatalf("a request's call while half-open: %v, want ErrRedisUnavailable", err)
 	}
 	if !b.Down() {
 		t.Fatal("a request's call probed and closed the breaker")
 	}
-	watchCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	go b.Watch(watchCtx, 20*time.Millisecond, func(ctx context.Context) error { return c.Ping(ctx).Err() })
+	startProber(t, b, c)
 	testenv.WaitFor(t, "the breaker closed", func() bool { return !b.Down() })
 	if b.Usable() {
 		t.Fatal("usable before the re-sync returned")
@@ -103,7 +102,7 @@ func TestBreakerCloseEndsAFailingResync(t *testing.T) {
 	proxy := testenv.MustProxy(t, testenv.MustRedis(t).Addr())
 	var attempts atomic.Int32
 	var running atomic.Int32
-	b := persistence.NewBreaker(slog.New(slog.DiscardHandler), persistence.BreakerOptions{
+	b := breaker.New(slog.New(slog.DiscardHandler), breaker.Options{
 		Open: 100 * time.Millisecond,
 		OnClose: func(ctx context.Context) error {
 			running.Add(1)
@@ -122,7 +121,7 @@ func TestBreakerCloseEndsAFailingResync(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := context.Background()
 	proxy.Stall()
-	for i := 0; i < persistence.BreakerFailuresDefault; i++ {
+	for i := 0; i < breaker.FailuresDefault; i++ {
 		_ = c.Ping(ctx).Err()
 	}
 	if !b.Down() {
@@ -131,9 +130,7 @@ func TestBreakerCloseEndsAFailingResync(t *testing.T) {
 	proxy.Down()
 	proxy.Up()
 	proxy.Resume()
-	watchCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	go b.Watch(watchCtx, 20*time.Millisecond, func(ctx context.Context) error { return c.Ping(ctx).Err() })
+	startProber(t, b, c)
 	testenv.WaitFor(t, "two failed re-sync attempts", func() bool { return attempts.Load() >= 2 })
 
 	closed := make(chan struct{})
@@ -154,4 +151,14 @@ func TestBreakerCloseEndsAFailingResync(t *testing.T) {
 	if b.Usable() {
 		t.Fatal("usable although the re-sync never succeeded")
 	}
+}
+
+// startProber probes Redis through c every 20 ms until the test ends.
+func startProber(tb testing.TB, b *breaker.Breaker, c *redis.Client) {
+	tb.Helper()
+	p := b.Prober(20*time.Millisecond, func(ctx context.Context) error { return c.Ping(ctx).Err() })
+	if err := p.Start(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(p.Stop)
 }

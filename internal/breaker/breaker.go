@@ -1,4 +1,13 @@
-package persistence
+// Package breaker is the circuit breaker in front of the request-path
+// Redis client: a stalled Redis (process stopped, sockets open) answers
+// nothing and closes nothing, so only deadlines end a call; the breaker
+// then stops sending calls at all, so requests answer at once rather than
+// each waiting out its deadline, probes Redis now and then (Prober), and
+// re-syncs Redis from the database when it is back (Options.OnClose)
+// before grabs use it again. The database fallback asks it whether Redis
+// is down (persistence.RedisOutage), the actors whether Redis is usable
+// (actors.RedisHealth).
+package breaker
 
 import (
 	"context"
@@ -7,31 +16,23 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
 	"flashsale/domain"
+	"flashsale/internal/maintenance"
 )
 
-// Request-path Redis: short deadlines and a circuit breaker. A stalled Redis (process stopped, sockets open) answers nothing
-// and closes nothing, so only deadlines end a call; the breaker then stops
-// sending calls at all, so requests answer at once rather than each
-// waiting out its deadline, and lets a probe through now and then.
-
-// Defaults of the request-path client and of the breaker.
+// Defaults of the breaker.
 const (
-	// RequestTimeoutDefault bounds one request-path Redis call, dial, read
-	// and write each: a grab batch's script call takes a few ms, and a grab
-	// must be answered UNAVAILABLE within 500 ms when Redis stalls.
-	RequestTimeoutDefault = 200 * time.Millisecond
-	// BreakerFailuresDefault consecutive failed calls open the breaker.
-	BreakerFailuresDefault = 3
-	// BreakerOpenDefault is how long the breaker stays open before it lets
-	// one probe call through (half-open).
-	BreakerOpenDefault = 2 * time.Second
+	// FailuresDefault consecutive failed calls open the breaker.
+	FailuresDefault = 3
+	// OpenDefault is how long the breaker stays open before it lets one
+	// probe call through (half-open).
+	OpenDefault = 2 * time.Second
 )
 
 // ErrRedisUnavailable is returned, without a call to Redis, while the
@@ -39,33 +40,15 @@ const (
 // It wraps domain.ErrNotSent: such a call cannot have changed anything.
 var ErrRedisUnavailable = fmt.Errorf("redis unavailable (circuit breaker open): %w", domain.ErrNotSent)
 
-// notSent marks err as domain.ErrNotSent when it proves that the call
-// never reached Redis: the breaker refused it, the connection was refused,
-// or no pooled connection came free in time. Any other failure (a
-// timeout, a reset) may have run the call.
-func notSent(err error) error {
-	if err == nil || errors.Is(err, domain.ErrNotSent) ||
-		!errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, redis.ErrPoolTimeout) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", domain.ErrNotSent, err)
-}
+var breakerState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Namespace: "flashsale", Name: "breaker_state",
+	Help: "Circuit breaker state per store: 0 closed, 1 half-open, 2 open.",
+}, []string{"store"})
 
-// RequestClientOptions returns opts tuned for request paths (RequestTuning).
-func RequestClientOptions(opts redis.Options, timeout time.Duration) *redis.Options {
-	o, _ := SingleTarget(opts).Options(RequestTuning(timeout))
-	return o
-}
+func init() { prometheus.MustRegister(breakerState) }
 
-// BackgroundClientOptions returns opts for the background loops
-// (BackgroundTuning).
-func BackgroundClientOptions(opts redis.Options) *redis.Options {
-	o, _ := SingleTarget(opts).Options(BackgroundTuning())
-	return o
-}
-
-// BreakerOptions tunes a Breaker; zero values take the defaults.
-type BreakerOptions struct {
+// Options tunes a Breaker; zero values take the defaults.
+type Options struct {
 	Failures int
 	Open     time.Duration
 	// OnClose runs (in a goroutine of its own) each time the breaker closes
@@ -81,7 +64,7 @@ type BreakerOptions struct {
 // count as successes: Redis answered. Timeouts, refused connections and
 // pool timeouts count as failures; a caller's cancellation counts as a
 // success (gobreaker 2.1 has no third outcome), which can only delay an
-// opening: while the breaker is not closed, only Watch's ping reaches
+// opening: while the breaker is not closed, only the Prober's ping reaches
 // Redis (see run).
 type Breaker struct {
 	cb      *gobreaker.CircuitBreaker[struct{}]
@@ -102,13 +85,13 @@ type Breaker struct {
 	resyncs sync.WaitGroup
 }
 
-// NewBreaker returns a breaker for the stock Redis.
-func NewBreaker(log *slog.Logger, opts BreakerOptions) *Breaker {
+// New returns a breaker for the stock Redis.
+func New(log *slog.Logger, opts Options) *Breaker {
 	if opts.Failures <= 0 {
-		opts.Failures = BreakerFailuresDefault
+		opts.Failures = FailuresDefault
 	}
 	if opts.Open <= 0 {
-		opts.Open = BreakerOpenDefault
+		opts.Open = OpenDefault
 	}
 	b := &Breaker{log: log, onClose: opts.OnClose}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
@@ -202,26 +185,24 @@ func (b *Breaker) Down() bool {
 	return b.cb.State() != gobreaker.StateClosed
 }
 
-// Watch probes Redis with ping, through the breaker, every interval while
-// the breaker is not closed, until ctx ends. Grabs do not probe: while
-// Redis is down they are answered without it (UNAVAILABLE, or by the
-// database fallback), and a grab as the half-open probe could sell from a
-// load that the database fallback made stale.
-func (b *Breaker) Watch(ctx context.Context, interval time.Duration, ping func(context.Context) error) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if b.cb.State() != gobreaker.StateClosed {
+// Prober returns the job that probes Redis with ping, through the
+// breaker, every interval while the breaker is not closed (a run reports
+// whether it probed). Grabs do not probe: while Redis is down they are
+// answered without it (UNAVAILABLE, or by the database fallback), and a
+// grab as the half-open probe could sell from a load that the database
+// fallback made stale. It runs on every node, under no lease: each node
+// has its own breaker.
+func (b *Breaker) Prober(interval time.Duration, ping func(context.Context) error) *maintenance.Job[bool] {
+	return maintenance.New(maintenance.Config{Name: "redis-probe", Interval: interval, FirstAfterInterval: true}, b.log,
+		func(ctx context.Context) (bool, error) {
+			if b.cb.State() == gobreaker.StateClosed {
+				return false, nil
+			}
 			pctx, cancel := context.WithTimeout(context.WithValue(ctx, probeCall{}, true), interval)
-			_ = ping(pctx)
-			cancel()
-		}
-	}
+			defer cancel()
+			_ = ping(pctx) // a failed probe is the breaker's to count, not the job's to log
+			return true, nil
+		})
 }
 
 // inBreaker marks the context of a call the breaker let through: go-redis
@@ -231,7 +212,7 @@ func (b *Breaker) Watch(ctx context.Context, interval time.Duration, ping func(c
 // would be refused and fail the probe).
 type inBreaker struct{}
 
-// probeCall marks Watch's ping: the only call that may pass a breaker that
+// probeCall marks the Prober's ping: the only call that may pass a breaker that
 // is not closed. Any other call as the half-open probe could close it on
 // a cancelled caller's "success" while Redis is still down.
 type probeCall struct{}
@@ -276,19 +257,4 @@ func (b *Breaker) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 		}
 		return err
 	}
-}
-
-// errLiveStockUnavailable is what a client hears when live stock cannot be
-// read from Redis in time: safe to retry.
-var errLiveStockUnavailable = domain.Errorf(domain.CodeUnavailable, "live stock is unavailable; retry later")
-
-// unavailable marks err as UNAVAILABLE for clients when Redis did not
-// answer (breaker open, timeout, connection refused), keeping the cause
-// for the log; Redis's own error replies stay internal errors.
-func unavailable(err error) error {
-	var reply redis.Error
-	if err == nil || errors.As(err, &reply) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", errLiveStockUnavailable, err)
 }

@@ -1,0 +1,67 @@
+package persistence
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"flashsale/domain"
+)
+
+// Request-path Redis: short deadlines. A stalled Redis (process stopped,
+// sockets open) answers nothing and closes nothing, so only deadlines end
+// a call; the circuit breaker in front of the request-path client
+// (internal/breaker, installed as a go-redis hook by main) then stops
+// sending calls at all.
+
+// Defaults of the request-path client.
+const (
+	// RequestTimeoutDefault bounds one request-path Redis call, dial, read
+	// and write each: a grab batch's script call takes a few ms, and a grab
+	// must be answered UNAVAILABLE within 500 ms when Redis stalls.
+	RequestTimeoutDefault = 200 * time.Millisecond
+)
+
+// notSent marks err as domain.ErrNotSent when it proves that the call
+// never reached Redis: the breaker refused it (its error wraps
+// domain.ErrNotSent), the connection was refused,
+// or no pooled connection came free in time. Any other failure (a
+// timeout, a reset) may have run the call.
+func notSent(err error) error {
+	if err == nil || errors.Is(err, domain.ErrNotSent) ||
+		!errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, redis.ErrPoolTimeout) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", domain.ErrNotSent, err)
+}
+
+// RequestClientOptions returns opts tuned for request paths (RequestTuning).
+func RequestClientOptions(opts redis.Options, timeout time.Duration) *redis.Options {
+	o, _ := SingleTarget(opts).Options(RequestTuning(timeout))
+	return o
+}
+
+// BackgroundClientOptions returns opts for the background loops
+// (BackgroundTuning).
+func BackgroundClientOptions(opts redis.Options) *redis.Options {
+	o, _ := SingleTarget(opts).Options(BackgroundTuning())
+	return o
+}
+
+// errLiveStockUnavailable is what a client hears when live stock cannot be
+// read from Redis in time: safe to retry.
+var errLiveStockUnavailable = domain.Errorf(domain.CodeUnavailable, "live stock is unavailable; retry later")
+
+// unavailable marks err as UNAVAILABLE for clients when Redis did not
+// answer (breaker open, timeout, connection refused), keeping the cause
+// for the log; Redis's own error replies stay internal errors.
+func unavailable(err error) error {
+	var reply redis.Error
+	if err == nil || errors.As(err, &reply) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", errLiveStockUnavailable, err)
+}
