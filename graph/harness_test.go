@@ -18,10 +18,12 @@ import (
 
 	"flashsale/actors"
 	"flashsale/graph"
+	"flashsale/httpapi"
 	"flashsale/internal/auth"
 	"flashsale/internal/catalog"
 	"flashsale/internal/gate"
 	"flashsale/internal/redpackets"
+	"flashsale/internal/seckill"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -123,7 +125,7 @@ func startNode(tb testing.TB, db *bun.DB, rs *testenv.RedisServer, options func(
 	}
 	bg.Go(func() { s.gate.Run(ctx, persistence.NewGate(s.rdb)) })
 	tb.Cleanup(func() { s.router.Close(); cancel(); bg.Wait() })
-	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router, DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciler(s.db, s.rdb), Gate: s.gate, RedPackets: redPackets}, graph.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: graph.IntrospectionPublic, CompiledGrabs: true})
+	h := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(s.gate, s.router), DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciler(s.db, s.rdb), Gate: s.gate, RedPackets: redPackets}, httpapi.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: graph.IntrospectionPublic, CompiledGrabs: true})
 	s.client = client.New(h)
 	s.handler = h
 	return s
