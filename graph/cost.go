@@ -15,8 +15,8 @@ import (
 // connection costs its page size (first, with the default and the maximum
 // the resolver applies) times what one item selects, so nested lists
 // multiply. Every other field costs 1 plus its children (gqlgen's
-// default). The operation's total is checked against Limits.MaxComplexity
-// before anything runs.
+// default). The operation's total is checked against the HTTP edge's
+// httpapi.Limits.MaxComplexity before anything runs.
 func Complexity() ComplexityRoot {
 	var c ComplexityRoot
 	c.Query.Vouchers = func(child int, _ *int64, first *int, _ *string) int { return pageCost(child, first) }
@@ -66,7 +66,7 @@ func (b *answerBudget) charge(n int64) bool {
 // marshalled answer (which catches what the estimate missed).
 type AnswerCap struct{ max int64 }
 
-// NewAnswerCap caps answers at max bytes (Limits.MaxAnswerBytes).
+// NewAnswerCap caps answers at max bytes (httpapi.Limits.MaxAnswerBytes).
 func NewAnswerCap(max int64) AnswerCap { return AnswerCap{max: max} }
 
 var _ interface {

@@ -122,8 +122,8 @@ func isGrab(op *ast.OperationDefinition) bool {
 	return len(fields) > 0
 }
 
-// namedRootFields is graph.RootFields for a document that may not be validated
-// yet: fragment spreads are found by name.
+// namedRootFields is graph.RootFields for a document that may not be
+// validated yet: fragment spreads are found by name.
 func namedRootFields(set ast.SelectionSet, frags ast.FragmentDefinitionList, seen map[string]bool) []*ast.Field {
 	var out []*ast.Field
 	for _, sel := range set {

@@ -23,7 +23,7 @@ type Limits struct {
 	MaxTokens int
 	// MaxComplexity bounds an operation's cost, checked before it runs:
 	// 1 per field, lists (connections) times their page size (see
-	// complexity), so that the cost follows the answer's size.
+	// graph.Complexity), so that the cost follows the answer's size.
 	MaxComplexity int
 	// MaxAnswerBytes caps one answer (MAX_RESPONSE_BYTES): an answer
 	// that would be larger is replaced by one BAD_USER_INPUT error and
@@ -36,7 +36,7 @@ type Limits struct {
 	MaxIntrospectionDepth int
 	// MaxIntrospectionFields caps the fields of an introspection
 	// operation's answer, priced against the schema before it runs (see
-	// introspectionAnswers).
+	// graph.NewIntrospectionAnswers).
 	MaxIntrospectionFields int
 }
 
