@@ -446,7 +446,7 @@ func startEtcd(t *testing.T) string {
 }
 
 // postReport runs an admin report after a sale. A node sheds reports with
-// UNAVAILABLE while its grabs queue or slow down (graph/loadshed.go), and
+// UNAVAILABLE while its grabs queue or slow down (httpapi/loadshed.go), and
 // a member that has just seen another die may still be answering the grabs
 // that waited on it, so a shed answer is asked again for up to 30 s; any
 // other error fails the test at once.

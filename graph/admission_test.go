@@ -15,7 +15,9 @@ import (
 	"time"
 
 	"flashsale/graph"
+	"flashsale/httpapi"
 	"flashsale/internal/auth"
+	"flashsale/internal/seckill"
 	"flashsale/persistence"
 )
 
@@ -181,7 +183,7 @@ func TestHostileRequestsAreRefusedCheaply(t *testing.T) {
 // and each refusal stays within the cost bound.
 func TestIPFloodIsRefusedBeforeParsing(t *testing.T) {
 	s := newServer(t)
-	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router}, graph.HandlerOptions{
+	h := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, s.router)}, httpapi.HandlerOptions{
 		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), IPLimit: persistence.NewRateLimits(s.rdb, 0, 2),
 	})
 	const ip = "203.0.113.50"
@@ -225,7 +227,7 @@ func TestInProcessFloodLimitNeedsNoRedis(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
 	v := s.createVoucher(t, seckillInput(1, 100))
-	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router}, graph.HandlerOptions{
+	h := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, s.router)}, httpapi.HandlerOptions{
 		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), FloodPerSec: 1,
 	})
 	s.redis.Kill() // the limit must hold without Redis

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"flashsale/graph"
+	"flashsale/httpapi"
 	"flashsale/internal/auth"
+	"flashsale/internal/seckill"
 )
 
 // heldIPLimit stands for RATE_IP_PER_SEC's Redis check, which admission
@@ -63,9 +65,9 @@ func TestAnonymousBudgetRefusesAnonymousRequestsAndNotSignedInOnes(t *testing.T)
 	limit := &heldIPLimit{holdIP: holder, entered: make(chan struct{}, 1), release: make(chan struct{}), calls: map[string]int{}}
 	release := sync.OnceFunc(func() { close(limit.release) })
 	t.Cleanup(release)
-	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router}, graph.HandlerOptions{
+	h := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, s.router)}, httpapi.HandlerOptions{
 		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), IPLimit: limit, Introspection: graph.IntrospectionToken,
-		Anonymous: graph.AnonymousBudget{InFlight: 1}, // no wait: refused at once
+		Anonymous: httpapi.AnonymousBudget{InFlight: 1}, // no wait: refused at once
 	})
 	v := s.createVoucher(t, seckillInput(1, 10))
 	user := s.token(t, 7, auth.RoleUser)

@@ -17,7 +17,9 @@ import (
 	"flashsale/actors"
 	"flashsale/domain"
 	"flashsale/graph"
+	"flashsale/httpapi"
 	"flashsale/internal/auth"
+	"flashsale/internal/seckill"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -60,26 +62,26 @@ func BenchmarkGrab(b *testing.B) {
 	}
 	impls := []struct {
 		name string
-		make func(rdb *redis.Client) (graph.Grabber, func())
+		make func(rdb *redis.Client) (seckill.Router, func())
 		// tickets: the voucher requires grab tickets, the handler has the
 		// gate and every grab carries its user's ticket.
 		tickets bool
 	}{
-		{"batched", func(rdb *redis.Client) (graph.Grabber, func()) {
+		{"batched", func(rdb *redis.Client) (seckill.Router, func()) {
 			r := actors.NewRouter(persistence.NewGrabs(rdb), testenv.MustOrderIDs(b, s.db), s.catalog, log, actors.Options{})
 			return r, r.Close
 		}, false},
-		{"batched+rate-limits", func(rdb *redis.Client) (graph.Grabber, func()) {
+		{"batched+rate-limits", func(rdb *redis.Client) (seckill.Router, func()) {
 			r := actors.NewRouter(persistence.NewGrabs(rdb), testenv.MustOrderIDs(b, s.db), s.catalog, log, actors.Options{
 				UserRate: 1000,
 			})
 			return r, r.Close
 		}, false},
-		{"batched+tickets", func(rdb *redis.Client) (graph.Grabber, func()) {
+		{"batched+tickets", func(rdb *redis.Client) (seckill.Router, func()) {
 			r := actors.NewRouter(persistence.NewGrabs(rdb), testenv.MustOrderIDs(b, s.db), s.catalog, log, actors.Options{})
 			return r, r.Close
 		}, true},
-		{"per-request-reference", func(rdb *redis.Client) (graph.Grabber, func()) {
+		{"per-request-reference", func(rdb *redis.Client) (seckill.Router, func()) {
 			return &perRequest{grabs: persistence.NewGrabs(rdb), rdb: rdb}, func() {}
 		}, false},
 	}
@@ -108,17 +110,20 @@ func BenchmarkGrab(b *testing.B) {
 						b.Fatalf("selling the last unit: %s", res.Code)
 					}
 				}
-				resolver := &graph.Resolver{Catalog: s.catalog, Grabber: grabber}
+				resolver := &graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, grabber)}
+				if impl.tickets {
+					resolver.Gate = s.gate
+					resolver.Seckill = seckill.New(s.gate, grabber)
+				}
 				bodies := make([][]byte, users)
 				for i := range bodies {
 					bodies[i], _ = json.Marshal(map[string]any{"query": grabMutation, "variables": map[string]any{"id": v.ID}})
 					if impl.tickets {
-						resolver.Gate = s.gate
 						ticket := s.gate.Tickets().Issue(int64(i+1), vid, time.Now().Add(time.Hour))
 						bodies[i], _ = json.Marshal(map[string]any{"query": ticketGrabMutation, "variables": map[string]any{"id": v.ID, "ticket": ticket}})
 					}
 				}
-				h := graph.NewHandler(resolver, graph.HandlerOptions{Tokens: s.tokens, Log: log})
+				h := httpapi.NewHandler(resolver, httpapi.HandlerOptions{Tokens: s.tokens, Log: log})
 				want := map[string]string{"in-stock": `"OK"`, "sold-out": `"SOLD_OUT"`}[phase]
 				var next atomic.Int64
 				start, startTrips := cnt.Commands.Load(), cnt.RoundTrips.Load()

@@ -11,13 +11,13 @@ import (
 	"flashsale/domain"
 )
 
-// complexity prices the fields whose answer grows with an argument: a
+// Complexity prices the fields whose answer grows with an argument: a
 // connection costs its page size (first, with the default and the maximum
 // the resolver applies) times what one item selects, so nested lists
 // multiply. Every other field costs 1 plus its children (gqlgen's
-// default). The operation's total is checked against Limits.MaxComplexity
-// before anything runs.
-func complexity() ComplexityRoot {
+// default). The operation's total is checked against the HTTP edge's
+// httpapi.Limits.MaxComplexity before anything runs.
+func Complexity() ComplexityRoot {
 	var c ComplexityRoot
 	c.Query.Vouchers = func(child int, _ *int64, first *int, _ *string) int { return pageCost(child, first) }
 	c.Query.MyOrders = func(child int, first *int, _ *string) int { return pageCost(child, first) }
@@ -61,21 +61,24 @@ func (b *answerBudget) charge(n int64) bool {
 	return false
 }
 
-// answerCap is the answer-size cap: a response middleware that gives each
+// AnswerCap is the answer-size cap: a response middleware that gives each
 // answer a budget, a field middleware that charges it, and the check of the
 // marshalled answer (which catches what the estimate missed).
-type answerCap struct{ max int64 }
+type AnswerCap struct{ max int64 }
+
+// NewAnswerCap caps answers at max bytes (httpapi.Limits.MaxAnswerBytes).
+func NewAnswerCap(max int64) AnswerCap { return AnswerCap{max: max} }
 
 var _ interface {
 	graphql.HandlerExtension
 	graphql.ResponseInterceptor
 	graphql.FieldInterceptor
-} = answerCap{}
+} = AnswerCap{}
 
-func (answerCap) ExtensionName() string                   { return "AnswerCap" }
-func (answerCap) Validate(graphql.ExecutableSchema) error { return nil }
+func (AnswerCap) ExtensionName() string                   { return "AnswerCap" }
+func (AnswerCap) Validate(graphql.ExecutableSchema) error { return nil }
 
-func (a answerCap) InterceptResponse(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
+func (a AnswerCap) InterceptResponse(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	b := &answerBudget{max: a.max, cancel: cancel}
@@ -89,7 +92,7 @@ func (a answerCap) InterceptResponse(ctx context.Context, next graphql.ResponseH
 	return resp
 }
 
-func (a answerCap) InterceptField(ctx context.Context, next graphql.Resolver) (any, error) {
+func (a AnswerCap) InterceptField(ctx context.Context, next graphql.Resolver) (any, error) {
 	b, _ := ctx.Value(answerBudgetKey{}).(*answerBudget)
 	if b == nil {
 		return next(ctx)
@@ -112,8 +115,8 @@ func (a answerCap) InterceptField(ctx context.Context, next graphql.Resolver) (a
 	return res, err
 }
 
-func (a answerCap) tooLarge() *gqlerror.Error {
-	return operationError(domain.Errorf(domain.CodeBadInput,
+func (a AnswerCap) tooLarge() *gqlerror.Error {
+	return OperationError(domain.Errorf(domain.CodeBadInput,
 		"the answer would exceed %d bytes: ask for fewer items or fields", a.max))
 }
 

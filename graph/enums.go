@@ -10,29 +10,29 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 )
 
-// strictEnums refuses an enum value given in a variable in another case
+// StrictEnums refuses an enum value given in a variable in another case
 // than the schema's ("paused" for PAUSED), as the bad input it is.
 // gqlparser's variable validation compares enum values without case, so
 // such a value passes it, and gqlgen's generated unmarshaler then fails
 // with a plain error that the presenter can only call INTERNAL. Values
 // written in the query itself are checked exactly by validation already.
-type strictEnums struct {
+type StrictEnums struct {
 	schema *ast.Schema
 }
 
 var _ interface {
 	graphql.HandlerExtension
 	graphql.OperationContextMutator
-} = (*strictEnums)(nil)
+} = (*StrictEnums)(nil)
 
-func (*strictEnums) ExtensionName() string { return "StrictEnums" }
+func (*StrictEnums) ExtensionName() string { return "StrictEnums" }
 
-func (e *strictEnums) Validate(s graphql.ExecutableSchema) error {
+func (e *StrictEnums) Validate(s graphql.ExecutableSchema) error {
 	e.schema = s.Schema()
 	return nil
 }
 
-func (e *strictEnums) MutateOperationContext(_ context.Context, oc *graphql.OperationContext) *gqlerror.Error {
+func (e *StrictEnums) MutateOperationContext(_ context.Context, oc *graphql.OperationContext) *gqlerror.Error {
 	if oc.Operation == nil {
 		return nil
 	}
@@ -47,7 +47,7 @@ func (e *strictEnums) MutateOperationContext(_ context.Context, oc *graphql.Oper
 
 // check walks a variable's value along its type: lists, input objects and
 // enums (variables are already coerced, so the shapes are right).
-func (e *strictEnums) check(typ *ast.Type, v any, path ast.Path) *gqlerror.Error {
+func (e *StrictEnums) check(typ *ast.Type, v any, path ast.Path) *gqlerror.Error {
 	if v == nil || typ == nil {
 		return nil
 	}

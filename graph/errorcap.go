@@ -23,13 +23,13 @@ const maxErrors = 50
 // errors cut from an answer.
 const cutReason = "TOO_MANY_ERRORS"
 
-// cappedValidationRules returns gqlparser's default rules, each wrapped so
+// CappedValidationRules returns gqlparser's default rules, each wrapped so
 // that one validation builds at most maxErrors errors and one that counts
 // the rest: an error past the bound is counted, never built (its message,
 // which quotes names and suggestions, is never formatted). It is called
 // once per validation (gqlgen's validation rules hook), so the count is
 // that document's.
-func cappedValidationRules() *rules.Rules {
+func CappedValidationRules() *rules.Rules {
 	c := &validationCap{}
 	out := rules.NewRules()
 	for name, fn := range rules.NewDefaultRules().GetInner() {
@@ -73,21 +73,21 @@ func cutMessage(cut int) string {
 	return fmt.Sprintf("%d more errors were cut: an answer reports at most %d", cut, maxErrors)
 }
 
-// errorCap bounds the errors of every answer gqlgen writes (validation
-// errors, which cappedValidationRules already bounds, and errors raised
+// ErrorCap bounds the errors of every answer gqlgen writes (validation
+// errors, which CappedValidationRules already bounds, and errors raised
 // while executing): the first maxErrors are kept, and one more error
 // says how many were cut, with the code of the first cut error.
-type errorCap struct{}
+type ErrorCap struct{}
 
 var _ interface {
 	graphql.HandlerExtension
 	graphql.ResponseInterceptor
-} = errorCap{}
+} = ErrorCap{}
 
-func (errorCap) ExtensionName() string                   { return "ErrorCap" }
-func (errorCap) Validate(graphql.ExecutableSchema) error { return nil }
+func (ErrorCap) ExtensionName() string                   { return "ErrorCap" }
+func (ErrorCap) Validate(graphql.ExecutableSchema) error { return nil }
 
-func (errorCap) InterceptResponse(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
+func (ErrorCap) InterceptResponse(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
 	resp := next(ctx)
 	if resp != nil {
 		resp.Errors = capErrors(resp.Errors)

@@ -16,7 +16,7 @@ import (
 	"flashsale/domain"
 )
 
-// presentErrors is the one place where errors become GraphQL errors:
+// PresentErrors is the one place where errors become GraphQL errors:
 //   - a *domain.Error keeps its message and gets its code;
 //   - a *gqlerror.Error that wraps no other error is one gqlgen raised about
 //     the request itself (body, parse, validation, complexity, depth):
@@ -25,7 +25,7 @@ import (
 //     its message tidied: these messages quote the request back;
 //   - anything else is an internal fault: logged with its cause and shown
 //     only as "internal error", so no SQL, address or stack ever leaks.
-func presentErrors(log *slog.Logger) graphql.ErrorPresenterFunc {
+func PresentErrors(log *slog.Logger) graphql.ErrorPresenterFunc {
 	return func(ctx context.Context, err error) *gqlerror.Error {
 		out := graphql.DefaultErrorPresenter(ctx, err)
 		var de *domain.Error
@@ -37,7 +37,7 @@ func presentErrors(log *slog.Logger) graphql.ErrorPresenterFunc {
 		var ge *gqlerror.Error
 		if errors.As(err, &ge) && ge.Err == nil {
 			ext := map[string]any{"code": string(domain.CodeBadInput)}
-			if r, ok := ge.Extensions["reason"]; ok { // presented already (shapeError)
+			if r, ok := ge.Extensions["reason"]; ok { // presented already (ShapeError)
 				ext["reason"] = r
 			} else if c, ok := ge.Extensions["code"]; ok {
 				ext["reason"] = c
@@ -73,22 +73,22 @@ func domainExtensions(de *domain.Error) map[string]any {
 	return ext
 }
 
-// operationError is a domain error raised before execution (by an
+// OperationError is a domain error raised before execution (by an
 // extension). It is presented here already, because gqlgen's websocket
 // transport sends such errors as they are, bypassing the presenter; over
 // HTTP the presenter finds the same domain error inside and agrees.
-func operationError(de *domain.Error) *gqlerror.Error {
+func OperationError(de *domain.Error) *gqlerror.Error {
 	return &gqlerror.Error{Message: capMessage(de.Message), Err: de, Extensions: domainExtensions(de)}
 }
 
-// badBodyMessage replaces gqlgen's JSON-decoding message, which names Go
+// BadBodyMessage replaces gqlgen's JSON-decoding message, which names Go
 // types and quotes the whole body back.
-const badBodyMessage = "request body must be a JSON object with a query string"
+const BadBodyMessage = "request body must be a JSON object with a query string"
 
 // requestMessage tidies gqlgen's message about a malformed request.
 func requestMessage(msg string) string {
 	if strings.HasPrefix(msg, "json request body could not be decoded") {
-		return badBodyMessage
+		return BadBodyMessage
 	}
 	// gqlgen appends the raw body to some messages.
 	if i := strings.Index(msg, " body:"); i >= 0 {
@@ -150,6 +150,10 @@ func capMessage(msg string) string {
 	return truncate(msg, maxMessageLen)
 }
 
+// TruncateName shortens a name a client chose (an operation id, a
+// field's response key) before a message quotes it.
+func TruncateName(s string) string { return truncate(s, maxQuotedLen) }
+
 // truncate cuts s to at most n bytes on a rune boundary, marking the cut.
 func truncate(s string, n int) string {
 	if len(s) <= n {
@@ -161,10 +165,22 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// recoverPanic turns a resolver panic into an internal error and logs it.
-func recoverPanic(log *slog.Logger) graphql.RecoverFunc {
+// RecoverPanic turns a resolver panic into an internal error and logs it.
+func RecoverPanic(log *slog.Logger) graphql.RecoverFunc {
 	return func(ctx context.Context, p any) error {
 		log.ErrorContext(ctx, "resolver panic", "panic", fmt.Sprint(p))
 		return errors.New("internal error")
+	}
+}
+
+// ShapeError is a refusal of the request's shape: BAD_USER_INPUT with the
+// reason, like gqlgen's own limits. It carries the contract's code itself
+// rather than rely on the presenter: gqlgen's websocket transport sends
+// the error objects an extension returned, which are presented only
+// because the presenter happens to edit them in place.
+func ShapeError(reason, format string, args ...any) *gqlerror.Error {
+	return &gqlerror.Error{
+		Message:    fmt.Sprintf(format, args...),
+		Extensions: map[string]any{"code": string(domain.CodeBadInput), "reason": reason},
 	}
 }

@@ -13,10 +13,9 @@ import (
 
 // Gate is the grab gate against bots and scalpers (implemented by
 // gate.Service): grab tickets, proof-of-work challenges, blocklists and the
-// server's clock. CheckGrab answers from memory, with no Redis call.
+// server's clock. Checking a grab is the grab use case's (seckill.Service).
 type Gate interface {
 	Now() time.Time
-	CheckGrab(ctx context.Context, user int64, ip string, voucher int64, ticket string) error
 	Challenge(ctx context.Context, user int64, ip string, voucher int64) (string, int, time.Time, error)
 	Ticket(ctx context.Context, user int64, ip string, voucher int64, challenge, nonce string) (string, time.Time, error)
 	SetGate(ctx context.Context, id int64, change domain.GateChange) (domain.Voucher, error)
@@ -31,27 +30,6 @@ func (r *Resolver) now() time.Time {
 		return r.Gate.Now()
 	}
 	return time.Now()
-}
-
-// checkGrab runs the gate before the router: a refused grab is a
-// FORBIDDEN error; an unknown voucher answers NOT_FOUND and a gate that
-// cannot be read UNAVAILABLE, as data, as the router answers them.
-func (r *Resolver) checkGrab(ctx context.Context, req domain.GrabRequest, ticket *string) (*model.SeckillResult, error) {
-	if r.Gate == nil {
-		return nil, nil
-	}
-	var t string
-	if ticket != nil {
-		t = *ticket
-	}
-	err := r.Gate.CheckGrab(ctx, req.UserID, req.ClientIP, req.VoucherID, t)
-	switch domain.ErrorCode(err) {
-	case domain.CodeUnavailable:
-		return seckillToModel(domain.GrabResult{Code: domain.SeckillUnavailable})
-	case domain.CodeNotFound: // a grab's outcome, as the router would answer it
-		return seckillToModel(domain.GrabResult{Code: domain.SeckillNotFound})
-	}
-	return nil, err
 }
 
 // gate is the gate for a field that needs one.
@@ -71,7 +49,7 @@ func (r *Resolver) seckillChallenge(ctx context.Context, voucherID int64) (*mode
 	if err != nil {
 		return nil, err
 	}
-	c, d, exp, err := g.Challenge(ctx, id.UserID, clientIP(ctx), voucherID)
+	c, d, exp, err := g.Challenge(ctx, id.UserID, auth.ClientIP(ctx), voucherID)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +72,7 @@ func (r *Resolver) seckillTicket(ctx context.Context, voucherID int64, challenge
 	if nonce != nil {
 		n = *nonce
 	}
-	t, exp, err := g.Ticket(ctx, id.UserID, clientIP(ctx), voucherID, c, n)
+	t, exp, err := g.Ticket(ctx, id.UserID, auth.ClientIP(ctx), voucherID, c, n)
 	if err != nil {
 		return nil, err
 	}

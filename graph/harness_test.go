@@ -18,10 +18,12 @@ import (
 
 	"flashsale/actors"
 	"flashsale/graph"
+	"flashsale/httpapi"
 	"flashsale/internal/auth"
 	"flashsale/internal/catalog"
 	"flashsale/internal/gate"
 	"flashsale/internal/redpackets"
+	"flashsale/internal/seckill"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -125,7 +127,7 @@ func startNode(tb testing.TB, db *bun.DB, rs *testenv.RedisServer, options func(
 	gateChanges := persistence.NewGate(s.rdb).Subscribe(ctx)
 	bg.Go(func() { defer gateChanges.Close(); s.gate.Run(ctx, gateChanges) })
 	tb.Cleanup(func() { s.router.Close(); cancel(); bg.Wait() })
-	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router, DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciliations(s.db, s.rdb), Gate: s.gate, RedPackets: redPackets}, graph.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: graph.IntrospectionPublic, CompiledGrabs: true})
+	h := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(s.gate, s.router), DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciliations(s.db, s.rdb), Gate: s.gate, RedPackets: redPackets}, httpapi.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: graph.IntrospectionPublic, CompiledGrabs: true})
 	s.client = client.New(h)
 	s.handler = h
 	return s

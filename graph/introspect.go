@@ -14,6 +14,7 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"flashsale/domain"
+	"flashsale/internal/admitcache"
 )
 
 // IntrospectionMode says who may ask the schema (__schema, __type) on
@@ -74,25 +75,25 @@ const MaxIntrospectionFieldsDefault = 10000
 // of pricing is bounded too.
 //
 // An operation that mixes __schema or __type with other root fields is
-// refused (admission does it before validation): no client needs to,
-// and it would make gqlgen's executor answer introspection again.
+// refused (the HTTP edge's admission does it before validation): no
+// client needs to, and it would make gqlgen's executor answer introspection again.
 //
 // Answers of operations without variables are also kept by their text
-// (a small cache like the others, see admitCache): the playground and
+// (a small cache like the others, see admitcache.Cache): the playground and
 // code generators send the same schema query again and again, and then
 // pay neither the price nor the writing.
 type introspectionAnswers struct {
 	model   *schemaModel
 	max     int
 	mode    IntrospectionMode
-	answers *admitCache[[]byte]
+	answers *admitcache.Cache[[]byte]
 }
 
 // introspectionCacheBytes bounds the kept answers: GraphiQL's is 70 KB.
 const introspectionCacheBytes = 1 << 20
 
-func newIntrospectionAnswers(max int, mode IntrospectionMode) *introspectionAnswers {
-	return &introspectionAnswers{max: max, mode: mode, answers: newAdmitCache("introspection", introspectionCacheBytes, func(key string, answer []byte) int {
+func NewIntrospectionAnswers(max int, mode IntrospectionMode) *introspectionAnswers {
+	return &introspectionAnswers{max: max, mode: mode, answers: admitcache.New("introspection", introspectionCacheBytes, func(key string, answer []byte) int {
 		return len(key) + len(answer)
 	})}
 }
@@ -139,7 +140,7 @@ func (a *introspectionAnswers) MutateOperationContext(_ context.Context, oc *gra
 	w.query(root)
 	if w.over {
 		introspectionTotal.WithLabelValues("refused").Inc()
-		return shapeError("INTROSPECTION_TOO_LARGE", "the introspection answer would have more than %d fields: ask for fewer", a.max)
+		return ShapeError("INTROSPECTION_TOO_LARGE", "the introspection answer would have more than %d fields: ask for fewer", a.max)
 	}
 	return nil
 }
@@ -161,7 +162,7 @@ func (a *introspectionAnswers) InterceptOperation(ctx context.Context, next grap
 	w := &introWriter{oc: oc, m: a.model, max: a.max, buf: new(bytes.Buffer)}
 	w.query(root)
 	if w.over { // priced within the limit: cannot happen
-		return graphql.OneShot(&graphql.Response{Errors: gqlerror.List{shapeError("INTROSPECTION_TOO_LARGE", "the introspection answer would have more than %d fields: ask for fewer", a.max)}})
+		return graphql.OneShot(&graphql.Response{Errors: gqlerror.List{ShapeError("INTROSPECTION_TOO_LARGE", "the introspection answer would have more than %d fields: ask for fewer", a.max)}})
 	}
 	introspectionTotal.WithLabelValues("answered").Inc()
 	data := w.buf.Bytes()
@@ -547,9 +548,10 @@ func (w *introWriter) directive(sel ast.SelectionSet, d *introspection.Directive
 	})
 }
 
-// introspectionRefusal is admission's answer to __schema or __type that
-// the mode or the operation's other fields rule out, or nil.
-func introspectionRefusal(mode IntrospectionMode, fields []*ast.Field, authenticated bool) *domain.Error {
+// IntrospectionRefusal is the answer, for the HTTP edge's admission, to
+// __schema or __type that the mode or the operation's other fields rule
+// out, or nil.
+func IntrospectionRefusal(mode IntrospectionMode, fields []*ast.Field, authenticated bool) *domain.Error {
 	asks, other := false, false
 	for _, f := range fields {
 		switch {

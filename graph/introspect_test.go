@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"flashsale/graph"
+	"flashsale/httpapi"
 	"flashsale/internal/auth"
 )
 
@@ -157,9 +158,9 @@ func TestIntrospectionIsPricedByItsAnswer(t *testing.T) {
 		fmt.Fprintf(&aliases, " a%d: __schema { types { name fields { name args { name } } } }", i)
 	}
 	aliases.WriteString(" }")
-	small := graph.NewHandler(&graph.Resolver{Catalog: s.catalog}, graph.HandlerOptions{
+	small := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog}, httpapi.HandlerOptions{
 		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), Introspection: graph.IntrospectionPublic,
-		Limits: graph.Limits{MaxIntrospectionFields: 100},
+		Limits: httpapi.Limits{MaxIntrospectionFields: 100},
 	})
 	for _, tc := range []struct {
 		name, token, query string
@@ -194,7 +195,7 @@ func TestIntrospectionModes(t *testing.T) {
 	user := s.token(t, 2, auth.RoleUser)
 	handlers := map[graph.IntrospectionMode]http.Handler{}
 	for _, m := range []graph.IntrospectionMode{graph.IntrospectionOff, graph.IntrospectionToken, graph.IntrospectionPublic} {
-		handlers[m] = graph.NewHandler(&graph.Resolver{Catalog: s.catalog}, graph.HandlerOptions{
+		handlers[m] = httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog}, httpapi.HandlerOptions{
 			Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), Introspection: m,
 		})
 	}

@@ -23,9 +23,11 @@ import (
 	"flashsale/actors"
 	"flashsale/domain"
 	"flashsale/graph"
+	"flashsale/httpapi"
 	"flashsale/internal/auth"
 	"flashsale/internal/live"
 	"flashsale/internal/orders"
+	"flashsale/internal/seckill"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -43,7 +45,7 @@ type liveNode struct {
 // testServer's order writer persists the orders of all of them. Each node
 // returns once its live watcher is subscribed, so that no change a test
 // makes afterwards is missed.
-func newLiveNodes(tb testing.TB, n int, options ...func(*graph.HandlerOptions)) (*testServer, []*liveNode) {
+func newLiveNodes(tb testing.TB, n int, options ...func(*httpapi.HandlerOptions)) (*testServer, []*liveNode) {
 	tb.Helper()
 	s := newServer(tb)
 	log := slog.New(slog.DiscardHandler)
@@ -71,11 +73,11 @@ func newLiveNodes(tb testing.TB, n int, options ...func(*graph.HandlerOptions)) 
 		bg.Go(func() { defer changes.Close(); _ = svc.Follow(ctx, changes) })
 		bg.Go(func() { defer events.Close(); _ = router.Follow(ctx, events) })
 		tb.Cleanup(func() { router.Close(); cancel(); bg.Wait() })
-		opts := graph.HandlerOptions{Tokens: s.tokens, Log: log}
+		opts := httpapi.HandlerOptions{Tokens: s.tokens, Log: log}
 		for _, o := range options {
 			o(&opts)
 		}
-		h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: router, Orders: ordersSvc, Live: svc}, opts)
+		h := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, router), Orders: ordersSvc, Live: svc}, opts)
 		srv := httptest.NewServer(h)
 		tb.Cleanup(srv.Close)
 		select {
@@ -455,7 +457,7 @@ func TestShutdownClosesWebsocketsWithACloseFrame(t *testing.T) {
 func TestStockSubscriberThatStopsReadingDelaysNoOne(t *testing.T) {
 	t.Parallel()
 	const writeTimeout = 2 * time.Second
-	s, nodes := newLiveNodes(t, 1, func(o *graph.HandlerOptions) { o.WebsocketWriteTimeout = writeTimeout })
+	s, nodes := newLiveNodes(t, 1, func(o *httpapi.HandlerOptions) { o.WebsocketWriteTimeout = writeTimeout })
 	const stock = 20
 	v := testenv.MustVoucher(t, s.db, s.rdb, testenv.VoucherSpec{Stock: stock})
 	vid := strconv.FormatInt(v.ID, 10)
@@ -472,10 +474,10 @@ func TestStockSubscriberThatStopsReadingDelaysNoOne(t *testing.T) {
 	h.Start()
 	t.Cleanup(h.Close)
 	stuck := initWS(t, h, user)
-	for i := range graph.WebsocketMaxOperationsDefault {
+	for i := range httpapi.WebsocketMaxOperationsDefault {
 		subscribeWS(t, stuck, strconv.Itoa(i), stockSub, map[string]any{"v": vid})
 	}
-	for range graph.WebsocketMaxOperationsDefault {
+	for range httpapi.WebsocketMaxOperationsDefault {
 		readUntil(t, stuck, "next")
 	}
 	stall.stalled.Store(true) // from here on nothing reaches the stuck client

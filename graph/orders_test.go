@@ -11,9 +11,11 @@ import (
 
 	"flashsale/domain"
 	"flashsale/graph"
+	"flashsale/httpapi"
 	"flashsale/internal/auth"
 	"flashsale/internal/lease"
 	"flashsale/internal/orders"
+	"flashsale/internal/seckill"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 
@@ -27,11 +29,11 @@ func newOrdersServer(tb testing.TB) *testServer {
 	log := slog.New(slog.DiscardHandler)
 	store := persistence.NewOrders(s.db, s.rdb, log)
 	locker := lease.New([]redis.UniversalClient{s.rdb}, 0, log)
-	h := graph.NewHandler(&graph.Resolver{
-		Catalog: s.catalog, Grabber: s.router, DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciliations(s.db, s.rdb),
+	h := httpapi.NewHandler(&graph.Resolver{
+		Catalog: s.catalog, Seckill: seckill.New(nil, s.router), DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciliations(s.db, s.rdb),
 		Orders:          orders.New(store, s.catalog, orders.Config{}, log),
 		Reconciliations: orders.NewReconciler(persistence.NewReconciliations(s.db, s.rdb), persistence.NewStock(s.rdb), s.catalog, locker, orders.ReconcileConfig{}, log),
-	}, graph.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: graph.IntrospectionPublic})
+	}, httpapi.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: graph.IntrospectionPublic})
 	s.client = client.New(h)
 	s.handler = h
 	return s

@@ -27,7 +27,9 @@ import (
 	"github.com/coder/websocket"
 
 	"flashsale/graph"
+	"flashsale/httpapi"
 	"flashsale/internal/auth"
+	"flashsale/internal/seckill"
 )
 
 // The transport probes: requests that cost a node before any GraphQL is
@@ -69,11 +71,11 @@ func TestProbeServer(t *testing.T) {
 		t.Skip("the probe node of BenchmarkTransportProbes; not a test")
 	}
 	s := newServer(t)
-	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router}, graph.HandlerOptions{
+	h := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, s.router)}, httpapi.HandlerOptions{
 		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), WebsocketMaxPerIP: rigAddressCap,
 	})
 	srv := httptest.NewUnstartedServer(h)
-	srv.Config.MaxHeaderBytes = graph.MaxHeaderBytesDefault
+	srv.Config.MaxHeaderBytes = httpapi.MaxHeaderBytesDefault
 	srv.Config.ReadHeaderTimeout = 5 * time.Second
 	srv.Start()
 	t.Cleanup(srv.Close)
@@ -93,7 +95,7 @@ func TestProbeServer(t *testing.T) {
 			t.Cleanup(func() { _ = c.CloseNow() })
 		}
 	}
-	fill("127.0.0.1", func(int) string { return hello.Capped }, graph.WebsocketMaxPerUserDefault)
+	fill("127.0.0.1", func(int) string { return hello.Capped }, httpapi.WebsocketMaxPerUserDefault)
 	fill("127.0.0.2", func(i int) string { return hello.Users[i%len(hello.Users)] }, rigAddressCap)
 
 	out := json.NewEncoder(os.Stdout)

@@ -11,7 +11,9 @@ import (
 
 	"flashsale/actors"
 	"flashsale/graph"
+	"flashsale/httpapi"
 	"flashsale/internal/auth"
+	"flashsale/internal/seckill"
 	"flashsale/persistence"
 )
 
@@ -73,7 +75,7 @@ func TestRequestsOverTheIPRateAreRateLimited(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
 	v := s.createVoucher(t, seckillInput(1, 100))
-	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router}, graph.HandlerOptions{
+	h := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, s.router)}, httpapi.HandlerOptions{
 		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), IPLimit: persistence.NewRateLimits(s.rdb, 0, 2),
 	})
 	send := func(ip, token, query string) []string {

@@ -16,10 +16,10 @@ type Catalog interface {
 	Stock(ctx context.Context, id int64) (domain.StockLevel, error)
 }
 
-// Grabber takes one unit of a seckill voucher for a user (implemented by
-// actors.Router). Outcomes are codes, never errors.
-type Grabber interface {
-	Grab(ctx context.Context, req domain.GrabRequest) domain.GrabResult
+// Seckill is the grab use case, the gate then the router (implemented by
+// seckill.Service). Outcomes are codes; an error is the gate's refusal.
+type Seckill interface {
+	Grab(ctx context.Context, req domain.GrabRequest, ticket string) (domain.GrabResult, error)
 }
 
 // DeadLetters lists the orders the database refused for good
@@ -37,7 +37,7 @@ type Reconciler interface {
 // Resolver is the root of the resolvers; it holds the services they call.
 type Resolver struct {
 	Catalog     Catalog
-	Grabber     Grabber
+	Seckill     Seckill
 	DeadLetters DeadLetters
 	Reconciler  Reconciler
 	// Orders and Reconciliations serve the fields of orders after the sale
@@ -47,8 +47,9 @@ type Resolver struct {
 	Reconciliations Reconciliations
 	// Live serves the subscriptions; nil answers NOT_IMPLEMENTED.
 	Live Live
-	// Gate guards grabs (tickets, blocklists); nil lets every grab through
-	// to the router and answers the gate's fields NOT_IMPLEMENTED.
+	// Gate serves the gate's fields (challenges, tickets, blocklists) and
+	// the server's clock; nil answers those fields NOT_IMPLEMENTED. Grabs
+	// pass the gate inside Seckill.
 	Gate Gate
 	// RedPackets serves the red-packet fields; nil answers
 	// NOT_IMPLEMENTED.

@@ -30,14 +30,7 @@ func (r *mutationResolver) AddStock(ctx context.Context, voucherID int64, amount
 
 // SeckillVoucher is the resolver for the seckillVoucher field.
 func (r *mutationResolver) SeckillVoucher(ctx context.Context, voucherID int64, requestID *string, ticket *string) (*model.SeckillResult, error) {
-	req, err := grabRequest(ctx, voucherID, requestID)
-	if err != nil {
-		return nil, err
-	}
-	if res, err := r.checkGrab(ctx, req, ticket); res != nil || err != nil {
-		return res, err
-	}
-	return seckillToModel(r.Grabber.Grab(ctx, req))
+	return Grab(ctx, r.Seckill, voucherID, requestID, ticket)
 }
 
 // PayOrder is the resolver for the payOrder field.

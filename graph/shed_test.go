@@ -13,7 +13,9 @@ import (
 	"flashsale/actors"
 	"flashsale/domain"
 	"flashsale/graph"
+	"flashsale/httpapi"
 	"flashsale/internal/auth"
+	"flashsale/internal/seckill"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -61,9 +63,9 @@ func TestNonCoreOperationsAreShedWhileGrabsQueue(t *testing.T) {
 		actors.Options{CallTimeout: 30 * time.Second, GrabTimeout: 30 * time.Second})
 	open := sync.OnceFunc(func() { close(gate) })
 	t.Cleanup(func() { open(); router.Close() })
-	h := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: router}, graph.HandlerOptions{
+	h := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, router)}, httpapi.HandlerOptions{
 		Tokens: s.tokens, Log: log, Introspection: graph.IntrospectionPublic,
-		Shed: graph.LoadShedding{Gauge: router, QueueDepth: 10},
+		Shed: httpapi.LoadShedding{Gauge: router, QueueDepth: 10},
 	})
 	v := s.createVoucher(t, seckillInput(1, 100))
 	later := seckillInput(1, 100)

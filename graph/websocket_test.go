@@ -19,7 +19,9 @@ import (
 	"github.com/coder/websocket"
 
 	"flashsale/graph"
+	"flashsale/httpapi"
 	"flashsale/internal/auth"
+	"flashsale/internal/seckill"
 )
 
 // wsMessage is one message of either websocket subprotocol.
@@ -157,7 +159,7 @@ func TestWebsocketOperationsRecheckTokenExpiry(t *testing.T) {
 func TestLegacyGraphQLWSGetsKeepalives(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
-	h := httptest.NewServer(graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router}, graph.HandlerOptions{
+	h := httptest.NewServer(httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, s.router)}, httpapi.HandlerOptions{
 		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), PingInterval: 100 * time.Millisecond,
 	}))
 	t.Cleanup(h.Close)
@@ -232,7 +234,7 @@ func TestWebsocketOperationsAreBoundedAndFreed(t *testing.T) {
 	baseline := runtime.NumGoroutine()
 
 	// Far more subscribes than the bound on each of 3 connections.
-	const conns, sent, bound = 3, 200, graph.WebsocketMaxOperationsDefault
+	const conns, sent, bound = 3, 200, httpapi.WebsocketMaxOperationsDefault
 	var cs []*websocket.Conn
 	for range conns {
 		c := initWS(t, h, user)
@@ -356,7 +358,7 @@ func TestWebsocketClientThatStopsReadingIsDropped(t *testing.T) {
 	s := newServer(t)
 	withLongTexts(t, s, 100)
 	var open atomic.Int32
-	gql := graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router}, graph.HandlerOptions{
+	gql := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, s.router)}, httpapi.HandlerOptions{
 		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), WebsocketWriteTimeout: 300 * time.Millisecond,
 	})
 	h := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -402,7 +404,7 @@ func TestLegacyGraphQLWSOperationsAreBounded(t *testing.T) {
 	c := dialWS(t, h, "graphql-ws")
 	sendWS(t, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+s.token(t, 2, auth.RoleUser)+`"}}`)
 	readUntil(t, c, "connection_ack")
-	const bound = graph.WebsocketMaxOperationsDefault
+	const bound = httpapi.WebsocketMaxOperationsDefault
 	for i := range bound + 8 {
 		sendWS(t, c, fmt.Sprintf(`{"id":"%d","type":"start","payload":%s}`, i, heldQuery))
 	}

@@ -19,7 +19,9 @@ import (
 	"github.com/coder/websocket"
 
 	"flashsale/graph"
+	"flashsale/httpapi"
 	"flashsale/internal/auth"
+	"flashsale/internal/seckill"
 	"flashsale/persistence"
 )
 
@@ -237,7 +239,7 @@ var endings = []struct {
 func capHandler(tb testing.TB, s *testServer, perIP, perUser int) *capServer {
 	tb.Helper()
 	withLongTexts(tb, s, 100)
-	return newCapServer(tb, graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router}, graph.HandlerOptions{
+	return newCapServer(tb, httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, s.router)}, httpapi.HandlerOptions{
 		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), WebsocketWriteTimeout: 300 * time.Millisecond,
 		WebsocketMaxPerIP: perIP, WebsocketMaxPerUser: perUser,
 	}))
@@ -322,7 +324,7 @@ func TestOneUserCannotHoldManySockets(t *testing.T) {
 	user := s.token(t, 5, auth.RoleUser)
 	baseline := runtime.NumGoroutine()
 
-	const tries, capUser = 40, graph.WebsocketMaxPerUserDefault
+	const tries, capUser = 40, httpapi.WebsocketMaxPerUserDefault
 	acked, refused := 0, 0
 	for range tries {
 		c, err := openSocket(t, h, "127.0.0.1", user)
@@ -406,16 +408,16 @@ func TestAWebsocketHandshakeDrawsOnThePerIPLimits(t *testing.T) {
 	s := newServer(t)
 	for _, tc := range []struct {
 		name  string
-		opts  graph.HandlerOptions
+		opts  httpapi.HandlerOptions
 		burst int
 	}{
-		{"SHED_IP_PER_SEC 1", graph.HandlerOptions{FloodPerSec: 1}, 2},
-		{"RATE_IP_PER_SEC 1", graph.HandlerOptions{IPLimit: persistence.NewRateLimits(s.rdb, 0, 1)}, 1},
+		{"SHED_IP_PER_SEC 1", httpapi.HandlerOptions{FloodPerSec: 1}, 2},
+		{"RATE_IP_PER_SEC 1", httpapi.HandlerOptions{IPLimit: persistence.NewRateLimits(s.rdb, 0, 1)}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := tc.opts
 			opts.Tokens, opts.Log = s.tokens, slog.New(slog.DiscardHandler)
-			h := newCapServer(t, graph.NewHandler(&graph.Resolver{Catalog: s.catalog, Grabber: s.router}, opts))
+			h := newCapServer(t, httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, s.router)}, opts))
 			handshake := func() *http.Response {
 				req, _ := http.NewRequest(http.MethodGet, h.URL+"/query", nil)
 				for k, v := range map[string]string{"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="} {

@@ -21,8 +21,8 @@ targets=(
   ./graph FuzzDecodeCursor
   ./graph FuzzQueryBody
   ./graph FuzzQueryVariables
-  ./graph FuzzScanGrabBodyAgreesWithEncodingJSON
-  ./graph FuzzCompiledGrabAnswersAsGqlgen
+  ./httpapi FuzzScanGrabBodyAgreesWithEncodingJSON
+  ./httpapi FuzzCompiledGrabAnswersAsGqlgen
 )
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"flashsale/graph"
+	"flashsale/httpapi"
 )
 
 // The anonymous budget scales with the cores the node schedules on
@@ -18,7 +18,7 @@ func TestAnonymousBudgetDefaultsPerCore(t *testing.T) {
 		inFlight, perSec int
 		wait             time.Duration
 	}{
-		{"unset", nil, graph.AnonymousInFlightPerCore * cores, graph.AnonymousPerSecondPerCore * cores, graph.AnonymousWaitDefault},
+		{"unset", nil, httpapi.AnonymousInFlightPerCore * cores, httpapi.AnonymousPerSecondPerCore * cores, httpapi.AnonymousWaitDefault},
 		{"set", map[string]string{"ANON_MAX_IN_FLIGHT": "3", "ANON_PER_SEC": "7", "ANON_WAIT": "250ms"}, 3, 7, 250 * time.Millisecond},
 		{"off", map[string]string{"ANON_MAX_IN_FLIGHT": "0", "ANON_PER_SEC": "0", "ANON_WAIT": "0s"}, 0, 0, 0},
 	}

@@ -145,12 +145,12 @@ type Config struct {
 	DegradeToDB bool
 	// ShedIPPerSec is the in-process per-IP request limit (0 = off);
 	// ShedQueueDepth and ShedGrabLatency the grab load at which non-core
-	// operations are shed (0 = off). See graph.LoadShedding.
+	// operations are shed (0 = off). See httpapi.LoadShedding.
 	ShedIPPerSec    int
 	ShedQueueDepth  int
 	ShedGrabLatency time.Duration
 	// AnonMaxInFlight, AnonPerSec and AnonWait are the budget of requests
-	// without a valid token (0 = that bound off). See graph.AnonymousBudget.
+	// without a valid token (0 = that bound off). See httpapi.AnonymousBudget.
 	AnonMaxInFlight int
 	AnonPerSec      int
 	AnonWait        time.Duration
@@ -172,7 +172,7 @@ type Config struct {
 	// PprofAddr, if set, serves Go's profiles on a listener of its own.
 	PprofAddr string
 	// CompiledGrabs answers known grab documents without gqlgen's
-	// executor, with the same bytes (graph.compiledGrabs).
+	// executor, with the same bytes (httpapi.compiledGrabs).
 	CompiledGrabs bool
 	Demo          bool // create a demo voucher and print tokens; default on in embedded mode
 }

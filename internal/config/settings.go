@@ -13,6 +13,7 @@ import (
 
 	"flashsale/actors"
 	"flashsale/graph"
+	"flashsale/httpapi"
 	"flashsale/internal/auth"
 	"flashsale/internal/catalog"
 	"flashsale/internal/gate"
@@ -301,8 +302,8 @@ var settings = []setting{
 		}),
 
 	intVar("SHED_IP_PER_SEC", "0", "in-process limit of requests per second per client IP, checked before parsing, no Redis (0 = off)", func(c *Config) *int { return &c.ShedIPPerSec }, rate),
-	intVar("SHED_QUEUE_DEPTH", strconv.Itoa(graph.ShedQueueDepthDefault), "grabs waiting on this node at which non-core operations are shed (0 = off)", func(c *Config) *int { return &c.ShedQueueDepth }, rate),
-	durationVar("SHED_GRAB_LATENCY", graph.ShedGrabLatencyDefault, "recent average grab latency at which non-core operations are shed (0 = off)", func(c *Config) *time.Duration { return &c.ShedGrabLatency }).
+	intVar("SHED_QUEUE_DEPTH", strconv.Itoa(httpapi.ShedQueueDepthDefault), "grabs waiting on this node at which non-core operations are shed (0 = off)", func(c *Config) *int { return &c.ShedQueueDepth }, rate),
+	durationVar("SHED_GRAB_LATENCY", httpapi.ShedGrabLatencyDefault, "recent average grab latency at which non-core operations are shed (0 = off)", func(c *Config) *time.Duration { return &c.ShedGrabLatency }).
 		checked(func(c Config) string {
 			if c.ShedGrabLatency < 0 {
 				return "must not be negative"
@@ -311,17 +312,17 @@ var settings = []setting{
 		}),
 	// The anonymous budget scales with the cores the node schedules on:
 	// what it bounds is a share of their time.
-	intVar("ANON_MAX_IN_FLIGHT", "", "requests without a valid token running at once on this node; one more waits for its turn (ANON_WAIT), then 429 RATE_LIMITED; default "+strconv.Itoa(graph.AnonymousInFlightPerCore)+" per core (GOMAXPROCS) (0 = no bound)", func(c *Config) *int { return &c.AnonMaxInFlight }, optional(rate)).
-		derived(func(c *Config) { c.AnonMaxInFlight = graph.AnonymousInFlightPerCore * runtime.GOMAXPROCS(0) }),
-	intVar("ANON_PER_SEC", "", "requests without a valid token started per second on this node; more wait for their turn (ANON_WAIT), then 429 RATE_LIMITED; default "+strconv.Itoa(graph.AnonymousPerSecondPerCore)+" per core (GOMAXPROCS) (0 = no bound)", func(c *Config) *int { return &c.AnonPerSec }, optional(rate)).
-		derived(func(c *Config) { c.AnonPerSec = graph.AnonymousPerSecondPerCore * runtime.GOMAXPROCS(0) }),
-	durationVar("ANON_WAIT", graph.AnonymousWaitDefault, "how long a request without a valid token waits for the anonymous budget (ANON_MAX_IN_FLIGHT, ANON_PER_SEC) before it is answered 429 (0 = not at all)", func(c *Config) *time.Duration { return &c.AnonWait }).
+	intVar("ANON_MAX_IN_FLIGHT", "", "requests without a valid token running at once on this node; one more waits for its turn (ANON_WAIT), then 429 RATE_LIMITED; default "+strconv.Itoa(httpapi.AnonymousInFlightPerCore)+" per core (GOMAXPROCS) (0 = no bound)", func(c *Config) *int { return &c.AnonMaxInFlight }, optional(rate)).
+		derived(func(c *Config) { c.AnonMaxInFlight = httpapi.AnonymousInFlightPerCore * runtime.GOMAXPROCS(0) }),
+	intVar("ANON_PER_SEC", "", "requests without a valid token started per second on this node; more wait for their turn (ANON_WAIT), then 429 RATE_LIMITED; default "+strconv.Itoa(httpapi.AnonymousPerSecondPerCore)+" per core (GOMAXPROCS) (0 = no bound)", func(c *Config) *int { return &c.AnonPerSec }, optional(rate)).
+		derived(func(c *Config) { c.AnonPerSec = httpapi.AnonymousPerSecondPerCore * runtime.GOMAXPROCS(0) }),
+	durationVar("ANON_WAIT", httpapi.AnonymousWaitDefault, "how long a request without a valid token waits for the anonymous budget (ANON_MAX_IN_FLIGHT, ANON_PER_SEC) before it is answered 429 (0 = not at all)", func(c *Config) *time.Duration { return &c.AnonWait }).
 		checked(nonNegative(func(c Config) time.Duration { return c.AnonWait })),
-	intVar("MAX_RESPONSE_BYTES", strconv.Itoa(graph.MaxAnswerBytesDefault), "largest GraphQL answer in bytes; a larger one is refused with an error", func(c *Config) *int { return &c.MaxResponseBytes }, positive),
-	intVar("WS_MAX_OPERATIONS", strconv.Itoa(graph.WebsocketMaxOperationsDefault), "operations running at once on one websocket; one more gets an error", func(c *Config) *int { return &c.WSMaxOperations }, positive),
-	intVar("WS_MAX_PER_USER", strconv.Itoa(graph.WebsocketMaxPerUserDefault), "websockets one user holds open at once on this node; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerUser }, positive),
-	intVar("WS_MAX_PER_IP", strconv.Itoa(graph.WebsocketMaxPerIPDefault), "websockets open at once from one client address on this node, tokens or not; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerIP }, positive),
-	intVar("HTTP_MAX_HEADER_BYTES", strconv.Itoa(graph.MaxHeaderBytesDefault), "largest request line plus headers in bytes (net/http reads up to 4 KiB past it); more is answered 431", func(c *Config) *int { return &c.HTTPMaxHeaderBytes }, positive).
+	intVar("MAX_RESPONSE_BYTES", strconv.Itoa(httpapi.MaxAnswerBytesDefault), "largest GraphQL answer in bytes; a larger one is refused with an error", func(c *Config) *int { return &c.MaxResponseBytes }, positive),
+	intVar("WS_MAX_OPERATIONS", strconv.Itoa(httpapi.WebsocketMaxOperationsDefault), "operations running at once on one websocket; one more gets an error", func(c *Config) *int { return &c.WSMaxOperations }, positive),
+	intVar("WS_MAX_PER_USER", strconv.Itoa(httpapi.WebsocketMaxPerUserDefault), "websockets one user holds open at once on this node; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerUser }, positive),
+	intVar("WS_MAX_PER_IP", strconv.Itoa(httpapi.WebsocketMaxPerIPDefault), "websockets open at once from one client address on this node, tokens or not; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerIP }, positive),
+	intVar("HTTP_MAX_HEADER_BYTES", strconv.Itoa(httpapi.MaxHeaderBytesDefault), "largest request line plus headers in bytes (net/http reads up to 4 KiB past it); more is answered 431", func(c *Config) *int { return &c.HTTPMaxHeaderBytes }, positive).
 		checked(func(c Config) string {
 			if c.HTTPMaxHeaderBytes > 1<<20 {
 				return "want at most 1048576"

@@ -18,6 +18,7 @@ import (
 
 	"flashsale/actors"
 	"flashsale/graph"
+	"flashsale/httpapi"
 	"flashsale/internal/auth"
 	"flashsale/internal/breaker"
 	"flashsale/internal/catalog"
@@ -26,12 +27,14 @@ import (
 	"flashsale/internal/live"
 	"flashsale/internal/maintenance"
 	"flashsale/internal/playground"
+	"flashsale/internal/seckill"
 	"flashsale/persistence"
 )
 
 var (
 	_ graph.Catalog        = (*catalog.Service)(nil)
-	_ graph.Grabber        = (*actors.Router)(nil)
+	_ seckill.Router       = (*actors.Router)(nil)
+	_ seckill.Gate         = (*gate.Service)(nil)
 	_ actors.Preheater     = (*catalog.Service)(nil)
 	_ actors.Store         = (*persistence.Grabs)(nil)
 	_ actors.OrderIDs      = (*persistence.OrderIDs)(nil)
@@ -40,8 +43,8 @@ var (
 	_ actors.Fallback      = (*persistence.DBGrabs)(nil)
 	_ catalog.VoucherStore = (*persistence.Vouchers)(nil)
 	_ catalog.StockStore   = (*persistence.Stock)(nil)
-	_ graph.IPLimiter      = (*persistence.RateLimits)(nil)
-	_ graph.LoadGauge      = (*actors.Router)(nil)
+	_ httpapi.IPLimiter    = (*persistence.RateLimits)(nil)
+	_ httpapi.LoadGauge    = (*actors.Router)(nil)
 	_ graph.DeadLetters    = (*persistence.DeadLetters)(nil)
 	_ graph.Gate           = (*gate.Service)(nil)
 	_ gate.Store           = (*persistence.Gate)(nil)
@@ -541,17 +544,17 @@ func (a *app) startGateStep(ctx context.Context, bg *loops) (err error) {
 
 func (a *app) buildHandler(context.Context, *loops) error {
 	cfg, log := a.cfg, a.log
-	gql := graph.NewHandler(&graph.Resolver{Catalog: a.catalog, Grabber: a.router, DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: reconciliationQuery{a.orders.reconciler},
-		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live, Gate: a.gate, RedPackets: a.redPkts.service}, graph.HandlerOptions{
+	gql := httpapi.NewHandler(&graph.Resolver{Catalog: a.catalog, Seckill: seckill.New(a.gate, a.router), DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: reconciliationQuery{a.orders.reconciler},
+		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live, Gate: a.gate, RedPackets: a.redPkts.service}, httpapi.HandlerOptions{
 		Tokens:                 a.tokens,
 		Log:                    log,
 		IPLimit:                a.limits,
 		FloodPerSec:            cfg.ShedIPPerSec,
-		Anonymous:              graph.AnonymousBudget{InFlight: cfg.AnonMaxInFlight, PerSecond: cfg.AnonPerSec, Wait: cfg.AnonWait},
-		Shed:                   graph.LoadShedding{Gauge: a.router, QueueDepth: cfg.ShedQueueDepth, GrabLatency: cfg.ShedGrabLatency},
+		Anonymous:              httpapi.AnonymousBudget{InFlight: cfg.AnonMaxInFlight, PerSecond: cfg.AnonPerSec, Wait: cfg.AnonWait},
+		Shed:                   httpapi.LoadShedding{Gauge: a.router, QueueDepth: cfg.ShedQueueDepth, GrabLatency: cfg.ShedGrabLatency},
 		Introspection:          cfg.Introspection,
 		CompiledGrabs:          cfg.CompiledGrabs,
-		Limits:                 graph.Limits{MaxAnswerBytes: int64(cfg.MaxResponseBytes)},
+		Limits:                 httpapi.Limits{MaxAnswerBytes: int64(cfg.MaxResponseBytes)},
 		WebsocketMaxOperations: cfg.WSMaxOperations,
 		WebsocketMaxPerUser:    cfg.WSMaxPerUser,
 		WebsocketMaxPerIP:      cfg.WSMaxPerIP,

@@ -1,10 +1,11 @@
-package graph
+package httpapi
 
 import (
 	"context"
 	"time"
 
 	"flashsale/domain"
+	"flashsale/internal/auth"
 )
 
 // IPLimiter is the per-IP request limit (RATE_IP_PER_SEC), shared by all
@@ -30,7 +31,7 @@ func (a admission) limitIP(ctx context.Context) *domain.Error {
 	if a.ipLimit == nil || !a.ipLimit.IPEnabled() {
 		return nil
 	}
-	wait, err := a.ipLimit.AllowIP(ctx, clientIP(ctx))
+	wait, err := a.ipLimit.AllowIP(ctx, auth.ClientIP(ctx))
 	if err != nil {
 		a.log.WarnContext(ctx, "per-IP limit unavailable; request admitted", "err", err)
 		return nil

@@ -1,12 +1,10 @@
-package graph
+package httpapi
 
 import (
-	"fmt"
-
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
-	"flashsale/domain"
+	"flashsale/graph"
 )
 
 // shapeLimits bound what gqlparser's validation may be given. Its
@@ -121,11 +119,11 @@ func checkDirectives(doc *ast.QueryDocument, lim shapeLimits) *gqlerror.Error {
 	directives := func(list ast.DirectiveList) *gqlerror.Error {
 		n += len(list)
 		if n > lim.maxDirectives {
-			return shapeError("TOO_MANY_DIRECTIVES", "the query has more than %d directives", lim.maxDirectives)
+			return graph.ShapeError("TOO_MANY_DIRECTIVES", "the query has more than %d directives", lim.maxDirectives)
 		}
 		for _, d := range list {
 			if len(d.Arguments) > lim.maxArguments {
-				return shapeError("TOO_MANY_ARGUMENTS", "a directive has more than %d arguments", lim.maxArguments)
+				return graph.ShapeError("TOO_MANY_ARGUMENTS", "a directive has more than %d arguments", lim.maxArguments)
 			}
 		}
 		return nil
@@ -137,7 +135,7 @@ func checkDirectives(doc *ast.QueryDocument, lim shapeLimits) *gqlerror.Error {
 			switch x := sel.(type) {
 			case *ast.Field:
 				if len(x.Arguments) > lim.maxArguments {
-					return shapeError("TOO_MANY_ARGUMENTS", "a field has more than %d arguments", lim.maxArguments)
+					return graph.ShapeError("TOO_MANY_ARGUMENTS", "a field has more than %d arguments", lim.maxArguments)
 				}
 				if err = directives(x.Directives); err == nil {
 					err = set(x.SelectionSet)
@@ -183,7 +181,7 @@ func checkDirectives(doc *ast.QueryDocument, lim shapeLimits) *gqlerror.Error {
 // selects.
 func (w *shapeWalk) field(f *ast.Field, d, limit int) *gqlerror.Error {
 	if d > limit {
-		return shapeError("DEPTH_LIMIT_EXCEEDED", "query is nested more than %d levels deep", limit)
+		return graph.ShapeError("DEPTH_LIMIT_EXCEEDED", "query is nested more than %d levels deep", limit)
 	}
 	return w.walkSet(f.SelectionSet, d+1, limit)
 }
@@ -211,24 +209,24 @@ func (w *shapeWalk) walkSet(set ast.SelectionSet, d, limit int) *gqlerror.Error 
 func (w *shapeWalk) set(set ast.SelectionSet) *gqlerror.Error {
 	fields := w.flatten(set, nil)
 	if len(fields) > w.lim.maxFields {
-		return shapeError("SELECTION_TOO_WIDE", "a selection set has more than %d fields", w.lim.maxFields)
+		return graph.ShapeError("SELECTION_TOO_WIDE", "a selection set has more than %d fields", w.lim.maxFields)
 	}
 	keys := make(map[string][]*ast.Field, len(fields))
 	for _, f := range fields {
 		w.expanded++
 		if w.expanded > w.lim.maxExpanded {
-			return shapeError("QUERY_TOO_LARGE", "the query selects more than %d fields with its fragments expanded", w.lim.maxExpanded)
+			return graph.ShapeError("QUERY_TOO_LARGE", "the query selects more than %d fields with its fragments expanded", w.lim.maxExpanded)
 		}
 		if f.Alias != "" && f.Alias != f.Name {
 			w.aliases++
 			if w.aliases > w.lim.maxAliases {
-				return shapeError("TOO_MANY_ALIASES", "the query has more than %d aliases", w.lim.maxAliases)
+				return graph.ShapeError("TOO_MANY_ALIASES", "the query has more than %d aliases", w.lim.maxAliases)
 			}
 		}
 		key := responseKey(f)
 		keys[key] = append(keys[key], f)
 		if len(keys[key]) > w.lim.maxRepeats {
-			return shapeError("REPEATED_FIELDS", "a selection set asks for %q more than %d times", truncate(key, maxQuotedLen), w.lim.maxRepeats)
+			return graph.ShapeError("REPEATED_FIELDS", "a selection set asks for %q more than %d times", graph.TruncateName(key), w.lim.maxRepeats)
 		}
 	}
 	for _, same := range keys {
@@ -273,7 +271,7 @@ func (w *shapeWalk) merge(a, b *ast.Field) *gqlerror.Error {
 }
 
 func (w *shapeWalk) mergeError() *gqlerror.Error {
-	return shapeError("REPEATED_FIELDS", "the query repeats fields too often to be checked: ask for each field once")
+	return graph.ShapeError("REPEATED_FIELDS", "the query repeats fields too often to be checked: ask for each field once")
 }
 
 func responseKey(f *ast.Field) string {
@@ -307,16 +305,4 @@ func (w *shapeWalk) flatten(set ast.SelectionSet, out []*ast.Field) []*ast.Field
 		}
 	}
 	return out
-}
-
-// shapeError is a refusal of the request's shape: BAD_USER_INPUT with the
-// reason, like gqlgen's own limits. It carries the contract's code itself
-// rather than rely on the presenter: gqlgen's websocket transport sends
-// the error objects an extension returned, which are presented only
-// because the presenter happens to edit them in place.
-func shapeError(reason, format string, args ...any) *gqlerror.Error {
-	return &gqlerror.Error{
-		Message:    fmt.Sprintf(format, args...),
-		Extensions: map[string]any{"code": string(domain.CodeBadInput), "reason": reason},
-	}
 }

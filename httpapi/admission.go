@@ -1,9 +1,8 @@
-package graph
+package httpapi
 
 import (
 	"context"
 	"log/slog"
-	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -11,6 +10,7 @@ import (
 	"github.com/vektah/gqlparser/v2/parser"
 
 	"flashsale/domain"
+	"flashsale/graph"
 	"flashsale/internal/auth"
 )
 
@@ -49,7 +49,7 @@ type admission struct {
 	log     *slog.Logger
 
 	// introspection says who may ask __schema and __type.
-	introspection IntrospectionMode
+	introspection graph.IntrospectionMode
 }
 
 var _ interface {
@@ -68,14 +68,14 @@ func (a admission) MutateOperationParameters(ctx context.Context, params *graphq
 	}
 	grab := op != nil && isGrab(op)
 	if a.flood != nil {
-		if ok, wait := a.flood.allow(clientIP(ctx)); !ok {
+		if ok, wait := a.flood.allow(auth.ClientIP(ctx)); !ok {
 			shedTotal.WithLabelValues("flood").Inc()
-			return operationError(domain.RateLimited(wait))
+			return graph.OperationError(domain.RateLimited(wait))
 		}
 	}
 	if !grab {
 		if err := a.limitIP(ctx); err != nil {
-			return operationError(err)
+			return graph.OperationError(err)
 		}
 	}
 	if !known {
@@ -94,15 +94,15 @@ func (a admission) MutateOperationParameters(ctx context.Context, params *graphq
 	}
 	fields := namedRootFields(op.SelectionSet, doc.Fragments, map[string]bool{})
 	_, authErr := auth.FromContext(ctx)
-	if authErr != nil && !introspectionOnly(fields) {
-		return operationError(asDomainError(authErr))
+	if authErr != nil && !graph.IntrospectionOnly(fields) {
+		return graph.OperationError(graph.AsDomainError(authErr))
 	}
-	if err := introspectionRefusal(a.introspection, fields, authErr == nil); err != nil {
-		return operationError(err)
+	if err := graph.IntrospectionRefusal(a.introspection, fields, authErr == nil); err != nil {
+		return graph.OperationError(err)
 	}
 	if a.shed != nil && isSheddable(fields) && a.shed.shedding() {
 		shedTotal.WithLabelValues("load").Inc()
-		return operationError(domain.Errorf(domain.CodeUnavailable, "the node is busy with a sale and sheds this operation for now; retry in a few seconds"))
+		return graph.OperationError(domain.Errorf(domain.CodeUnavailable, "the node is busy with a sale and sheds this operation for now; retry in a few seconds"))
 	}
 	return nil
 }
@@ -113,17 +113,17 @@ func isGrab(op *ast.OperationDefinition) bool {
 	if op.Operation != ast.Mutation {
 		return false
 	}
-	fields := rootFields(op.SelectionSet, map[string]bool{})
+	fields := graph.RootFields(op.SelectionSet, map[string]bool{})
 	for _, f := range fields {
-		if f.Name != grabField && f.Name != "__typename" {
+		if f.Name != graph.GrabField && f.Name != "__typename" {
 			return false
 		}
 	}
 	return len(fields) > 0
 }
 
-// namedRootFields is rootFields for a document that may not be validated
-// yet: fragment spreads are found by name.
+// namedRootFields is graph.RootFields for a document that may not be
+// validated yet: fragment spreads are found by name.
 func namedRootFields(set ast.SelectionSet, frags ast.FragmentDefinitionList, seen map[string]bool) []*ast.Field {
 	var out []*ast.Field
 	for _, sel := range set {
@@ -140,16 +140,4 @@ func namedRootFields(set ast.SelectionSet, frags ast.FragmentDefinitionList, see
 		}
 	}
 	return out
-}
-
-// introspectionOnly reports whether every root field is introspection
-// (__schema, __type, __typename): the one kind of operation that needs no
-// token, so the playground can show the schema before a token is pasted.
-func introspectionOnly(fields []*ast.Field) bool {
-	for _, f := range fields {
-		if !strings.HasPrefix(f.Name, "__") {
-			return false
-		}
-	}
-	return true
 }

@@ -1,4 +1,4 @@
-package graph
+package admitcache
 
 import (
 	"context"
@@ -9,13 +9,13 @@ import (
 
 var ctx = context.Background()
 
-// stringCache is an admitCache of strings weighed by their bytes.
-func stringCache(maxBytes int) *admitCache[string] {
-	return newAdmitCache(fmt.Sprintf("test-%d", maxBytes), maxBytes, func(k, v string) int { return len(k) + len(v) })
+// stringCache is a Cache of strings weighed by their bytes.
+func stringCache(maxBytes int) *Cache[string] {
+	return New(fmt.Sprintf("test-%d", maxBytes), maxBytes, func(k, v string) int { return len(k) + len(v) })
 }
 
 // use looks key up as a request would and adds it when it is missing.
-func use(c *admitCache[string], key string) bool {
+func use(c *Cache[string], key string) bool {
 	if _, ok := c.Get(ctx, key); ok {
 		return true
 	}

@@ -1,4 +1,4 @@
-package graph
+package httpapi
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"flashsale/graph"
 )
 
 // depthLimit rejects operations nested deeper than max fields. gqlgen has
@@ -29,7 +31,7 @@ func (d depthLimit) MutateOperationContext(_ context.Context, oc *graphql.Operat
 		return nil
 	}
 	memo := map[string]int{}
-	for _, sel := range rootFields(oc.Operation.SelectionSet, map[string]bool{}) {
+	for _, sel := range graph.RootFields(oc.Operation.SelectionSet, map[string]bool{}) {
 		limit := d.max
 		if sel.Name == "__schema" || sel.Name == "__type" {
 			limit = d.introspectionMax
@@ -42,25 +44,6 @@ func (d depthLimit) MutateOperationContext(_ context.Context, oc *graphql.Operat
 		}
 	}
 	return nil
-}
-
-// rootFields flattens the fragments of the operation's top level.
-func rootFields(set ast.SelectionSet, seen map[string]bool) []*ast.Field {
-	var out []*ast.Field
-	for _, sel := range set {
-		switch s := sel.(type) {
-		case *ast.Field:
-			out = append(out, s)
-		case *ast.InlineFragment:
-			out = append(out, rootFields(s.SelectionSet, seen)...)
-		case *ast.FragmentSpread:
-			if s.Definition != nil && !seen[s.Name] {
-				seen[s.Name] = true
-				out = append(out, rootFields(s.Definition.SelectionSet, seen)...)
-			}
-		}
-	}
-	return out
 }
 
 // selectionDepth is the deepest chain of fields under set. Fragment depths

@@ -1,4 +1,4 @@
-package graph
+package httpapi
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"flashsale/domain"
+	"flashsale/graph"
 	"flashsale/internal/auth"
 )
 
@@ -93,7 +94,7 @@ func (g anonymousGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (g anonymousGate) refuse(w http.ResponseWriter, r *http.Request, retry time.Duration) {
 	de := &domain.Error{Code: domain.CodeRateLimited, RetryAfter: retry,
 		Message: "too many requests without a token on this node; retry later, or sign in"}
-	b, _ := json.Marshal(graphql.Response{Errors: gqlerror.List{g.present(r.Context(), operationError(de))}})
+	b, _ := json.Marshal(graphql.Response{Errors: gqlerror.List{g.present(r.Context(), graph.OperationError(de))}})
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
 	w.WriteHeader(http.StatusTooManyRequests)

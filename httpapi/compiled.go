@@ -1,4 +1,4 @@
-package graph
+package httpapi
 
 import (
 	"bytes"
@@ -21,7 +21,9 @@ import (
 	"github.com/vektah/gqlparser/v2/validator"
 
 	"flashsale/domain"
+	"flashsale/graph"
 	"flashsale/graph/model"
+	"flashsale/internal/admitcache"
 	"flashsale/internal/auth"
 )
 
@@ -33,7 +35,8 @@ import (
 // the schema and every limit the handler applies, into a grabPlan; a
 // request naming it (by text, or by the hash of an automatic persisted
 // query) is then one JSON decode, the checks gqlgen's extensions would run
-// for a grab (flood limit, token), the same resolver, and the answer
+// for a grab (flood limit, token), the grab use case through the field's
+// own mapping (graph.Grab, which the resolver calls too), and the answer
 // written straight into a buffer.
 //
 // The answer is byte for byte what gqlgen answers for the same request
@@ -45,13 +48,13 @@ import (
 // anything has been counted or charged, so it is answered as it always
 // was.
 type compiledGrabs struct {
-	schema   *ast.Schema
-	mutation MutationResolver
-	tokens   *auth.Tokens
-	present  graphql.ErrorPresenterFunc
-	recover  graphql.RecoverFunc
-	flood    *floodShedder // nil: off
-	lim      Limits
+	schema  *ast.Schema
+	grabs   graph.Seckill
+	tokens  *auth.Tokens
+	present graphql.ErrorPresenterFunc
+	recover graphql.RecoverFunc
+	flood   *floodShedder // nil: off
+	lim     Limits
 	// persisted is the automatic-persisted-query cache gqlgen's extension
 	// fills: a hash-only request names its text there.
 	persisted graphql.Cache[string]
@@ -59,7 +62,7 @@ type compiledGrabs struct {
 	// is not a plain grab, so that neither is parsed twice. last is the
 	// plan used last, compared with a request's string token in place,
 	// without decoding it: in a sale, clients send one document.
-	plans *admitCache[*grabPlan]
+	plans *admitcache.Cache[*grabPlan]
 	last  atomic.Pointer[textPlan]
 }
 
@@ -88,13 +91,13 @@ const compiledMaxText = 2048
 // grabMarker and persistedMarker are what a body must contain to be worth
 // decoding here: a grab's text, or the hash of a persisted one.
 var (
-	grabMarker      = []byte(grabField)
+	grabMarker      = []byte(graph.GrabField)
 	persistedMarker = []byte("persistedQuery")
 )
 
-func newCompiledGrabs(es graphql.ExecutableSchema, mutation MutationResolver, tokens *auth.Tokens, present graphql.ErrorPresenterFunc, rec graphql.RecoverFunc, flood *floodShedder, lim Limits, persisted graphql.Cache[string]) *compiledGrabs {
-	plans := newAdmitCache("plans", planCacheBytes, planWeight)
-	return &compiledGrabs{schema: es.Schema(), mutation: mutation, tokens: tokens, present: present, recover: rec, flood: flood, lim: lim, persisted: persisted, plans: plans}
+func newCompiledGrabs(es graphql.ExecutableSchema, grabs graph.Seckill, tokens *auth.Tokens, present graphql.ErrorPresenterFunc, rec graphql.RecoverFunc, flood *floodShedder, lim Limits, persisted graphql.Cache[string]) *compiledGrabs {
+	plans := admitcache.New("plans", planCacheBytes, planWeight)
+	return &compiledGrabs{schema: es.Schema(), grabs: grabs, tokens: tokens, present: present, recover: rec, flood: flood, lim: lim, persisted: persisted, plans: plans}
 }
 
 // persistedParams is a body that names a persisted query by its hash,
@@ -128,7 +131,7 @@ func (c *compiledGrabs) serve(w http.ResponseWriter, r *http.Request, body []byt
 		gb.reset()
 		grabBodyPool.Put(gb)
 	}()
-	ctx := withRemoteIP(r.Context(), r.RemoteAddr)
+	ctx := auth.WithRemoteAddr(r.Context(), r.RemoteAddr)
 	if h := r.Header.Get("Authorization"); h != "" {
 		ctx = c.tokens.WithHeader(ctx, h)
 	}
@@ -195,19 +198,20 @@ func (c *compiledGrabs) persistedPlan(ctx context.Context, body []byte, gb *grab
 }
 
 // run answers a grab the plan covers: the checks of admission and
-// operationPolicy that apply to a grab, in their order, then the resolver.
+// graph.OperationPolicy that apply to a grab, in their order, then the
+// field (graph.Grab).
 func (c *compiledGrabs) run(ctx context.Context, w http.ResponseWriter, r *http.Request, plan *grabPlan, args grabArgs) {
 	compiledServed.Inc()
 	ct := responseContentType(r)
 	if c.flood != nil {
-		if ok, wait := c.flood.allow(clientIP(ctx)); !ok {
+		if ok, wait := c.flood.allow(auth.ClientIP(ctx)); !ok {
 			shedTotal.WithLabelValues("flood").Inc()
-			c.writeErrors(ctx, w, ct, nil, operationError(domain.RateLimited(wait)))
+			c.writeErrors(ctx, w, ct, nil, graph.OperationError(domain.RateLimited(wait)))
 			return
 		}
 	}
 	if _, err := auth.FromContext(ctx); err != nil {
-		c.writeErrors(ctx, w, ct, nil, operationError(asDomainError(err)))
+		c.writeErrors(ctx, w, ct, nil, graph.OperationError(graph.AsDomainError(err)))
 		return
 	}
 	res, panicked, err := c.resolve(ctx, args)
@@ -257,15 +261,15 @@ func (p *grabPlan) answer(buf *bytes.Buffer, res *model.SeckillResult) ([]byte, 
 
 var answerPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// resolve calls the resolver as gqlgen's generated field would, turning
-// a panic into the error its recover function gives.
+// resolve answers the field as the resolver does (graph.Grab), turning a
+// panic into the error gqlgen's recover function gives.
 func (c *compiledGrabs) resolve(ctx context.Context, args grabArgs) (res *model.SeckillResult, panicked bool, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			res, panicked, err = nil, true, c.recover(ctx, p)
 		}
 	}()
-	res, err = c.mutation.SeckillVoucher(ctx, args.voucherID, args.requestID, args.ticket)
+	res, err = graph.Grab(ctx, c.grabs, args.voucherID, args.requestID, args.ticket)
 	return res, false, err
 }
 
@@ -435,7 +439,7 @@ func compileGrab(schema *ast.Schema, text string, lim Limits) *grabPlan {
 		return nil
 	}
 	root, ok := op.SelectionSet[0].(*ast.Field)
-	if !ok || root.Name != grabField || len(root.Directives) != 0 {
+	if !ok || root.Name != graph.GrabField || len(root.Directives) != 0 {
 		return nil
 	}
 	// complexity 1 per field, depth 2, an answer of about 100 bytes a

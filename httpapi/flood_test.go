@@ -1,4 +1,4 @@
-package graph
+package httpapi
 
 import (
 	"testing"

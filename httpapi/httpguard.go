@@ -1,4 +1,4 @@
-package graph
+package httpapi
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 	"github.com/vektah/gqlparser/v2/parser"
 
 	"flashsale/domain"
+	"flashsale/graph"
 )
 
 // requestGuard answers, in front of gqlgen, the requests that gqlgen would
@@ -81,7 +82,7 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return // a grab the compiled path answered: its body was valid JSON
 		}
 		if !json.Valid(body) {
-			g.reject(w, r, http.StatusBadRequest, "%s", badBodyMessage)
+			g.reject(w, r, http.StatusBadRequest, "%s", graph.BadBodyMessage)
 			return
 		}
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))

@@ -1,4 +1,4 @@
-package graph
+package httpapi
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"flashsale/internal/admitcache"
 	"flashsale/internal/auth"
 )
 
@@ -26,8 +27,8 @@ const (
 	planCacheBytes = 512 << 10
 )
 
-func newQueryCache() *admitCache[*ast.QueryDocument] {
-	return newAdmitCache("documents", documentCacheBytes, func(key string, doc *ast.QueryDocument) int {
+func newQueryCache() *admitcache.Cache[*ast.QueryDocument] {
+	return admitcache.New("documents", documentCacheBytes, func(key string, doc *ast.QueryDocument) int {
 		return len(key) + documentWeight(doc)
 	})
 }
@@ -84,16 +85,16 @@ func documentWeight(doc *ast.QueryDocument) int {
 // may run introspection alone, and sends its text again next time), so
 // anonymous clients cannot fill it at all.
 func newPersistedCache() graphql.Cache[string] {
-	return signedInAdds[string]{newAdmitCache("persisted", persistedCacheBytes, func(key, text string) int {
+	return signedInAdds[string]{admitcache.New("persisted", persistedCacheBytes, func(key, text string) int {
 		return len(key) + len(text)
 	})}
 }
 
 // signedInAdds keeps only what callers with a valid token add.
-type signedInAdds[V any] struct{ *admitCache[V] }
+type signedInAdds[V any] struct{ *admitcache.Cache[V] }
 
 func (c signedInAdds[V]) Add(ctx context.Context, key string, v V) {
 	if _, err := auth.FromContext(ctx); err == nil {
-		c.admitCache.Add(ctx, key, v)
+		c.Cache.Add(ctx, key, v)
 	}
 }

@@ -1,4 +1,4 @@
-package graph
+package httpapi
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"flashsale/domain"
+	"flashsale/graph"
+	"flashsale/internal/auth"
 )
 
 // Websocket caps (HandlerOptions).
@@ -164,7 +166,7 @@ type handshakeAdmission struct {
 // caller accepts the socket to close it with 4429).
 func (h handshakeAdmission) admit(w http.ResponseWriter, r *http.Request) (slots *socketSlots, answered bool) {
 	ctx := r.Context()
-	ip := clientIP(ctx)
+	ip := auth.ClientIP(ctx)
 	if h.flood != nil {
 		if ok, wait := h.flood.allow(ip); !ok {
 			shedTotal.WithLabelValues("flood").Inc()
@@ -194,7 +196,7 @@ func (h handshakeAdmission) admit(w http.ResponseWriter, r *http.Request) (slots
 // and the error a POST would get.
 func refuseHandshake(w http.ResponseWriter, de *domain.Error) {
 	websocketsRefused.WithLabelValues("rate").Inc()
-	b, _ := json.Marshal(graphql.Response{Errors: gqlerror.List{operationError(de)}})
+	b, _ := json.Marshal(graphql.Response{Errors: gqlerror.List{graph.OperationError(de)}})
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Retry-After", strconv.Itoa(int((de.RetryAfter+time.Second-1)/time.Second)))
 	w.WriteHeader(http.StatusTooManyRequests)

@@ -1,4 +1,8 @@
-package graph
+// Package admitcache is a cache bounded by the bytes of its entries whose
+// admission keeps what clients use often (W-TinyLFU): the GraphQL caches of
+// parsed documents, persisted queries, grab plans and introspection answers
+// are filled by whatever clients send.
+package admitcache
 
 import (
 	"context"
@@ -8,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// admitCache is a cache bounded by the bytes of its entries (as its
+// Cache is a cache bounded by the bytes of its entries (as its
 // weigher estimates them, keys included), whose admission keeps what
 // clients use often: the caches of parsed documents, persisted queries
 // and grab plans are filled by whatever clients send, and an LRU bounded
@@ -27,7 +31,7 @@ import (
 //
 // Every operation takes one mutex: the caches are looked up once per
 // request, as gqlgen's LRU (also one mutex) was.
-type admitCache[V any] struct {
+type Cache[V any] struct {
 	name  string
 	weigh func(key string, v V) int
 
@@ -104,12 +108,12 @@ var (
 
 func init() { prometheus.MustRegister(cacheBytes, cacheLookups, cacheDropped) }
 
-// newAdmitCache returns a cache named name (its metrics' label) that holds
+// New returns a cache named name (its metrics' label) that holds
 // at most maxBytes as weigh counts them; an entry heavier than the window
 // (an eighth of maxBytes) is not kept.
-func newAdmitCache[V any](name string, maxBytes int, weigh func(key string, v V) int) *admitCache[V] {
+func New[V any](name string, maxBytes int, weigh func(key string, v V) int) *Cache[V] {
 	window := max(maxBytes/8, 1)
-	c := &admitCache[V]{
+	c := &Cache[V]{
 		name:    name,
 		weigh:   weigh,
 		items:   map[string]*admitEntry[V]{},
@@ -125,7 +129,7 @@ func newAdmitCache[V any](name string, maxBytes int, weigh func(key string, v V)
 }
 
 // Get returns the value of key and counts the lookup, held or not.
-func (c *admitCache[V]) Get(_ context.Context, key string) (V, bool) {
+func (c *Cache[V]) Get(_ context.Context, key string) (V, bool) {
 	h := maphash.String(cacheSeed, key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -145,7 +149,7 @@ func (c *admitCache[V]) Get(_ context.Context, key string) (V, bool) {
 
 // Add offers key's value: a newcomer enters the window; a key held is
 // updated where it is.
-func (c *admitCache[V]) Add(_ context.Context, key string, v V) {
+func (c *Cache[V]) Add(_ context.Context, key string, v V) {
 	w := c.weigh(key, v)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -172,7 +176,7 @@ func (c *admitCache[V]) Add(_ context.Context, key string, v V) {
 	c.bytes.Set(float64(c.window.weight + c.main.weight))
 }
 
-func (c *admitCache[V]) list(e *admitEntry[V]) *admitList[V] {
+func (c *Cache[V]) list(e *admitEntry[V]) *admitList[V] {
 	if e.inMain {
 		return &c.main
 	}
@@ -182,7 +186,7 @@ func (c *admitCache[V]) list(e *admitEntry[V]) *admitList[V] {
 // promote moves the window's least recently used entry to the main part
 // if it fits there, or if it is asked for more often than every entry it
 // would displace; otherwise it is dropped.
-func (c *admitCache[V]) promote(cand *admitEntry[V]) {
+func (c *Cache[V]) promote(cand *admitEntry[V]) {
 	c.window.remove(cand)
 	need := c.main.weight + cand.weight - c.main.max
 	freq := c.sketch.estimate(cand.hash)
@@ -202,13 +206,13 @@ func (c *admitCache[V]) promote(cand *admitEntry[V]) {
 	c.main.pushFront(cand)
 }
 
-func (c *admitCache[V]) evict(e *admitEntry[V]) {
+func (c *Cache[V]) evict(e *admitEntry[V]) {
 	c.list(e).remove(e)
 	delete(c.items, e.key)
 }
 
 // weight is the bytes held, for tests.
-func (c *admitCache[V]) weight() int {
+func (c *Cache[V]) weight() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.window.weight + c.main.weight

@@ -1,4 +1,4 @@
-package graph
+package httpapi
 
 import (
 	"bytes"
@@ -21,8 +21,10 @@ import (
 
 	"flashsale/bench/reference"
 	"flashsale/domain"
+	"flashsale/graph"
 	"flashsale/graph/model"
 	"flashsale/internal/auth"
+	"flashsale/internal/seckill"
 )
 
 // scriptedGrabber answers each voucher id with a fixed outcome, so that
@@ -53,7 +55,7 @@ func (scriptedGrabber) Grab(_ context.Context, req domain.GrabRequest) domain.Gr
 }
 
 // scriptedGate refuses or fails a grab by its ticket.
-type scriptedGate struct{ Gate }
+type scriptedGate struct{ graph.Gate }
 
 func (scriptedGate) CheckGrab(_ context.Context, _ int64, _ string, _ int64, ticket string) error {
 	switch ticket {
@@ -71,7 +73,7 @@ func (scriptedGate) CheckGrab(_ context.Context, _ int64, _ string, _ int64, tic
 // compiled path and one without.
 func twinHandlers(tb testing.TB, tokens *auth.Tokens, flood int) (compiled, gqlgen http.Handler) {
 	tb.Helper()
-	r := &Resolver{Grabber: scriptedGrabber{}, Gate: scriptedGate{}}
+	r := &graph.Resolver{Seckill: seckill.New(scriptedGate{}, scriptedGrabber{}), Gate: scriptedGate{}}
 	opts := HandlerOptions{Tokens: tokens, Log: slog.New(slog.DiscardHandler), FloodPerSec: flood}
 	gqlgen = NewHandler(r, opts)
 	opts.CompiledGrabs = true
@@ -313,7 +315,7 @@ func sameAnswer(t *testing.T, got, want answer) {
 // with the characters encoding/json escapes (no message we write has
 // them today, so no request above reaches this branch).
 func TestCompiledAnswerEscapesAsGqlgen(t *testing.T) {
-	plan := compileGrab(NewExecutableSchema(Config{Resolvers: &Resolver{}}).Schema(), `mutation { seckillVoucher(voucherId: "1") { message code } }`, Limits{}.withDefaults())
+	plan := compileGrab(graph.NewExecutableSchema(graph.Config{Resolvers: &graph.Resolver{}}).Schema(), `mutation { seckillVoucher(voucherId: "1") { message code } }`, Limits{}.withDefaults())
 	if plan == nil {
 		t.Fatal("no plan")
 	}

@@ -1,4 +1,4 @@
-package graph
+package httpapi
 
 import (
 	"cmp"
@@ -10,6 +10,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 
+	"flashsale/graph"
 	"flashsale/internal/auth"
 )
 
@@ -22,7 +23,7 @@ type Limits struct {
 	MaxTokens int
 	// MaxComplexity bounds an operation's cost, checked before it runs:
 	// 1 per field, lists (connections) times their page size (see
-	// complexity), so that the cost follows the answer's size.
+	// graph.Complexity), so that the cost follows the answer's size.
 	MaxComplexity int
 	// MaxAnswerBytes caps one answer (MAX_RESPONSE_BYTES): an answer
 	// that would be larger is replaced by one BAD_USER_INPUT error and
@@ -35,7 +36,7 @@ type Limits struct {
 	MaxIntrospectionDepth int
 	// MaxIntrospectionFields caps the fields of an introspection
 	// operation's answer, priced against the schema before it runs (see
-	// introspectionAnswers).
+	// graph.NewIntrospectionAnswers).
 	MaxIntrospectionFields int
 }
 
@@ -64,7 +65,7 @@ func (l Limits) withDefaults() Limits {
 		l.MaxIntrospectionDepth = 20
 	}
 	if l.MaxIntrospectionFields <= 0 {
-		l.MaxIntrospectionFields = MaxIntrospectionFieldsDefault
+		l.MaxIntrospectionFields = graph.MaxIntrospectionFieldsDefault
 	}
 	return l
 }
@@ -75,8 +76,8 @@ type HandlerOptions struct {
 	Log    *slog.Logger
 	Limits Limits
 	// Introspection says who may ask __schema and __type (INTROSPECTION);
-	// the zero value is IntrospectionOff.
-	Introspection IntrospectionMode
+	// the zero value is graph.IntrospectionOff.
+	Introspection graph.IntrospectionMode
 	// PingInterval is how often a websocket client is pinged; a client that
 	// misses two pongs is disconnected. Legacy graphql-ws clients, which
 	// have no ping, get a keepalive message as often.
@@ -114,14 +115,14 @@ type HandlerOptions struct {
 // never mistaken for a GET query), then POST and GET, behind a guard that
 // answers unsupported requests itself; every operation is authorized as a
 // whole before it runs, bounded, and its errors presented by
-// presentErrors.
-func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
+// graph.PresentErrors.
+func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 	lim := opts.Limits.withDefaults()
 	if opts.PingInterval <= 0 {
 		opts.PingInterval = 10 * time.Second
 	}
-	present := presentErrors(opts.Log)
-	es := NewExecutableSchema(Config{Resolvers: r, Complexity: complexity()})
+	present := graph.PresentErrors(opts.Log)
+	es := graph.NewExecutableSchema(graph.Config{Resolvers: r, Complexity: graph.Complexity()})
 	srv := handler.New(es)
 	flood := newFloodShedder(opts.FloodPerSec)
 	srv.AddTransport(websocketTransport{
@@ -153,8 +154,8 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 	srv.SetQueryCache(queries)
 	srv.SetParserTokenLimit(lim.MaxTokens)
 	srv.SetErrorPresenter(present)
-	srv.SetValidationRulesFn(cappedValidationRules)
-	srv.SetRecoverFunc(recoverPanic(opts.Log))
+	srv.SetValidationRulesFn(graph.CappedValidationRules)
+	srv.SetRecoverFunc(graph.RecoverPanic(opts.Log))
 	persisted := newPersistedCache()
 	srv.Use(extension.AutomaticPersistedQuery{Cache: persisted})
 	// After the persisted-query extension, which fills in the text a hash
@@ -168,18 +169,18 @@ func NewHandler(r *Resolver, opts HandlerOptions) http.Handler {
 		tokens:  lim.MaxTokens,
 		log:     opts.Log,
 
-		introspection: cmp.Or(opts.Introspection, IntrospectionOff),
+		introspection: cmp.Or(opts.Introspection, graph.IntrospectionOff),
 	})
-	srv.Use(&strictEnums{})
-	srv.Use(operationPolicy{})
+	srv.Use(&graph.StrictEnums{})
+	srv.Use(graph.OperationPolicy{})
 	srv.Use(extension.FixedComplexityLimit(lim.MaxComplexity))
 	srv.Use(depthLimit{max: lim.MaxDepth, introspectionMax: lim.MaxIntrospectionDepth})
-	srv.Use(newIntrospectionAnswers(lim.MaxIntrospectionFields, cmp.Or(opts.Introspection, IntrospectionOff)))
-	srv.Use(answerCap{max: lim.MaxAnswerBytes})
-	srv.Use(errorCap{})
+	srv.Use(graph.NewIntrospectionAnswers(lim.MaxIntrospectionFields, cmp.Or(opts.Introspection, graph.IntrospectionOff)))
+	srv.Use(graph.NewAnswerCap(lim.MaxAnswerBytes))
+	srv.Use(graph.ErrorCap{})
 	var fast *compiledGrabs
 	if opts.CompiledGrabs {
-		fast = newCompiledGrabs(es, r.Mutation(), opts.Tokens, present, recoverPanic(opts.Log), flood, lim, persisted)
+		fast = newCompiledGrabs(es, r.Seckill, opts.Tokens, present, graph.RecoverPanic(opts.Log), flood, lim, persisted)
 	}
 	return requestGuard{
 		next: http.MaxBytesHandler(withClientIP(opts.Tokens.Middleware(

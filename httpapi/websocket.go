@@ -1,4 +1,4 @@
-package graph
+package httpapi
 
 import (
 	"bufio"
@@ -20,6 +20,7 @@ import (
 
 	"flashsale/domain"
 
+	"flashsale/graph"
 	"flashsale/internal/auth"
 )
 
@@ -274,11 +275,11 @@ func (c *protocolConn) start(id string) *refusal {
 	defer c.mu.Unlock()
 	if _, dup := c.active[id]; dup {
 		if c.transportWS {
-			return &refusal{code: closeDuplicateID, reason: "Subscriber for " + truncate(id, maxQuotedLen) + " already exists"}
+			return &refusal{code: closeDuplicateID, reason: "Subscriber for " + graph.TruncateName(id) + " already exists"}
 		}
 		// gqlgen would lose the first operation's cancel and let it run
 		// uncounted.
-		return &refusal{id: id, err: domain.InvalidField("id", "operation id %q is in use", truncate(id, maxQuotedLen))}
+		return &refusal{id: id, err: domain.InvalidField("id", "operation id %q is in use", graph.TruncateName(id))}
 	}
 	if len(c.active) >= c.maxOps {
 		return &refusal{id: id, err: &domain.Error{
@@ -294,7 +295,7 @@ func (c *protocolConn) start(id string) *refusal {
 // operationErrorMessage is an error message for one operation, the same
 // in both subprotocols.
 func operationErrorMessage(id string, de *domain.Error) any {
-	payload, _ := json.Marshal([]*gqlerror.Error{operationError(de)})
+	payload, _ := json.Marshal([]*gqlerror.Error{graph.OperationError(de)})
 	return clientMessage{ID: &id, Type: "error", Payload: payload}
 }
 
@@ -403,7 +404,7 @@ func (c *deadlineConn) Close() error {
 // same "Bearer <JWT>" as the HTTP header) and closes with 4401 if it is
 // missing or invalid, then takes the user's socket slot and closes with
 // 4429 if the user holds the cap already. The identity, expiry included,
-// then serves every operation of the connection; operationPolicy
+// then serves every operation of the connection; graph.OperationPolicy
 // re-checks it each time.
 func wsAuthenticate(tokens *auth.Tokens) transport.WebsocketInitFunc {
 	return func(ctx context.Context, p transport.InitPayload) (context.Context, *transport.InitPayload, error) {

@@ -1,0 +1,7 @@
+// Package httpapi serves the GraphQL API (package graph) over HTTP: the
+// /query handler with its request guard, the compiled grab path and its
+// body scanner, admission before parsing (flood and per-IP limits, the
+// anonymous budget, load shedding, the document cache), the limits on a
+// document's shape and depth, and the websocket transport with its caps.
+// It imports graph; graph never imports it.
+package httpapi
