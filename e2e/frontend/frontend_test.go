@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -59,7 +60,7 @@ func TestFrontendClients(t *testing.T) {
 		}
 	})
 
-	allowedPort, deniedPort := freePort(t), freePort(t)
+	allowedPort, deniedPort := pagePort(t), pagePort(t)
 	rs := testenv.MustRedis(t)
 	bin, err := testenv.BuildService(t.TempDir())
 	if err != nil {
@@ -152,16 +153,30 @@ func mustNodeModules(t *testing.T) string {
 	return node
 }
 
-// freePort is a loopback port free when asked: the pages' origins must be
-// known before the service starts, to be named in CORS_ALLOWED_ORIGINS.
-func freePort(t *testing.T) int {
+// pagePort is a loopback port free when asked, for a page's origin,
+// which must be known before the service starts (to be named in
+// CORS_ALLOWED_ORIGINS) but is bound only when browser.mjs runs. It is
+// below the ephemeral range, so that no connection made meanwhile (and
+// there are many) takes it as its local port.
+func pagePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
+				low = n
+			}
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	for range 100 {
+		port := 10000 + rand.IntN(low-10000)
+		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
+			l.Close()
+			return port
+		}
+	}
+	t.Fatal("no free loopback port below the ephemeral range")
+	return 0
 }
 
 // createVoucher creates a running seckill voucher with stock enough for

@@ -2,16 +2,18 @@
 // CORS answers for an allowed and a refused origin (ALLOWED_ORIGIN, and
 // an origin nobody allows), the websocket upgrade's Origin check, 406 for
 // a client that accepts only text/html, 400 for a request without a
-// query, and the answer to a batched array. Settings: API_URL, TOKEN,
-// ALLOWED_ORIGIN.
+// query, the answer to a batched array, and Retry-After on RATE_LIMITED.
+// Settings: API_URL, TOKEN, ALLOWED_ORIGIN, VOUCHER_ID (a running seckill
+// voucher: the token's user takes at most one unit of it).
 import WebSocket from 'ws';
 import { Steps, check, json } from './lib.mjs';
 
 const api = process.env.API_URL;
 const token = process.env.TOKEN;
 const allowedOrigin = process.env.ALLOWED_ORIGIN;
-if (!api || !token || !allowedOrigin) {
-  console.error('missing API_URL, TOKEN or ALLOWED_ORIGIN');
+const voucherId = process.env.VOUCHER_ID;
+if (!api || !token || !allowedOrigin || !voucherId) {
+  console.error('missing API_URL, TOKEN, ALLOWED_ORIGIN or VOUCHER_ID');
   process.exit(2);
 }
 const refusedOrigin = 'http://refused.example';
@@ -85,6 +87,21 @@ await steps.step("a batched array is answered 'batching is not supported'", asyn
   const text = await res.text();
   check(/batching is not supported/i.test(text), `HTTP ${res.status}: ${text.slice(0, 300)}`);
   return `HTTP ${res.status}`;
+});
+
+// Grabs are limited per user (RATE_USER_PER_SEC, 10 by default): thirty
+// at once from one user get some RATE_LIMITED answers.
+await steps.step('RATE_LIMITED answers carry Retry-After', async () => {
+  const answers = await Promise.all(Array.from({ length: 30 }, async () => {
+    const res = await post({ Accept: 'application/json' }, { query: `mutation { seckillVoucher(voucherId: ${JSON.stringify(voucherId)}) { code } }` });
+    const body = await res.json();
+    return { status: res.status, retryAfter: res.headers.get('retry-after'), limited: body.errors?.some((e) => e.extensions?.code === 'RATE_LIMITED') };
+  }));
+  const limited = answers.filter((a) => a.limited);
+  check(limited.length > 0, `none of 30 grabs at once was RATE_LIMITED: ${json(answers.map((a) => a.status))}`);
+  const bare = limited.filter((a) => !/^[1-9][0-9]*$/.test(a.retryAfter ?? ''));
+  check(bare.length === 0, `${bare.length} of ${limited.length} RATE_LIMITED answers (HTTP ${[...new Set(bare.map((a) => a.status))].join(', ')}) have no Retry-After in whole seconds`);
+  return `${limited.length} limited, HTTP ${[...new Set(limited.map((a) => a.status))].join(', ')}, Retry-After ${limited[0].retryAfter}`;
 });
 
 steps.done();

@@ -4,21 +4,34 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { createServer } from 'node:net';
 import { once } from 'node:events';
+import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 
 const dir = fileURLToPath(new URL('..', import.meta.url));
-const freePort = async () => {
-  const s = createServer().listen(0, '127.0.0.1');
-  await once(s, 'listening');
-  const { port } = s.address();
-  s.close();
-  return port;
+// pagePort is a free loopback port below the ephemeral range, for the
+// allowed page's origin, which the stand-in is told before the page is
+// served: no connection made meanwhile takes it as its local port.
+const pagePort = async () => {
+  const low = Number((await readFile('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').catch(() => '32768')).split(/\s+/)[0]) || 32768;
+  for (let i = 0; i < 100; i++) {
+    const port = 10000 + Math.floor(Math.random() * (low - 10000));
+    const s = createServer();
+    const ok = await new Promise((resolve) => {
+      s.once('error', () => resolve(false));
+      s.listen(port, '127.0.0.1', () => resolve(true));
+    });
+    if (ok) {
+      await new Promise((r) => s.close(r));
+      return port;
+    }
+  }
+  throw new Error('no free loopback port below the ephemeral range');
 };
 const b64 = (o) => Buffer.from(JSON.stringify(o)).toString('base64url');
 const now = Math.floor(Date.now() / 1000);
 const token = (sub, exp = now + 3600) => `${b64({ alg: 'HS256', typ: 'JWT' })}.${b64({ sub: String(sub), role: 'user', exp })}.unsigned`;
 
-const allowedPort = await freePort();
+const allowedPort = await pagePort();
 const server = spawn(process.execPath, ['reference/server.mjs'], {
   cwd: dir, env: { ...process.env, CORS_ALLOWED_ORIGINS: `http://127.0.0.1:${allowedPort}` }, stdio: ['ignore', 'pipe', 'inherit'],
 });

@@ -3,8 +3,8 @@
 // stories assume (SeckillInfo.id; StockUpdate.seckill): CORS for the
 // origins in CORS_ALLOWED_ORIGINS, automatic persisted queries answering a
 // miss with PERSISTED_QUERY_NOT_FOUND, UNAUTHENTICATED for an expired
-// token, 4401 "token expired" on a websocket, idempotent grabs, no
-// batching. It keeps
+// token, 4401 "token expired" on a websocket, idempotent grabs,
+// Retry-After on RATE_LIMITED, no batching. It keeps
 // one voucher in memory and checks no signature: it exists to show that
 // the checks pass against a service that does what they ask (npm run
 // selftest), not to be one. PORT (default 0) picks its port; it prints its
@@ -42,6 +42,19 @@ const seckill = () => ({ id: '1', initialStock: stock.initial, remaining: stock.
 const voucher = () => ({ id: '1', title: 'Reference voucher', seckill: seckill() });
 const update = () => ({ voucherId: '1', remaining: stock.remaining, sold: stock.initial - stock.remaining, soldOut: stock.remaining === 0, seckill: seckill() });
 
+// limitGrabs allows each user 10 grabs a second, as the service's
+// RATE_USER_PER_SEC does by default.
+const grabTimes = new Map();
+function limitGrabs(user) {
+  const now = Date.now();
+  const recent = (grabTimes.get(user) ?? []).filter((t) => now - t < 1000);
+  if (recent.length >= 10) {
+    throw new GraphQLError('too many requests; retry later', { extensions: { code: 'RATE_LIMITED', retryAfterMs: 1000 - (now - recent[0]) } });
+  }
+  recent.push(now);
+  grabTimes.set(user, recent);
+}
+
 const unauthenticated = (message) => new GraphQLError(message, { extensions: { code: 'UNAUTHENTICATED' } });
 
 // identity reads a bearer token's claims (no signature check: a stand-in).
@@ -71,6 +84,7 @@ const rootValue = {
   },
   seckillVoucher: ({ requestId }, ctx) => {
     const user = need(ctx);
+    limitGrabs(user);
     const key = `${user}/${requestId}`;
     if (requestId && orders.has(key)) return { code: 'OK', orderId: orders.get(key), message: 'ok' };
     if (bought.has(user)) return { code: 'LIMIT_REACHED', orderId: null, message: 'limit reached' };
@@ -147,7 +161,9 @@ const server = createServer(async (req, res) => {
     raw: req,
     context: identity(req.headers.authorization),
   });
-  res.writeHead(init.status, init.statusText, init.headers).end(out);
+  const headers = { ...init.headers };
+  if (out?.includes('"RATE_LIMITED"')) headers['Retry-After'] = '1';
+  res.writeHead(init.status, init.statusText, headers).end(out);
 });
 
 const wss = new WebSocketServer({
