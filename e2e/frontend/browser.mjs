@@ -2,7 +2,8 @@
 // not on: a static server on ALLOWED_PORT serves it from an origin the
 // service allows (CORS_ALLOWED_ORIGINS), one on DENIED_PORT from an origin
 // it does not. From the first, the query, the grab and the subscription
-// must all work; from the second, the browser must refuse all three (a
+// must all work (the subscription shows the grab as a live update); from
+// the second, the browser must refuse all three (a
 // CORS failure for the HTTP requests, a refused upgrade for the
 // websocket). Settings: API_URL, TOKEN (for the allowed page), DENIED_TOKEN
 // (another user's, for the denied one: if it got through, its grab would

@@ -27,7 +27,7 @@ import (
 
 const secret = "frontend-test-secret"
 
-// TestFrontendClients runs each Node script of this folder as a subtest
+// TestFrontendClientsWorkAgainstTheService runs each Node script of this folder as a subtest
 // against one service and one seckill voucher, each story as users of its
 // own. It runs only with FLASHSALE_FRONTEND=1 (scripts/frontend-deps.sh
 // installs what it needs first): the service does not yet answer
@@ -35,7 +35,7 @@ const secret = "frontend-test-secret"
 // GraphQL-over-HTTP status codes, so today it fails, and that list of
 // failures is what the service side works through. Where node, npm or
 // chromium is missing it skips, saying which.
-func TestFrontendClients(t *testing.T) {
+func TestFrontendClientsWorkAgainstTheService(t *testing.T) {
 	if os.Getenv("FLASHSALE_FRONTEND") != "1" {
 		t.Skip("runs only with FLASHSALE_FRONTEND=1: the npm clients and headless Chromium against the service (scripts/frontend-deps.sh installs them)")
 	}
@@ -47,7 +47,7 @@ func TestFrontendClients(t *testing.T) {
 	// The checks first pass against a stand-in that does what they ask
 	// (reference/server.mjs): a check that fails there is wrong, not the
 	// service.
-	t.Run("checks pass against the stand-in", func(t *testing.T) {
+	t.Run("every check passes against the stand-in", func(t *testing.T) {
 		if _, err := exec.LookPath("chromium"); err != nil {
 			t.Skip("chromium not installed (scripts/frontend-deps.sh installs it with apt-get)")
 		}
@@ -100,23 +100,27 @@ func TestFrontendClients(t *testing.T) {
 		}
 	}
 
-	t.Run("graphql-http audit", func(t *testing.T) {
+	t.Run("graphql-http's audit finds no MUST or SHOULD failure", func(t *testing.T) {
 		run(t, "audit.mjs", "TOKEN="+issue(10, auth.RoleUser, time.Hour))
 	})
-	t.Run("CORS, websocket origin and status codes", func(t *testing.T) {
+	t.Run("CORS, websocket origin, status codes and Retry-After are what a browser app needs", func(t *testing.T) {
 		run(t, "protocol.mjs", "TOKEN="+issue(20, auth.RoleUser, time.Hour),
 			"ALLOWED_ORIGIN=http://127.0.0.1:"+strconv.Itoa(allowedPort))
 	})
-	for i, story := range []string{"story-apollo4.mjs", "story-apollo3.mjs", "story-urql.mjs"} {
+	for i, story := range []struct{ client, script string }{
+		{"Apollo Client 4", "story-apollo4.mjs"},
+		{"Apollo Client 3.14", "story-apollo3.mjs"},
+		{"urql", "story-urql.mjs"},
+	} {
 		user := int64(100 * (i + 1))
-		t.Run(strings.TrimSuffix(story, ".mjs"), func(t *testing.T) {
-			run(t, story,
+		t.Run(story.client+" runs the story with a normalized cache and no type policies", func(t *testing.T) {
+			run(t, story.script,
 				"TOKEN="+issue(user, auth.RoleUser, time.Hour),
 				"GRAB_TOKEN="+issue(user+1, auth.RoleUser, time.Hour),
 				"EXPIRED_TOKEN="+expired)
 		})
 	}
-	t.Run("page in headless Chromium", func(t *testing.T) {
+	t.Run("a page in headless Chromium works from the allowed origin and is refused from another", func(t *testing.T) {
 		browser, err := exec.LookPath("chromium")
 		if err != nil {
 			t.Skip("chromium not installed (scripts/frontend-deps.sh installs it with apt-get)")

@@ -2,7 +2,8 @@
 // (its browser build, served beside this file): a query and a grab over
 // HTTP with the bearer token in the Authorization header (so the browser
 // asks the service first: a CORS preflight), and a subscription over a
-// websocket (whose Origin header names this page's origin). Each outcome
+// websocket (whose Origin header names this page's origin) that must
+// show the grab as a live update. Each outcome
 // lands in window.story, which the runner (browser.mjs) reads.
 'use strict';
 
@@ -52,9 +53,18 @@ async function grab() {
   return `order ${r.orderId}`;
 }
 
-function subscription() {
+// watch subscribes to the voucher's stock and resolves with the first
+// event and with a promise of the first event after it that shows a lower
+// remaining: the live update the page's own grab causes.
+function watch() {
   return new Promise((resolve, reject) => {
     let closed = '';
+    let first = null;
+    let resolveLive;
+    let rejectLive;
+    const live = new Promise((res, rej) => { resolveLive = res; rejectLive = rej; });
+    live.catch(() => {}); // reported by run() when awaited
+    const fail = (err) => { reject(err); rejectLive(err); };
     const client = graphqlWs.createClient({
       url: api.replace(/^http/, 'ws'),
       connectionParams: { Authorization: `Bearer ${token}` },
@@ -65,27 +75,53 @@ function subscription() {
       { query: 'subscription PageStock($v: ID!) { stockChanged(voucherId: $v) { remaining sold } }', variables: { v: voucherId } },
       {
         next: (r) => {
-          stop();
-          client.dispose();
-          if (r.errors) reject(new Error(r.errors.map((e) => e.message).join('; ')));
-          else resolve(`first event: remaining ${r.data.stockChanged.remaining}`);
+          if (r.errors) {
+            fail(new Error(r.errors.map((e) => e.message).join('; ')));
+            return;
+          }
+          const remaining = r.data.stockChanged.remaining;
+          if (first === null) {
+            first = remaining;
+            resolve({ first, live });
+          } else if (remaining < first) {
+            stop();
+            client.dispose();
+            resolveLive(`live update: remaining ${first} -> ${remaining}`);
+          }
         },
-        error: (e) => reject(new Error(closed || (e && e.message) || 'websocket error (the upgrade was refused)')),
-        complete: () => reject(new Error(closed || 'completed without an event')),
+        error: (e) => fail(new Error(closed || (e && e.message) || 'websocket error (the upgrade was refused)')),
+        complete: () => fail(new Error(closed || 'completed without an event')),
       },
     );
   });
 }
 
-async function run() {
-  for (const [name, fn] of [['query', query], ['grab', grab], ['subscription', subscription]]) {
-    const timeout = new Promise((_, reject) => setTimeout(() => reject(new Error('no answer within 10 s')), 10000));
-    try {
-      record(name, true, await Promise.race([fn(), timeout]));
-    } catch (err) {
-      record(name, false, `${err.name}: ${err.message}`);
-    }
+const within = (promise) => Promise.race([
+  promise,
+  new Promise((_, reject) => setTimeout(() => reject(new Error('no answer within 10 s')), 10000)),
+]);
+
+// step records what fn resolves with, or why it failed.
+async function step(name, fn) {
+  try {
+    record(name, true, await within(fn()));
+  } catch (err) {
+    record(name, false, `${err.name}: ${err.message}`);
   }
+}
+
+// run: the query; the subscription (its first event is the stock now);
+// the grab; then the subscription's live update after the grab.
+async function run() {
+  await step('query', query);
+  let watching = null;
+  try {
+    watching = await within(watch());
+  } catch (err) {
+    record('subscription', false, `${err.name}: ${err.message}`);
+  }
+  await step('grab', grab);
+  if (watching) await step('subscription', () => watching.live);
   window.story.done = true;
 }
 
