@@ -148,8 +148,7 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 		},
 	})
 	srv.AddTransport(transport.Options{})
-	srv.AddTransport(transport.GET{})
-	srv.AddTransport(transport.POST{})
+	srv.AddTransport(graphQLOverHTTP{})
 	queries := newQueryCache()
 	srv.SetQueryCache(queries)
 	srv.SetParserTokenLimit(lim.MaxTokens)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
-	"github.com/vektah/gqlparser/v2/gqlerror"
 	"github.com/vektah/gqlparser/v2/parser"
 
 	"flashsale/domain"
@@ -63,6 +62,10 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// POST and GET transports take it.
 		r = r.Clone(r.Context())
 		r.Header.Del("Upgrade")
+	}
+	if (r.Method == http.MethodPost || r.Method == http.MethodGet) && r.Header.Get("Upgrade") == "" && !acceptable(r.Header.Get("Accept")) {
+		g.reject(w, r, http.StatusNotAcceptable, "/query answers in application/graphql-response+json or application/json; the Accept header names neither")
+		return
 	}
 	switch {
 	case r.Header.Get("Upgrade") != "": // a websocket handshake
@@ -221,11 +224,9 @@ func checkGET(ctx context.Context, rawQuery string, maxTokens int, persisted gra
 	return 0, ""
 }
 
-// reject writes a GraphQL error response through the error presenter.
+// reject answers a request error through the error presenter, in the
+// media type the request asked for (application/json when it names none
+// that /query answers in).
 func (g requestGuard) reject(w http.ResponseWriter, r *http.Request, status int, format string, args ...any) {
-	resp := graphql.Response{Errors: gqlerror.List{g.present(r.Context(), domain.Errorf(domain.CodeBadInput, format, args...))}}
-	b, _ := json.Marshal(resp)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	requestErrorAnswer(r.Context(), w, r, g.present, status, domain.Errorf(domain.CodeBadInput, format, args...))
 }

@@ -1,0 +1,147 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// statusRequest is one request to /query, as a browser or a GraphQL
+// client sends it.
+type statusRequest struct {
+	method, body, query   string // query: a GET's URL query string
+	accept, authorization string
+	origin                string
+	headers               map[string]string
+}
+
+// statusAnswer is a response, its body decoded as far as the tests look.
+type statusAnswer struct {
+	status  int
+	headers http.Header
+	body    string
+	// hasData says whether the body has a data entry (null or not).
+	hasData bool
+	codes   []string
+	message string
+}
+
+func serve(tb testing.TB, h http.Handler, sr statusRequest) statusAnswer {
+	tb.Helper()
+	method := sr.method
+	if method == "" {
+		method = http.MethodPost
+	}
+	req := httptest.NewRequest(method, "/query?"+sr.query, strings.NewReader(sr.body))
+	if method == http.MethodPost {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range map[string]string{"Accept": sr.accept, "Authorization": sr.authorization, "Origin": sr.origin} {
+		if v != "" {
+			req.Header.Set(k, v)
+		}
+	}
+	for k, v := range sr.headers {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	out := statusAnswer{status: rec.Code, headers: rec.Header(), body: rec.Body.String()}
+	var body struct {
+		Data   *json.RawMessage `json:"data"`
+		Errors []struct {
+			Message    string         `json:"message"`
+			Extensions map[string]any `json:"extensions"`
+		} `json:"errors"`
+	}
+	var raw map[string]json.RawMessage
+	if json.Unmarshal(rec.Body.Bytes(), &raw) == nil {
+		_, out.hasData = raw["data"]
+		_ = json.Unmarshal(rec.Body.Bytes(), &body)
+	}
+	for i, e := range body.Errors {
+		code, _ := e.Extensions["code"].(string)
+		out.codes = append(out.codes, code)
+		if i == 0 {
+			out.message = e.Message
+		}
+	}
+	return out
+}
+
+const (
+	acceptJSON     = "application/json"
+	acceptResponse = "application/graphql-response+json"
+	// acceptBoth is what Apollo Client and urql send.
+	acceptBoth = "application/graphql-response+json, application/json;q=0.9"
+)
+
+// The status codes of the GraphQL-over-HTTP specification, for both
+// media types: a well-formed request that fails to parse, validate or
+// coerce its variables is 200 as application/json and 400 as
+// application/graphql-response+json, and a request error never has a
+// data entry; a request with no query is 400; one that accepts neither
+// media type is 406; a mutation over GET is 405 in the type asked for.
+// The persisted-query miss keeps 200 and "data": null (see
+// graphQLOverHTTP).
+func TestStatusCodesFollowGraphQLOverHTTP(t *testing.T) {
+	tokens, user := twinUser(t)
+	_, h := twinHandlers(t, tokens, 0)
+	bearer := "Bearer " + user
+	const grab = `mutation($v: ID!) { seckillVoucher(voucherId: $v) { code } }`
+	getQuery := func(v url.Values) string { return v.Encode() }
+	cases := []struct {
+		name     string
+		req      statusRequest
+		status   int
+		ct       string
+		hasData  bool
+		code     string
+		contains string
+	}{
+		{"parse error as json", statusRequest{body: body(`{ serverTime`, nil), accept: acceptJSON}, 200, acceptJSON, false, "BAD_USER_INPUT", ""},
+		{"parse error as graphql-response+json", statusRequest{body: body(`{ serverTime`, nil), accept: acceptResponse}, 400, acceptResponse, false, "BAD_USER_INPUT", ""},
+		{"parse error, both accepted", statusRequest{body: body(`{ serverTime`, nil), accept: acceptBoth}, 400, acceptResponse, false, "BAD_USER_INPUT", ""},
+		{"parse error, no Accept", statusRequest{body: body(`{ serverTime`, nil)}, 200, acceptJSON, false, "BAD_USER_INPUT", ""},
+		{"validation error as json", statusRequest{body: body(`{ noSuchField }`, nil), accept: acceptJSON}, 200, acceptJSON, false, "BAD_USER_INPUT", "noSuchField"},
+		{"validation error as graphql-response+json", statusRequest{body: body(`{ noSuchField }`, nil), accept: acceptResponse}, 400, acceptResponse, false, "BAD_USER_INPUT", "noSuchField"},
+		{"variable coercion error as json", statusRequest{body: body(grab, map[string]any{"v": true}), accept: acceptJSON}, 200, acceptJSON, false, "BAD_USER_INPUT", ""},
+		{"variable coercion error as graphql-response+json", statusRequest{body: body(grab, map[string]any{"v": true}), accept: acceptResponse}, 400, acceptResponse, false, "BAD_USER_INPUT", ""},
+		{"GET parse error as graphql-response+json", statusRequest{method: http.MethodGet, query: getQuery(url.Values{"query": {"{"}}), accept: acceptResponse}, 400, acceptResponse, false, "BAD_USER_INPUT", ""},
+		{"no query as json", statusRequest{body: `{}`, accept: acceptJSON}, 400, acceptJSON, false, "BAD_USER_INPUT", "no query"},
+		{"no query as graphql-response+json", statusRequest{body: `{"variables":{}}`, accept: acceptResponse}, 400, acceptResponse, false, "BAD_USER_INPUT", "no query"},
+		{"GET with no query", statusRequest{method: http.MethodGet, accept: acceptJSON}, 400, acceptJSON, false, "BAD_USER_INPUT", "no query"},
+		{"only text/html accepted", statusRequest{body: body(`{ serverTime }`, nil), accept: "text/html"}, 406, acceptJSON, false, "BAD_USER_INPUT", "Accept"},
+		{"GET, only text/html accepted", statusRequest{method: http.MethodGet, query: getQuery(url.Values{"query": {"{ serverTime }"}}), accept: "text/html,application/xhtml+xml"}, 406, acceptJSON, false, "BAD_USER_INPUT", "Accept"},
+		{"json refused with q=0", statusRequest{body: body(`{ serverTime }`, nil), accept: "application/json;q=0, text/plain"}, 406, acceptJSON, false, "BAD_USER_INPUT", "Accept"},
+		{"GET mutation as json", statusRequest{method: http.MethodGet, query: getQuery(url.Values{"query": {`mutation { seckillVoucher(voucherId: "1") { code } }`}}), accept: acceptJSON}, 405, acceptJSON, false, "BAD_USER_INPUT", "POST"},
+		{"GET mutation as graphql-response+json", statusRequest{method: http.MethodGet, query: getQuery(url.Values{"query": {`mutation { seckillVoucher(voucherId: "1") { code } }`}}), accept: acceptResponse}, 405, acceptResponse, false, "BAD_USER_INPUT", "POST"},
+		{"persisted-query miss as graphql-response+json", statusRequest{body: `{"extensions":{"persistedQuery":{"version":1,"sha256Hash":"` + strings.Repeat("ab", 32) + `"}}}`, accept: acceptBoth}, 200, acceptResponse, true, "", "PersistedQueryNotFound"},
+		{"a field error keeps its data", statusRequest{body: body(grab, map[string]any{"v": "9"}), accept: acceptResponse}, 200, acceptResponse, true, "RATE_LIMITED", ""},
+		{"an answer", statusRequest{body: body(grab, map[string]any{"v": "1"}), accept: acceptResponse}, 200, acceptResponse, true, "", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.req.authorization = bearer
+			got := serve(t, h, tc.req)
+			if got.status != tc.status {
+				t.Errorf("status %d, want %d: %s", got.status, tc.status, got.body)
+			}
+			if ct := got.headers.Get("Content-Type"); ct != tc.ct {
+				t.Errorf("Content-Type %q, want %q", ct, tc.ct)
+			}
+			if got.hasData != tc.hasData {
+				t.Errorf("data entry present: %v, want %v: %s", got.hasData, tc.hasData, got.body)
+			}
+			if tc.code != "" && (len(got.codes) == 0 || got.codes[0] != tc.code) {
+				t.Errorf("codes %v, want %s first: %s", got.codes, tc.code, got.body)
+			}
+			if !strings.Contains(got.message, tc.contains) {
+				t.Errorf("message %q does not say %q", got.message, tc.contains)
+			}
+		})
+	}
+}
