@@ -206,12 +206,12 @@ func (c *compiledGrabs) run(ctx context.Context, w http.ResponseWriter, r *http.
 	if c.flood != nil {
 		if ok, wait := c.flood.allow(auth.ClientIP(ctx)); !ok {
 			shedTotal.WithLabelValues("flood").Inc()
-			c.writeErrors(ctx, w, ct, nil, graph.OperationError(domain.RateLimited(wait)))
+			c.writeErrors(ctx, w, r, ct, nil, graph.OperationError(domain.RateLimited(wait)))
 			return
 		}
 	}
 	if _, err := auth.FromContext(ctx); err != nil {
-		c.writeErrors(ctx, w, ct, nil, graph.OperationError(graph.AsDomainError(err)))
+		c.writeErrors(ctx, w, r, ct, nil, graph.OperationError(graph.AsDomainError(err)))
 		return
 	}
 	res, panicked, err := c.resolve(ctx, args)
@@ -222,14 +222,14 @@ func (c *compiledGrabs) run(ctx context.Context, w http.ResponseWriter, r *http.
 		case !panicked: // gqlgen locates a resolver's error at its field
 			err = plan.locate(err)
 		}
-		c.writeErrors(ctx, w, ct, ast.Path{ast.PathName(plan.key)}, err)
+		c.writeErrors(ctx, w, r, ct, ast.Path{ast.PathName(plan.key)}, err)
 		return
 	}
 	buf := answerPool.Get().(*bytes.Buffer)
 	defer answerPool.Put(buf)
 	out, err := plan.answer(buf, res)
 	if err != nil {
-		c.writeErrors(ctx, w, ct, ast.Path{ast.PathName(plan.key)}, err)
+		c.writeErrors(ctx, w, r, ct, ast.Path{ast.PathName(plan.key)}, err)
 		return
 	}
 	w.Header()["Content-Type"] = ct
@@ -296,12 +296,12 @@ func (p *grabPlan) locate(err error) error {
 // does: through the error presenter, on the grab's path when it came from
 // the resolver (so data is null, the field being non-null), or on no path
 // and as a request error when the operation was refused before it ran.
-func (c *compiledGrabs) writeErrors(ctx context.Context, w http.ResponseWriter, contentType []string, path ast.Path, err error) {
+func (c *compiledGrabs) writeErrors(ctx context.Context, w http.ResponseWriter, r *http.Request, contentType []string, path ast.Path, err error) {
 	var gqlErr *gqlerror.Error
 	switch {
 	case path == nil:
 		errs := gqlerror.List{c.present(ctx, err)}
-		writeGraphQLErrors(w, contentType, requestErrorStatus(contentType[0], errs), false, &graphql.Response{Errors: errs})
+		writeGraphQLErrors(w, r, contentType, requestErrorStatus(contentType[0], errs), false, &graphql.Response{Errors: errs})
 		return
 	case errors.As(err, &gqlErr):
 		if gqlErr.Path == nil {

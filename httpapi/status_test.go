@@ -7,6 +7,9 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	"flashsale/internal/auth"
 )
 
 // statusRequest is one request to /query, as a browser or a GraphQL
@@ -143,5 +146,47 @@ func TestStatusCodesFollowGraphQLOverHTTP(t *testing.T) {
 				t.Errorf("message %q does not say %q", got.message, tc.contains)
 			}
 		})
+	}
+}
+
+// A missing, garbled or expired token answers 401 in both media types,
+// on gqlgen's path and the compiled grab path alike, so that a client's
+// token refresh keyed on 401 fires; the body keeps UNAUTHENTICATED and
+// has no data, and WWW-Authenticate says invalid_token when a token was
+// sent. Introspection, which needs no token, is not refused.
+func TestUnusableTokenAnswers401(t *testing.T) {
+	tokens, _ := twinUser(t)
+	compiled, gqlgen := twinHandlers(t, tokens, 0)
+	expired, err := tokens.Issue(auth.Identity{UserID: 42, Role: auth.RoleUser}, -time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grab := body(`mutation($v: ID!) { seckillVoucher(voucherId: $v) { code } }`, map[string]any{"v": "1"})
+	for _, tc := range []struct {
+		name, authorization, challenge string
+	}{
+		{"no token", "", `Bearer realm="flashsale"`},
+		{"an expired token", "Bearer " + expired, `Bearer realm="flashsale", error="invalid_token"`},
+		{"a garbled token", "Bearer abc.def.ghi", `Bearer realm="flashsale", error="invalid_token"`},
+	} {
+		for _, accept := range []string{acceptJSON, acceptBoth} {
+			for path, h := range map[string]http.Handler{"compiled": compiled, "gqlgen": gqlgen} {
+				for _, doc := range []string{grab, body(`{ serverTime }`, nil)} {
+					t.Run(tc.name+" "+accept+" "+path, func(t *testing.T) {
+						got := serve(t, h, statusRequest{body: doc, accept: accept, authorization: tc.authorization})
+						if got.status != http.StatusUnauthorized || got.hasData || len(got.codes) != 1 || got.codes[0] != "UNAUTHENTICATED" {
+							t.Fatalf("%d %s; want 401, UNAUTHENTICATED and no data", got.status, got.body)
+						}
+						if c := got.headers.Get("WWW-Authenticate"); c != tc.challenge {
+							t.Errorf("WWW-Authenticate %q, want %q", c, tc.challenge)
+						}
+					})
+				}
+			}
+		}
+	}
+	got := serve(t, gqlgen, statusRequest{body: body(`{ __typename }`, nil), accept: acceptJSON})
+	if got.status != http.StatusOK || len(got.codes) != 0 {
+		t.Fatalf("introspection without a token: %d %s", got.status, got.body)
 	}
 }

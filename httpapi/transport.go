@@ -25,6 +25,7 @@ import (
 //     its variables, or a refusal by admission or authorization) is
 //     answered without a data entry, as the GraphQL specification says;
 //   - with Accept application/json, such an answer is 200, except a
+//     missing or invalid token, 401 (see requestErrorStatus), and a
 //     request with no query, 400;
 //   - with application/graphql-response+json, a request error is a 4xx
 //     or 5xx by its code (see requestErrorStatus), since that media type
@@ -57,14 +58,14 @@ func (graphQLOverHTTP) Do(w http.ResponseWriter, r *http.Request, exec graphql.G
 	if err != nil {
 		// The guard lets no such request through; kept for a handler
 		// built without it.
-		writeGraphQLErrors(w, ct, http.StatusBadRequest, false, exec.DispatchError(ctx, gqlerror.List{gqlerror.Errorf("%s", err.Error())}))
+		writeGraphQLErrors(w, r, ct, http.StatusBadRequest, false, exec.DispatchError(ctx, gqlerror.List{gqlerror.Errorf("%s", err.Error())}))
 		return
 	}
 	params.Headers = r.Header
 	params.ReadTime = graphql.TraceTiming{Start: start, End: graphql.Now()}
 	if params.Query == "" && !namesPersistedQuery(params.Extensions) {
 		de := domain.Errorf(domain.CodeBadInput, "the request has no query: send the operation's text in \"query\"")
-		writeGraphQLErrors(w, ct, http.StatusBadRequest, false, exec.DispatchError(ctx, gqlerror.List{{Message: de.Message, Err: de}}))
+		writeGraphQLErrors(w, r, ct, http.StatusBadRequest, false, exec.DispatchError(ctx, gqlerror.List{{Message: de.Message, Err: de}}))
 		return
 	}
 	oc, errs := exec.CreateOperationContext(ctx, params)
@@ -75,14 +76,14 @@ func (graphQLOverHTTP) Do(w http.ResponseWriter, r *http.Request, exec graphql.G
 		if !apqMiss {
 			status = requestErrorStatus(ct[0], resp.Errors)
 		}
-		writeGraphQLErrors(w, ct, status, apqMiss, resp)
+		writeGraphQLErrors(w, r, ct, status, apqMiss, resp)
 		return
 	}
 	if r.Method == http.MethodGet && oc.Operation.Operation != ast.Query {
 		// The guard answers these first; kept for a handler built without it.
 		w.Header().Set("Allow", "POST")
 		de := domain.Errorf(domain.CodeBadInput, "GET requests may only run queries")
-		writeGraphQLErrors(w, ct, http.StatusMethodNotAllowed, false, exec.DispatchError(ctx, gqlerror.List{{Message: de.Message, Err: de}}))
+		writeGraphQLErrors(w, r, ct, http.StatusMethodNotAllowed, false, exec.DispatchError(ctx, gqlerror.List{{Message: de.Message, Err: de}}))
 		return
 	}
 	responses, ctx := exec.DispatchOperation(ctx, oc)
@@ -151,15 +152,22 @@ func isPersistedQueryMiss(errs gqlerror.List) bool {
 }
 
 // requestErrorStatus is the status of an answer to a request error, by
-// the media type and the first error's contract code (presented): with
-// application/json every well-formed request is 200.
+// the media type and the first error's contract code (presented). A
+// missing, invalid or expired token is 401 in both media types: token
+// refresh in clients (Apollo's error link, urql's authExchange, any fetch
+// wrapper) is keyed on it, and the specification allows a 4xx for
+// application/json when there is no data; the body keeps UNAUTHENTICATED.
+// Any other request error as application/json is 200.
 func requestErrorStatus(contentType string, errs gqlerror.List) int {
-	if contentType != graphQLJSON[0] {
-		return http.StatusOK
-	}
 	code := ""
 	if len(errs) > 0 {
 		code, _ = errs[0].Extensions["code"].(string)
+	}
+	if code == string(domain.CodeUnauthenticated) {
+		return http.StatusUnauthorized
+	}
+	if contentType != graphQLJSON[0] {
+		return http.StatusOK
 	}
 	if status, ok := requestErrorStatuses[domain.Code(code)]; ok {
 		return status
@@ -170,12 +178,11 @@ func requestErrorStatus(contentType string, errs gqlerror.List) int {
 // requestErrorStatuses are the statuses of request errors as
 // application/graphql-response+json by code; any other is 400.
 var requestErrorStatuses = map[domain.Code]int{
-	domain.CodeUnauthenticated: http.StatusUnauthorized,
-	domain.CodeForbidden:       http.StatusForbidden,
-	domain.CodeRateLimited:     http.StatusTooManyRequests,
-	domain.CodeNotFound:        http.StatusNotFound,
-	domain.CodeUnavailable:     http.StatusServiceUnavailable,
-	domain.CodeInternal:        http.StatusInternalServerError,
+	domain.CodeForbidden:   http.StatusForbidden,
+	domain.CodeRateLimited: http.StatusTooManyRequests,
+	domain.CodeNotFound:    http.StatusNotFound,
+	domain.CodeUnavailable: http.StatusServiceUnavailable,
+	domain.CodeInternal:    http.StatusInternalServerError,
 }
 
 // requestErrors is the answer to a request error: errors and no data
@@ -186,8 +193,10 @@ type requestErrors struct {
 }
 
 // writeGraphQLErrors writes an answer made of errors alone, with "data":
-// null if keepData (the persisted-query miss, see graphQLOverHTTP).
-func writeGraphQLErrors(w http.ResponseWriter, contentType []string, status int, keepData bool, resp *graphql.Response) {
+// null if keepData (the persisted-query miss, see graphQLOverHTTP). A 401
+// carries the WWW-Authenticate every 401 must (RFC 9110 11.6.1), with
+// RFC 6750's invalid_token when the request sent a token.
+func writeGraphQLErrors(w http.ResponseWriter, r *http.Request, contentType []string, status int, keepData bool, resp *graphql.Response) {
 	var v any = requestErrors{Errors: resp.Errors, Extensions: resp.Extensions}
 	if keepData {
 		v = resp
@@ -195,6 +204,13 @@ func writeGraphQLErrors(w http.ResponseWriter, contentType []string, status int,
 	b, err := json.Marshal(v)
 	if err != nil {
 		b = []byte(`{"errors":[{"message":"internal error","extensions":{"code":"INTERNAL"}}]}`)
+	}
+	if status == http.StatusUnauthorized {
+		challenge := `Bearer realm="flashsale"`
+		if r.Header.Get("Authorization") != "" {
+			challenge += `, error="invalid_token"`
+		}
+		w.Header().Set("WWW-Authenticate", challenge)
 	}
 	w.Header()["Content-Type"] = contentType
 	w.WriteHeader(status)
@@ -206,5 +222,5 @@ func writeGraphQLErrors(w http.ResponseWriter, contentType []string, status int,
 // error presented, in the media type asked for.
 func requestErrorAnswer(ctx context.Context, w http.ResponseWriter, r *http.Request, present graphql.ErrorPresenterFunc, status int, err error) {
 	ct := responseContentType(r)
-	writeGraphQLErrors(w, ct, status, false, &graphql.Response{Errors: gqlerror.List{present(ctx, err)}})
+	writeGraphQLErrors(w, r, ct, status, false, &graphql.Response{Errors: gqlerror.List{present(ctx, err)}})
 }
