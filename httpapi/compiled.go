@@ -310,7 +310,9 @@ func (c *compiledGrabs) writeErrors(ctx context.Context, w http.ResponseWriter, 
 	default:
 		err = gqlerror.WrapPath(path, err)
 	}
-	b, mErr := json.Marshal(graphql.Response{Errors: gqlerror.List{c.present(ctx, err)}})
+	errs := gqlerror.List{c.present(ctx, err)}
+	setRetryAfter(w.Header(), errs)
+	b, mErr := json.Marshal(graphql.Response{Errors: errs})
 	if mErr != nil {
 		b = []byte(`{"errors":[{"message":"internal error","extensions":{"code":"INTERNAL"}}],"data":null}`)
 	}

@@ -88,6 +88,10 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			g.reject(w, r, http.StatusBadRequest, "%s", graph.BadBodyMessage)
 			return
 		}
+		if isBatch(body) {
+			g.reject(w, r, http.StatusBadRequest, "batching is not supported: send each operation in a request of its own, as one JSON object")
+			return
+		}
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	case r.Method == http.MethodGet:
 		if status, msg := checkGET(r.Context(), r.URL.RawQuery, g.maxTokens, g.persisted); status != 0 {
@@ -174,6 +178,15 @@ func headerHasToken(h http.Header, name, token string) bool {
 		}
 	}
 	return false
+}
+
+// isBatch reports a body that is a JSON array: a batch of operations,
+// which some clients send (Apollo's BatchHttpLink, urql's batching) and
+// which /query does not run: one operation per request keeps every
+// request's cost, admission and status its own.
+func isBatch(body []byte) bool {
+	b := bytes.TrimLeft(body, " \t\r\n")
+	return len(b) > 0 && b[0] == '['
 }
 
 func isJSON(contentType string) bool {

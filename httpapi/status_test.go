@@ -190,3 +190,82 @@ func TestUnusableTokenAnswers401(t *testing.T) {
 		t.Fatalf("introspection without a token: %d %s", got.status, got.body)
 	}
 }
+
+// A batched array body is refused with a message saying batching is not
+// supported (BAD_USER_INPUT, 400), before anything runs.
+func TestBatchedBodyIsRefusedClearly(t *testing.T) {
+	tokens, user := twinUser(t)
+	compiled, _ := twinHandlers(t, tokens, 0)
+	one := body(`mutation($v: ID!) { seckillVoucher(voucherId: $v) { code } }`, map[string]any{"v": "1"})
+	for _, b := range []string{"[" + one + "," + one + "]", " \n[" + one + "]", "[]"} {
+		got := serve(t, compiled, statusRequest{body: b, accept: acceptBoth, authorization: "Bearer " + user})
+		if got.status != http.StatusBadRequest || len(got.codes) != 1 || got.codes[0] != "BAD_USER_INPUT" ||
+			!strings.Contains(got.message, "batching is not supported") || got.hasData {
+			t.Errorf("%.40s: %d %s; want 400 BAD_USER_INPUT saying batching is not supported", b, got.status, got.body)
+		}
+	}
+}
+
+// Every answer holding RATE_LIMITED carries Retry-After in whole seconds,
+// rounded up from retryAfterMs: a grab the voucher's limits refused (a
+// field error; voucher 9 answers 1.5 s), on both paths, and an operation
+// the flood limit refused before it ran (a request error).
+func TestRateLimitedAnswersCarryRetryAfter(t *testing.T) {
+	tokens, user := twinUser(t)
+	bearer := "Bearer " + user
+	compiled, gqlgen := twinHandlers(t, tokens, 0)
+	limited := body(`mutation($v: ID!) { seckillVoucher(voucherId: $v) { code } }`, map[string]any{"v": "9"})
+	for path, h := range map[string]http.Handler{"compiled": compiled, "gqlgen": gqlgen} {
+		got := serve(t, h, statusRequest{body: limited, accept: acceptBoth, authorization: bearer})
+		if len(got.codes) != 1 || got.codes[0] != "RATE_LIMITED" || got.headers.Get("Retry-After") != "2" {
+			t.Errorf("%s: a rate-limited grab: Retry-After %q, %s; want 2", path, got.headers.Get("Retry-After"), got.body)
+		}
+		ok := serve(t, h, statusRequest{body: body(`mutation { seckillVoucher(voucherId: "1") { code } }`, nil), accept: acceptBoth, authorization: bearer})
+		if ok.headers.Get("Retry-After") != "" {
+			t.Errorf("%s: an OK grab carries Retry-After", path)
+		}
+	}
+	flooded, _ := twinHandlers(t, tokens, 1) // a burst of 2, then 1 a second
+	for _, accept := range []string{acceptJSON, acceptResponse} {
+		var got statusAnswer
+		for range 4 {
+			got = serve(t, flooded, statusRequest{body: body(`{ serverTime }`, nil), accept: accept, authorization: bearer})
+		}
+		if len(got.codes) != 1 || got.codes[0] != "RATE_LIMITED" || got.headers.Get("Retry-After") != "1" {
+			t.Errorf("%s: flood-limited: %d, Retry-After %q, %s; want RATE_LIMITED, Retry-After 1", accept, got.status, got.headers.Get("Retry-After"), got.body)
+		}
+	}
+}
+
+// A variable whose value does not fit its declared type is named, with
+// the type wanted and the JSON given, instead of gqlparser's "cannot use
+// map as ID" or "cannot be null" beside a path.
+func TestVariableErrorsSayWhatWasExpected(t *testing.T) {
+	tokens, user := twinUser(t)
+	_, h := twinHandlers(t, tokens, 0)
+	const grab = `mutation($orderId: ID!) { seckillVoucher(voucherId: $orderId) { code } }`
+	const packet = `mutation($in: CreateRedPacketInput!) { createRedPacket(input: $in) { id } }`
+	const flag = `query($b: Boolean!) { serverTime @include(if: $b) }`
+	for _, tc := range []struct {
+		name, query string
+		vars        map[string]any
+		want        string
+	}{
+		{"an object for an ID", grab, map[string]any{"orderId": map[string]any{"id": 1}}, "variable $orderId: expected an ID (string), got an object"},
+		{"a list for an ID", grab, map[string]any{"orderId": []int{1}}, "variable $orderId: expected an ID (string), got a list"},
+		{"a boolean for an ID", grab, map[string]any{"orderId": true}, "variable $orderId: expected an ID (string), got a boolean"},
+		{"null for an ID!", grab, map[string]any{"orderId": nil}, "variable $orderId: expected an ID (string), got null"},
+		{"an ID! not given", grab, map[string]any{}, "variable $orderId: expected an ID (string), got nothing, and it is required"},
+		{"a string for a Boolean", flag, map[string]any{"b": "yes"}, "variable $b: expected a Boolean (true or false), got a string or a number"},
+		{"a string for an input object", packet, map[string]any{"in": "x"}, "variable $in: expected a CreateRedPacketInput, got a string or a number"},
+		{"null for an input field", packet, map[string]any{"in": map[string]any{"totalCents": nil, "count": 1}}, "variable $in.totalCents: expected an Int (integer), got null"},
+		{"an unknown input field", packet, map[string]any{"in": map[string]any{"totalCents": 1, "count": 1, "colour": "red"}}, "variable $in.colour: the input type has no such field"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := serve(t, h, statusRequest{body: body(tc.query, tc.vars), accept: acceptJSON, authorization: "Bearer " + user})
+			if len(got.codes) != 1 || got.codes[0] != "BAD_USER_INPUT" || got.message != tc.want {
+				t.Fatalf("%s; want one BAD_USER_INPUT saying %q", got.body, tc.want)
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -29,7 +30,8 @@ import (
 //     request with no query, 400;
 //   - with application/graphql-response+json, a request error is a 4xx
 //     or 5xx by its code (see requestErrorStatus), since that media type
-//     promises a data entry on every 2xx.
+//     promises a data entry on every 2xx;
+//   - an answer holding RATE_LIMITED carries Retry-After (setRetryAfter).
 //
 // The automatic-persisted-query miss is the one request error answered
 // 200 with "data": null in both media types: Apollo Client's
@@ -88,6 +90,7 @@ func (graphQLOverHTTP) Do(w http.ResponseWriter, r *http.Request, exec graphql.G
 	}
 	responses, ctx := exec.DispatchOperation(ctx, oc)
 	resp := responses(ctx)
+	setRetryAfter(w.Header(), resp.Errors)
 	w.Header()["Content-Type"] = ct
 	b, err := json.Marshal(resp)
 	if err != nil {
@@ -205,6 +208,7 @@ func writeGraphQLErrors(w http.ResponseWriter, r *http.Request, contentType []st
 	if err != nil {
 		b = []byte(`{"errors":[{"message":"internal error","extensions":{"code":"INTERNAL"}}]}`)
 	}
+	setRetryAfter(w.Header(), resp.Errors)
 	if status == http.StatusUnauthorized {
 		challenge := `Bearer realm="flashsale"`
 		if r.Header.Get("Authorization") != "" {
@@ -215,6 +219,22 @@ func writeGraphQLErrors(w http.ResponseWriter, r *http.Request, contentType []st
 	w.Header()["Content-Type"] = contentType
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
+}
+
+// setRetryAfter sets Retry-After (whole seconds, rounded up) from the first
+// RATE_LIMITED error's retryAfterMs, on any answer holding one (a request
+// error or a field error): HTTP clients and proxies read the header, not
+// the body. An answer without errors costs a length check.
+func setRetryAfter(h http.Header, errs gqlerror.List) {
+	for _, e := range errs {
+		if e.Extensions["code"] != string(domain.CodeRateLimited) {
+			continue
+		}
+		if ms, ok := e.Extensions["retryAfterMs"].(int64); ok && ms > 0 {
+			h.Set("Retry-After", strconv.FormatInt((ms+999)/1000, 10))
+			return
+		}
+	}
 }
 
 // requestErrorAnswer is writeGraphQLErrors for an error raised before
