@@ -25,7 +25,7 @@ import (
 	"flashsale/internal/testenv"
 )
 
-const secret = "frontend-test-secret"
+const secret = "frontend-test-secret-0123456789abcdef" // 32 bytes or more: the service refuses shorter HS256 keys
 
 // TestFrontendClientsWorkAgainstTheService runs each Node script of this folder as a subtest
 // against one service and one seckill voucher, each story as users of its
