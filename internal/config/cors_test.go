@@ -10,7 +10,7 @@ import (
 // servers on any port when embedded, "none" turns that off, and a
 // pattern that is no origin is refused at start naming the variable.
 func TestCORSOriginsPerModeAndChecked(t *testing.T) {
-	real := map[string]string{"DATABASE_URL": "postgres://u@h:5432/d", "REDIS_URL": "redis://127.0.0.1:6379/0", "JWT_SECRET": "s"}
+	real := map[string]string{"DATABASE_URL": "postgres://u@h:5432/d", "REDIS_URL": "redis://127.0.0.1:6379/0", "JWT_SECRET": strings.Repeat("s", 32)}
 	with := func(base map[string]string, v string) map[string]string {
 		env := map[string]string{"CORS_ALLOWED_ORIGINS": v}
 		for k, val := range base {
