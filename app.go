@@ -21,6 +21,7 @@ import (
 	"flashsale/internal/auth"
 	"flashsale/internal/catalog"
 	"flashsale/internal/config"
+	"flashsale/internal/connlimit"
 	"flashsale/internal/gate"
 	"flashsale/internal/live"
 	"flashsale/internal/playground"
@@ -322,6 +323,18 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	if a.listener, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, &config.Error{Var: "HTTP_ADDR", Msg: err.Error()}
 	}
+	// Admission of new connections per client address, before net/http
+	// reads them: see connlimit.
+	limited, err := connlimit.New(a.listener, connlimit.Config{
+		PerSecond:  cfg.ConnPerIPPerSec,
+		Burst:      cfg.ConnPerIPBurst,
+		Wait:       cfg.ConnPerIPWait,
+		MaxWaiting: cfg.ConnMaxWaiting,
+	})
+	if err != nil {
+		return nil, err // stop closes the listener
+	}
+	a.listener = limited
 	if a.profiler, err = startProfiler(cfg.PprofAddr, a.log); err != nil {
 		return nil, err
 	}
