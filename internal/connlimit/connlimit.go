@@ -50,14 +50,20 @@ type Config struct {
 // clients opens: a browser keeps its few connections open (net/http keeps
 // an idle one two minutes) and so do the project's load tool and tests,
 // so a NATed office of hundreds opening the page at once fits in the
-// burst. A flood of one fresh connection per request (a 431 closes its
-// connection; each websocket is one) is slowed to the rate: about 10% of
-// a core at 0.5 ms a refusal.
+// burst and the second after it. A flood of one fresh connection per
+// request (a 431 closes its connection; each websocket is one) is slowed
+// to the rate: about 10% of a core at 0.5 ms a refusal. The burst is not
+// larger because a flood only a little faster than the rate drains it
+// slowly: with 1,000, a client sending 400 a second ran past the rate for
+// five seconds. A held connection keeps what its client
+// sent in the kernel's receive buffer, unread (128 KiB at most with
+// Linux's default tcp_rmem), so MaxWaitingDefault bounds that to 32 MiB;
+// a closed-loop flood holds one connection per client.
 const (
 	PerSecondDefault  = 200
-	BurstDefault      = 1000
+	BurstDefault      = 500
 	WaitDefault       = time.Second
-	MaxWaitingDefault = 1024
+	MaxWaitingDefault = 256
 	// AddressesDefault is how many client addresses a Listener
 	// remembers: an entry is about 100 bytes, so 6-7 MB at most.
 	AddressesDefault = 65536
