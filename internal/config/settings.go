@@ -304,7 +304,7 @@ var settings = []setting{
 	// New connections per client address, decided in the listener before
 	// net/http reads anything: what net/http refuses itself (431) and
 	// websocket refusals cost a flooding client only a new connection.
-	intVar("CONN_PER_IP_PER_SEC", strconv.Itoa(connlimit.PerSecondDefault), "new TCP connections per second one client address (an IPv6 /64) gets read; more wait unread for their turn (CONN_PER_IP_WAIT) or are closed; 0 = off (behind a proxy or load balancer every client has its address)", func(c *Config) *int { return &c.ConnPerIPPerSec }, rate),
+	intVar("CONN_PER_IP_PER_SEC", strconv.Itoa(connlimit.PerSecondDefault), "new TCP connections per second one client address (an IPv6 /64) gets read; more wait unread for their turn (CONN_PER_IP_WAIT) or are closed; 0 = off (set 0 behind a proxy or load balancer: every client then has its address)", func(c *Config) *int { return &c.ConnPerIPPerSec }, rate),
 	intVar("CONN_PER_IP_BURST", strconv.Itoa(connlimit.BurstDefault), "new connections one client address may open at once after a quiet spell (CONN_PER_IP_PER_SEC)", func(c *Config) *int { return &c.ConnPerIPBurst }, positive),
 	durationVar("CONN_PER_IP_WAIT", connlimit.WaitDefault, "longest a connection over its address's rate waits, unread, for its turn; one whose turn is later is closed at once (0 = no wait)", func(c *Config) *time.Duration { return &c.ConnPerIPWait }).
 		checked(nonNegative(func(c Config) time.Duration { return c.ConnPerIPWait })),
