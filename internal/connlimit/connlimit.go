@@ -96,7 +96,7 @@ type Listener struct {
 	closed bool
 }
 
-// Errors of New.
+// errNoDeadline is New's answer for a listener it cannot wrap.
 var errNoDeadline = errors.New("connlimit: the listener cannot set a deadline on Accept")
 
 // New wraps l. With cfg.PerSecond 0 it returns l itself. l must support
@@ -224,15 +224,15 @@ func (l *Listener) Close() error {
 	return err
 }
 
-// Waiting is the number of connections held now.
-func (l *Listener) Waiting() int {
+// waiting is the number of connections held now.
+func (l *Listener) waiting() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.held)
 }
 
-// Addresses is the number of client addresses remembered now.
-func (l *Listener) Addresses() int {
+// addresses is the number of client addresses remembered now.
+func (l *Listener) addresses() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.peers.Len()

@@ -118,7 +118,7 @@ func TestAnotherAddressIsServedWhileAFloodWaits(t *testing.T) {
 	if got := s.next(t); got != "flood0" {
 		t.Fatalf("first passed on %q, want flood0 (within the burst)", got)
 	}
-	waitFor(t, func() bool { return s.l.(*Listener).Waiting() == 3 })
+	waitFor(t, func() bool { return s.l.(*Listener).waiting() == 3 })
 	s.dial(t, "127.0.0.2", "user")
 	if got := s.next(t); got != "user" {
 		t.Fatalf("passed on %q while the other address waited, want user at once", got)
@@ -174,7 +174,7 @@ func TestConnectionsBeyondTheWaitOrTheBoundAreClosedAtOnce(t *testing.T) {
 				t.Fatalf("passed on %q, want first", got)
 			}
 			second := s.dial(t, "127.0.0.1", "second")
-			waitFor(t, func() bool { return s.l.(*Listener).Waiting() == 1 })
+			waitFor(t, func() bool { return s.l.(*Listener).waiting() == 1 })
 			start := time.Now()
 			third, err := s.tryDial(t, "127.0.0.1", "third")
 			if err == nil && answered(t, third) {
@@ -201,11 +201,11 @@ func TestAddressesRememberedStayBounded(t *testing.T) {
 		if got := s.next(t); got != "a"+strconv.Itoa(i) {
 			t.Fatalf("passed on %q, want a%d (a new address's first connection)", got, i)
 		}
-		if n := l.Addresses(); n > bound {
+		if n := l.addresses(); n > bound {
 			t.Fatalf("%d addresses remembered after %d, want at most %d", n, i+1, bound)
 		}
 	}
-	if n := l.Addresses(); n != bound {
+	if n := l.addresses(); n != bound {
 		t.Errorf("%d addresses remembered, want the %d most recent", n, bound)
 	}
 }
@@ -237,7 +237,7 @@ func TestHeldConnectionsCostNoGoroutineAndCloseWithTheListener(t *testing.T) {
 	}
 	s.next(t)
 	l := s.l.(*Listener)
-	waitFor(t, func() bool { return l.Waiting() == held })
+	waitFor(t, func() bool { return l.waiting() == held })
 	// The server's accept loop and whatever the runtime runs beside it;
 	// one goroutine per held connection would be 50 more.
 	if n := runtime.NumGoroutine(); n > before+5 {
@@ -252,7 +252,7 @@ func TestHeldConnectionsCostNoGoroutineAndCloseWithTheListener(t *testing.T) {
 			t.Fatalf("held connection %d answered after Close", i+1)
 		}
 	}
-	if n := l.Waiting(); n != 0 {
+	if n := l.waiting(); n != 0 {
 		t.Errorf("%d connections still held after Close", n)
 	}
 	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })
