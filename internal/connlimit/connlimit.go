@@ -82,7 +82,6 @@ type Listener struct {
 	tolerance time.Duration // Burst intervals: how far ahead an address may be
 	wait      time.Duration
 	maxHeld   int
-	now       func() time.Time
 
 	mu sync.Mutex
 	// peers holds each recent address's theoretical arrival time (GCRA):
@@ -128,7 +127,6 @@ func New(l net.Listener, cfg Config) (net.Listener, error) {
 		tolerance: time.Duration(cfg.Burst) * interval,
 		wait:      max(cfg.Wait, 0),
 		maxHeld:   max(cfg.MaxWaiting, 0),
-		now:       time.Now,
 		peers:     peers,
 	}, nil
 }
@@ -159,7 +157,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 func (l *Listener) due() net.Conn {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.now()
+	now := time.Now()
 	var c net.Conn
 	if len(l.held) > 0 && !l.held[0].due.After(now) {
 		c = heap.Pop(&l.held).(heldConn).conn
@@ -187,7 +185,7 @@ func (l *Listener) admit(c net.Conn) bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.now()
+	now := time.Now()
 	tat, _ := l.peers.Get(addr)
 	if tat.Before(now) {
 		tat = now
