@@ -226,7 +226,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	ep := cfg.Endpoint
-	a := api{ep: ep, client: &http.Client{Timeout: 10 * time.Second}}
+	// As many idle connections kept as requests run at once (the tickets'
+	// workers): with net/http's default of two, every other request of a
+	// worker opened a new connection, which is neither what a shopper's
+	// browser does nor welcome to a per-address connection rate.
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = cfg.Concurrency
+	a := api{ep: ep, client: &http.Client{Timeout: 10 * time.Second, Transport: transport}}
+	defer transport.CloseIdleConnections()
 	tokens := auth.NewTokens(cfg.Secret)
 	admin, err := tokens.Issue(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, time.Hour)
 	if err != nil {

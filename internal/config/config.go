@@ -139,6 +139,14 @@ type Config struct {
 	// line and headers are answered 431 before they are read whole.
 	HTTPMaxHeaderBytes int
 
+	// ConnPerIPPerSec and ConnPerIPBurst are the rate of new connections
+	// per client address (0 = off); ConnPerIPWait and ConnMaxWaiting bound
+	// how long and how many wait for their turn. See connlimit.Config.
+	ConnPerIPPerSec int
+	ConnPerIPBurst  int
+	ConnPerIPWait   time.Duration
+	ConnMaxWaiting  int
+
 	// DegradeToDB sells grabs from the database while the breaker says
 	// Redis is down, so that a Redis outage slows the sale rather than
 	// stopping it.

@@ -16,6 +16,7 @@ import (
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
 	"flashsale/internal/catalog"
+	"flashsale/internal/connlimit"
 	"flashsale/internal/gate"
 	"flashsale/internal/orders"
 	"flashsale/internal/redpackets"
@@ -301,6 +302,14 @@ var settings = []setting{
 			return ""
 		}),
 
+	// New connections per client address, decided in the listener before
+	// net/http reads anything: what net/http refuses itself (431) and
+	// websocket refusals cost a flooding client only a new connection.
+	intVar("CONN_PER_IP_PER_SEC", strconv.Itoa(connlimit.PerSecondDefault), "new TCP connections per second one client address (an IPv6 /64) gets read; more wait unread for their turn (CONN_PER_IP_WAIT) or are closed; 0 = off (set 0 behind a proxy or load balancer: every client then has its address)", func(c *Config) *int { return &c.ConnPerIPPerSec }, rate),
+	intVar("CONN_PER_IP_BURST", strconv.Itoa(connlimit.BurstDefault), "new connections one client address may open at once after a quiet spell (CONN_PER_IP_PER_SEC)", func(c *Config) *int { return &c.ConnPerIPBurst }, positive),
+	durationVar("CONN_PER_IP_WAIT", connlimit.WaitDefault, "longest a connection over its address's rate waits, unread, for its turn; one whose turn is later is closed at once (0 = no wait)", func(c *Config) *time.Duration { return &c.ConnPerIPWait }).
+		checked(nonNegative(func(c Config) time.Duration { return c.ConnPerIPWait })),
+	intVar("CONN_MAX_WAITING", strconv.Itoa(connlimit.MaxWaitingDefault), "connections waiting for their turn at once, every address together; one more over its rate is closed at once (0 = none wait)", func(c *Config) *int { return &c.ConnMaxWaiting }, rate),
 	intVar("SHED_IP_PER_SEC", "0", "in-process limit of requests per second per client IP, checked before parsing, no Redis (0 = off)", func(c *Config) *int { return &c.ShedIPPerSec }, rate),
 	intVar("SHED_QUEUE_DEPTH", strconv.Itoa(httpapi.ShedQueueDepthDefault), "grabs waiting on this node at which non-core operations are shed (0 = off)", func(c *Config) *int { return &c.ShedQueueDepth }, rate),
 	durationVar("SHED_GRAB_LATENCY", httpapi.ShedGrabLatencyDefault, "recent average grab latency at which non-core operations are shed (0 = off)", func(c *Config) *time.Duration { return &c.ShedGrabLatency }).

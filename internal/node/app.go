@@ -23,6 +23,7 @@ import (
 	"flashsale/internal/breaker"
 	"flashsale/internal/catalog"
 	"flashsale/internal/config"
+	"flashsale/internal/connlimit"
 	"flashsale/internal/gate"
 	"flashsale/internal/live"
 	"flashsale/internal/maintenance"
@@ -578,6 +579,18 @@ func (a *app) listen(context.Context, *loops) (err error) {
 	if a.listener, err = net.Listen("tcp", a.cfg.HTTPAddr); err != nil {
 		return &config.Error{Var: "HTTP_ADDR", Msg: err.Error()}
 	}
+	// Admission of new connections per client address, before net/http
+	// reads them: see connlimit.
+	limited, err := connlimit.New(a.listener, connlimit.Config{
+		PerSecond:  a.cfg.ConnPerIPPerSec,
+		Burst:      a.cfg.ConnPerIPBurst,
+		Wait:       a.cfg.ConnPerIPWait,
+		MaxWaiting: a.cfg.ConnMaxWaiting,
+	})
+	if err != nil {
+		return err // stop closes the listener
+	}
+	a.listener = limited
 	return nil
 }
 
