@@ -17,11 +17,13 @@ import (
 	"github.com/uptrace/bun"
 
 	"flashsale/actors"
+	"flashsale/actors/writer"
 	"flashsale/graph"
 	"flashsale/internal/auth"
 	"flashsale/internal/catalog"
 	"flashsale/internal/config"
 	"flashsale/internal/gate"
+	"flashsale/internal/lease"
 	"flashsale/internal/live"
 	"flashsale/internal/playground"
 	"flashsale/persistence"
@@ -56,8 +58,9 @@ type app struct {
 	db   *bun.DB
 	mini *miniredis.Miniredis // embedded mode only
 	// rdb serves request paths (grabs, rate limits, stock reads): short
-	// deadlines and the circuit breaker. bg serves the background loops
-	// (order writer, event watcher), which retry with backoff on their own.
+	// deadlines and the circuit breaker. bg serves the background work
+	// (the persistence actors, the event watcher), which retries with
+	// backoff on its own.
 	rdb redis.UniversalClient
 	bg  redis.UniversalClient
 	// acked runs the grab scripts when replicas must acknowledge them
@@ -71,8 +74,9 @@ type app struct {
 	tokens   *auth.Tokens
 	catalog  *catalog.Service
 	ids      *persistence.OrderIDs
+	stopIDs  func() // releases the order-id slot
 	router   *actors.Router
-	writer   *persistence.OrderWriter
+	writer   *writer.Writer
 	orders   *ordersPart
 	locks    lockPart
 	redPkts  *redPacketsPart
@@ -92,7 +96,8 @@ type app struct {
 	// websocket's connection.
 	closeWebsockets func() int
 
-	// background runs the order writer and the voucher-event watcher;
+	// background runs the breaker's probe and the voucher-event watcher
+	// (the persistence actors run in the router's actor system);
 	// stop cancels it and waits for them.
 	cancelBackground context.CancelFunc
 	background       sync.WaitGroup
@@ -198,9 +203,10 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	// Order ids come from a node slot leased in the database, not from
 	// Redis: they must not repeat when Redis loses its data.
 	a.ids = persistence.NewOrderIDs(a.db, log, persistence.OrderIDOptions{})
-	if err = a.ids.Start(context.WithoutCancel(ctx)); err != nil {
+	if err = a.ids.Acquire(ctx); err != nil {
 		return nil, fmt.Errorf("order ids: %w", err)
 	}
+	a.stopIDs = lease.KeepSlot(context.WithoutCancel(ctx), "order-id slot", a.ids, log)
 
 	limits := persistence.NewRateLimits(a.rdb, cfg.RateVoucherPerSec, cfg.RateIPPerSec)
 	routerOpts := actors.Options{
@@ -248,24 +254,21 @@ func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, er
 	writerOpts.Reclaim = func(ctx context.Context, fn func(context.Context) error) (bool, error) {
 		return a.locks.redlock.Do(ctx, "order-log-reclaim", fn)
 	}
-	a.writer = persistence.NewOrderWriter(a.db, a.bg, log, writerOpts)
-	if err = a.writer.Acquire(ctx); errors.Is(err, persistence.ErrConsumerInUse) {
+	a.writer = writer.New(writer.Orders(a.db, a.bg, log, writerOpts), log, writerOpts)
+	if err = a.writer.Acquire(ctx); errors.Is(err, lease.ErrInUse) {
 		return nil, &config.Error{Var: "NODE_ID", Msg: err.Error() + "; give each node its own NODE_ID"}
 	} else if err != nil {
 		return nil, fmt.Errorf("order writer: %w", err)
 	}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancelBackground = cancel
-	a.background.Add(3)
+	// The persistence actor lives in the router's actor system, supervised
+	// there; stop stops it before the system and the database close.
+	a.writer.Start(a.router.ActorSystem())
+	a.background.Add(2)
 	go func() {
 		defer a.background.Done()
 		a.breaker.Watch(bg, breakerProbeInterval, func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() })
-	}()
-	go func() {
-		defer a.background.Done()
-		if err := a.writer.Run(bg); err != nil {
-			log.Error("order writer stopped", "err", err)
-		}
 	}()
 	go func() {
 		defer a.background.Done()
@@ -506,8 +509,8 @@ func (a *app) stop() {
 	if a.router != nil {
 		a.router.Drain()
 	}
-	if a.ids != nil {
-		a.ids.Close() // after the router drained: no grab takes ids any more
+	if a.stopIDs != nil {
+		a.stopIDs() // after the router drained: no grab takes ids any more
 	}
 	if a.cancelBackground != nil && a.ready != nil && !a.ready.draining.Load() {
 		a.drainOrderLog() // not drained by shutdown: a failed start or server
@@ -517,6 +520,12 @@ func (a *app) stop() {
 	}
 	if a.breaker != nil {
 		a.breaker.Close() // a re-sync after an outage uses the router and the database
+	}
+	if a.redPkts != nil {
+		a.redPkts.writer.Stop() // after the drain; before the actor system and the database close
+	}
+	if a.writer != nil {
+		a.writer.Stop()
 	}
 	if a.router != nil {
 		a.router.Close()
@@ -594,8 +603,8 @@ func displayAddr(addr net.Addr) string {
 // logConsumerOptions are the settings the order and red-packet writers
 // share. ORDER_LOG_LINGER=0 means no wait, which the options spell as a
 // negative linger (their zero takes the default).
-func logConsumerOptions(cfg config.Config) persistence.LogConsumerOptions {
-	o := persistence.LogConsumerOptions{Consumer: cfg.NodeID, ClaimIdle: cfg.OrderLogClaimIdle, Linger: cfg.OrderLogLinger}
+func logConsumerOptions(cfg config.Config) writer.Options {
+	o := writer.Options{Consumer: cfg.NodeID, ClaimIdle: cfg.OrderLogClaimIdle, Linger: cfg.OrderLogLinger}
 	if o.Linger == 0 {
 		o.Linger = -1
 	}

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"flashsale/actors"
+	"flashsale/actors/writer"
 	"flashsale/graph"
 	"flashsale/internal/config"
+	"flashsale/internal/lease"
 	"flashsale/internal/redpackets"
 	"flashsale/persistence"
 )
@@ -27,12 +29,13 @@ var (
 // order logs and the refunds (a singleton under the orders' Redlock).
 type redPacketsPart struct {
 	service *redpackets.Service
-	writer  *persistence.RedPacketWriter
+	writer  *writer.Writer
 	done    <-chan struct{}
 }
 
-// startRedPackets wires the red packets and starts their writer and
-// refunds on bg (a.background waits for the writer; wait for the refunds).
+// startRedPackets wires the red packets, starts their persistence actor
+// in the router's actor system (app.stop stops it) and their refunds on
+// bg (wait waits for them).
 func (a *app) startRedPackets(ctx, bg context.Context) (*redPacketsPart, error) {
 	p := &redPacketsPart{}
 	rds := persistence.NewRedPacketRedis(a.acked)
@@ -45,19 +48,14 @@ func (a *app) startRedPackets(ctx, bg context.Context) (*redPacketsPart, error) 
 		MaxOpenPerUser: a.cfg.RedPacketMaxOpenPerUser,
 		RefundLag:      a.cfg.RedPacketRefundGrace + a.cfg.RedPacketRefundInterval,
 	})
-	p.writer = persistence.NewRedPacketWriter(a.db, a.bg, a.log, logConsumerOptions(a.cfg))
-	if err := p.writer.Acquire(ctx); errors.Is(err, persistence.ErrConsumerInUse) {
+	opts := logConsumerOptions(a.cfg)
+	p.writer = writer.New(writer.RedPackets(a.db, a.bg, a.log, opts), a.log, opts)
+	if err := p.writer.Acquire(ctx); errors.Is(err, lease.ErrInUse) {
 		return nil, &config.Error{Var: "NODE_ID", Msg: err.Error() + "; give each node its own NODE_ID"}
 	} else if err != nil {
 		return nil, fmt.Errorf("red-packet writer: %w", err)
 	}
-	a.background.Add(1)
-	go func() {
-		defer a.background.Done()
-		if err := p.writer.Run(bg); err != nil {
-			a.log.Error("red-packet writer stopped", "err", err)
-		}
-	}()
+	p.writer.Start(a.router.ActorSystem()) // app.stop stops it
 	p.done = redpackets.NewRefunds(store, a.orders.locker, redpackets.RefundConfig{
 		Interval: a.cfg.RedPacketRefundInterval, Grace: a.cfg.RedPacketRefundGrace,
 	}, a.log).Start(bg)
