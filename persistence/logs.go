@@ -214,9 +214,9 @@ func (l *Logs) Ack(ctx context.Context, batch []LogEntry) error {
 
 // LogSample is the state of a family's logs at one moment.
 type LogSample struct {
-	Entries int64     // entries in all logs: not yet handled
-	Pending int64     // delivered to a consumer and not yet acknowledged
-	Oldest  time.Time // when the oldest entry was appended; the sample's time if none
+	Entries int64         // entries in all logs: not yet handled
+	Pending int64         // delivered to a consumer and not yet acknowledged
+	Age     time.Duration // how long ago the oldest entry was appended; 0 if none
 }
 
 // Sample reads the lengths, oldest entries and pending counts of logs in
@@ -232,21 +232,24 @@ func (l *Logs) Sample(ctx context.Context, logs []string) (LogSample, error) {
 		pending[i] = pipe.XPending(ctx, s, l.group)
 	}
 	_, _ = pipe.Exec(ctx) // each reply is checked below: a log without its group yet fails alone
-	out := LogSample{Oldest: time.Now()}
+	var out LogSample
+	now := time.Now()
+	oldest := now
 	for i := range logs {
 		if err := firstErr(lens[i].Err(), firsts[i].Err()); err != nil {
 			return LogSample{}, fmt.Errorf("sample %s: %w", logs[i], err)
 		}
 		out.Entries += lens[i].Val()
 		if msgs := firsts[i].Val(); len(msgs) > 0 {
-			if t, ok := entryTime(msgs[0].ID); ok && t.Before(out.Oldest) {
-				out.Oldest = t
+			if t, ok := entryTime(msgs[0].ID); ok && t.Before(oldest) {
+				oldest = t
 			}
 		}
 		if pending[i].Err() == nil {
 			out.Pending += pending[i].Val().Count
 		}
 	}
+	out.Age = now.Sub(oldest)
 	return out, nil
 }
 

@@ -258,5 +258,5 @@ func (a *writerActor) updateLag(ctx context.Context, logs []string) {
 	}
 	set(f.Lag, float64(s.Entries))
 	set(f.Pending, float64(s.Pending))
-	set(f.LagSeconds, time.Since(s.Oldest).Seconds())
+	set(f.LagSeconds, s.Age.Seconds())
 }
