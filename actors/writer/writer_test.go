@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -256,5 +257,55 @@ func TestWriterLingersOnlyAfterABatchThatDidNotFill(t *testing.T) {
 	defer h.mu.Unlock()
 	if want := []int{1, 2}; !slices.Equal(h.sizes, want) {
 		t.Fatalf("batches of %v, want %v: the entries that arrived during the linger were not handled together", h.sizes, want)
+	}
+}
+
+// down is a handler whose store is always down.
+type down struct{ calls atomic.Int64 }
+
+func (d *down) Handle(context.Context, []persistence.LogEntry) (map[int]*persistence.Refusal, error) {
+	d.calls.Add(1)
+	return nil, errors.New("the store is down")
+}
+func (d *down) DeadLetter(context.Context, []persistence.DeadEntry) error { return nil }
+func (d *down) Prune(context.Context, []string) int                       { return 0 }
+func (d *down) Persisted() int64                                          { return 0 }
+
+// Stop is honoured at once while the actor waits out a long backoff after
+// failed attempts: no message blocks its mailbox, and the entry it could
+// not handle stays pending in Redis for the next run.
+func TestWriterStopsAtOnceWhileTheStoreIsDown(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.MustRedis(t).Client()
+	ctx := t.Context()
+	const log = "tally:down"
+	if err := rdb.XGroupCreateMkStream(ctx, log, "tally", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.SAdd(ctx, "tally:logs", log).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: log, Values: []any{"n", 1}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h := &down{}
+	w := startTally(t, rdb, h, writer.Options{MaxBackoff: time.Minute})
+	for deadline := time.Now().Add(10 * time.Second); h.calls.Load() < 6; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d attempts in 10 s", h.calls.Load())
+		}
+	}
+	began := time.Now()
+	w.Stop()
+	if took := time.Since(began); took > time.Second {
+		t.Fatalf("stop took %v", took)
+	}
+	calls := h.calls.Load()
+	time.Sleep(300 * time.Millisecond)
+	if h.calls.Load() != calls {
+		t.Fatal("the handler was called after Stop returned")
+	}
+	if p := rdb.XPending(ctx, log, "tally").Val(); p.Count != 1 {
+		t.Fatalf("%d entries pending after the stop, want the one not handled", p.Count)
 	}
 }
