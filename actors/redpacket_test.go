@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"flashsale/actors"
+	"flashsale/actors/writer"
 	"flashsale/domain"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
@@ -38,14 +39,9 @@ func (e *env) redPackets(tb testing.TB, cnt *testenv.Counter, amounts []int64, t
 }
 
 // redPacketWriter runs a red-packet writer until the test ends.
-func (e *env) redPacketWriter(tb testing.TB) *persistence.RedPacketWriter {
+func (e *env) redPacketWriter(tb testing.TB) *writer.Writer {
 	tb.Helper()
-	w := persistence.NewRedPacketWriter(e.db, e.rdb, quiet, persistence.LogConsumerOptions{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
-	tb.Cleanup(func() { cancel(); <-done })
-	return w
+	return testenv.StartRedPacketWriter(tb, e.db, e.rdb, writer.Options{})
 }
 
 // TestEmptyRedPacketIsAnsweredWithoutRedis: once a batch told the actor

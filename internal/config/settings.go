@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"flashsale/actors"
+	"flashsale/actors/writer"
 	"flashsale/graph"
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
@@ -269,8 +270,8 @@ var settings = []setting{
 			return ""
 		}),
 
-	durationVar("ORDER_LOG_CLAIM_IDLE", persistence.ClaimIdleDefault, "take over order-log entries pending this long with a dead node", func(c *Config) *time.Duration { return &c.OrderLogClaimIdle }),
-	durationVar("ORDER_LOG_LINGER", persistence.LingerDefault, "after a batch that did not fill, the log writers wait this long before reading the next, so a steady trickle of orders is stored in fewer transactions (0 = no wait)", func(c *Config) *time.Duration { return &c.OrderLogLinger }).
+	durationVar("ORDER_LOG_CLAIM_IDLE", writer.ClaimIdleDefault, "take over order-log entries pending this long with a dead node", func(c *Config) *time.Duration { return &c.OrderLogClaimIdle }),
+	durationVar("ORDER_LOG_LINGER", writer.LingerDefault, "after a batch that did not fill, the log writers wait this long before reading the next, so a steady trickle of orders is stored in fewer transactions (0 = no wait)", func(c *Config) *time.Duration { return &c.OrderLogLinger }).
 		checked(func(c Config) string {
 			if c.OrderLogLinger < 0 || c.OrderLogLinger > time.Second {
 				return "want 0 to 1s"
