@@ -72,3 +72,30 @@ func TestTestScriptStopsAtTheFirstFailedStep(t *testing.T) {
 		t.Errorf("go was asked more than vet: %q", calls)
 	}
 }
+
+// What the service, the operations guide's real-mode walk-through and the
+// load tool write into the work tree is ignored by git, so that trying
+// them leaves `git status` clean.
+func TestWorkTreeFilesAreIgnored(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	if err := exec.Command("git", "rev-parse", "--is-inside-work-tree").Run(); err != nil {
+		t.Skip("not in a git work tree")
+	}
+	for _, p := range []string{
+		"flashsale",                 // go build -o flashsale .
+		"flashsale.db",              // the embedded mode's SQLite file
+		"flashsale.db-wal",          // and its write-ahead log
+		"flashsale.secret",          // the embedded mode's JWT secret
+		"redis-data/appendonly.aof", // real mode's Redis, as the guide starts it
+		"flashsale.log",             // real mode's log, as the guide redirects it
+		"seckill-bench",             // go build ./cmd/seckill-bench
+		"artifacts/e2e.txt",         // what scripts/e2e.sh keeps
+	} {
+		if err := exec.Command("git", "check-ignore", "-q", "--no-index", p).Run(); err != nil {
+			t.Errorf("%s is not ignored by .gitignore", p)
+		}
+	}
+}
