@@ -81,7 +81,7 @@ func saleEnv(t *testing.T, extra map[string]string) (*process, *auth.Tokens, str
 	bin := buildBinary(t)
 	redisSrv := testenv.MustRedis(t)
 	dbURL := testenv.MustPostgresURL(t)
-	const secret = "ops-test-secret-not-for-logs"
+	const secret = "ops-test-secret-not-for-logs-0123456"
 	env := map[string]string{
 		"REDIS_URL": redisSrv.URL(), "DATABASE_URL": dbURL, "JWT_SECRET": secret, "LOG_FORMAT": "json",
 		"GRAB_TIMEOUT": "2s",

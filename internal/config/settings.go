@@ -168,8 +168,11 @@ var settings = []setting{
 	stringVar("SQLITE_PATH", SQLitePathDefault, "embedded SQLite database file; the embedded JWT secret is kept beside it (.secret)", func(c *Config) *string { return &c.SQLitePath }),
 	secretVar("JWT_SECRET", "HS256 secret; required unless embedded (then kept in the file beside SQLITE_PATH)", func(c *Config) *string { return &c.JWTSecret }).
 		checked(func(c Config) string {
-			if !c.Embedded() && c.JWTSecret == "" {
+			switch {
+			case !c.Embedded() && c.JWTSecret == "":
 				return "required when REDIS_URL or DATABASE_URL is set"
+			case !c.Embedded():
+				return secretProblem(c.JWTSecret)
 			}
 			return ""
 		}),
@@ -329,7 +332,13 @@ var settings = []setting{
 			return ""
 		}),
 	boolVar("DEGRADE_TO_DB", "false", "while Redis is down (circuit breaker open), sell grabs from the database, one transaction each, at bounded concurrency; Redis is re-synced from the database when it returns", func(c *Config) *bool { return &c.DegradeToDB }),
-	secretVar("TICKET_SECRET", "key of grab tickets and proof-of-work challenges, the same on every node; default derived from JWT_SECRET", func(c *Config) *string { return &c.TicketSecret }),
+	secretVar("TICKET_SECRET", "key of grab tickets and proof-of-work challenges, the same on every node; default derived from JWT_SECRET", func(c *Config) *string { return &c.TicketSecret }).
+		checked(func(c Config) string {
+			if c.Embedded() || c.TicketSecret == "" {
+				return ""
+			}
+			return secretProblem(c.TicketSecret)
+		}),
 	durationVar("TICKET_RELEASE_BEFORE", gate.ReleaseBeforeDefault, "grab tickets (and challenges) are issued from this long before a sale begins until it ends", func(c *Config) *time.Duration { return &c.TicketReleaseBefore }).
 		checked(nonNegative(func(c Config) time.Duration { return c.TicketReleaseBefore })),
 	durationVar("TICKET_TTL", gate.TicketTTLDefault, "a grab ticket's lifetime", func(c *Config) *time.Duration { return &c.TicketTTL }).
@@ -365,6 +374,17 @@ var settings = []setting{
 	boolVar("GRAPHQL_COMPILED_GRABS", "true", "answer plain seckillVoucher documents on the compiled path (the same answers as gqlgen's, a fraction of the CPU)", func(c *Config) *bool { return &c.CompiledGrabs }),
 	boolVar("DEMO", "", "create a demo voucher and print tokens; default on when embedded", func(c *Config) *bool { return &c.Demo }).
 		derived(func(c *Config) { c.Demo = c.Embedded() }),
+}
+
+// secretProblem says what is wrong with a secret that keys an HMAC in real
+// mode, or returns "": one token or ticket is enough to guess a short
+// secret offline, and then to forge them. The embedded mode makes its own.
+func secretProblem(s string) string {
+	if len(s) < auth.MinSecretBytes {
+		return fmt.Sprintf("want at least %d bytes, got %d: a shorter HMAC-SHA256 key can be guessed offline from one token; "+
+			"make one with: openssl rand -hex 32", auth.MinSecretBytes, len(s))
+	}
+	return ""
 }
 
 // stringVar is a setting kept as text.
