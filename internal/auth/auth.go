@@ -49,7 +49,7 @@ func (id Identity) IsAdmin() bool { return id.Role == RoleAdmin }
 // leeway as verification. An identity without an expiry never came from a
 // verified token, so it is not trusted either.
 func (id Identity) expiredAt(now time.Time) bool {
-	return id.Expires.IsZero() || !now.Before(id.Expires.Add(tokenLeeway))
+	return id.Expires.IsZero() || !now.Before(id.Expires.Add(Leeway))
 }
 
 type claims struct {
@@ -112,7 +112,7 @@ func NewTokens(secret string, opts ...Option) *Tokens {
 		jwt.WithExpirationRequired(),
 		// An iat in the future would let exp - iat hide a long lifetime.
 		jwt.WithIssuedAt(),
-		jwt.WithLeeway(tokenLeeway),
+		jwt.WithLeeway(Leeway),
 		jwt.WithTimeFunc(func() time.Time { return t.now() }),
 	)
 	return t
@@ -121,7 +121,13 @@ func NewTokens(secret string, opts ...Option) *Tokens {
 // MaxTTL is the longest lifetime Verify accepts and Issue signs.
 func (t *Tokens) MaxTTL() time.Duration { return t.maxTTL }
 
-const tokenLeeway = 5 * time.Second
+// Leeway is how far past a token's exp (and before its iat and nbf) it is
+// still accepted: room for the clocks of the issuer and of each node to
+// disagree by a few seconds, as NTP-synced machines do, so that a token
+// fresh from the issuer is not refused as not yet issued by a node whose
+// clock runs behind. It lengthens every token's life by as much, which the
+// operator's documentation states next to JWT_MAX_TTL.
+const Leeway = 5 * time.Second
 
 // Verify parses a token and returns the identity it carries. Any problem
 // (bad signature, expired, wrong algorithm, malformed claims) is an

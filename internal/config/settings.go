@@ -176,7 +176,7 @@ var settings = []setting{
 			}
 			return ""
 		}),
-	durationVar("JWT_MAX_TTL", auth.MaxTTLDefault, "longest token lifetime accepted (exp - iat) and minted by the token command", func(c *Config) *time.Duration { return &c.JWTMaxTTL }),
+	durationVar("JWT_MAX_TTL", auth.MaxTTLDefault, "longest token lifetime accepted (exp - iat) and minted by the token command; a token is accepted until "+auth.Leeway.String()+" past its exp (clock leeway)", func(c *Config) *time.Duration { return &c.JWTMaxTTL }),
 	durationVar("PAY_TIMEOUT", orders.PayTimeoutDefault, "unpaid orders are cancelled after this", func(c *Config) *time.Duration { return &c.PayTimeout }),
 	durationVar("PAY_TIMEOUT_INTERVAL", orders.TimeoutIntervalDefault, "how often one node looks for unpaid orders past PAY_TIMEOUT", func(c *Config) *time.Duration { return &c.PayTimeoutInterval }),
 	durationVar("RECONCILE_INTERVAL", orders.ReconcileIntervalDefault, "how often one node reconciles every seckill voucher (drift metric and log)", func(c *Config) *time.Duration { return &c.ReconcileInterval }),
