@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -152,18 +153,58 @@ func TestSampleOperationsAreValid(t *testing.T) {
 	}
 }
 
-// --version prints the build's version and exits 0; -h names the token
-// subcommand and --version.
+// --version prints the build's version and revision (or why it has none)
+// and exits 0; -h names every subcommand and types the flags; each
+// subcommand answers -h with its usage and exit 0.
 func TestVersionAndHelpNameTheSubcommands(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
 	out, err := exec.Command(bin, "--version").Output()
-	if err != nil || !strings.HasPrefix(string(out), "flashsale ") || !strings.Contains(string(out), "go1.") {
+	if err != nil || !strings.HasPrefix(string(out), "flashsale ") || !strings.Contains(string(out), "go1.") ||
+		!strings.Contains(string(out), " revision ") && !strings.Contains(string(out), "no VCS revision") {
 		t.Fatalf("--version: %q (%v)", out, err)
 	}
 	stderr, code := runBinary(t, bin, nil, "-h")
-	if code != 0 || !strings.Contains(stderr, "flashsale token --user") || !strings.Contains(stderr, "flashsale --version") {
-		t.Fatalf("-h (exit %d) does not name the token subcommand and --version:\n%s", code, stderr)
+	for _, want := range []string{"flashsale token --user", "flashsale solve CHALLENGE", "flashsale --version", "  -grab-timeout duration\n", "  -demo\n"} {
+		if code != 0 || !strings.Contains(stderr, want) {
+			t.Fatalf("-h (exit %d) lacks %q:\n%s", code, want, stderr)
+		}
+	}
+	for _, sub := range []string{"token", "solve"} {
+		stderr, code := runBinary(t, bin, nil, sub, "-h")
+		if code != 0 || !strings.Contains(stderr, "Usage") || strings.Contains(stderr, "malformed") {
+			t.Errorf("%s -h: exit %d, stderr:\n%s", sub, code, stderr)
+		}
+	}
+}
+
+// The version names the module version and the VCS revision the
+// toolchain stamped, with "(modified)" for a dirty tree; else the revision
+// linked in by make build; else it says why there is none.
+func TestVersionNamesTheRevision(t *testing.T) {
+	t.Parallel()
+	stamped := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "flashsale", Version: "v0.0.0-20261126164342-2978f6624a4b+dirty"},
+		Settings: []debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "2978f6624a4b85f1e89190c15a4118c2a8eb90d1"},
+			{Key: "vcs.time", Value: "2026-11-26T16:43:42Z"}, {Key: "vcs.modified", Value: "true"}}}
+	bare := &debug.BuildInfo{GoVersion: "go1.26.8", Main: debug.Module{Path: "flashsale", Version: "(devel)"}}
+	cases := []struct {
+		name   string
+		info   *debug.BuildInfo
+		linked string
+		want   string
+	}{
+		{"stamped by the toolchain", stamped, "", "flashsale v0.0.0-20261126164342-2978f6624a4b+dirty revision 2978f6624a4b85f1e89190c15a4118c2a8eb90d1 2026-11-26T16:43:42Z (modified) go1.26.8"},
+		{"linked in, clean", bare, "abc123", "flashsale (devel) revision abc123 go1.26.8"},
+		{"linked in, dirty", bare, "abc123+dirty", "flashsale (devel) revision abc123 (modified) go1.26.8"},
+		{"linked outside a repository", bare, "+dirty", "flashsale (devel) (no VCS revision"},
+		{"none", bare, "", "flashsale (devel) (no VCS revision"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := describeBuild(tc.info, tc.linked); !strings.HasPrefix(got, tc.want) {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 

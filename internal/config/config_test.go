@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -496,12 +497,41 @@ func TestEverySettingHasAFlagAVariableAndALogEntry(t *testing.T) {
 			if want := strings.ReplaceAll(strings.ToLower(s.env), "_", "-"); s.flag() != want {
 				t.Errorf("%s has flag %q, want %q", s.env, s.flag(), want)
 			}
-			if !strings.Contains(usage.String(), "-"+s.flag()+" ") || !strings.Contains(usage.String(), "("+s.env+")") {
+			if !strings.Contains(usage.String(), "  -"+s.flag()+"\n") && !strings.Contains(usage.String(), "  -"+s.flag()+" ") || !strings.Contains(usage.String(), "("+s.env+")") {
 				t.Errorf("the usage lacks -%s or (%s):\n%s", s.flag(), s.env, usage.String())
 			}
 			if s.parse == nil || s.show == nil || s.help == "" {
 				t.Errorf("%s lacks its parse, show or help", s.env)
 			}
+		}
+	})
+
+	// As flag.PrintDefaults prints typed flags: the type after the name,
+	// none for a boolean, a string's default quoted, a zero one left out.
+	t.Run("the usage types each flag", func(t *testing.T) {
+		for _, want := range []string{
+			"\n  -grab-timeout duration\n", "\n  -grab-batch-size int\n", "\n  -redis-url string\n",
+			"\n  -degrade-to-db\n", "\n  -demo\n", `(default "test")`, "(default 30m)",
+			"flashsale token", "flashsale solve", "flashsale --version",
+		} {
+			if !strings.Contains(usage.String(), want) {
+				t.Errorf("the usage lacks %q:\n%s", want, usage.String())
+			}
+		}
+		if strings.Contains(usage.String(), "(default false)") || strings.Contains(usage.String(), "(default 0)") {
+			t.Errorf("the usage prints a zero default:\n%s", usage.String())
+		}
+		for _, s := range settings {
+			if !slices.Contains([]string{"string", "int", "duration", "bool"}, s.kind) {
+				t.Errorf("%s has kind %q", s.env, s.kind)
+			}
+		}
+	})
+
+	t.Run("a boolean flag given alone is true", func(t *testing.T) {
+		c, err := load(nil, "--demo=false", "--degrade-to-db")
+		if err != nil || !c.DegradeToDB || c.Demo {
+			t.Fatalf("--degrade-to-db alone: DegradeToDB %v, Demo %v (%v)", c.DegradeToDB, c.Demo, err)
 		}
 	})
 

@@ -30,6 +30,8 @@ type setting struct {
 	env  string // REDIS_URL
 	def  string // as the text a flag or variable would give; "" = unset
 	help string
+	// kind is the type -h shows: string, int, duration or bool.
+	kind string
 	// secret values are shown masked whole and never have a default: the
 	// usage prints defaults.
 	secret bool
@@ -351,7 +353,7 @@ var settings = []setting{
 	// Real stores mean a deployment that strangers can reach: there the
 	// schema is answered to token holders only, unless the operator opens
 	// it; the embedded mode's playground needs it before a token is pasted.
-	setting{env: "INTROSPECTION", def: "", help: "who may ask the schema (__schema, __type): off, token (a valid token of any role) or public; default public when embedded, token otherwise (true = public, false = off)",
+	setting{env: "INTROSPECTION", def: "", kind: "string", help: "who may ask the schema (__schema, __type): off, token (a valid token of any role) or public; default public when embedded, token otherwise (true = public, false = off)",
 		parse: func(c *Config, s string) error {
 			if s == "" {
 				return nil
@@ -389,7 +391,7 @@ func secretProblem(s string) string {
 
 // stringVar is a setting kept as text.
 func stringVar(env, def, help string, field func(*Config) *string) setting {
-	return setting{env: env, def: def, help: help,
+	return setting{env: env, def: def, help: help, kind: "string",
 		parse: func(c *Config, s string) error { *field(c) = s; return nil },
 		show:  func(c Config) slog.Value { return slog.StringValue(*field(&c)) },
 	}
@@ -418,7 +420,7 @@ func secretVar(env, help string, field func(*Config) *string) setting {
 // listVar is a comma-separated list, empty by default. Items that are
 // URLs are logged without their passwords.
 func listVar(env, help string, field func(*Config) *[]string) setting {
-	return setting{env: env, help: help,
+	return setting{env: env, help: help, kind: "string",
 		parse: func(c *Config, s string) error { *field(c) = list(s); return nil },
 		show: func(c Config) slog.Value {
 			items := *field(&c)
@@ -437,7 +439,7 @@ func listVar(env, help string, field func(*Config) *[]string) setting {
 // durationVar is a positive duration, logged as text (30m, not 30m0s or
 // nanoseconds in JSON).
 func durationVar(env string, def time.Duration, help string, field func(*Config) *time.Duration) setting {
-	return setting{env: env, def: formatDuration(def), help: help,
+	return setting{env: env, def: formatDuration(def), help: help, kind: "duration",
 		parse: func(c *Config, s string) error {
 			d, err := time.ParseDuration(s)
 			if err != nil {
@@ -458,7 +460,7 @@ func durationVar(env string, def time.Duration, help string, field func(*Config)
 
 // intVar is a whole number read by conv, which says what it accepts.
 func intVar(env, def, help string, field func(*Config) *int, conv func(string) (int, error)) setting {
-	return setting{env: env, def: def, help: help,
+	return setting{env: env, def: def, help: help, kind: "int",
 		parse: func(c *Config, s string) error {
 			n, err := conv(s)
 			if err != nil {
@@ -474,7 +476,7 @@ func intVar(env, def, help string, field func(*Config) *int, conv func(string) (
 // boolVar is true or false (strconv.ParseBool). Empty is accepted only
 // where the default is empty, for derive to decide.
 func boolVar(env, def, help string, field func(*Config) *bool) setting {
-	return setting{env: env, def: def, help: help,
+	return setting{env: env, def: def, help: help, kind: "bool",
 		parse: func(c *Config, s string) error {
 			if s == "" && def == "" {
 				return nil
