@@ -62,7 +62,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := newLogger(cfg, stderr)
 	slog.SetDefault(log) // libraries that log through slog's default (go-redis, via redisLogger) use ours
-	log.Info("starting", "config", cfg)
+	// One record per setting rather than one of ~2,000 characters: an
+	// operator greps for the setting (name=grab_timeout), a log shipper
+	// keeps each whole.
+	settings := cfg.LogValue().Group()
+	log.Info("starting", "version", version(), "settings", len(settings))
+	for _, s := range settings {
+		log.Info("setting", "name", s.Key, "value", s.Value)
+	}
 	app, err := start(ctx, cfg, log)
 	if err != nil {
 		return err
