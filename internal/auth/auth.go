@@ -150,8 +150,10 @@ func (t *Tokens) Verify(token string) (Identity, error) {
 	return id, nil
 }
 
-// errExpired is shared by verification and the per-operation re-check.
-var errExpired = domain.Errorf(domain.CodeUnauthenticated, "token expired")
+// ErrExpired is a token past its exp (and the leeway); shared by
+// verification and the per-operation re-check, and told apart from other
+// refusals by the websocket's close reason.
+var ErrExpired = domain.Errorf(domain.CodeUnauthenticated, "token expired")
 
 // errCritical refuses a token whose header has "crit": it names
 // extensions the verifier must understand (RFC 7515 4.1.11), and this one
@@ -169,7 +171,7 @@ func (t *Tokens) parse(token string) (Identity, error) {
 	if err != nil {
 		switch {
 		case errors.Is(err, jwt.ErrTokenExpired):
-			return Identity{}, errExpired
+			return Identity{}, ErrExpired
 		case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
 			return Identity{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token: exp is required")
 		case errors.Is(err, errCritical):
@@ -308,7 +310,7 @@ func FromContext(ctx context.Context) (Identity, error) {
 		return Identity{}, r.err
 	}
 	if r.id.expiredAt(time.Now()) {
-		return Identity{}, errExpired
+		return Identity{}, ErrExpired
 	}
 	return r.id, nil
 }
