@@ -736,7 +736,8 @@ func (a *app) serve(ctx context.Context) error {
 //  6. stop runs the start order backwards: each step's loops end and
 //     what it holds is released, the HTTP side first, the database last.
 //
-// One line at the end says what was drained.
+// One line at the end says what the node answered and stored since it
+// started, and how much of it during the drain.
 func (a *app) shutdown() error {
 	began := time.Now()
 	inFlight, _ := a.router.Load()
@@ -756,12 +757,20 @@ func (a *app) shutdown() error {
 	drained := a.drainOrderLog()
 	websockets := a.closeWebsockets()
 	a.stop()
+	// The totals are since start (the counters are this process's); the
+	// _at_shutdown ones what the drain itself answered and stored, 0 for a
+	// node stopped while idle.
 	attrs := []any{
 		"grabs_in_flight", inFlight,
-		"grabs_answered", a.router.Answered() - answered,
-		"orders_persisted", a.writer.Persisted() - persisted,
+		"grabs_answered", a.router.Answered(),
+		"grabs_answered_at_shutdown", a.router.Answered() - answered,
+		"orders_persisted", a.writer.Persisted(),
+		"orders_persisted_at_shutdown", a.writer.Persisted() - persisted,
 		"order_log_drained", drained,
 		"duration", time.Since(began).Round(time.Millisecond),
+	}
+	if a.redPkts != nil {
+		attrs = append(attrs, "red_packet_grabs_persisted", a.redPkts.writer.Persisted())
 	}
 	if websockets >= 0 {
 		attrs = append(attrs, "websockets_closed", websockets)
