@@ -1,8 +1,9 @@
 // Package chaos is the service's seeded fault-injection suite. Each round
 // sells a fresh voucher through real service processes, against a real
 // redis-server and Postgres of the suite's own, while it kills nodes, kills
-// Redis or brings it back empty, and makes Postgres refuse connections, at
-// random moments; then it checks, from outside (the API's answers and the
+// Redis or brings it back empty or from an older copy of its files, kills
+// the primary of a Sentinel set or of a Redis Cluster, and makes Postgres
+// refuse connections, at random moments; then it checks, from outside (the API's answers and the
 // tables), the promises of DESIGN.md: no oversell, no user over the limit,
 // no lost or phantom order, reconciled stock, and safe retries.
 //
