@@ -82,7 +82,12 @@ func TestWorkTreeFilesAreIgnored(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("no git")
 	}
-	if err := exec.Command("git", "rev-parse", "--is-inside-work-tree").Run(); err != nil {
+	git := func(args ...string) *exec.Cmd {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = ".." // the paths below are the repository root's
+		return cmd
+	}
+	if err := git("rev-parse", "--is-inside-work-tree").Run(); err != nil {
 		t.Skip("not in a git work tree")
 	}
 	for _, p := range []string{
@@ -95,7 +100,7 @@ func TestWorkTreeFilesAreIgnored(t *testing.T) {
 		"seckill-bench",             // go build ./cmd/seckill-bench
 		"artifacts/e2e.txt",         // what scripts/e2e.sh keeps
 	} {
-		if err := exec.Command("git", "check-ignore", "-q", "--no-index", p).Run(); err != nil {
+		if err := git("check-ignore", "-q", "--no-index", p).Run(); err != nil {
 			t.Errorf("%s is not ignored by .gitignore", p)
 		}
 	}
@@ -110,7 +115,7 @@ func TestWorkTreeFilesAreIgnored(t *testing.T) {
 // minute); these are the promises a reading can check.
 func TestClusterDemoPromisesNoSideEffects(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("scripts/cluster-demo.sh")
+	b, err := os.ReadFile("../scripts/cluster-demo.sh")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +140,7 @@ func TestClusterDemoPromisesNoSideEffects(t *testing.T) {
 		}
 	}
 	if _, err := exec.LookPath("bash"); err == nil {
-		if out, err := exec.Command("bash", "-n", "scripts/cluster-demo.sh").CombinedOutput(); err != nil {
+		if out, err := exec.Command("bash", "-n", "../scripts/cluster-demo.sh").CombinedOutput(); err != nil {
 			t.Errorf("bash -n: %v\n%s", err, out)
 		}
 	}
