@@ -181,7 +181,7 @@ func (s *Service) follow(ctx context.Context, a Announcements) error {
 			s.reloadBlocks(ctx)
 		case domain.GateChanged:
 			for _, id := range an.IDs {
-				s.reloadVoucher(ctx, id)
+				s.replaceVoucher(ctx, id)
 			}
 		}
 	}
@@ -246,6 +246,26 @@ func (s *Service) reloadVoucher(ctx context.Context, id int64) {
 	if ok {
 		s.load(ctx, id, e)
 	}
+}
+
+// replaceVoucher re-reads a voucher's gate that another node changed, and
+// until the read is done grabs of the voucher wait for it (or are refused
+// when it fails) instead of passing the gate cached before the change. A
+// gate changes only while the sale is paused, and the resume that follows
+// reaches this node's sequencers on another subscription: reloading in
+// place would leave the old gate in force for as long as the database
+// read takes after the resume, and let a grab without a ticket sell.
+func (s *Service) replaceVoucher(ctx context.Context, id int64) {
+	s.mu.Lock()
+	if _, ok := s.entries[id]; !ok {
+		s.mu.Unlock()
+		return
+	}
+	e := &entry{ready: make(chan struct{})}
+	s.entries[id] = e
+	s.mu.Unlock()
+	s.load(ctx, id, e)
+	close(e.ready)
 }
 
 // reloadVouchers re-reads every cached gate; ids that are no seckill
