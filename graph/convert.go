@@ -82,18 +82,26 @@ func voucherToModel(v domain.Voucher) *model.Voucher {
 	}
 	if sk := v.Seckill; sk != nil {
 		out.Type = model.VoucherTypeSeckill
-		out.Seckill = &model.SeckillInfo{
-			InitialStock:  sk.InitialStock,
-			Remaining:     sk.Remaining,
-			BeginAt:       sk.BeginAt,
-			EndAt:         sk.EndAt,
-			PerUserLimit:  sk.PerUserLimit,
-			Segments:      sk.Segments,
-			RequireTicket: sk.Gate.RequireTicket,
-			Challenge:     challengeToModel(sk.Gate.Challenge),
-		}
+		out.Seckill = seckillInfoToModel(v.ID, *sk)
 	}
 	return out
+}
+
+// seckillInfoToModel is a voucher's seckill info; its id is the
+// voucher's, so that every answer about one voucher's seckill names the
+// same object in a client's normalized cache.
+func seckillInfoToModel(voucherID int64, sk domain.Seckill) *model.SeckillInfo {
+	return &model.SeckillInfo{
+		ID:            voucherID,
+		InitialStock:  sk.InitialStock,
+		Remaining:     sk.Remaining,
+		BeginAt:       sk.BeginAt,
+		EndAt:         sk.EndAt,
+		PerUserLimit:  sk.PerUserLimit,
+		Segments:      sk.Segments,
+		RequireTicket: sk.Gate.RequireTicket,
+		Challenge:     challengeToModel(sk.Gate.Challenge),
+	}
 }
 
 func stockToModel(l domain.StockLevel) *model.StockUpdate {
