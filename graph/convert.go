@@ -106,6 +106,7 @@ func seckillInfoToModel(voucherID int64, sk domain.Seckill) *model.SeckillInfo {
 
 func stockToModel(l domain.StockLevel) *model.StockUpdate {
 	return &model.StockUpdate{
+		ID:        l.VoucherID,
 		VoucherID: l.VoucherID,
 		Remaining: l.Remaining,
 		Sold:      l.Sold(),

@@ -182,6 +182,7 @@ type ComplexityRoot struct {
 
 	StockUpdate struct {
 		At        func(childComplexity int) int
+		ID        func(childComplexity int) int
 		Remaining func(childComplexity int) int
 		Seckill   func(childComplexity int) int
 		Sold      func(childComplexity int) int
@@ -1004,6 +1005,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.StockUpdate.At(childComplexity), true
+	case "StockUpdate.id":
+		if e.ComplexityRoot.StockUpdate.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockUpdate.ID(childComplexity), true
 	case "StockUpdate.remaining":
 		if e.ComplexityRoot.StockUpdate.Remaining == nil {
 			break
@@ -1568,6 +1575,8 @@ func (ec *executionContext) childFields_SeckillTicket(ctx context.Context, field
 
 func (ec *executionContext) childFields_StockUpdate(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
+	case "id":
+		return ec.fieldContext_StockUpdate_id(ctx, field)
 	case "voucherId":
 		return ec.fieldContext_StockUpdate_voucherId(ctx, field)
 	case "remaining":
@@ -5115,6 +5124,29 @@ func (ec *executionContext) fieldContext_SeckillTicket_expiresAt(_ context.Conte
 	return graphql.NewScalarFieldContext("SeckillTicket", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
+func (ec *executionContext) _StockUpdate_id(ctx context.Context, field graphql.CollectedField, obj *model.StockUpdate) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_StockUpdate_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNID2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_StockUpdate_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("StockUpdate", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
 func (ec *executionContext) _StockUpdate_voucherId(ctx context.Context, field graphql.CollectedField, obj *model.StockUpdate) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -8641,6 +8673,11 @@ func (ec *executionContext) _StockUpdate(ctx context.Context, sel ast.SelectionS
 		switch field.Name {
 		case "__typename":
 			out.Values[i] = graphql.MarshalString("StockUpdate")
+		case "id":
+			out.Values[i] = ec._StockUpdate_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "voucherId":
 			out.Values[i] = ec._StockUpdate_voucherId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {

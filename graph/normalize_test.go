@@ -21,8 +21,9 @@ import (
 
 // A normalized client cache (Apollo's InMemoryCache, urql's Graphcache)
 // keys an object by __typename and id: a voucher's seckill answers the
-// voucher's id wherever it appears, and a stock update's seckill carries
-// the update's own remaining, so the update lands on the cached object.
+// voucher's id wherever it appears, a stock update is the voucher's id
+// too, and a stock update's seckill carries the update's own remaining,
+// so the update lands on the cached object.
 func TestSeckillInfoIsOneObjectPerVoucher(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
@@ -34,7 +35,7 @@ func TestSeckillInfoIsOneObjectPerVoucher(t *testing.T) {
 	const q = `query($v: ID!) {
   voucher(id: $v) { id seckill { id remaining initialStock perUserLimit beginAt endAt segments requireTicket challenge } }
   vouchers(first: 100) { edges { node { id seckill { id } } } }
-  stock(voucherId: $v) { voucherId remaining sold seckill { id remaining initialStock perUserLimit beginAt endAt segments requireTicket challenge } }
+  stock(voucherId: $v) { id voucherId remaining sold seckill { id remaining initialStock perUserLimit beginAt endAt segments requireTicket challenge } }
 }`
 	type info struct {
 		ID                                    string
@@ -58,14 +59,14 @@ func TestSeckillInfoIsOneObjectPerVoucher(t *testing.T) {
 			}
 		}
 		Stock struct {
-			VoucherID       string
+			ID, VoucherID   string
 			Remaining, Sold int
 			Seckill         info
 		}
 	}
 	s.mustDo(t, user, q, map[string]any{"v": v.ID}, &out)
-	if out.Voucher.Seckill.ID != v.ID || out.Stock.Seckill.ID != v.ID {
-		t.Fatalf("seckill ids %q (voucher) and %q (stock), want the voucher's %q", out.Voucher.Seckill.ID, out.Stock.Seckill.ID, v.ID)
+	if out.Voucher.Seckill.ID != v.ID || out.Stock.Seckill.ID != v.ID || out.Stock.ID != v.ID {
+		t.Fatalf("seckill ids %q (voucher) and %q (stock), stock's id %q; want the voucher's %q", out.Voucher.Seckill.ID, out.Stock.Seckill.ID, out.Stock.ID, v.ID)
 	}
 	listed := false
 	for _, e := range out.Vouchers.Edges {
@@ -101,9 +102,10 @@ func TestStockChangedCarriesTheSeckillToCache(t *testing.T) {
 	v := testenv.MustVoucher(t, s.db, s.rdb, testenv.VoucherSpec{Stock: 5})
 	vid := strconv.FormatInt(v.ID, 10)
 	c := initWS(t, nodes[0].http, s.token(t, 2, auth.RoleUser))
-	subscribeWS(t, c, "s", `subscription($v: ID!) { stockChanged(voucherId: $v) { voucherId remaining seckill { __typename id remaining } } }`, map[string]any{"v": vid})
+	subscribeWS(t, c, "s", `subscription($v: ID!) { stockChanged(voucherId: $v) { id voucherId remaining seckill { __typename id remaining } } }`, map[string]any{"v": vid})
 	type event struct {
 		StockChanged struct {
+			ID        string
 			VoucherID string
 			Remaining int
 			Seckill   struct {
@@ -116,7 +118,7 @@ func TestStockChangedCarriesTheSeckillToCache(t *testing.T) {
 	check := func(e event, remaining int) {
 		t.Helper()
 		sc := e.StockChanged
-		if sc.Remaining != remaining || sc.Seckill.Typename != "SeckillInfo" || sc.Seckill.ID != vid || sc.Seckill.Remaining != remaining {
+		if sc.ID != vid || sc.Remaining != remaining || sc.Seckill.Typename != "SeckillInfo" || sc.Seckill.ID != vid || sc.Seckill.Remaining != remaining {
 			t.Fatalf("event %+v, want remaining %d on SeckillInfo %s", sc, remaining, vid)
 		}
 	}

@@ -191,6 +191,10 @@ type SeckillTicket struct {
 }
 
 type StockUpdate struct {
+	// The voucher's id, as voucherId: a normalized client cache keeps one
+	// StockUpdate per voucher, the newest written, so the answers of stock,
+	// addStock and stockChanged about one voucher update one cached object.
+	ID        int64     `json:"id"`
 	VoucherID int64     `json:"voucherId"`
 	Remaining int       `json:"remaining"`
 	Sold      int       `json:"sold"`
