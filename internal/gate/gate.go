@@ -104,6 +104,9 @@ type cached struct {
 	status domain.VoucherStatus
 	begin  time.Time
 	end    time.Time
+	// terms is the voucher's seckill record as read (its stock fields
+	// are that read's and are not served: see Terms).
+	terms domain.Seckill
 }
 
 // New returns a gate; Run keeps its caches fresh.
@@ -235,8 +238,27 @@ func (s *Service) load(ctx context.Context, id int64, e *entry) {
 	case v.Seckill == nil:
 		e.v.Store(&cached{err: domain.NotFound("seckill voucher", id)})
 	default:
-		e.v.Store(&cached{gate: v.Seckill.Gate, status: v.Status, begin: v.Seckill.BeginAt, end: v.Seckill.EndAt})
+		e.v.Store(&cached{gate: v.Seckill.Gate, status: v.Status, begin: v.Seckill.BeginAt, end: v.Seckill.EndAt, terms: *v.Seckill})
 	}
+}
+
+// Terms returns a seckill voucher's terms (times, per-user limit,
+// segments, gate) from this node's cache, refreshed every Refresh and at
+// once on a gate change: a live stock event shows them beside its stock
+// without a database read per event and subscriber. The stock fields are
+// zero: stock is the live store's, not this copy's. NOT_FOUND for an id
+// that is no seckill voucher; UNAVAILABLE when it cannot be read.
+func (s *Service) Terms(ctx context.Context, id int64) (domain.Seckill, error) {
+	c, err := s.gate(ctx, id)
+	if err != nil {
+		return domain.Seckill{}, err
+	}
+	if c.err != nil {
+		return domain.Seckill{}, c.err
+	}
+	t := c.terms
+	t.InitialStock, t.Stock, t.Remaining = 0, 0, 0
+	return t, nil
 }
 
 func (s *Service) reloadVoucher(ctx context.Context, id int64) {
