@@ -21,8 +21,10 @@ fresh-check:
 run:
 	go run .
 
+# The VCS revision is linked in as well (with +dirty for local changes): the
+# toolchain stamps none from a git worktree or with GOFLAGS=-buildvcs=false.
 build:
-	go build -o bin/flashsale .
+	go build -ldflags "-X main.linkedRevision=$$(git rev-parse HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo +dirty)" -o bin/flashsale .
 
 generate:
 	go generate ./...

@@ -63,7 +63,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	log := node.NewLogger(cfg, stderr)
 	slog.SetDefault(log) // libraries that log through slog's default (go-redis, via redisLogger) use ours
-	log.Info("starting", "config", cfg)
+	// One record per setting rather than one of ~2,000 characters: an
+	// operator greps for the setting (name=grab_timeout), a log shipper
+	// keeps each whole.
+	settings := cfg.LogValue().Group()
+	log.Info("starting", "version", version(), "settings", len(settings))
+	for _, s := range settings {
+		log.Info("setting", "name", s.Key, "value", s.Value)
+	}
 	return node.Serve(ctx, cfg, log, stdout)
 }
 
@@ -78,27 +85,50 @@ func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	slog.Default().DebugContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "go-redis")
 }
 
-// version describes this build from what the Go toolchain stamped in it:
-// the module version (a tag, or "(devel)" for a build from a work tree) and
-// the VCS revision, its time and whether the tree had local changes.
+// linkedRevision is the VCS revision stamped at link time (`make build`:
+// -ldflags "-X main.linkedRevision=REV", with "+dirty" for a tree with
+// local changes), for builds the toolchain does not stamp itself: go run,
+// GOFLAGS=-buildvcs=false, and a git worktree, whose .git is a file the
+// toolchain does not recognise.
+var linkedRevision string
+
+// version describes this build.
 func version() string {
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "flashsale (no build information)"
 	}
+	return describeBuild(info, linkedRevision)
+}
+
+// describeBuild says which code a binary runs, from what the Go toolchain
+// stamped in it: the module version (a tag or a pseudo-version from the
+// VCS, "(devel)" when the build had no VCS information), the VCS revision,
+// its time and whether the tree had local changes ("modified"), else the
+// revision linked in (linked), else why there is none.
+func describeBuild(info *debug.BuildInfo, linked string) string {
 	v := "flashsale " + info.Main.Version
 	settings := map[string]string{}
 	for _, s := range info.Settings {
 		settings[s.Key] = s.Value
 	}
-	if rev := settings["vcs.revision"]; rev != "" {
-		v += " " + rev
+	switch rev := settings["vcs.revision"]; {
+	case rev != "":
+		v += " revision " + rev
 		if t := settings["vcs.time"]; t != "" {
 			v += " " + t
 		}
 		if settings["vcs.modified"] == "true" {
 			v += " (modified)"
 		}
+	case strings.TrimSuffix(linked, "+dirty") != "":
+		rev, dirty := strings.CutSuffix(linked, "+dirty")
+		v += " revision " + rev
+		if dirty {
+			v += " (modified)"
+		}
+	default:
+		v += " (no VCS revision: go run, -buildvcs=false and git worktrees build without one; `make build` stamps it)"
 	}
 	return v + " " + info.GoVersion
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -15,8 +16,22 @@ import (
 // defaulting to the one the challenge carries. A person walking the flow
 // from the playground pastes the challenge here and the nonce back.
 func runSolve(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("flashsale solve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `Usage: flashsale solve CHALLENGE [difficulty]
+
+Prints a nonce whose SHA-256(challenge+nonce) has the challenge's leading
+zero bits (or difficulty's, 0 to %d, to solve any text), for the
+seckillChallenge / seckillTicket flow walked by hand.
+`, gate.MaxDifficulty)
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	args = fs.Args()
 	if len(args) < 1 || len(args) > 2 {
-		fmt.Fprintln(stderr, "usage: flashsale solve CHALLENGE [difficulty]")
+		fs.Usage()
 		return errors.New("solve: want a challenge and, optionally, a difficulty")
 	}
 	d := -1

@@ -18,6 +18,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"flashsale/actors"
+	"flashsale/actors/writer"
 	"flashsale/domain"
 	"flashsale/internal/catalog"
 	"flashsale/internal/testenv"
@@ -84,17 +85,12 @@ func (e *env) router(tb testing.TB, cnt *testenv.Counter, opts actors.Options) *
 }
 
 // writer runs an order writer on the env's stores until the test ends.
-func (e *env) writer(tb testing.TB) *persistence.OrderWriter {
+func (e *env) writer(tb testing.TB) *writer.Writer {
 	tb.Helper()
-	w := persistence.NewOrderWriter(e.db, e.rdb, quiet, persistence.OrderWriterOptions{MaxBackoff: 200 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
-	tb.Cleanup(func() { cancel(); <-done })
-	return w
+	return testenv.StartOrderWriter(tb, e.db, e.rdb, writer.Options{MaxBackoff: 200 * time.Millisecond})
 }
 
-func drained(tb testing.TB, w *persistence.OrderWriter) {
+func drained(tb testing.TB, w *writer.Writer) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

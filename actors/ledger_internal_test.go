@@ -8,7 +8,7 @@ import (
 )
 
 // The node ledger's rules as pure logic; end to end against a stalled
-// Redis and Postgres in the root package's outage tests.
+// Redis and Postgres in the outage tests in e2e/ (e2e/outage_test.go).
 
 var (
 	ledgerT0   = time.Unix(1000, 0)

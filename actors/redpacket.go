@@ -24,6 +24,9 @@ import (
 type RedPacketStore interface {
 	State(ctx context.Context, id int64) (domain.RedPacketState, error)
 	Grab(ctx context.Context, id int64, grabs []domain.RedPacketGrab) (domain.RedPacketBatch, error)
+	// Holders is who holds a packet and its cents; read once the red
+	// packet is empty, when it no longer changes.
+	Holders(ctx context.Context, id int64) (map[int64]int64, error)
 }
 
 // RedPacketLoader loads a red packet Redis does not have from the
@@ -182,10 +185,14 @@ func (p *RedPackets) passivate() {
 // redPacketActor sequences the grabs of one red packet, one script call
 // in flight at a time, like voucherActor.
 type redPacketActor struct {
-	p        *RedPackets
-	ref      *voucherRef
-	id       int64
-	state    domain.RedPacketState
+	p     *RedPackets
+	ref   *voucherRef
+	id    int64
+	state domain.RedPacketState
+	// holders is who holds a packet (user -> cents), read when the red
+	// packet is known empty: nil until then, or if the read failed, and
+	// then only the script answers.
+	holders  map[int64]int64
 	pending  []*rpGrabMsg
 	inflight bool
 }
@@ -237,6 +244,31 @@ func (a *redPacketActor) activate() {
 	}
 	a.state = st
 	a.ref.unknown.Store(!st.Found) // passivated soon (see unknownIdle)
+	a.readHolders()
+}
+
+// readHolders reads, once the red packet is known empty, who holds its
+// packets, so that an empty red packet is still answered from memory
+// without telling a holder EMPTY. A failed read leaves holders nil: the
+// script answers until the next batch. A packet the database refused goes
+// back to Redis, so a red packet seen with packets again forgets its
+// holders and reads them anew once empty.
+func (a *redPacketActor) readHolders() {
+	if !a.state.Found || a.state.ExpiresAt.IsZero() || a.state.Left > 0 {
+		a.holders = nil
+		return
+	}
+	if a.holders != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.p.r.opts.BatchTimeout)
+	defer cancel()
+	h, err := a.p.store.Holders(ctx, a.id)
+	if err != nil {
+		a.p.r.log.Warn("red packet actor cannot read who holds its packets", "red_packet", a.id, "err", err)
+		return
+	}
+	a.holders = h
 }
 
 // known answers a grab from memory when the cached state decides it. A
@@ -251,7 +283,12 @@ func (a *redPacketActor) known(g *rpGrabMsg, now time.Time) (domain.RedPacketRes
 		return domain.RedPacketResult{}, false
 	case !st.ExpiresAt.IsZero() && !now.Before(st.ExpiresAt):
 		return domain.RedPacketResult{Code: domain.RedPacketExpired}, true
-	case !st.ExpiresAt.IsZero() && st.Left <= 0:
+	case !st.ExpiresAt.IsZero() && st.Left <= 0 && a.holders != nil:
+		// A holder hears what the script would say: ALREADY_GRABBED
+		// with their packet, not EMPTY.
+		if cents, ok := a.holders[g.grab.UserID]; ok {
+			return domain.RedPacketResult{Code: domain.RedPacketAlreadyGrabbed, AmountCents: cents}, true
+		}
 		return domain.RedPacketResult{Code: domain.RedPacketEmpty}, true
 	}
 	return domain.RedPacketResult{}, false
@@ -303,6 +340,7 @@ func (a *redPacketActor) onBatch(ctx actor.Context, d *rpBatchDone) {
 		for i, g := range d.batch {
 			a.answer(g, d.out.Results[i])
 		}
+		a.readHolders()
 	}
 	now := time.Now()
 	keep := a.pending[:0]

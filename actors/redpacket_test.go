@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"flashsale/actors"
+	"flashsale/actors/writer"
 	"flashsale/domain"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
@@ -38,20 +39,18 @@ func (e *env) redPackets(tb testing.TB, cnt *testenv.Counter, amounts []int64, t
 }
 
 // redPacketWriter runs a red-packet writer until the test ends.
-func (e *env) redPacketWriter(tb testing.TB) *persistence.RedPacketWriter {
+func (e *env) redPacketWriter(tb testing.TB) *writer.Writer {
 	tb.Helper()
-	w := persistence.NewRedPacketWriter(e.db, e.rdb, quiet, persistence.LogConsumerOptions{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
-	tb.Cleanup(func() { cancel(); <-done })
-	return w
+	return testenv.StartRedPacketWriter(tb, e.db, e.rdb, writer.Options{})
 }
 
 // TestEmptyRedPacketIsAnsweredWithoutRedis: once a batch told the actor
-// the red packet is empty, grabs without a key are answered EMPTY from
-// memory, and a keyed one still reaches the script (it may be a retry of
-// a grab that took a packet).
+// the red packet is empty, grabs without a key are answered from memory,
+// EMPTY to users without a packet and ALREADY_GRABBED with their amount to
+// those holding one (as the script answers them), and a keyed one still
+// reaches the script (it may be a retry of a grab that took a packet). A
+// sequencer started after the red packet emptied (another node, a
+// passivated actor) answers holders the same.
 func TestEmptyRedPacketIsAnsweredWithoutRedis(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -74,15 +73,33 @@ func TestEmptyRedPacketIsAnsweredWithoutRedis(t *testing.T) {
 			}
 		})
 	}
+	for u, cents := range map[int64]int64{1: 3, 2: 2, 3: 1} {
+		wg.Go(func() {
+			if res := p.Grab(context.Background(), id, u, ""); res.Code != domain.RedPacketAlreadyGrabbed || res.AmountCents != cents {
+				t.Errorf("holder %d: %+v, want ALREADY_GRABBED with %d", u, res, cents)
+			}
+		})
+	}
 	wg.Wait()
 	if calls := cnt.Commands.Load() - before; calls != 0 {
-		t.Fatalf("1000 grabs of an empty red packet made %d Redis calls, want 0", calls)
+		t.Fatalf("1003 grabs of an empty red packet made %d Redis calls, want 0", calls)
 	}
 	if res := p.Grab(t.Context(), id, 1, "k"); res.Code != domain.RedPacketAlreadyGrabbed || res.AmountCents != 3 {
 		t.Fatalf("keyed grab of user 1: %+v, want ALREADY_GRABBED with 3", res)
 	}
 	if cnt.Commands.Load() == before {
 		t.Fatal("a keyed grab was answered from memory")
+	}
+
+	rdb := redis.NewClient(&redis.Options{Addr: e.redis.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	rds := persistence.NewRedPacketRedis(rdb)
+	fresh := e.router(t, nil, actors.Options{}).RedPackets(rds, persistence.NewRedPacketStore(e.db, rds))
+	if res := fresh.Grab(t.Context(), id, 2, ""); res.Code != domain.RedPacketAlreadyGrabbed || res.AmountCents != 2 {
+		t.Fatalf("holder 2 on a new sequencer: %+v, want ALREADY_GRABBED with 2", res)
+	}
+	if res := fresh.Grab(t.Context(), id, 5, ""); res.Code != domain.RedPacketEmpty {
+		t.Fatalf("user 5 on a new sequencer: %+v, want EMPTY", res)
 	}
 }
 

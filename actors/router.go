@@ -275,6 +275,10 @@ func NewRouter(store Store, ids OrderIDs, preheater Preheater, log *slog.Logger,
 	return r
 }
 
+// ActorSystem is the node's actor system: the persistence actors are
+// spawned in it, so that they start and stop with the node's actors.
+func (r *Router) ActorSystem() *actor.ActorSystem { return r.system }
+
 func randomPrefix() string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)

@@ -1,6 +1,9 @@
 package domain
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // OrderStatus is stored as tb_voucher_order.status.
 type OrderStatus int16
@@ -85,4 +88,56 @@ func (r Restock) Validate() error {
 		}
 	}
 	return nil
+}
+
+// Word is how messages name an order status.
+func (s OrderStatus) Word() string {
+	switch s {
+	case OrderUnpaid:
+		return "unpaid"
+	case OrderPaid:
+		return "paid"
+	case OrderUsed:
+		return "used"
+	case OrderCancelled:
+		return "cancelled"
+	case OrderRefunding:
+		return "being refunded"
+	case OrderRefunded:
+		return "refunded"
+	}
+	return "in status " + strconv.Itoa(int(s))
+}
+
+// OrderNotPayable answers a payment of order id, which is in status s
+// (cancelled for reason, CancelByOwner or CancelTimeout, when s is
+// OrderCancelled).
+func OrderNotPayable(id int64, s OrderStatus, reason string) *Error {
+	if s == OrderCancelled {
+		if reason == CancelTimeout {
+			return Errorf(CodeBadInput, "order %d was not paid before its deadline and was cancelled; it cannot be paid", id)
+		}
+		return Errorf(CodeBadInput, "order %d was cancelled; it cannot be paid", id)
+	}
+	return Errorf(CodeBadInput, "order %d is %s; only an unpaid order can be paid", id, s.Word())
+}
+
+// OrderNotCancellable answers a cancellation of order id, which is in
+// status s (cancelled for reason when s is OrderCancelled).
+func OrderNotCancellable(id int64, s OrderStatus, reason string) *Error {
+	if s == OrderCancelled && reason == CancelTimeout {
+		return Errorf(CodeBadInput, "order %d was not paid before its deadline and was cancelled already", id)
+	}
+	return Errorf(CodeBadInput, "order %d is %s; only an unpaid order can be cancelled", id, s.Word())
+}
+
+// RestockOfEndedVoucher answers an addStock of a sale that ended.
+func RestockOfEndedVoucher(id int64) *Error {
+	return Errorf(CodeBadInput, "voucher %d has ended; an ended sale takes no restock", id)
+}
+
+// RestockPastMaxStock answers an addStock that would take a voucher's
+// stock past max.
+func RestockPastMaxStock(max int) *Error {
+	return InvalidField("amount", "would take the voucher's stock past %d", max)
 }

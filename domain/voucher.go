@@ -230,3 +230,34 @@ const (
 	DefaultPageSize = 20
 	MaxPageSize     = 100
 )
+
+// StatusOfEndedVoucher answers a pause or resume of a sale that ended.
+func StatusOfEndedVoucher(id int64) *Error {
+	return InvalidField("status", "voucher %d has ended; an ended sale cannot be paused or resumed", id)
+}
+
+// GateOfNonSeckill answers a gate change of a voucher that is no seckill.
+func GateOfNonSeckill(id int64) *Error {
+	return InvalidField("id", "voucher %d is not a SECKILL voucher: it has no grab gate", id)
+}
+
+// GateWhileNotPaused answers a gate change of a sale that is not paused.
+func GateWhileNotPaused(id int64) *Error {
+	return InvalidField("id", "voucher %d is not PAUSED: pause it (setVoucherStatus) before changing its grab gate", id)
+}
+
+// SegmentsOfNonSeckill answers a segment change of a voucher that is no
+// seckill.
+func SegmentsOfNonSeckill(id int64) *Error {
+	return InvalidField("voucherId", "voucher %d is not a SECKILL voucher; only those have segments", id)
+}
+
+// SegmentsWhileNotPaused answers a segment change of a sale that is not
+// paused.
+func SegmentsWhileNotPaused(id int64) *Error {
+	return InvalidField("segments", "voucher %d is not PAUSED; pause the sale before changing its segments", id)
+}
+
+// ErrLiveStockUnavailable is what a client hears when live stock cannot
+// be read from Redis in time: safe to retry.
+var ErrLiveStockUnavailable = Errorf(CodeUnavailable, "live stock is unavailable; retry later")

@@ -56,7 +56,7 @@ func newClusterRig(t *testing.T) *clusterRig {
 		rig.held = append(rig.held, h)
 		rig.seeds = append(rig.seeds, h.addr)
 	}
-	const secret = "cluster-test-secret"
+	const secret = "cluster-test-secret-0123456789abcdef"
 	rig.env = map[string]string{
 		"REDIS_URL": rig.stock.URL(), "LOCK_REDIS_URLS": strings.Join(locks, ","), "DATABASE_URL": rig.dbURL,
 		"JWT_SECRET": secret, "ORDER_LOG_CLAIM_IDLE": "1s", "LOG_LEVEL": "warn",

@@ -71,7 +71,7 @@ func killRig(t *testing.T) (bin string, redisSrv *testenv.RedisServer, dbURL str
 	bin = buildBinary(t)
 	redisSrv = testenv.MustRedis(t)
 	dbURL = testenv.MustPostgresURL(t)
-	const secret = "kill-test-secret"
+	const secret = "kill-test-secret-0123456789abcdef"
 	env = map[string]string{
 		"REDIS_URL": redisSrv.URL(), "DATABASE_URL": dbURL, "JWT_SECRET": secret,
 		"ORDER_LOG_CLAIM_IDLE": "1s", "LOG_LEVEL": "warn",

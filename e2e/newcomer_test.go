@@ -125,18 +125,28 @@ func TestEmbeddedPlaygroundOpensWithOperationsAndToken(t *testing.T) {
 	postQuery(t, base, m[1], `{ vouchers { edges { node { id } } } }`)
 }
 
-// --version prints the build's version and exits 0; -h names the token
-// subcommand and --version.
+// --version prints the build's version and revision (or why it has none)
+// and exits 0; -h names every subcommand and types the flags; each
+// subcommand answers -h with its usage and exit 0.
 func TestVersionAndHelpNameTheSubcommands(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
 	out, err := exec.Command(bin, "--version").Output()
-	if err != nil || !strings.HasPrefix(string(out), "flashsale ") || !strings.Contains(string(out), "go1.") {
+	if err != nil || !strings.HasPrefix(string(out), "flashsale ") || !strings.Contains(string(out), "go1.") ||
+		!strings.Contains(string(out), " revision ") && !strings.Contains(string(out), "no VCS revision") {
 		t.Fatalf("--version: %q (%v)", out, err)
 	}
 	stderr, code := runBinary(t, bin, nil, "-h")
-	if code != 0 || !strings.Contains(stderr, "flashsale token --user") || !strings.Contains(stderr, "flashsale --version") {
-		t.Fatalf("-h (exit %d) does not name the token subcommand and --version:\n%s", code, stderr)
+	for _, want := range []string{"flashsale token --user", "flashsale solve CHALLENGE", "flashsale --version", "  -grab-timeout duration\n", "  -demo\n"} {
+		if code != 0 || !strings.Contains(stderr, want) {
+			t.Fatalf("-h (exit %d) lacks %q:\n%s", code, want, stderr)
+		}
+	}
+	for _, sub := range []string{"token", "solve"} {
+		stderr, code := runBinary(t, bin, nil, sub, "-h")
+		if code != 0 || !strings.Contains(stderr, "Usage") || strings.Contains(stderr, "malformed") {
+			t.Errorf("%s -h: exit %d, stderr:\n%s", sub, code, stderr)
+		}
 	}
 }
 

@@ -53,7 +53,7 @@ func TestARestartedNodeResumesItsOwnPendingOrders(t *testing.T) {
 
 	startService(t, map[string]string{
 		"HTTP_ADDR": "127.0.0.1:0", "NODE_ID": "node-a", "ORDER_LOG_CLAIM_IDLE": "1h",
-		"REDIS_URL": redisSrv.URL(), "DATABASE_URL": dbURL, "JWT_SECRET": "node-secret", "DEMO": "true",
+		"REDIS_URL": redisSrv.URL(), "DATABASE_URL": dbURL, "JWT_SECRET": "node-secret-0123456789abcdef0123456", "DEMO": "true",
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for {

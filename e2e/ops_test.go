@@ -81,7 +81,7 @@ func saleEnv(t *testing.T, extra map[string]string) (*process, *auth.Tokens, str
 	bin := buildBinary(t)
 	redisSrv := testenv.MustRedis(t)
 	dbURL := testenv.MustPostgresURL(t)
-	const secret = "ops-test-secret-not-for-logs"
+	const secret = "ops-test-secret-not-for-logs-0123456"
 	env := map[string]string{
 		"REDIS_URL": redisSrv.URL(), "DATABASE_URL": dbURL, "JWT_SECRET": secret, "LOG_FORMAT": "json",
 		"GRAB_TIMEOUT": "2s",
@@ -223,7 +223,15 @@ func TestMetricsAfterASale(t *testing.T) {
 		if db, _ := c["database"].(string); db == "" || strings.Contains(db, "@") || strings.Contains(db, "password") {
 			t.Errorf("connected line: database = %q; want host and name only", db)
 		}
-		cfg, _ := findLog(t, out, "starting")["config"].(map[string]any)
+		if v, _ := findLog(t, out, "starting")["version"].(string); !strings.HasPrefix(v, "flashsale ") {
+			t.Errorf("starting line: version = %q", v)
+		}
+		cfg := map[string]any{}
+		for _, l := range logLines(out) {
+			if l["msg"] == "setting" {
+				cfg[l["name"].(string)] = l["value"]
+			}
+		}
 		if cfg["grab_timeout"] != "2s" || cfg["order_log_drain_timeout"] != "5s" {
 			t.Errorf("config durations: grab_timeout %#v, order_log_drain_timeout %#v; want text (2s, 5s)", cfg["grab_timeout"], cfg["order_log_drain_timeout"])
 		}
@@ -362,6 +370,13 @@ func TestSIGTERMUnderLoadLosesNothing(t *testing.T) {
 	done := findLog(t, p.Output(), "shut down")
 	if done["order_log_drained"] != true {
 		t.Errorf("shutdown line: order_log_drained = %v, want true", done["order_log_drained"])
+	}
+	// The counters count the whole run, not only the drain: JSON numbers.
+	if n, _ := done["grabs_answered"].(float64); int(n) < len(oks) {
+		t.Errorf("shutdown line: grabs_answered = %v, want at least the %d OK", done["grabs_answered"], len(oks))
+	}
+	if n, _ := done["orders_persisted"].(float64); int(n) != len(rows) {
+		t.Errorf("shutdown line: orders_persisted = %v, want the %d orders in the database", done["orders_persisted"], len(rows))
 	}
 	if d, _ := done["duration"].(string); d == "" {
 		t.Errorf("shutdown line: duration = %#v, want text", done["duration"])

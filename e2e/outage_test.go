@@ -39,7 +39,7 @@ type outageNode struct {
 
 func startOutageNode(t *testing.T, redisSrv *testenv.RedisServer, extra map[string]string) *outageNode {
 	t.Helper()
-	const secret = "outage-secret"
+	const secret = "outage-secret-0123456789abcdef01234"
 	n := &outageNode{tokens: auth.NewTokens(secret), dbURL: testenv.MustPostgresURL(t), redis: redisSrv,
 		client: &http.Client{Timeout: 20 * time.Second}}
 	nodeDB := n.dbURL

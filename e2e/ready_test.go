@@ -46,7 +46,7 @@ func TestReadyzFollowsWhatTheNodeCanSell(t *testing.T) {
 	base, _ := startService(t, map[string]string{
 		"HTTP_ADDR": "127.0.0.1:0", "REDIS_URL": "redis://" + redisProxy.Addr() + "/0",
 		"DATABASE_URL": proxiedPostgresURL(t, testenv.MustPostgresURL(t), pgProxy),
-		"JWT_SECRET":   "ready-secret", "DEMO": "true", "LOG_LEVEL": "error",
+		"JWT_SECRET":   "ready-secret-0123456789abcdef01234", "DEMO": "true", "LOG_LEVEL": "error",
 	})
 	// probe is one /readyz, which must answer within bound.
 	probe := func(t *testing.T, bound time.Duration) (int, string) {

@@ -73,3 +73,75 @@ func TestTestScriptStopsAtTheFirstFailedStep(t *testing.T) {
 		t.Errorf("go was asked more than vet: %q", calls)
 	}
 }
+
+// What the service, the operations guide's real-mode walk-through and the
+// load tool write into the work tree is ignored by git, so that trying
+// them leaves `git status` clean.
+func TestWorkTreeFilesAreIgnored(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	git := func(args ...string) *exec.Cmd {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = ".." // the paths below are the repository root's
+		return cmd
+	}
+	if err := git("rev-parse", "--is-inside-work-tree").Run(); err != nil {
+		t.Skip("not in a git work tree")
+	}
+	for _, p := range []string{
+		"flashsale",                 // go build -o flashsale .
+		"flashsale.db",              // the embedded mode's SQLite file
+		"flashsale.db-wal",          // and its write-ahead log
+		"flashsale.secret",          // the embedded mode's JWT secret
+		"redis-data/appendonly.aof", // real mode's Redis, as the guide starts it
+		"flashsale.log",             // real mode's log, as the guide redirects it
+		"seckill-bench",             // go build ./cmd/seckill-bench
+		"artifacts/e2e.txt",         // what scripts/e2e.sh keeps
+	} {
+		if err := git("check-ignore", "-q", "--no-index", p).Run(); err != nil {
+			t.Errorf("%s is not ignored by .gitignore", p)
+		}
+	}
+}
+
+// The cluster demo changes nothing outside the repository and its
+// temporary directory: it installs nothing, starts no etcd, creates or
+// alters no PostgreSQL role, writes nothing under the home directory (the
+// test command's set-up, which may do all of these, is not called), drops
+// the database it creates at exit, and prints what mints a token for any
+// user. Its run is walked by hand (three members and a build take a
+// minute); these are the promises a reading can check.
+func TestClusterDemoPromisesNoSideEffects(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../scripts/cluster-demo.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Comments say what the script does not do; only commands count.
+	var code strings.Builder
+	for _, line := range strings.Split(string(b), "\n") {
+		if l := strings.TrimSpace(line); !strings.HasPrefix(l, "#") {
+			code.WriteString(line + "\n")
+		}
+	}
+	script := strings.ToLower(code.String())
+	for _, banned := range []string{"apt", "dpkg", "sudo", "etcd", "test-services.sh", "create role", "alter role", "create user",
+		"alter user", "$home", "${home", "~/", "xdg_", ".local/state", "createuser"} {
+		if strings.Contains(script, banned) {
+			t.Errorf("scripts/cluster-demo.sh runs %q", banned)
+		}
+	}
+	for _, want := range []string{"mktemp -d", "trap cleanup int term exit", "drop database if exists $db", "rm -rf \"$work\"",
+		"jwt secret: $secret", "token --user"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("scripts/cluster-demo.sh lacks %q", want)
+		}
+	}
+	if _, err := exec.LookPath("bash"); err == nil {
+		if out, err := exec.Command("bash", "-n", "../scripts/cluster-demo.sh").CombinedOutput(); err != nil {
+			t.Errorf("bash -n: %v\n%s", err, out)
+		}
+	}
+}

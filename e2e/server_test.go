@@ -202,7 +202,7 @@ func TestRealModeUsesRedisAndPostgres(t *testing.T) {
 	dbURL := testenv.MustPostgresURL(t)
 	base, admin := startService(t, map[string]string{
 		"HTTP_ADDR": "127.0.0.1:0", "REDIS_URL": redisSrv.URL(), "DATABASE_URL": dbURL,
-		"JWT_SECRET": "real-mode-secret", "DEMO": "true",
+		"JWT_SECRET": "real-mode-secret-0123456789abcdef", "DEMO": "true",
 	})
 	created := postQuery(t, base, admin, createAndRead)["createVoucher"].(map[string]any)
 	id := created["id"].(string)
@@ -272,22 +272,26 @@ func runBinaryOut(tb testing.TB, bin string, env map[string]string, args ...stri
 // naming the variable. It is checked on the real process, because what
 // breaks it is printed outside run's error: go-redis's own logger writes
 // to the process's stderr, and pgx lists each failed host on a line.
+// realSecret is a JWT_SECRET real mode accepts (at least 32 bytes).
+const realSecret = "server-test-secret-0123456789abcdef"
+
 func TestInvalidConfigurationFailsWithOneLine(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
-	secrets := map[string]string{"JWT_SECRET": "topsecret-value", "DATABASE_URL": "postgres://postgres:pgsecret@127.0.0.1:" + closedPort(t) + "/x"}
+	secrets := map[string]string{"JWT_SECRET": "topsecret-value-0123456789abcdef0", "DATABASE_URL": "postgres://postgres:pgsecret@127.0.0.1:" + closedPort(t) + "/x"}
 	cases := []struct {
 		name, want string
 		env        map[string]string
 		args       []string
 	}{
-		{"unreachable redis", "flashsale: invalid REDIS_URL", map[string]string{"REDIS_URL": "redis://127.0.0.1:" + closedPort(t) + "/0", "JWT_SECRET": "s"}, nil},
+		{"unreachable redis", "flashsale: invalid REDIS_URL", map[string]string{"REDIS_URL": "redis://127.0.0.1:" + closedPort(t) + "/0", "JWT_SECRET": realSecret}, nil},
 		// Without sslmode pgx tries with and without TLS: two failures, on lines of their own.
-		{"unreachable postgres", "flashsale: invalid DATABASE_URL", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:" + closedPort(t) + "/x", "REDIS_URL": "redis://127.0.0.1:" + closedPort(t) + "/0", "JWT_SECRET": "s"}, nil},
-		{"unreachable postgres hosts", "flashsale: invalid DATABASE_URL", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:" + closedPort(t) + ",127.0.0.1:" + closedPort(t) + "/x?sslmode=disable", "REDIS_URL": "redis://127.0.0.1:" + closedPort(t) + "/0", "JWT_SECRET": "s"}, nil},
+		{"unreachable postgres", "flashsale: invalid DATABASE_URL", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:" + closedPort(t) + "/x", "REDIS_URL": "redis://127.0.0.1:" + closedPort(t) + "/0", "JWT_SECRET": realSecret}, nil},
+		{"unreachable postgres hosts", "flashsale: invalid DATABASE_URL", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:" + closedPort(t) + ",127.0.0.1:" + closedPort(t) + "/x?sslmode=disable", "REDIS_URL": "redis://127.0.0.1:" + closedPort(t) + "/0", "JWT_SECRET": realSecret}, nil},
 		{"real mode without secret", "flashsale: invalid JWT_SECRET", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/x", "REDIS_URL": "redis://127.0.0.1:1/0"}, nil},
-		{"real mode on the in-process redis", "flashsale: invalid REDIS_URL: required when DATABASE_URL is set", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/x", "JWT_SECRET": "s"}, nil},
-		{"redis url without scheme", "flashsale: invalid REDIS_URL: want", map[string]string{"REDIS_URL": "//h:6379", "JWT_SECRET": "s"}, nil},
+		{"real mode with a 3-byte secret", "flashsale: invalid JWT_SECRET: want at least 32 bytes", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/x", "REDIS_URL": "redis://127.0.0.1:1/0", "JWT_SECRET": "abc"}, nil},
+		{"real mode on the in-process redis", "flashsale: invalid REDIS_URL: required when DATABASE_URL is set", map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/x", "JWT_SECRET": realSecret}, nil},
+		{"redis url without scheme", "flashsale: invalid REDIS_URL: want", map[string]string{"REDIS_URL": "//h:6379", "JWT_SECRET": realSecret}, nil},
 		{"unknown flag", "flashsale: flag provided but not defined: -bogus-flag", secrets, []string{"--bogus-flag"}},
 	}
 	for _, tc := range cases {
@@ -320,7 +324,7 @@ func TestInvalidConfigurationFailsWithOneLine(t *testing.T) {
 func TestHelpExitsZeroWithoutSecrets(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
-	env := map[string]string{"JWT_SECRET": "topsecret-value", "DATABASE_URL": "postgres://postgres:pgsecret@127.0.0.1:5432/x", "REDIS_URL": "redis://:redissecret@127.0.0.1:6379/0"}
+	env := map[string]string{"JWT_SECRET": "topsecret-value-0123456789abcdef0", "DATABASE_URL": "postgres://postgres:pgsecret@127.0.0.1:5432/x", "REDIS_URL": "redis://:redissecret@127.0.0.1:6379/0"}
 	for _, arg := range []string{"-h", "--help"} {
 		t.Run(arg+" prints the usage without secrets and exits 0", func(t *testing.T) {
 			t.Parallel()

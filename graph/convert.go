@@ -82,22 +82,31 @@ func voucherToModel(v domain.Voucher) *model.Voucher {
 	}
 	if sk := v.Seckill; sk != nil {
 		out.Type = model.VoucherTypeSeckill
-		out.Seckill = &model.SeckillInfo{
-			InitialStock:  sk.InitialStock,
-			Remaining:     sk.Remaining,
-			BeginAt:       sk.BeginAt,
-			EndAt:         sk.EndAt,
-			PerUserLimit:  sk.PerUserLimit,
-			Segments:      sk.Segments,
-			RequireTicket: sk.Gate.RequireTicket,
-			Challenge:     challengeToModel(sk.Gate.Challenge),
-		}
+		out.Seckill = seckillInfoToModel(v.ID, *sk)
 	}
 	return out
 }
 
+// seckillInfoToModel is a voucher's seckill info; its id is the
+// voucher's, so that every answer about one voucher's seckill names the
+// same object in a client's normalized cache.
+func seckillInfoToModel(voucherID int64, sk domain.Seckill) *model.SeckillInfo {
+	return &model.SeckillInfo{
+		ID:            voucherID,
+		InitialStock:  sk.InitialStock,
+		Remaining:     sk.Remaining,
+		BeginAt:       sk.BeginAt,
+		EndAt:         sk.EndAt,
+		PerUserLimit:  sk.PerUserLimit,
+		Segments:      sk.Segments,
+		RequireTicket: sk.Gate.RequireTicket,
+		Challenge:     challengeToModel(sk.Gate.Challenge),
+	}
+}
+
 func stockToModel(l domain.StockLevel) *model.StockUpdate {
 	return &model.StockUpdate{
+		ID:        l.VoucherID,
 		VoucherID: l.VoucherID,
 		Remaining: l.Remaining,
 		Sold:      l.Sold(),
@@ -157,11 +166,6 @@ func notImplemented(field string) error {
 	return domain.Errorf(domain.CodeNotImplemented, "%s is not implemented yet", field)
 }
 
-// seckillToModel maps a grab's outcome to the contract: business outcomes
-// are data; a rate-limited grab is a RATE_LIMITED error.
-// grabRequest is the caller's grab: the user from the token (checked
-// first, so an anonymous caller hears UNAUTHENTICATED whatever it sent)
-// and the client's idempotency key, if any, checked.
 // Grab is the seckillVoucher field over the grab use case: the caller and
 // the arguments as a grab request, the use case, its outcome as the
 // schema's result. The resolver and the compiled grab path of the HTTP
@@ -182,6 +186,9 @@ func Grab(ctx context.Context, grabs Seckill, voucherID int64, requestID, ticket
 	return seckillToModel(res)
 }
 
+// grabRequest is the caller's grab: the user from the token (checked
+// first, so an anonymous caller hears UNAUTHENTICATED whatever it sent)
+// and the client's idempotency key, if any, checked.
 func grabRequest(ctx context.Context, voucherID int64, requestID *string) (domain.GrabRequest, error) {
 	id, err := auth.FromContext(ctx)
 	if err != nil {
@@ -197,6 +204,11 @@ func grabRequest(ctx context.Context, voucherID int64, requestID *string) (domai
 	return req, nil
 }
 
+// seckillToModel maps a grab's outcome to the contract's two channels:
+// business outcomes are data (SeckillCode); a rate-limited grab is a
+// RATE_LIMITED error with its wait, because the contract names it an
+// error code and its SeckillCode enum has no such value (a value added
+// there would break clients generated from the contract).
 func seckillToModel(res domain.GrabResult) (*model.SeckillResult, error) {
 	if res.Code == domain.SeckillRateLimited {
 		return nil, domain.RateLimited(res.RetryAfter)

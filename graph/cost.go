@@ -15,7 +15,9 @@ import (
 // connection costs its page size (first, with the default and the maximum
 // the resolver applies) times what one item selects, so nested lists
 // multiply. Every other field costs 1 plus its children (gqlgen's
-// default). The operation's total is checked against the HTTP edge's
+// default): they answer from what their parent holds or from memory
+// (StockUpdate.seckill reads the voucher's terms from the gate's per-node
+// cache, and only when asked), never a read per item. The operation's total is checked against the HTTP edge's
 // httpapi.Limits.MaxComplexity before anything runs.
 func Complexity() ComplexityRoot {
 	var c ComplexityRoot

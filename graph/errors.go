@@ -22,7 +22,11 @@ import (
 //     the request itself (body, parse, validation, complexity, depth):
 //     BAD_USER_INPUT, gqlgen's own code kept as extensions.reason (our
 //     scalars return *domain.Error, so argument coercion lands above), and
-//     its message tidied: these messages quote the request back;
+//     its message tidied: these messages quote the request back. The one
+//     exception is a persisted-query miss, which keeps the code
+//     PERSISTED_QUERY_NOT_FOUND: it is no bad input but the protocol's
+//     request to send the text, and clients' persisted-query links match
+//     that code to retry with the full query;
 //   - anything else is an internal fault: logged with its cause and shown
 //     only as "internal error", so no SQL, address or stack ever leaks.
 func PresentErrors(log *slog.Logger) graphql.ErrorPresenterFunc {
@@ -36,6 +40,10 @@ func PresentErrors(log *slog.Logger) graphql.ErrorPresenterFunc {
 		}
 		var ge *gqlerror.Error
 		if errors.As(err, &ge) && ge.Err == nil {
+			if ge.Extensions["code"] == PersistedQueryNotFound {
+				out.Extensions = map[string]any{"code": PersistedQueryNotFound}
+				return out
+			}
 			ext := map[string]any{"code": string(domain.CodeBadInput)}
 			if r, ok := ge.Extensions["reason"]; ok { // presented already (ShapeError)
 				ext["reason"] = r
@@ -61,6 +69,12 @@ func PresentErrors(log *slog.Logger) graphql.ErrorPresenterFunc {
 		return &gqlerror.Error{Message: "internal error", Path: out.Path, Extensions: map[string]any{"code": string(domain.CodeInternal)}}
 	}
 }
+
+// PersistedQueryNotFound is the code of an automatic persisted query
+// whose hash the service does not know (gqlgen's, and the one Apollo's
+// and urql's persisted-query links look for before they resend the
+// operation with its text).
+const PersistedQueryNotFound = "PERSISTED_QUERY_NOT_FOUND"
 
 // domainExtensions maps a domain error's code (and details) to the
 // contract's extensions.

@@ -22,6 +22,9 @@ type Gate interface {
 	Block(ctx context.Context, b domain.Block) error
 	Unblock(ctx context.Context, b domain.Block) (bool, error)
 	Blocks(ctx context.Context) ([]domain.Block, error)
+	// Terms is a seckill voucher's terms from the node's cache (no
+	// database read), for the live stock events.
+	Terms(ctx context.Context, id int64) (domain.Seckill, error)
 }
 
 // now is the server's clock: the gate's when there is one.

@@ -466,6 +466,9 @@ func TestSetVoucherGateWhilePaused(t *testing.T) {
 		if code == "FORBIDDEN" {
 			break
 		}
+		if code == "OK" {
+			t.Fatal("node B sold without a ticket after the gate changed")
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("node B still answers %s a second after the gate changed", code)
 		}

@@ -33,6 +33,7 @@ type ResolverRoot interface {
 	Mutation() MutationResolver
 	Query() QueryResolver
 	SeckillInfo() SeckillInfoResolver
+	StockUpdate() StockUpdateResolver
 	Subscription() SubscriptionResolver
 }
 
@@ -159,6 +160,7 @@ type ComplexityRoot struct {
 		Challenge     func(childComplexity int) int
 		EndAt         func(childComplexity int) int
 		EndsInMs      func(childComplexity int) int
+		ID            func(childComplexity int) int
 		InitialStock  func(childComplexity int) int
 		PerUserLimit  func(childComplexity int) int
 		Remaining     func(childComplexity int) int
@@ -180,7 +182,9 @@ type ComplexityRoot struct {
 
 	StockUpdate struct {
 		At        func(childComplexity int) int
+		ID        func(childComplexity int) int
 		Remaining func(childComplexity int) int
+		Seckill   func(childComplexity int) int
 		Sold      func(childComplexity int) int
 		SoldOut   func(childComplexity int) int
 		VoucherID func(childComplexity int) int
@@ -273,6 +277,9 @@ type QueryResolver interface {
 type SeckillInfoResolver interface {
 	StartsInMs(ctx context.Context, obj *model.SeckillInfo) (int, error)
 	EndsInMs(ctx context.Context, obj *model.SeckillInfo) (int, error)
+}
+type StockUpdateResolver interface {
+	Seckill(ctx context.Context, obj *model.StockUpdate) (*model.SeckillInfo, error)
 }
 type SubscriptionResolver interface {
 	StockChanged(ctx context.Context, voucherID int64) (<-chan *model.StockUpdate, error)
@@ -917,6 +924,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.SeckillInfo.EndsInMs(childComplexity), true
+	case "SeckillInfo.id":
+		if e.ComplexityRoot.SeckillInfo.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SeckillInfo.ID(childComplexity), true
 	case "SeckillInfo.initialStock":
 		if e.ComplexityRoot.SeckillInfo.InitialStock == nil {
 			break
@@ -992,12 +1005,24 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.StockUpdate.At(childComplexity), true
+	case "StockUpdate.id":
+		if e.ComplexityRoot.StockUpdate.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockUpdate.ID(childComplexity), true
 	case "StockUpdate.remaining":
 		if e.ComplexityRoot.StockUpdate.Remaining == nil {
 			break
 		}
 
 		return e.ComplexityRoot.StockUpdate.Remaining(childComplexity), true
+	case "StockUpdate.seckill":
+		if e.ComplexityRoot.StockUpdate.Seckill == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StockUpdate.Seckill(childComplexity), true
 	case "StockUpdate.sold":
 		if e.ComplexityRoot.StockUpdate.Sold == nil {
 			break
@@ -1500,6 +1525,8 @@ func (ec *executionContext) childFields_SeckillChallenge(ctx context.Context, fi
 
 func (ec *executionContext) childFields_SeckillInfo(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
+	case "id":
+		return ec.fieldContext_SeckillInfo_id(ctx, field)
 	case "initialStock":
 		return ec.fieldContext_SeckillInfo_initialStock(ctx, field)
 	case "remaining":
@@ -1548,6 +1575,8 @@ func (ec *executionContext) childFields_SeckillTicket(ctx context.Context, field
 
 func (ec *executionContext) childFields_StockUpdate(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
+	case "id":
+		return ec.fieldContext_StockUpdate_id(ctx, field)
 	case "voucherId":
 		return ec.fieldContext_StockUpdate_voucherId(ctx, field)
 	case "remaining":
@@ -1558,6 +1587,8 @@ func (ec *executionContext) childFields_StockUpdate(ctx context.Context, field g
 		return ec.fieldContext_StockUpdate_soldOut(ctx, field)
 	case "at":
 		return ec.fieldContext_StockUpdate_at(ctx, field)
+	case "seckill":
+		return ec.fieldContext_StockUpdate_seckill(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type StockUpdate", field.Name)
 }
@@ -4725,6 +4756,29 @@ func (ec *executionContext) fieldContext_SeckillChallenge_expiresAt(_ context.Co
 	return graphql.NewScalarFieldContext("SeckillChallenge", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
+func (ec *executionContext) _SeckillInfo_id(ctx context.Context, field graphql.CollectedField, obj *model.SeckillInfo) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SeckillInfo_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNID2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SeckillInfo_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SeckillInfo", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
 func (ec *executionContext) _SeckillInfo_initialStock(ctx context.Context, field graphql.CollectedField, obj *model.SeckillInfo) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -5070,6 +5124,29 @@ func (ec *executionContext) fieldContext_SeckillTicket_expiresAt(_ context.Conte
 	return graphql.NewScalarFieldContext("SeckillTicket", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
+func (ec *executionContext) _StockUpdate_id(ctx context.Context, field graphql.CollectedField, obj *model.StockUpdate) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_StockUpdate_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNID2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_StockUpdate_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("StockUpdate", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
 func (ec *executionContext) _StockUpdate_voucherId(ctx context.Context, field graphql.CollectedField, obj *model.StockUpdate) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -5183,6 +5260,38 @@ func (ec *executionContext) _StockUpdate_at(ctx context.Context, field graphql.C
 }
 func (ec *executionContext) fieldContext_StockUpdate_at(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("StockUpdate", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _StockUpdate_seckill(ctx context.Context, field graphql.CollectedField, obj *model.StockUpdate) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_StockUpdate_seckill(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.StockUpdate().Seckill(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.SeckillInfo) graphql.Marshaler {
+			return ec.marshalNSeckillInfo2ᚖflashsaleᚋgraphᚋmodelᚐSeckillInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_StockUpdate_seckill(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "StockUpdate",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_SeckillInfo(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _Subscription_stockChanged(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
@@ -8319,6 +8428,11 @@ func (ec *executionContext) _SeckillInfo(ctx context.Context, sel ast.SelectionS
 		switch field.Name {
 		case "__typename":
 			out.Values[i] = graphql.MarshalString("SeckillInfo")
+		case "id":
+			out.Values[i] = ec._SeckillInfo_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "initialStock":
 			out.Values[i] = ec._SeckillInfo_initialStock(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -8559,31 +8673,74 @@ func (ec *executionContext) _StockUpdate(ctx context.Context, sel ast.SelectionS
 		switch field.Name {
 		case "__typename":
 			out.Values[i] = graphql.MarshalString("StockUpdate")
+		case "id":
+			out.Values[i] = ec._StockUpdate_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "voucherId":
 			out.Values[i] = ec._StockUpdate_voucherId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "remaining":
 			out.Values[i] = ec._StockUpdate_remaining(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "sold":
 			out.Values[i] = ec._StockUpdate_sold(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "soldOut":
 			out.Values[i] = ec._StockUpdate_soldOut(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "at":
 			out.Values[i] = ec._StockUpdate_at(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "seckill":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._StockUpdate_seckill(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.IsDeferred() {
+				deferredFieldSet.AddField(field)
+				fieldIndex := len(deferredFieldSet.Values) - 1
+				deferredFieldSet.Concurrently(fieldIndex, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, deferredFieldSet)
+				})
+
+				for _, deferrable := range field.Deferrables {
+					view, ok := deferLabelToView[deferrable.Label]
+					if !ok {
+						view = deferredFieldSet.NewView()
+						deferLabelToView[deferrable.Label] = view
+					}
+					view.AddIndices(fieldIndex)
+				}
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -9601,6 +9758,16 @@ func (ec *executionContext) unmarshalNSeckillCode2flashsaleᚋgraphᚋmodelᚐSe
 
 func (ec *executionContext) marshalNSeckillCode2flashsaleᚋgraphᚋmodelᚐSeckillCode(ctx context.Context, sel ast.SelectionSet, v model.SeckillCode) graphql.Marshaler {
 	return v
+}
+
+func (ec *executionContext) marshalNSeckillInfo2ᚖflashsaleᚋgraphᚋmodelᚐSeckillInfo(ctx context.Context, sel ast.SelectionSet, v *model.SeckillInfo) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._SeckillInfo(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNSeckillResult2ᚖflashsaleᚋgraphᚋmodelᚐSeckillResult(ctx context.Context, sel ast.SelectionSet, v *model.SeckillResult) graphql.Marshaler {

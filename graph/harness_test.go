@@ -17,6 +17,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"flashsale/actors"
+	"flashsale/actors/writer"
 	"flashsale/graph"
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
@@ -41,13 +42,13 @@ type testServer struct {
 	tokens  *auth.Tokens
 	catalog *catalog.Service
 	router  *actors.Router
-	writer  *persistence.OrderWriter
+	writer  *writer.Writer
 	// gate guards every grab; gateCalls counts the Redis commands of its
 	// request-path client (its pub/sub watcher has a client of its own).
 	gate      *gate.Service
 	gateCalls *testenv.Counter
 	// rpWriter persists red-packet grabs.
-	rpWriter *persistence.RedPacketWriter
+	rpWriter *writer.Writer
 }
 
 // testGateOptions are the gate's options in tests (a release of a minute,
@@ -106,15 +107,13 @@ func startNode(tb testing.TB, db *bun.DB, rs *testenv.RedisServer, options func(
 	}
 	ids := testenv.MustOrderIDs(tb, s.db)
 	s.router = actors.NewRouter(persistence.NewGrabs(grabs), ids, s.catalog, log, options(s.rdb))
-	s.writer = persistence.NewOrderWriter(s.db, s.rdb, log, persistence.OrderWriterOptions{})
+	s.writer = testenv.StartOrderWriter(tb, s.db, s.rdb, writer.Options{})
 	rds := persistence.NewRedPacketRedis(s.rdb)
 	rpStore := persistence.NewRedPacketStore(s.db, rds)
 	redPackets := redpackets.New(rpStore, ids, s.router.RedPackets(rds, rpStore), redpackets.Config{})
-	s.rpWriter = persistence.NewRedPacketWriter(s.db, s.rdb, log, persistence.LogConsumerOptions{})
+	s.rpWriter = testenv.StartRedPacketWriter(tb, s.db, s.rdb, writer.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
-	bg.Go(func() { _ = s.writer.Run(ctx) })
-	bg.Go(func() { _ = s.rpWriter.Run(ctx) })
 	events := persistence.NewStock(s.rdb).Subscribe(ctx)
 	bg.Go(func() { defer events.Close(); _ = s.router.Follow(ctx, events) })
 	s.gateCalls = new(testenv.Counter)

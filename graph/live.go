@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 
+	"github.com/99designs/gqlgen/graphql"
+
 	"flashsale/domain"
 	"flashsale/graph/model"
 )
@@ -63,4 +65,57 @@ func (r *Resolver) orderChanged(ctx context.Context, orderID int64) (<-chan *mod
 	return follow(ctx, func(send func(domain.Order) bool, done func()) error {
 		return r.Live.SubscribeOrder(ctx, c, orderID, send, done)
 	}, orderToModel)
+}
+
+// stockSeckill is StockUpdate.seckill. Its id, remaining and
+// initialStock are the update's own, so a live event that selects only
+// those (what a client cache needs) costs nothing beyond the stock read
+// the live service already made for every subscriber. The voucher's
+// terms are fetched only when the selection asks for one, from the
+// gate's per-node cache: never a database read per event and subscriber.
+func (r *Resolver) stockSeckill(ctx context.Context, u *model.StockUpdate) (*model.SeckillInfo, error) {
+	if !asksTerms(ctx) {
+		return &model.SeckillInfo{ID: u.VoucherID, InitialStock: u.Remaining + u.Sold, Remaining: u.Remaining}, nil
+	}
+	terms, err := r.seckillTerms(ctx, u.VoucherID)
+	if err != nil {
+		return nil, err
+	}
+	info := seckillInfoToModel(u.VoucherID, terms)
+	info.InitialStock, info.Remaining = u.Remaining+u.Sold, u.Remaining
+	return info, nil
+}
+
+// stockFields are the SeckillInfo fields a stock update carries itself.
+var stockFields = map[string]bool{"__typename": true, "id": true, "remaining": true, "initialStock": true}
+
+// asksTerms reports whether the field's selection asks for a SeckillInfo
+// field the stock update does not carry.
+func asksTerms(ctx context.Context) bool {
+	fc := graphql.GetFieldContext(ctx)
+	if fc == nil || fc.Field.Field == nil {
+		return true
+	}
+	for _, f := range graphql.CollectFields(graphql.GetOperationContext(ctx), fc.Field.Selections, []string{"SeckillInfo"}) {
+		if !stockFields[f.Name] {
+			return true
+		}
+	}
+	return false
+}
+
+// seckillTerms reads a seckill voucher's terms: from the gate's cache,
+// or from the catalog in a server without a gate.
+func (r *Resolver) seckillTerms(ctx context.Context, voucherID int64) (domain.Seckill, error) {
+	if r.Gate != nil {
+		return r.Gate.Terms(ctx, voucherID)
+	}
+	v, err := r.Catalog.Get(ctx, voucherID)
+	if err != nil {
+		return domain.Seckill{}, err
+	}
+	if v.Seckill == nil {
+		return domain.Seckill{}, domain.NotFound("seckill voucher", voucherID)
+	}
+	return *v.Seckill, nil
 }

@@ -9,13 +9,17 @@ import (
 	"testing"
 	"time"
 
+	"flashsale/graph"
 	"flashsale/internal/auth"
 )
 
-// contractCodes are the extensions.code values the public contract allows.
+// contractCodes are the extensions.code values the public contract allows,
+// and PERSISTED_QUERY_NOT_FOUND, the automatic-persisted-query protocol's
+// request for a hash's text (clients' persisted-query links match it).
 var contractCodes = map[string]bool{
 	"UNAUTHENTICATED": true, "FORBIDDEN": true, "RATE_LIMITED": true, "BAD_USER_INPUT": true,
 	"NOT_FOUND": true, "INTERNAL": true, "NOT_IMPLEMENTED": true, "UNAVAILABLE": true,
+	graph.PersistedQueryNotFound: true,
 }
 
 // queryFuzzer is the /query handler on real stores with one voucher, and

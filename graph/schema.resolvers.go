@@ -109,6 +109,11 @@ func (r *seckillInfoResolver) EndsInMs(ctx context.Context, obj *model.SeckillIn
 	return msUntil(obj.EndAt, r.now()), nil
 }
 
+// Seckill is the resolver for the seckill field.
+func (r *stockUpdateResolver) Seckill(ctx context.Context, obj *model.StockUpdate) (*model.SeckillInfo, error) {
+	return r.stockSeckill(ctx, obj)
+}
+
 // StockChanged is the resolver for the stockChanged field.
 func (r *subscriptionResolver) StockChanged(ctx context.Context, voucherID int64) (<-chan *model.StockUpdate, error) {
 	return r.stockChanged(ctx, voucherID)
@@ -128,6 +133,9 @@ func (r *Resolver) Query() QueryResolver { return &queryResolver{r} }
 // SeckillInfo returns SeckillInfoResolver implementation.
 func (r *Resolver) SeckillInfo() SeckillInfoResolver { return &seckillInfoResolver{r} }
 
+// StockUpdate returns StockUpdateResolver implementation.
+func (r *Resolver) StockUpdate() StockUpdateResolver { return &stockUpdateResolver{r} }
+
 // Subscription returns SubscriptionResolver implementation.
 func (r *Resolver) Subscription() SubscriptionResolver { return &subscriptionResolver{r} }
 
@@ -135,5 +143,6 @@ type (
 	mutationResolver     struct{ *Resolver }
 	queryResolver        struct{ *Resolver }
 	seckillInfoResolver  struct{ *Resolver }
+	stockUpdateResolver  struct{ *Resolver }
 	subscriptionResolver struct{ *Resolver }
 )

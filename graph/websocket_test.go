@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/golang-jwt/jwt/v5"
 
 	"flashsale/graph"
 	"flashsale/httpapi"
@@ -426,4 +427,45 @@ func TestLegacyGraphQLWSOperationsAreBounded(t *testing.T) {
 		t.Fatalf("%s %s %s", m.ID, m.Type, m.Payload)
 	}
 	wantCode(t, errs, "BAD_USER_INPUT")
+}
+
+// A socket refused for its token closes with 4401 and a reason that says
+// what was wrong, missing, expired or invalid, and no more.
+func TestRefusedTokenClosesWith4401AndWhy(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	h := httptest.NewServer(s.handler)
+	t.Cleanup(h.Close)
+	sign := func(secret string, exp time.Time) string {
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+			"sub": "2", "role": "user", "exp": exp.Unix(), "iat": exp.Add(-time.Hour).Unix(),
+		}).SignedString([]byte(secret))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	for _, tc := range []struct{ name, payload, reason string }{
+		{"no Authorization", `{}`, "missing token"},
+		{"not a bearer token", `{"Authorization":"Basic dTpw"}`, "missing token"},
+		{"expired", `{"Authorization":"Bearer ` + sign(testSecret, time.Now().Add(-time.Minute)) + `"}`, "token expired"},
+		{"another secret's", `{"Authorization":"Bearer ` + sign("another-secret-0123456789abcdef0123", time.Now().Add(time.Minute)) + `"}`, "invalid token"},
+		{"not a JWT", `{"Authorization":"Bearer nope"}`, "invalid token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialWS(t, h, "graphql-transport-ws")
+			sendWS(t, c, `{"type":"connection_init","payload":`+tc.payload+`}`)
+			for {
+				_, err := readWS(c, 3*time.Second)
+				if err == nil {
+					continue
+				}
+				var ce websocket.CloseError
+				if !errors.As(err, &ce) || ce.Code != 4401 || !strings.HasPrefix(ce.Reason, tc.reason) {
+					t.Fatalf("closed with %v, want 4401 %q", err, tc.reason)
+				}
+				return
+			}
+		})
+	}
 }

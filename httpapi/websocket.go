@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -420,7 +421,8 @@ func wsAuthenticate(tokens *auth.Tokens) transport.WebsocketInitFunc {
 	return func(ctx context.Context, p transport.InitPayload) (context.Context, *transport.InitPayload, error) {
 		id, err := tokens.VerifyHeader(p.Authorization())
 		if err != nil {
-			return transport.WithWebsocketCloseCode(ctx, closeUnauthorized), nil, err
+			ctx = transport.AppendCloseReason(transport.WithWebsocketCloseCode(ctx, closeUnauthorized), unauthorizedReason(err))
+			return ctx, nil, err
 		}
 		if s := slotsFrom(ctx); s != nil {
 			if de := s.takeUser(id.UserID); de != nil {
@@ -429,5 +431,20 @@ func wsAuthenticate(tokens *auth.Tokens) transport.WebsocketInitFunc {
 			}
 		}
 		return auth.WithIdentity(ctx, id, nil), nil, nil
+	}
+}
+
+// unauthorizedReason is the reason of a 4401 close frame: whether the
+// token was missing (no "Bearer <JWT>" in the connection_init payload),
+// expired, or invalid, and no more; which check failed would help a
+// forger, not a client.
+func unauthorizedReason(err error) string {
+	switch {
+	case errors.Is(err, domain.ErrUnauthenticated):
+		return `missing token: send connection_init with payload {"Authorization": "Bearer <JWT>"}`
+	case errors.Is(err, auth.ErrExpired):
+		return "token expired"
+	default:
+		return "invalid token"
 	}
 }

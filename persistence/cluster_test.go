@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"flashsale/actors/writer"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -53,7 +54,7 @@ func TestOnARedisClusterVouchersSellExactlyButTheirLogsCannotBeRead(t *testing.T
 		t.Fatalf("the vouchers all live on %v: want them spread over at least two primaries", primaries)
 	}
 
-	w := runWriter(t, db, rdb, persistence.OrderWriterOptions{})
+	w := runWriter(t, db, rdb, writer.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	drainErr := w.WaitDrained(ctx)

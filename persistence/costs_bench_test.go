@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"flashsale/actors/writer"
 	"flashsale/bench/sale"
 	"flashsale/domain"
 	"flashsale/internal/testenv"
@@ -74,7 +75,7 @@ func BenchmarkOrderCosts(b *testing.B) {
 		}
 		r0, p0, s0 := redisCPU(b, rdb), postgresCPU(b), selfCPU(b)
 		b.ResetTimer()
-		w := runWriter(b, db, rdb, persistence.OrderWriterOptions{})
+		w := runWriter(b, db, rdb, writer.Options{})
 		drained(b, w, 5*time.Minute)
 		b.StopTimer()
 		b.ReportMetric(perOp(redisCPU(b, rdb)-r0, b.N), "redis-µs/order")

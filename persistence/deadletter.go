@@ -83,7 +83,7 @@ type deadLetterRow struct {
 }
 
 // DeadLetter records refused order-log entries, with their reasons, in
-// tb_order_dead_letter (the LogConsumer calls it before it acknowledges
+// tb_order_dead_letter (the persistence actor calls it before it acknowledges
 // them, under one attempt's deadline; a replayed entry is recorded once,
 // by its key).
 func (w *OrderWriter) DeadLetter(ctx context.Context, dead []DeadEntry) error {

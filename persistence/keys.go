@@ -103,7 +103,7 @@ const (
 	// OrderLogGroup is the consumer group of every order log.
 	OrderLogGroup = "persist"
 	// orderLeasePrefix prefixes an order writer's consumer name in the key
-	// of its lease (see LogConsumer.Acquire).
+	// of its lease (see ConsumerName).
 	orderLeasePrefix = "flashsale:consumer:"
 )
 

@@ -12,17 +12,9 @@ import (
 // The persistence metrics, in one place: namespaced and low-cardinality
 // (labels only from short fixed sets: a dead letter's reason, a store, a grab code).
 var (
-	orderLogLag = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "flashsale", Name: "order_log_lag",
-		Help: "Orders accepted in Redis and not yet committed to the database (all order logs).",
-	})
 	ordersPersisted = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "flashsale", Name: "orders_persisted_total",
 		Help: "Orders inserted into tb_voucher_order by the order writer.",
-	})
-	orderWriteErrors = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "flashsale", Name: "order_write_errors_total",
-		Help: "Failed attempts to commit a batch of orders (retried with backoff).",
 	})
 	ordersAdopted = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "flashsale", Name: "orders_adopted_total",
@@ -32,17 +24,6 @@ var (
 		Namespace: "flashsale", Name: "orders_dead_total",
 		Help: "Order-log entries the database refused for good, kept in tb_order_dead_letter, by reason.",
 	}, []string{"reason"})
-	orderLogPending = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "flashsale", Name: "order_log_pending",
-		Help: "Order-log entries delivered to a writer and not yet acknowledged (all order logs, all writers).",
-	})
-	// orderLogLagSeconds is the age of the oldest unhandled entry: an
-	// acknowledged entry is deleted at once, so a log's first entry is its
-	// oldest unhandled one, and its id is its append time.
-	orderLogLagSeconds = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "flashsale", Name: "order_log_lag_seconds",
-		Help: "Age of the oldest order-log entry not yet committed to the database (0 when every log is empty).",
-	})
 	writeBatchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: "flashsale", Name: "order_write_batch_size",
 		Help:    "Order-log entries handled by one attempt of the order writer.",
@@ -80,8 +61,8 @@ var (
 )
 
 func init() {
-	prometheus.MustRegister(orderLogLag, ordersPersisted, orderWriteErrors, ordersAdopted, ordersDead, fallbackGrabs,
-		orderLogPending, orderLogLagSeconds, writeBatchSize, writeDuration, scriptDuration, redisErrors, rateLimited)
+	prometheus.MustRegister(ordersPersisted, ordersAdopted, ordersDead, fallbackGrabs,
+		writeBatchSize, writeDuration, scriptDuration, redisErrors, rateLimited)
 	// Present at 0 from the start, so that a dashboard tells "none" from
 	// "not reported".
 	for _, op := range []string{"script", "stream", "ping", "other"} {

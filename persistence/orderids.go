@@ -89,16 +89,18 @@ type orderIDNode struct {
 }
 
 // OrderIDs hands out unique, roughly time-ordered order ids from memory:
-// a grab batch costs no round trip. Only leasing a node slot and renewing
-// its reservation (every Renew, in the background) touch the database.
+// a grab batch costs no round trip. Only leasing a node slot (Acquire) and
+// renewing its reservation (Renew) touch the database. It is the claim of
+// the slot's lease: lease.Lease.Keep renews it every RenewEvery, and at
+// once when Wake says Take ran out of reserved seconds.
 type OrderIDs struct {
 	db   *bun.DB
 	log  *slog.Logger
 	opts OrderIDOptions
 
 	mu sync.Mutex
-	// node and owner name the lease; node is 0 before Start and after
-	// Close. Only Start, the renewer and Close change them.
+	// node and owner name the lease; node is 0 before Acquire and after
+	// Release. Only Acquire, Renew and Release change them.
 	node  int64
 	owner string
 	// sec and seq are the next id; reserved is the last second the
@@ -106,55 +108,52 @@ type OrderIDs struct {
 	sec, seq, reserved int64
 	leaseUntil         time.Time
 
-	kick   chan struct{}
-	cancel context.CancelFunc
-	done   chan struct{}
+	kick chan struct{}
 }
 
-// NewOrderIDs returns an allocator; Start leases its node slot.
+// NewOrderIDs returns an allocator; Acquire leases its node slot.
 func NewOrderIDs(db *bun.DB, log *slog.Logger, opts OrderIDOptions) *OrderIDs {
 	return &OrderIDs{db: db, log: log, opts: opts.withDefaults(), kick: make(chan struct{}, 1)}
 }
 
-// Start leases a node slot and renews it in the background until Close or
-// until ctx ends (then the lease lapses instead of being released).
-func (o *OrderIDs) Start(ctx context.Context) error {
+// Acquire leases a node slot. Renew keeps it; without renewals it lapses
+// after Lease.
+func (o *OrderIDs) Acquire(ctx context.Context) error {
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err := o.acquire(actx)
-	cancel()
-	if err != nil {
-		return err
-	}
-	ctx, o.cancel = context.WithCancel(ctx)
-	o.done = make(chan struct{})
-	go o.renewLoop(ctx)
-	return nil
+	defer cancel()
+	return o.acquire(actx)
 }
 
-// Close stops renewing and releases the slot, so another process may take
-// it at once. Its reservation shrinks to the last second used (no id will
-// come from the rest), so the next owner starts near the clock rather
-// than past seconds nobody used. Take fails afterwards.
-func (o *OrderIDs) Close() {
-	if o.cancel == nil {
-		return
-	}
-	o.cancel()
-	<-o.done
+// LeaseTTL is how long the slot stays ours without a renewal.
+func (o *OrderIDs) LeaseTTL() time.Duration { return o.opts.Lease }
+
+// RenewEvery is how often the slot's lease and reservation should be
+// renewed.
+func (o *OrderIDs) RenewEvery() time.Duration { return o.opts.Renew }
+
+// Wake signals when Take ran out of reserved seconds: renew at once
+// rather than at the next tick.
+func (o *OrderIDs) Wake() <-chan struct{} { return o.kick }
+
+// Release gives up the slot, so another process may take it at once. Its
+// reservation shrinks to the last second used (no id will come from the
+// rest), so the next owner starts near the clock rather than past seconds
+// nobody used. Take fails afterwards.
+func (o *OrderIDs) Release(ctx context.Context) error {
 	o.mu.Lock()
 	node, owner, used := o.node, o.owner, min(o.sec, o.reserved)
 	o.node = 0
 	o.mu.Unlock()
 	if node == 0 {
-		return
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
 	_, err := o.db.NewUpdate().Model((*orderIDNode)(nil)).Set("lease_until_ms = 0").Set("reserved_until_sec = ?", used).
 		Where("node = ?", node).Where("owner = ?", owner).Where("reserved_until_sec >= ?", used).Exec(ctx)
 	if err != nil {
 		o.log.Warn("order-id node not released; it is free once its lease ends", "node", node, "err", err)
+		return fmt.Errorf("release order-id node %d: %w", node, err)
 	}
+	return nil
 }
 
 // Take returns n fresh ids. It fails, wrapping ErrNoOrderIDs, when the ids
@@ -163,7 +162,7 @@ func (o *OrderIDs) Take(_ context.Context, n int) ([]int64, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.node == 0 {
-		return nil, errors.New("take order ids: allocator not started or closed")
+		return nil, errors.New("take order ids: no node slot leased (before Acquire or after Release)")
 	}
 	if now := o.second(); now > o.sec { // never back: a clock turned back reuses nothing
 		o.sec, o.seq = now, 0
@@ -240,16 +239,19 @@ func (o *OrderIDs) acquire(ctx context.Context) error {
 	return errors.New("lease an order-id node: every free node was taken by another process first")
 }
 
-// renew writes a reservation Reserve past the clock (never less than the
+// Renew writes a reservation Reserve past the clock (never less than the
 // one recorded) and extends the lease, while this allocator still owns the
 // slot. A slot that another process took over (our lease had lapsed) is
 // given up for a new one; until that is leased, Take goes on within the
 // reservation already recorded, which the new owner of the old slot starts
 // after.
-func (o *OrderIDs) renew(ctx context.Context) error {
+func (o *OrderIDs) Renew(ctx context.Context) error {
 	o.mu.Lock()
 	node, owner, sec, reserved := o.node, o.owner, o.sec, o.reserved
 	o.mu.Unlock()
+	if node == 0 {
+		return errors.New("renew order-id node: released")
+	}
 	next := max(reserved, max(o.second(), sec)+o.reserveSeconds())
 	leaseUntil := o.opts.Clock().Add(o.opts.Lease)
 	res, err := o.db.NewUpdate().Model((*orderIDNode)(nil)).
@@ -267,32 +269,6 @@ func (o *OrderIDs) renew(ctx context.Context) error {
 	o.reserved, o.leaseUntil = next, leaseUntil
 	o.mu.Unlock()
 	return nil
-}
-
-// renewLoop renews every Renew, at once when Take ran out of reserved
-// seconds, and every second while renewals fail.
-func (o *OrderIDs) renewLoop(ctx context.Context) {
-	defer close(o.done)
-	wait := o.opts.Renew
-	for {
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		case <-o.kick:
-			t.Stop()
-		}
-		rctx, cancel := context.WithTimeout(ctx, min(o.opts.Renew, 5*time.Second))
-		err := o.renew(rctx)
-		cancel()
-		wait = o.opts.Renew
-		if err != nil && ctx.Err() == nil {
-			o.log.Warn("order ids not renewed; grabs fail once the reservation runs out", "err", err)
-			wait = min(o.opts.Renew, time.Second)
-		}
-	}
 }
 
 // newOwner names a lease: the host and process, for an operator reading

@@ -15,6 +15,7 @@ import (
 
 	"flashsale/domain"
 	"flashsale/internal/catalog"
+	"flashsale/internal/lease"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -67,12 +68,20 @@ func leaveFreeSlots(tb testing.TB, db *bun.DB, n int) {
 func startIDs(tb testing.TB, db *bun.DB, opts persistence.OrderIDOptions) (ids *persistence.OrderIDs, crash func()) {
 	tb.Helper()
 	ids = persistence.NewOrderIDs(db, quiet, opts)
-	ctx, cancel := context.WithCancel(context.Background())
-	tb.Cleanup(cancel)
-	if err := ids.Start(ctx); err != nil {
+	if err := ids.Acquire(context.Background()); err != nil {
 		tb.Fatalf("start the order-id allocator: %v", err)
 	}
-	return ids, cancel
+	crash = keepIDs(ids)
+	tb.Cleanup(crash)
+	return ids, crash
+}
+
+// keepIDs renews an acquired slot as lease.KeepSlot does, but leaves it
+// held when stopped (crash): release it with Release.
+func keepIDs(ids *persistence.OrderIDs) (crash func()) {
+	return lease.Held("order-id slot", ids.LeaseTTL(), ids).Keep(context.Background(), lease.KeepOptions{
+		Every: ids.RenewEvery(), Retry: min(ids.RenewEvery(), time.Second), Wake: ids.Wake(), Keep: true,
+	})
 }
 
 func take(tb testing.TB, ids *persistence.OrderIDs, n int) []int64 {
@@ -124,12 +133,12 @@ func TestOrderIDsNeverRepeatAcrossRestartsAndNodes(t *testing.T) {
 				wg.Go(func() {
 					for i := 0; going(); i++ {
 						ids := persistence.NewOrderIDs(db, quiet, opts)
-						ctx, crash := context.WithCancel(context.Background())
-						if err := ids.Start(ctx); err != nil { // all three slots busy: wait for one
-							crash()
+						ctx := context.Background()
+						if err := ids.Acquire(ctx); err != nil { // all three slots busy: wait for one
 							time.Sleep(10 * time.Millisecond)
 							continue
 						}
+						crash := keepIDs(ids)
 						restarts.Add(1)
 						for j := range 3 {
 							got, err := ids.Take(ctx, 1+(i+j)%200)
@@ -150,8 +159,8 @@ func TestOrderIDsNeverRepeatAcrossRestartsAndNodes(t *testing.T) {
 						if i%3 == 0 {
 							crash() // its lease lapses; the slot is free after Lease
 						} else {
-							ids.Close()
 							crash()
+							_ = ids.Release(ctx)
 						}
 					}
 				})
@@ -204,10 +213,11 @@ func TestOrderIDsOfSalesNeverRepeatAcrossRedisLosses(t *testing.T) {
 		}
 	}
 	for round := range 3 {
-		restarted, _ := startIDs(t, db, persistence.OrderIDOptions{})
+		restarted, crash := startIDs(t, db, persistence.OrderIDOptions{})
 		sellWith(fmt.Sprintf("restarted node, round %d", round), restarted, int64(round+1))
 		sellWith(fmt.Sprintf("steady node, round %d", round), steady, int64(round+100))
-		restarted.Close()
+		crash()
+		_ = restarted.Release(t.Context())
 		srv.Restart() // the order log, stock and every Redis key are gone
 		if found, err := cat.EnsurePreheated(t.Context(), v.ID); err != nil || !found {
 			t.Fatalf("preheat after the loss: %v %v", found, err)
@@ -235,7 +245,7 @@ func TestOrderIDsStartAfterThePreviousOwnerOfTheSlot(t *testing.T) {
 			back := func(d time.Duration) { now.Add(-int64(d)) }
 			var seen idSet
 
-			first, _ := startIDs(t, db, persistence.OrderIDOptions{Clock: clock})
+			first, stopFirst := startIDs(t, db, persistence.OrderIDOptions{Clock: clock})
 			a := take(t, first, 100)
 			back(time.Minute)
 			b := take(t, first, 100)
@@ -243,7 +253,8 @@ func TestOrderIDsStartAfterThePreviousOwnerOfTheSlot(t *testing.T) {
 				t.Fatalf("after the clock went back: id %d follows %d", b[0], a[len(a)-1])
 			}
 			seen.add(t, "first owner", append(a, b...))
-			first.Close()
+			stopFirst()
+			_ = first.Release(t.Context())
 
 			// Restarted at once, its clock a minute behind the first's.
 			second, _ := startIDs(t, db, persistence.OrderIDOptions{Clock: clock, Lease: 200 * time.Millisecond, Renew: time.Hour})

@@ -12,73 +12,68 @@ import (
 	"github.com/uptrace/bun"
 )
 
-// OrderWriterOptions tunes the OrderWriter: it is the LogConsumer of the
-// order log, so its options are the consumer's.
-type OrderWriterOptions = LogConsumerOptions
+// BatchOptions tunes a batch writer of a family of logs.
+type BatchOptions struct {
+	// AttemptTimeout bounds one database attempt (a batch's transaction,
+	// a dead-letter insert): a database that stops answering without
+	// closing the connection fails the attempt instead of hanging the
+	// writer. Zero takes AttemptTimeoutDefault.
+	AttemptTimeout time.Duration
+	// Consumer is the writer's consumer name: the red-packet writer's name
+	// among the holders of a red packet's grabs (holdGrabsScript).
+	Consumer string
+	// Hold is how long each such claim lasts: two of the writer's retries
+	// (a pause and an attempt), so that a live writer renews it before it
+	// lapses. Zero takes 2 * (2 s + AttemptTimeout).
+	Hold time.Duration
+}
 
-// OrderWriter moves accepted orders from the Redis order log into
-// tb_voucher_order: it reads hundreds of entries at a time as one consumer
-// of the group, inserts them with one multi-row INSERT ... ON CONFLICT DO
-// NOTHING, takes the inserted ones off tb_seckill_voucher.stock and writes
-// their ledger rows in the same transaction, commits, and only then
-// acknowledges and deletes the entries. A crash before the acknowledgement
-// replays the batch, and the conflict clause makes the replay a no-op, so
-// every order lands exactly once. Entries left pending by a dead consumer
-// are taken over after ClaimIdle.
+// AttemptTimeoutDefault bounds one database attempt of a log writer. With
+// the writers' largest pause between retries (2 s) it stays below
+// ReloadHoldDefault: an order sold before Redis lost a voucher is returned
+// to the reloaded stock only while the reload holds its sales (see adopt),
+// and a writer holding it retries within that time.
+const AttemptTimeoutDefault = 3 * time.Second
+
+func (o BatchOptions) withDefaults() BatchOptions {
+	if o.AttemptTimeout <= 0 {
+		o.AttemptTimeout = AttemptTimeoutDefault
+	}
+	if o.Hold <= 0 {
+		o.Hold = 2 * (2*time.Second + o.AttemptTimeout)
+	}
+	return o
+}
+
+// OrderWriter moves batches of accepted orders from the Redis order log
+// into tb_voucher_order: Handle inserts hundreds of entries with one
+// multi-row INSERT ... ON CONFLICT DO NOTHING, takes the inserted ones off
+// tb_seckill_voucher.stock and writes their ledger rows in the same
+// transaction. The persistence actor reads the entries, calls Handle and
+// only then acknowledges them. A crash before the acknowledgement replays
+// the batch, and the conflict clause makes the replay a no-op, so every
+// order lands exactly once.
 //
-// The reading, claiming, retrying and acknowledging is a LogConsumer's;
-// the OrderWriter is its handler of the order log (Handle), its dead-letter
-// sink (tb_order_dead_letter) and its pruning of finished logs.
+// It is the order log's handler (Handle), dead-letter sink
+// (tb_order_dead_letter, DeadLetter) and pruning of finished logs (Prune);
+// it runs nothing by itself.
 type OrderWriter struct {
-	db       *bun.DB
-	rdb      redis.UniversalClient
-	log      *slog.Logger
-	now      func() time.Time
-	attempt  time.Duration // AttemptTimeout
-	consumer *LogConsumer
+	db      *bun.DB
+	rdb     redis.UniversalClient
+	log     *slog.Logger
+	now     func() time.Time
+	attempt time.Duration // AttemptTimeout
 	// persisted counts the orders this writer inserted (as
 	// flashsale_orders_persisted_total does for the process), so that the
 	// shutdown log can say how many reached the database while draining.
 	persisted atomic.Int64
 }
 
-var (
-	_ BatchHandler   = (*OrderWriter)(nil)
-	_ DeadLetterSink = (*OrderWriter)(nil)
-)
-
-// NewOrderWriter returns a writer; Run drives it.
-func NewOrderWriter(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opts OrderWriterOptions) *OrderWriter {
+// NewOrderWriter returns the batch writer of the order log.
+func NewOrderWriter(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opts BatchOptions) *OrderWriter {
 	opts = opts.withDefaults()
-	w := &OrderWriter{db: db, rdb: rdb, log: log, now: time.Now, attempt: opts.AttemptTimeout}
-	w.consumer = NewLogConsumer(rdb, log, LogFamily{
-		Name:        "order writer",
-		Registry:    orderLogsKey,
-		Group:       OrderLogGroup,
-		LeasePrefix: orderLeasePrefix,
-		Handler:     w,
-		DeadLetters: w,
-		Prune:       w.prune,
-		Lag:         orderLogLag,
-		LagSeconds:  orderLogLagSeconds,
-		Pending:     orderLogPending,
-		Failures:    orderWriteErrors,
-	}, opts)
-	return w
+	return &OrderWriter{db: db, rdb: rdb, log: log, now: time.Now, attempt: opts.AttemptTimeout}
 }
-
-// Acquire takes the lease on the writer's consumer name (see
-// LogConsumer.Acquire): two nodes given the same NODE_ID fail here with
-// ErrConsumerInUse.
-func (w *OrderWriter) Acquire(ctx context.Context) error { return w.consumer.Acquire(ctx) }
-
-// Run persists orders until ctx ends. It never drops an entry: a failed
-// batch is retried, with backoff, until it commits or ctx ends.
-func (w *OrderWriter) Run(ctx context.Context) error { return w.consumer.Run(ctx) }
-
-// WaitDrained waits until every order log is empty (all accepted orders
-// committed), polling, or until ctx ends.
-func (w *OrderWriter) WaitDrained(ctx context.Context) error { return w.consumer.WaitDrained(ctx) }
 
 // Persisted counts the orders this writer has inserted since it was made.
 func (w *OrderWriter) Persisted() int64 { return w.persisted.Load() }

@@ -7,12 +7,15 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 
+	"flashsale/actors/writer"
 	"flashsale/internal/lease"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
@@ -20,18 +23,23 @@ import (
 
 // startWriter takes the writer's lease and runs it until stop (or the
 // test's end), as a node does.
-func startWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts persistence.OrderWriterOptions) (w *persistence.OrderWriter, stop func()) {
+func startWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts writer.Options) (w *writer.Writer, stop func()) {
 	tb.Helper()
-	w = persistence.NewOrderWriter(db, rdb, quiet, opts)
+	w = orderWriter(db, rdb, opts)
 	if err := w.Acquire(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
-	stop = func() { cancel(); <-done }
+	system := actor.NewActorSystem()
+	w.Start(system)
+	var once sync.Once
+	stop = func() { once.Do(func() { w.Stop(); system.Shutdown() }) }
 	tb.Cleanup(stop)
 	return w, stop
+}
+
+// orderWriter is a persistence actor of the order log, not started.
+func orderWriter(db *bun.DB, rdb redis.UniversalClient, opts writer.Options) *writer.Writer {
+	return writer.New(writer.Orders(db, rdb, quiet, opts), quiet, opts)
 }
 
 // consumers returns the pending count of each consumer of a log's group.
@@ -100,7 +108,7 @@ func TestOrderWriterTakesTheLeaseOfADeadProcessAtOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			began := time.Now()
-			w := persistence.NewOrderWriter(db, rdb, quiet, persistence.OrderWriterOptions{Consumer: "node-b"})
+			w := orderWriter(db, rdb, writer.Options{Consumer: "node-b"})
 			if err := w.Acquire(t.Context()); err != nil {
 				t.Fatal(err)
 			}
@@ -135,7 +143,7 @@ func TestOrderWriterRestartedUnderItsNameResumesAtOnce(t *testing.T) {
 	}
 
 	began := time.Now()
-	w, _ := startWriter(t, db, rdb, persistence.OrderWriterOptions{Consumer: "node-a", ClaimIdle: time.Hour})
+	w, _ := startWriter(t, db, rdb, writer.Options{Consumer: "node-a", ClaimIdle: time.Hour})
 	drained(t, w, 5*time.Second)
 	if took := time.Since(began); took > 3*time.Second {
 		t.Errorf("resumed after %v", took)
@@ -161,7 +169,7 @@ func TestOrderWriterRemovesDeadConsumers(t *testing.T) {
 	}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	opts := persistence.OrderWriterOptions{Consumer: "first", ClaimIdle: time.Hour, ClaimEvery: 50 * time.Millisecond, DeadConsumerIdle: 300 * time.Millisecond}
+	opts := writer.Options{Consumer: "first", ClaimIdle: time.Hour, ClaimEvery: 50 * time.Millisecond, DeadConsumerIdle: 300 * time.Millisecond}
 	_, stop := startWriter(t, db, rdb, opts)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -205,12 +213,12 @@ func TestOrderWriterRemovesDeadConsumers(t *testing.T) {
 func TestOrderWriterRefusesANameInUse(t *testing.T) {
 	t.Parallel()
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
-	opts := persistence.OrderWriterOptions{Consumer: "twin", ConsumerLease: time.Second}
+	opts := writer.Options{Consumer: "twin", ConsumerLease: time.Second}
 	_, stop := startWriter(t, db, rdb, opts)
 
 	began := time.Now()
-	err := persistence.NewOrderWriter(db, rdb, quiet, opts).Acquire(t.Context())
-	if !errors.Is(err, persistence.ErrConsumerInUse) {
+	err := orderWriter(db, rdb, opts).Acquire(t.Context())
+	if !errors.Is(err, lease.ErrInUse) {
 		t.Fatalf("second writer with the same name: %v", err)
 	}
 	if took := time.Since(began); took < opts.ConsumerLease {
@@ -219,7 +227,7 @@ func TestOrderWriterRefusesANameInUse(t *testing.T) {
 	t.Logf("refused: %v", err)
 
 	stop()
-	if err := persistence.NewOrderWriter(db, rdb, quiet, opts).Acquire(t.Context()); err != nil {
+	if err := orderWriter(db, rdb, opts).Acquire(t.Context()); err != nil {
 		t.Fatalf("after the first writer stopped: %v", err)
 	}
 	rdb.Del(t.Context(), "flashsale:consumer:twin")
@@ -228,7 +236,7 @@ func TestOrderWriterRefusesANameInUse(t *testing.T) {
 	if err := rdb.Set(t.Context(), "flashsale:consumer:twin", "elsewhere 1 x", 1500*time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := persistence.NewOrderWriter(db, rdb, quiet, opts).Acquire(t.Context()); err != nil {
+	if err := orderWriter(db, rdb, opts).Acquire(t.Context()); err != nil {
 		t.Fatalf("a lease that expired: %v", err)
 	}
 }
@@ -258,7 +266,7 @@ func TestOrderLogReclaimRunsUnderTheRedlockSingleton(t *testing.T) {
 		})
 	}()
 	<-held
-	w, _ := startWriter(t, db, rdb, persistence.OrderWriterOptions{
+	w, _ := startWriter(t, db, rdb, writer.Options{
 		Consumer: "live-node", ClaimIdle: 50 * time.Millisecond, ClaimEvery: 50 * time.Millisecond,
 		Reclaim: func(ctx context.Context, fn func(context.Context) error) (bool, error) {
 			return locks.Do(ctx, "order-log-reclaim", fn)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"flashsale/actors/writer"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -34,7 +35,7 @@ func TestOrderWriterDeadLettersImpossibleOrders(t *testing.T) {
 	entry(entryValues(9_000_002, 50, v.ID, now, 1)...)
 	entry(entryValues(9_000_003, 51, v.ID, now, 1)...)
 	entry("garbage", "yes")
-	w := runWriter(t, db, rdb, persistence.OrderWriterOptions{})
+	w := runWriter(t, db, rdb, writer.Options{})
 	drained(t, w, 20*time.Second)
 
 	dead, _, err := persistence.NewDeadLetters(db).List(ctx, nil, 100, "")
@@ -103,7 +104,7 @@ func TestDatabaseRefusesOrdersPastAUsersLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w := runWriter(t, db, rdb, persistence.OrderWriterOptions{})
+	w := runWriter(t, db, rdb, writer.Options{})
 	drained(t, w, 20*time.Second)
 	assertPersisted(t, db, v, append(sold, 9_100_000, 9_100_001))
 	dead, _, err := persistence.NewDeadLetters(db).List(ctx, &v.ID, 10, "")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"flashsale/actors/writer"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -29,7 +30,7 @@ func TestOrderWriterWaitsOutAPostgresOutage(t *testing.T) {
 	rdb := testenv.MustRedis(t).Client()
 
 	v := testenv.MustVoucher(t, direct, rdb, testenv.VoucherSpec{Stock: 1000, Limit: 1})
-	w := runWriter(t, proxied, rdb, persistence.OrderWriterOptions{Batch: 50, MaxBackoff: 200 * time.Millisecond})
+	w := runWriter(t, proxied, rdb, writer.Options{Batch: 50, MaxBackoff: 200 * time.Millisecond})
 	before := sell(t, direct, rdb, v.ID, users(1, 100))
 	drained(t, w, 20*time.Second)
 
@@ -55,7 +56,7 @@ func TestOrderWriterSurvivesAPostgresThatStopsAnswering(t *testing.T) {
 	direct, proxied, proxy := viaProxy(t)
 	rdb := testenv.MustRedis(t).Client()
 	v := testenv.MustVoucher(t, direct, rdb, testenv.VoucherSpec{Stock: 1000, Limit: 1})
-	w := runWriter(t, proxied, rdb, persistence.OrderWriterOptions{
+	w := runWriter(t, proxied, rdb, writer.Options{
 		Batch: 50, MaxBackoff: 200 * time.Millisecond, AttemptTimeout: 500 * time.Millisecond,
 	})
 	before := sell(t, direct, rdb, v.ID, users(1, 100))

@@ -39,7 +39,7 @@ func registerLog(ctx context.Context, rdb redis.UniversalClient, log string) err
 // logFinishedScript tells whether an order log is finished: scripts/log_finished.lua.
 var logFinishedScript = newScript("log_finished")
 
-// prune drops finished order logs from the registry, so that the writer's
+// Prune drops finished order logs from the registry, so that the writer's
 // reads, claims and lag probes do not grow with every voucher ever sold.
 // A later preheat of the voucher registers its log again. It returns how
 // many it dropped; errors only postpone pruning.
@@ -57,7 +57,7 @@ var logFinishedScript = newScript("log_finished")
 // in the first two cases. So a log that can receive orders is missing from
 // the registry at most between a preheat's script and that preheat's own
 // registration, as a new voucher's log is (docs/DECISIONS.md).
-func (w *OrderWriter) prune(ctx context.Context, logs []string) int {
+func (w *OrderWriter) Prune(ctx context.Context, logs []string) int {
 	if len(logs) == 0 {
 		return 0
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"flashsale/actors/writer"
 	"flashsale/internal/catalog"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
@@ -93,7 +94,7 @@ func TestPruneKeepsALogThatCameBackToLife(t *testing.T) {
 	pause := newPauseAfterFinished(v.ID)
 	wrdb := srv.Client()
 	wrdb.AddHook(pause)
-	w := runWriter(t, db, wrdb, persistence.OrderWriterOptions{ClaimIdle: 150 * time.Millisecond, ClaimEvery: 50 * time.Millisecond})
+	w := runWriter(t, db, wrdb, writer.Options{ClaimIdle: 150 * time.Millisecond, ClaimEvery: 50 * time.Millisecond})
 	select {
 	case <-pause.checked:
 	case <-time.After(10 * time.Second):

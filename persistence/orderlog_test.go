@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 
+	"flashsale/actors/writer"
 	"flashsale/domain"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
@@ -20,17 +21,12 @@ import (
 var quiet = slog.New(slog.DiscardHandler)
 
 // runWriter runs an order writer until the test ends.
-func runWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts persistence.OrderWriterOptions) *persistence.OrderWriter {
+func runWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts writer.Options) *writer.Writer {
 	tb.Helper()
-	w := persistence.NewOrderWriter(db, rdb, quiet, opts)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
-	tb.Cleanup(func() { cancel(); <-done })
-	return w
+	return testenv.StartOrderWriter(tb, db, rdb, opts)
 }
 
-func drained(tb testing.TB, w *persistence.OrderWriter, within time.Duration) {
+func drained(tb testing.TB, w *writer.Writer, within time.Duration) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
@@ -121,7 +117,7 @@ func TestOrderWriterPersistsEveryOrderOnce(t *testing.T) {
 	t.Parallel()
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 500, Limit: 1})
-	w := runWriter(t, db, rdb, persistence.OrderWriterOptions{Batch: 64})
+	w := runWriter(t, db, rdb, writer.Options{Batch: 64})
 	sold := sell(t, db, rdb, v.ID, users(1, 300))
 	drained(t, w, 20*time.Second)
 	assertPersisted(t, db, v, sold)
@@ -219,7 +215,7 @@ func TestOrderWriterTakesOverADeadWritersOrders(t *testing.T) {
 	if err != nil || len(res[0].Messages) != 40 {
 		t.Fatalf("dead writer read %v %v", res, err)
 	}
-	w := runWriter(t, db, rdb, persistence.OrderWriterOptions{ClaimIdle: 300 * time.Millisecond, ClaimEvery: 100 * time.Millisecond})
+	w := runWriter(t, db, rdb, writer.Options{ClaimIdle: 300 * time.Millisecond, ClaimEvery: 100 * time.Millisecond})
 	drained(t, w, 20*time.Second)
 	assertPersisted(t, db, v, sold)
 }
@@ -271,7 +267,7 @@ func TestOrderWriterRereadsALostDelivery(t *testing.T) {
 			wrdb := srv.Client()
 			hook := &lostReply{retried: retried}
 			wrdb.AddHook(hook)
-			w := runWriter(t, db, wrdb, persistence.OrderWriterOptions{MaxBackoff: 100 * time.Millisecond})
+			w := runWriter(t, db, wrdb, writer.Options{MaxBackoff: 100 * time.Millisecond})
 			sold := sell(t, db, rdb, v.ID, users(1, 40))
 			drained(t, w, 10*time.Second)
 			if !hook.fired.Load() {
@@ -291,7 +287,7 @@ func TestOrderWriterRereadsALostDelivery(t *testing.T) {
 func TestOrderWriterDoesNotRecreateLostLogs(t *testing.T) {
 	t.Parallel()
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
-	w := runWriter(t, db, rdb, persistence.OrderWriterOptions{Block: 50 * time.Millisecond})
+	w := runWriter(t, db, rdb, writer.Options{Block: 50 * time.Millisecond})
 	for round := range 4 {
 		v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10, Limit: 1})
 		sell(t, db, rdb, v.ID, users(1, 3))
@@ -333,7 +329,7 @@ func TestOrderWriterForgetsFinishedLogs(t *testing.T) {
 		ok, err := rdb.SIsMember(ctx, "flashsale:order-logs", persistence.LogKey(v.ID)).Result()
 		return err == nil && ok
 	}
-	w := runWriter(t, db, rdb, persistence.OrderWriterOptions{ClaimIdle: 150 * time.Millisecond, ClaimEvery: 50 * time.Millisecond})
+	w := runWriter(t, db, rdb, writer.Options{ClaimIdle: 150 * time.Millisecond, ClaimEvery: 50 * time.Millisecond})
 	deadline := time.Now().Add(10 * time.Second)
 	for registered(endedWithOrders) || registered(endedEmpty) {
 		if time.Now().After(deadline) {

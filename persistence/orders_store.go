@@ -208,38 +208,18 @@ func (s *Orders) Pay(ctx context.Context, id, userID int64, now time.Time) (doma
 }
 
 func notPayable(row orderRow) error {
-	if row.Status == domain.OrderCancelled {
-		if row.CancelReason != nil && *row.CancelReason == domain.CancelTimeout {
-			return domain.Errorf(domain.CodeBadInput, "order %d was not paid before its deadline and was cancelled; it cannot be paid", row.ID)
-		}
-		return domain.Errorf(domain.CodeBadInput, "order %d was cancelled; it cannot be paid", row.ID)
-	}
-	return domain.Errorf(domain.CodeBadInput, "order %d is %s; only an unpaid order can be paid", row.ID, statusWord(row.Status))
+	return domain.OrderNotPayable(row.ID, row.Status, cancelReason(row))
 }
 
 func notCancellable(row orderRow) error {
-	if row.Status == domain.OrderCancelled && row.CancelReason != nil && *row.CancelReason == domain.CancelTimeout {
-		return domain.Errorf(domain.CodeBadInput, "order %d was not paid before its deadline and was cancelled already", row.ID)
-	}
-	return domain.Errorf(domain.CodeBadInput, "order %d is %s; only an unpaid order can be cancelled", row.ID, statusWord(row.Status))
+	return domain.OrderNotCancellable(row.ID, row.Status, cancelReason(row))
 }
 
-func statusWord(s domain.OrderStatus) string {
-	switch s {
-	case domain.OrderUnpaid:
-		return "unpaid"
-	case domain.OrderPaid:
-		return "paid"
-	case domain.OrderUsed:
-		return "used"
-	case domain.OrderCancelled:
-		return "cancelled"
-	case domain.OrderRefunding:
-		return "being refunded"
-	case domain.OrderRefunded:
-		return "refunded"
+func cancelReason(row orderRow) string {
+	if row.CancelReason == nil {
+		return ""
 	}
-	return "in status " + strconv.Itoa(int(s))
+	return *row.CancelReason
 }
 
 // Cancel cancels the user's unpaid order (see cancelBatch) and returns its
@@ -466,10 +446,10 @@ func (s *Orders) AddStock(ctx context.Context, r domain.Restock, now time.Time) 
 			return fmt.Errorf("look up restock: %w", err)
 		}
 		if v.Status == domain.StatusEnded {
-			return domain.Errorf(domain.CodeBadInput, "voucher %d has ended; an ended sale takes no restock", r.VoucherID)
+			return domain.RestockOfEndedVoucher(r.VoucherID)
 		}
 		if int64(v.Initial)+int64(r.Amount) > math.MaxInt32 {
-			return domain.InvalidField("amount", "would take the voucher's stock past %d", math.MaxInt32)
+			return domain.RestockPastMaxStock(math.MaxInt32)
 		}
 		row := restockRow{ID: randomID(), VoucherID: r.VoucherID, RequestKey: r.Key, Amount: r.Amount, CreateTime: now}
 		if _, err := tx.NewInsert().Model(&row).Exec(ctx); err != nil {

@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 
+	"flashsale/actors/writer"
 	"flashsale/domain"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
@@ -56,13 +58,12 @@ func TestReconciliationBalancesAndCatchesDisagreement(t *testing.T) {
 		t.Fatal(err)
 	}
 	sell(t, db, rdb, v.ID, users(9, 1))
-	w := persistence.NewOrderWriter(db, rdb, quiet, persistence.OrderWriterOptions{})
-	wctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(wctx) }()
+	w := writer.New(writer.Orders(db, rdb, quiet, writer.Options{}), quiet, writer.Options{})
+	system := actor.NewActorSystem()
+	w.Start(system)
 	drained(t, w, 20*time.Second)
-	stop()
-	<-done
+	w.Stop()
+	system.Shutdown()
 	assertPersisted(t, db, v, sold)
 	check("persisted, one dead-lettered", domain.Reconciliation{Remaining: 5, Live: 4, DeadLettered: 1})
 

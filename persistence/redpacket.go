@@ -233,6 +233,32 @@ func (s *RedPacketRedis) Grab(ctx context.Context, id int64, grabs []domain.RedP
 	return out, nil
 }
 
+// Holders reads who holds a packet of the red packet and its cents: the
+// users hash, at most one entry per packet. Once the red packet is empty
+// the set no longer grows, so a sequencer that read it can answer every
+// later grab from memory, ALREADY_GRABBED with the amount for a holder,
+// EMPTY for anyone else.
+func (s *RedPacketRedis) Holders(ctx context.Context, id int64) (map[int64]int64, error) {
+	all, err := s.rdb.HGetAll(ctx, redPacketUsersKey(id)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read the holders of red packet %d: %w", id, err)
+	}
+	out := make(map[int64]int64, len(all))
+	for user, v := range all {
+		u, err := strconv.ParseInt(user, 10, 64)
+		parts := strings.SplitN(v, ":", 3)
+		if err != nil || len(parts) < 2 {
+			return nil, fmt.Errorf("read the holders of red packet %d: malformed entry %q: %q", id, user, v)
+		}
+		cents, err := strconv.ParseInt(parts[1], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("read the holders of red packet %d: malformed entry %q: %q", id, user, v)
+		}
+		out[u] = cents
+	}
+	return out, nil
+}
+
 // State reads what a sequencer caches about a red packet.
 func (s *RedPacketRedis) State(ctx context.Context, id int64) (domain.RedPacketState, error) {
 	st, _, err := s.live(ctx, id)

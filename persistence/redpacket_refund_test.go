@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 
+	"flashsale/actors/writer"
 	"flashsale/domain"
 	"flashsale/internal/redpackets"
 	"flashsale/internal/testenv"
@@ -30,7 +30,7 @@ type refundRig struct {
 	r           *persistence.RedPacketRedis
 	writerProxy *testenv.Proxy
 	refundProxy *testenv.Proxy
-	writer      *persistence.RedPacketWriter
+	writer      *writer.Writer
 	refunds     *persistence.RedPacketStore // the refund job's store, through refundProxy
 	rp          domain.RedPacket
 }
@@ -61,12 +61,8 @@ func newRefundRig(t *testing.T, ttl time.Duration) *refundRig {
 	g.writerProxy, g.refundProxy = testenv.MustProxy(t, u.Host), testenv.MustProxy(t, u.Host)
 	g.refunds = persistence.NewRedPacketStore(through(g.refundProxy), g.r)
 	g.refunds.ReloadHold = refundHold
-	g.writer = persistence.NewRedPacketWriter(through(g.writerProxy), g.rdb, slog.New(slog.DiscardHandler),
-		persistence.LogConsumerOptions{MaxBackoff: writerBackoff, AttemptTimeout: writerAttempt})
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = g.writer.Run(ctx) })
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	opts := writer.Options{MaxBackoff: writerBackoff, AttemptTimeout: writerAttempt}
+	g.writer = testenv.StartWriter(t, writer.RedPackets(through(g.writerProxy), g.rdb, slog.New(slog.DiscardHandler), opts), opts)
 	g.rp = newRedPacket(t, persistence.NewRedPacketStore(g.direct, g.r), 1, refundRigAmounts, ttl)
 	return g
 }
@@ -338,7 +334,7 @@ func TestGrabOfARefundedRedPacketIsDeadLettered(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, "UPDATE tb_red_packet SET refund_cents = 70, refund_count = 2, refund_time = now() WHERE id = ?", rp2.ID); err != nil {
 		t.Fatal(err)
 	}
-	w := persistence.NewRedPacketWriter(db, rdb, slog.New(slog.DiscardHandler), persistence.LogConsumerOptions{})
+	w := persistence.NewRedPacketWriter(db, rdb, slog.New(slog.DiscardHandler), persistence.BatchOptions{Consumer: "test-writer"})
 	type result struct {
 		refused map[int]*persistence.Refusal
 		err     error

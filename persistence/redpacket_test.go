@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 
+	"flashsale/actors/writer"
 	"flashsale/domain"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
@@ -95,14 +96,9 @@ func TestRedPacketScriptRefusesAfterExpiry(t *testing.T) {
 }
 
 // startRedPacketWriter runs a red-packet writer until the test ends.
-func startRedPacketWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient) *persistence.RedPacketWriter {
+func startRedPacketWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient) *writer.Writer {
 	tb.Helper()
-	w := persistence.NewRedPacketWriter(db, rdb, slog.New(slog.DiscardHandler), persistence.LogConsumerOptions{})
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = w.Run(ctx) })
-	tb.Cleanup(func() { cancel(); wg.Wait() })
-	return w
+	return testenv.StartRedPacketWriter(tb, db, rdb, writer.Options{})
 }
 
 func TestRedPacketGrabsReachTheDatabaseAndTheRefundHappensOnce(t *testing.T) {
@@ -291,7 +287,7 @@ func TestHeldRedPacketGrabIsAdoptedByTheReload(t *testing.T) {
 		t.Fatalf("a grab during the hold: %v %s", err, rpCodes(out))
 	}
 	// The database is back: the writer commits the held grab.
-	w := persistence.NewRedPacketWriter(db, rdb, slog.New(slog.DiscardHandler), persistence.LogConsumerOptions{})
+	w := persistence.NewRedPacketWriter(db, rdb, slog.New(slog.DiscardHandler), persistence.BatchOptions{Consumer: "test-writer"})
 	if refused, err := w.Handle(ctx, []persistence.LogEntry{held}); err != nil || len(refused) != 0 {
 		t.Fatalf("the held grab: refused %v, %v", refused, err)
 	}
@@ -319,7 +315,7 @@ func TestHeldRedPacketGrabPastTheHoldIsDeadLetteredNotPaidTwice(t *testing.T) {
 	if out, err := r.Grab(ctx, 6, []domain.RedPacketGrab{{RequestID: "b", UserID: 2}}); err != nil || rpCodes(out) != "OK:40 " {
 		t.Fatalf("user 2 after the reload: %v %s", err, rpCodes(out))
 	}
-	w := persistence.NewRedPacketWriter(db, rdb, slog.New(slog.DiscardHandler), persistence.LogConsumerOptions{})
+	w := persistence.NewRedPacketWriter(db, rdb, slog.New(slog.DiscardHandler), persistence.BatchOptions{Consumer: "test-writer"})
 	refused, err := w.Handle(ctx, []persistence.LogEntry{held})
 	if err != nil || len(refused) != 1 || refused[0].Reason != persistence.DeadLostLoad {
 		t.Fatalf("the held grab: refused %v, %v; want it lost_load", refused, err)
@@ -415,7 +411,7 @@ func TestRedPacketWriterAdoptsAfterAReload(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, "SELECT id FROM tb_red_packet WHERE id = 9 FOR UPDATE"); err != nil { // a reload's lock
 		t.Fatal(err)
 	}
-	w := persistence.NewRedPacketWriter(db, rdb, slog.New(slog.DiscardHandler), persistence.LogConsumerOptions{})
+	w := persistence.NewRedPacketWriter(db, rdb, slog.New(slog.DiscardHandler), persistence.BatchOptions{Consumer: "test-writer"})
 	done := make(chan error, 1)
 	go func() { _, err := w.Handle(ctx, []persistence.LogEntry{held}); done <- err }()
 	select {

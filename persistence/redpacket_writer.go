@@ -13,23 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 )
-
-var (
-	redPacketLogLag = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "flashsale", Name: "red_packet_log_lag",
-		Help: "Grabbed packets in the red-packet order logs, not yet in the database.",
-	})
-	redPacketWriteErrors = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "flashsale", Name: "red_packet_write_errors_total",
-		Help: "Failed attempts of the red-packet writer (each is retried).",
-	})
-)
-
-func init() { prometheus.MustRegister(redPacketLogLag, redPacketWriteErrors) }
 
 // DeadRedPacketRefunded is the dead-letter reason (beside deadletter.go's)
 // of a grab whose red packet was refunded before the grab could be
@@ -37,10 +23,10 @@ func init() { prometheus.MustRegister(redPacketLogLag, redPacketWriteErrors) }
 // waits out. The refund paid its cents to the creator.
 const DeadRedPacketRefunded = "red_packet_refunded"
 
-// RedPacketWriter moves grabbed packets from the red packets' order logs
-// into tb_red_packet_grab. It is a second family of the LogConsumer (the
-// order writer is the first): the consumer reads, claims, retries,
-// dead-letters and acknowledges; the writer only inserts a batch with one
+// RedPacketWriter moves batches of grabbed packets from the red packets'
+// order logs into tb_red_packet_grab: the persistence actor's second
+// family (the order writer is the first). The actor reads, claims,
+// retries, dead-letters and acknowledges; Handle inserts a batch with one
 // multi-row INSERT ... ON CONFLICT (red_packet_id, seq) DO NOTHING, so a
 // replay after a crash is a no-op and every grab lands exactly once.
 type RedPacketWriter struct {
@@ -48,48 +34,19 @@ type RedPacketWriter struct {
 	rdb       redis.UniversalClient
 	log       *slog.Logger
 	attempt   time.Duration
-	consumer  *LogConsumer
 	persisted atomic.Int64
 	// name is the writer's consumer name, its name among the holders of a
 	// red packet's grabs (holdGrabsScript); holdFor is how long each of
-	// its claims lasts: two of its retries (a pause and an attempt), so
-	// that a live writer renews it before it lapses.
+	// its claims lasts (BatchOptions.Hold).
 	name    string
 	holdFor time.Duration
 }
 
-var (
-	_ BatchHandler   = (*RedPacketWriter)(nil)
-	_ DeadLetterSink = (*RedPacketWriter)(nil)
-)
-
-// NewRedPacketWriter returns a writer; Run drives it.
-func NewRedPacketWriter(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opts LogConsumerOptions) *RedPacketWriter {
+// NewRedPacketWriter returns the batch writer of the red-packet logs.
+func NewRedPacketWriter(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opts BatchOptions) *RedPacketWriter {
 	opts = opts.withDefaults()
-	w := &RedPacketWriter{db: db, rdb: rdb, log: log, attempt: opts.AttemptTimeout,
-		name: opts.Consumer, holdFor: 2 * (opts.MaxBackoff + opts.AttemptTimeout)}
-	w.consumer = NewLogConsumer(rdb, log, LogFamily{
-		Name:        "red-packet writer",
-		Registry:    redPacketLogsKey,
-		Group:       RedPacketLogGroup,
-		LeasePrefix: redPacketLeasePrefix,
-		Handler:     w,
-		DeadLetters: w,
-		Prune:       w.prune,
-		Lag:         redPacketLogLag,
-		Failures:    redPacketWriteErrors,
-	}, opts)
-	return w
+	return &RedPacketWriter{db: db, rdb: rdb, log: log, attempt: opts.AttemptTimeout, name: opts.Consumer, holdFor: opts.Hold}
 }
-
-// Acquire takes the lease on the writer's consumer name (LogConsumer.Acquire).
-func (w *RedPacketWriter) Acquire(ctx context.Context) error { return w.consumer.Acquire(ctx) }
-
-// Run persists grabs until ctx ends.
-func (w *RedPacketWriter) Run(ctx context.Context) error { return w.consumer.Run(ctx) }
-
-// WaitDrained waits until every red-packet log is empty, or ctx ends.
-func (w *RedPacketWriter) WaitDrained(ctx context.Context) error { return w.consumer.WaitDrained(ctx) }
 
 // Persisted counts the grabs this writer inserted.
 func (w *RedPacketWriter) Persisted() int64 { return w.persisted.Load() }
@@ -443,10 +400,10 @@ func (w *RedPacketWriter) DeadLetter(ctx context.Context, dead []DeadEntry) erro
 	return nil
 }
 
-// prune drops from the registry the logs of red packets that are
+// Prune drops from the registry the logs of red packets that are
 // refunded (the database says so), gone from Redis and hold no entry.
 // Nothing appends to them again: a refunded red packet is never loaded.
-func (w *RedPacketWriter) prune(ctx context.Context, logs []string) int {
+func (w *RedPacketWriter) Prune(ctx context.Context, logs []string) int {
 	n := 0
 	for _, s := range logs {
 		id, ok := redPacketIDFromLog(s)

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 
+	"flashsale/actors/writer"
 	"flashsale/domain"
 	"flashsale/internal/catalog"
 	"flashsale/internal/testenv"
@@ -27,7 +28,7 @@ type heldOrders struct {
 	direct *bun.DB // the database, reached directly (the writer goes through proxy)
 	rdb    *redis.Client
 	proxy  *testenv.Proxy
-	writer *persistence.OrderWriter
+	writer *writer.Writer
 	v      domain.Voucher
 	limit  int
 	first  []int64 // the orders the writer holds
@@ -50,7 +51,7 @@ func holdOrdersAcrossRedisLoss(t *testing.T, limit int) *heldOrders {
 		h.first = append(h.first, sell(t, h.direct, h.rdb, h.v.ID, users(1, 5))...)
 	}
 	h.proxy.Down()
-	h.writer = runWriter(t, viaProxy, h.rdb, persistence.OrderWriterOptions{MaxBackoff: 50 * time.Millisecond})
+	h.writer = runWriter(t, viaProxy, h.rdb, writer.Options{MaxBackoff: 50 * time.Millisecond})
 	waitFor(t, "the writer to read the orders", func() bool {
 		pending, err := h.rdb.XPending(context.Background(), persistence.LogKey(h.v.ID), persistence.OrderLogGroup).Result()
 		return err == nil && pending.Count == int64(len(h.first))
@@ -241,7 +242,7 @@ func TestAReloadCountsTheOrdersStillInTheLog(t *testing.T) {
 	if len(second) != heldStock-len(first) || answers[domain.SeckillLimitReached] != 5 {
 		t.Fatalf("after the reload: %d sold, answers %v", len(second), answers)
 	}
-	w := runWriter(t, db, rdb, persistence.OrderWriterOptions{})
+	w := runWriter(t, db, rdb, writer.Options{})
 	drained(t, w, 20*time.Second)
 	assertPersisted(t, db, v, append(first, second...))
 	if n := deadLetters(t, db, v.ID); n != 0 {

@@ -51,10 +51,6 @@ func BackgroundClientOptions(opts redis.Options) *redis.Options {
 	return o
 }
 
-// errLiveStockUnavailable is what a client hears when live stock cannot be
-// read from Redis in time: safe to retry.
-var errLiveStockUnavailable = domain.Errorf(domain.CodeUnavailable, "live stock is unavailable; retry later")
-
 // unavailable marks err as UNAVAILABLE for clients when Redis did not
 // answer (breaker open, timeout, connection refused), keeping the cause
 // for the log; Redis's own error replies stay internal errors.
@@ -63,5 +59,5 @@ func unavailable(err error) error {
 	if err == nil || errors.As(err, &reply) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", errLiveStockUnavailable, err)
+	return fmt.Errorf("%w: %w", domain.ErrLiveStockUnavailable, err)
 }

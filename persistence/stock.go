@@ -26,8 +26,8 @@ const reqExpiry = 24 * time.Hour
 // sells nothing. An order writer that could not reach the database may
 // hold orders sold from the lost load that no order log shows any more;
 // the reload cannot count them, so it waits for them: longer than a
-// writer's longest pause between attempts (MaxBackoffDefault) plus one
-// attempt (AttemptTimeoutDefault). Orders that come later are
+// writer's longest pause between attempts (the persistence actor's
+// MaxBackoffDefault) plus one attempt (AttemptTimeoutDefault). Orders that come later are
 // dead-lettered, never sold twice (see adoptOrdersScript).
 const ReloadHoldDefault = 8 * time.Second
 

@@ -152,7 +152,7 @@ func (s *Vouchers) SetStatus(ctx context.Context, id int64, status domain.Vouche
 		// ENDED is final: orders, refunds and reports count on a sale
 		// that ended staying ended.
 		if was == domain.StatusEnded && status != domain.StatusEnded {
-			return domain.InvalidField("status", "voucher %d has ended; an ended sale cannot be paused or resumed", id)
+			return domain.StatusOfEndedVoucher(id)
 		}
 		next := now.UTC().Truncate(time.Microsecond)
 		if floor := prev.UTC().Truncate(time.Microsecond).Add(time.Microsecond); next.Before(floor) {
@@ -197,9 +197,9 @@ func (s *Vouchers) SetGate(ctx context.Context, id int64, change domain.GateChan
 		}
 		switch {
 		case row.Seckill == nil:
-			return domain.InvalidField("id", "voucher %d is not a SECKILL voucher: it has no grab gate", id)
+			return domain.GateOfNonSeckill(id)
 		case row.Status != domain.StatusPaused:
-			return domain.InvalidField("id", "voucher %d is not PAUSED: pause it (setVoucherStatus) before changing its grab gate", id)
+			return domain.GateWhileNotPaused(id)
 		}
 		upd := tx.NewUpdate().Table("tb_seckill_voucher").Where("voucher_id = ?", id)
 		if change.RequireTicket != nil {
@@ -247,9 +247,9 @@ func (s *Vouchers) SetSegments(ctx context.Context, id int64, segments int, now 
 		}
 		switch {
 		case typ != domain.VoucherSeckill:
-			return domain.InvalidField("voucherId", "voucher %d is not a SECKILL voucher; only those have segments", id)
+			return domain.SegmentsOfNonSeckill(id)
 		case status != domain.StatusPaused:
-			return domain.InvalidField("segments", "voucher %d is not PAUSED; pause the sale before changing its segments", id)
+			return domain.SegmentsWhileNotPaused(id)
 		}
 		next := now.UTC().Truncate(time.Microsecond)
 		if floor := prev.UTC().Truncate(time.Microsecond).Add(time.Microsecond); next.Before(floor) {

@@ -11,7 +11,8 @@
 # (sold-out,in-stock), TARGETS (service,reference,ceiling), GQLGEN (1: also
 # start the same build with GRAPHQL_COMPILED_GRABS=false on the same Redis
 # and database and measure it as target "gqlgen"; 0: not), PLOT
-# (docs/bench-sale.png; empty for none), BENCH_FLAGS (more flags, e.g.
+# (artifacts/bench-sale.png, which git ignores, so a run leaves the tree
+# clean; empty for none), BENCH_FLAGS (more flags, e.g.
 # --json or --rate 5000), SERVICE_ENV (settings for the service, e.g.
 # "GOGC=200 GOMEMLIMIT=150MiB"), ALT_ENV (settings: also start the same
 # build with these on the same Redis and database and measure it as target
@@ -33,7 +34,7 @@ USERS=${USERS:-20000}
 CONCURRENCY=${CONCURRENCY:-64}
 SCENARIOS=${SCENARIOS:-sold-out,in-stock}
 TARGETS=${TARGETS:-service,reference,ceiling}
-PLOT=${PLOT-docs/bench-sale.png}
+PLOT=${PLOT-artifacts/bench-sale.png}
 
 if [ -z "${TEST_DATABASE_URL:-}" ]; then
 	eval "$(scripts/test-services.sh)"
@@ -127,7 +128,7 @@ fi
 
 echo "bench-sale: $(nproc) cores, $(uname -sr), load generator on the same machine" >&2
 plot_flag=()
-if [ -n "$PLOT" ]; then plot_flag=(--plot "$PLOT"); fi
+if [ -n "$PLOT" ]; then mkdir -p "$(dirname "$PLOT")" && plot_flag=(--plot "$PLOT"); fi
 # shellcheck disable=SC2086 # BENCH_FLAGS is a list of flags
 "$work/seckill-bench" --target "$TARGETS" --scenario "$SCENARIOS" \
 	--url "http://127.0.0.1:$sport" --users "$USERS" --concurrency "$CONCURRENCY" \

@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
 # A local cluster of three members on 127.0.0.1, to try a sale whose
 # segments are spread over several processes:
-#   - one stock Redis with AOF (appendfsync always), three lock Redis
-#     nodes for Redlock, and PostgreSQL (installed and started if missing,
-#     as the test command does: scripts/test-services.sh);
+#   - one stock Redis with AOF (appendfsync always) and three lock Redis
+#     nodes for Redlock, private redis-server processes on BASE_PORT+300..303;
+#   - a database of its own, flashsale_demo_<random>, created on an existing
+#     PostgreSQL and dropped at exit (KEEP_DATABASE=1 keeps it, and says so);
 #   - three service processes found by protoactor's automanaged provider,
-#     HTTP on 127.0.0.1:8081..8083;
+#     HTTP on 127.0.0.1:BASE_PORT+1..3;
 #   - one seckill voucher of 4 segments and 1,000 units.
-# It prints each member's URL, an admin and a user token, and a grab to try,
-# then waits; Ctrl-C stops everything it started and removes its files.
+# It prints each member's URL and pid, the JWT secret and the command that
+# mints a token for any user, and a helper that grabs through the members in
+# turn; then it waits. Kill a member to watch the others go on; Ctrl-C stops
+# everything it started.
+#
+# Nothing outside the repository and one temporary directory is written or
+# changed: no package is installed, no PostgreSQL role is created or
+# altered, nothing goes to the home directory (besides Go's own build cache,
+# as for any go build), and the temporary directory and the database are
+# removed at exit. It needs go, redis-server, psql and curl on PATH, and a
+# PostgreSQL role that may CREATE DATABASE:
 #
 #   scripts/cluster-demo.sh            # or: make cluster-demo
-#   BASE_PORT=9000 scripts/cluster-demo.sh
+#   DEMO_POSTGRES_URL='postgres://me@127.0.0.1:5432/postgres?sslmode=disable' scripts/cluster-demo.sh
+#   BASE_PORT=9000 KEEP_DATABASE=1 scripts/cluster-demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,28 +30,44 @@ base=${BASE_PORT:-8080}
 log() { echo "cluster-demo: $*" >&2; }
 fail() { log "FAILED: $*"; exit 1; }
 
-command -v go >/dev/null || fail "go is not on PATH"
-eval "$(scripts/test-services.sh)" || fail "PostgreSQL and redis-server (scripts/test-services.sh)"
+for tool in go redis-server psql curl; do
+  command -v "$tool" >/dev/null || fail "$tool is not on PATH (this script installs nothing)"
+done
 
-work=$(mktemp -d)
+# The PostgreSQL to create the demo's database on: DEMO_POSTGRES_URL, else
+# the test command's TEST_DATABASE_URL, else the local postgres role.
+pg_url=${DEMO_POSTGRES_URL:-${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}}
+pg_shown=$(echo "$pg_url" | sed 's|//\([^:@/]*\):[^@/]*@|//\1:***@|; s|password=[^&]*|password=***|g')
+PGCONNECT_TIMEOUT=5 psql "$pg_url" -qAtc 'select 1' >/dev/null 2>&1 ||
+  fail "cannot connect to PostgreSQL at $pg_shown; set DEMO_POSTGRES_URL to a role that may CREATE DATABASE"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/flashsale-cluster-demo.XXXXXX")
+db=flashsale_demo_$(head -c 4 /dev/urandom | od -An -tx1 | tr -d ' \n')
+db_created=
 pids=()
 cleanup() {
   trap - INT TERM EXIT
   log "stopping"
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  if [ -n "$db_created" ]; then
+    if [ "${KEEP_DATABASE:-}" = 1 ]; then
+      log "kept database $db (KEEP_DATABASE=1); drop it with: psql '$pg_shown' -c 'drop database $db'"
+    else
+      psql "$pg_url" -qc "drop database if exists $db with (force)" >/dev/null 2>&1 ||
+        log "could not drop database $db; drop it with: psql '$pg_shown' -c 'drop database $db'"
+    fi
+  fi
   rm -rf "$work"
 }
 trap cleanup INT TERM EXIT
 
-# A database of its own, created from the test role's URL.
-db=flashsale_cluster_demo
-admin_url=${TEST_DATABASE_URL%/*}/postgres
-psql "$admin_url" -qAtc "select 1 from pg_database where datname = '$db'" | grep -q 1 ||
-  psql "$admin_url" -qc "create database $db" || fail "create database $db"
-database_url=${TEST_DATABASE_URL%/*}/$db
-database_url=${database_url%%\?*}
-case $TEST_DATABASE_URL in *\?*) database_url="$database_url?${TEST_DATABASE_URL#*\?}" ;; esac
+psql "$pg_url" -qc "create database $db" >/dev/null || fail "create database $db"
+db_created=1
+# The same server and role, the demo's database, the URL's parameters kept.
+database_url=${pg_url%%\?*}
+database_url=${database_url%/*}/$db
+case $pg_url in *\?*) database_url="$database_url?${pg_url#*\?}" ;; esac
 
 redis() { # redis PORT [AOF]
   local dir=$work/redis-$1
@@ -58,50 +85,74 @@ for i in 1 2 3; do redis $((base + 300 + i)); locks+=("redis://127.0.0.1:$((base
 sleep 0.3
 
 log "building"
-go build -o "$work/flashsale" . || fail "go build"
-secret=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+rev=$(git rev-parse HEAD 2>/dev/null || true)
+[ -z "$rev" ] || git diff --quiet HEAD 2>/dev/null || rev=$rev+dirty
+go build -ldflags "-X main.linkedRevision=$rev" -o "$work/flashsale" . || fail "go build"
+secret=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 seeds="127.0.0.1:$((base + 201)),127.0.0.1:$((base + 202)),127.0.0.1:$((base + 203))"
 lock_urls=$(IFS=,; echo "${locks[*]}")
+members=()
 for i in 1 2 3; do
   env REDIS_URL="redis://127.0.0.1:$stock_port/0" LOCK_REDIS_URLS="$lock_urls" DATABASE_URL="$database_url" \
-    JWT_SECRET="$secret" HTTP_ADDR="127.0.0.1:$((base + i))" NODE_ID="member-$i" \
+    JWT_SECRET="$secret" HTTP_ADDR="127.0.0.1:$((base + i))" NODE_ID="member-$i" LOG_FORMAT=text \
     CLUSTER_PROVIDER=automanaged CLUSTER_SEEDS="$seeds" CLUSTER_AUTOMANAGED_PORT=$((base + 200 + i)) \
     "$work/flashsale" >"$work/member-$i.log" 2>&1 &
   pids+=($!)
+  members+=($!)
 done
 for i in 1 2 3; do
   for _ in $(seq 1 150); do
     curl -fs "http://127.0.0.1:$((base + i))/readyz" >/dev/null 2>&1 && break
-    kill -0 "${pids[-1]}" 2>/dev/null || true
+    kill -0 "${members[$((i - 1))]}" 2>/dev/null || break
     sleep 0.2
   done
   curl -fs "http://127.0.0.1:$((base + i))/readyz" >/dev/null || { tail -20 "$work/member-$i.log" >&2; fail "member $i did not become ready"; }
 done
 
-admin=$(JWT_SECRET="$secret" "$work/flashsale" token --user 1 --role admin)
-user=$(JWT_SECRET="$secret" "$work/flashsale" token --user 42 --role user)
+token() { JWT_SECRET="$secret" "$work/flashsale" token "$@"; }
+admin=$(token --user 1 --role admin)
 created=$(curl -fs "http://127.0.0.1:$((base + 1))/query" -H 'Content-Type: application/json' -H "Authorization: Bearer $admin" \
   -d '{"query":"mutation { createVoucher(input: {shopId: \"1\", title: \"Cluster demo\", payValue: 100, actualValue: 500, type: SECKILL, stock: 1000, segments: 4, beginAt: \"2020-01-01T00:00:00Z\", endAt: \"2099-01-01T00:00:00Z\"}) { id } }"}') ||
   fail "create the demo voucher"
 voucher=$(echo "$created" | sed -n 's/.*"id":"\([0-9]*\)".*/\1/p')
 [ -n "$voucher" ] || fail "create the demo voucher: $created"
 
+# grabs FIRST LAST: users FIRST..LAST each grab once, through members 1, 2,
+# 3 in turn; a member that is down answers nothing, and the line says so.
+cat >"$work/grabs" <<EOF
+#!/usr/bin/env bash
+for u in \$(seq "\${1:-100}" "\${2:-\${1:-100}}"); do
+  m=\$(( u % 3 + 1 ))
+  t=\$(JWT_SECRET='$secret' '$work/flashsale' token --user "\$u")
+  a=\$(curl -s --max-time 10 "http://127.0.0.1:\$(( $base + m ))/query" -H 'Content-Type: application/json' \\
+    -H "Authorization: Bearer \$t" \\
+    -d '{"query":"mutation { seckillVoucher(voucherId: \"$voucher\") { code orderId } }"}') || a="(member \$m is down)"
+  echo "user \$u via member \$m: \$a"
+done
+EOF
+chmod +x "$work/grabs"
+
 cat <<EOF
 
 A cluster of three members is running (Ctrl-C stops it all):
-  member 1  http://127.0.0.1:$((base + 1))/   (playground; /metrics, /readyz)
-  member 2  http://127.0.0.1:$((base + 2))/
-  member 3  http://127.0.0.1:$((base + 3))/
-Stock Redis (AOF) 127.0.0.1:$stock_port, lock Redis ${locks[*]}, database $db.
+  member 1  http://127.0.0.1:$((base + 1))/   pid ${members[0]}   (playground; /metrics, /readyz)
+  member 2  http://127.0.0.1:$((base + 2))/   pid ${members[1]}
+  member 3  http://127.0.0.1:$((base + 3))/   pid ${members[2]}
+Stock Redis (AOF) 127.0.0.1:$stock_port, lock Redis ${locks[*]}, database $db (dropped at exit$( [ "${KEEP_DATABASE:-}" = 1 ] && echo ": no, KEEP_DATABASE=1 keeps it")).
 Voucher $voucher: 1,000 units in 4 segments, on sale now.
 
+JWT secret: $secret
+A token for any user (admin: add --role admin), while the demo runs:
+  JWT_SECRET=$secret $work/flashsale token --user 42
+or from the repository at any time:
+  JWT_SECRET=$secret go run . token --user 42
 Admin token: $admin
-User 42:     $user
 
-Grab through any member:
-  curl -s http://127.0.0.1:$((base + 2))/query -H 'Content-Type: application/json' \\
-    -H 'Authorization: Bearer $user' \\
-    -d '{"query":"mutation { seckillVoucher(voucherId: \"$voucher\") { code orderId } }"}'
+Grab as users 100 to 129, through members 1, 2, 3 in turn:
+  $work/grabs 100 129
+Kill a member (kill ${members[1]} stops member 2), then grab again: the other two
+go on, and the segments member 2 served move to them within SEGMENT_LEASE_TTL (3s).
+  $work/grabs 130 159
 Where segments live: curl -s http://127.0.0.1:$((base + 1))/metrics | grep flashsale_cluster_
 Logs: $work/member-*.log
 EOF

@@ -4,8 +4,10 @@
 #   - gcc (go test -race links with cgo), git (go build stamps the version),
 #     CA certificates (go fetches modules over TLS),
 #   - redis-server on PATH (tests start private instances on random ports;
-#     no system Redis is needed or started), and etcd likewise (the
-#     cluster test over the etcd provider),
+#     no system Redis is needed or started; the same binary runs the
+#     sentinels, --sentinel) and redis-cli (it creates the Redis Cluster
+#     of the replicated tests), and etcd likewise (the cluster test over
+#     the etcd provider),
 #   - a PostgreSQL role that may CREATE DATABASE, reachable over TCP.
 #
 # Database access, first that works:
@@ -75,6 +77,7 @@ command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 command -v git >/dev/null || missing+=(git)
 [ -e /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)   # Go fetches modules over TLS
 command -v redis-server >/dev/null || missing+=(redis-server)
+command -v redis-cli >/dev/null || missing+=(redis-tools)   # redis-cli --cluster create
 command -v etcd >/dev/null || missing+=(etcd-server)   # the etcd cluster test starts its own
 command -v psql >/dev/null || missing+=(postgresql-client)
 if [ -z "${TEST_DATABASE_URL:-}" ] && ! have_server && ! pg_port_open; then missing+=(postgresql); fi

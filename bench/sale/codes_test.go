@@ -4,6 +4,7 @@ import (
 	"os"
 	"reflect"
 	"testing"
+	"time"
 )
 
 func TestParseAnswerReadsEveryTargetsShape(t *testing.T) {
@@ -83,5 +84,46 @@ func TestRSSReadsThisProcess(t *testing.T) {
 	n, err := RSS(os.Getpid())
 	if err != nil || n < 1<<20 {
 		t.Errorf("RSS = %d, %v; want at least 1 MB", n, err)
+	}
+}
+
+// A backend's process title names its database, with or without a
+// cluster name; background processes and the postmaster have none.
+func TestBackendDatabaseFromTheProcessTitle(t *testing.T) {
+	for title, want := range map[string]string{
+		"postgres: 15/main: flashsale_test flashsale_flood_3462 127.0.0.1(35254) idle\x00\x00": "flashsale_flood_3462",
+		"postgres: app shop [local] idle in transaction":                                       "shop",
+		"postgres: 15/main: app shop 10.0.0.2(5000) SELECT":                                    "shop",
+		"postgres: 15/main: checkpointer ":                                                     "",
+		"postgres: 15/main: autovacuum launcher":                                               "",
+		"/usr/lib/postgresql/15/bin/postgres\x00-D\x00/var/lib/postgresql/15/main":             "",
+	} {
+		if got := backendDatabase(title); got != want {
+			t.Errorf("%q: %q, want %q", title, got, want)
+		}
+	}
+}
+
+// The Postgres CPU of a run counts its database's backends and the
+// background processes from their own first reading, leaves other
+// databases' backends out (and reports them), and cannot go negative when
+// a backend ends: the "db cpu/req -12µs" of a run that shared its server.
+func TestPostgresDeltaLeavesOtherDatabasesOut(t *testing.T) {
+	ms := time.Millisecond
+	before := map[int]PostgresProc{
+		1: {CPU: 100 * ms},                       // checkpointer
+		2: {CPU: 50 * ms, Database: "sale"},      // our backend, still there
+		3: {CPU: 900 * ms, Database: "sale"},     // our backend, ends
+		4: {CPU: 10 * ms, Database: "elsewhere"}, // another client's
+	}
+	after := map[int]PostgresProc{
+		1: {CPU: 110 * ms},
+		2: {CPU: 80 * ms, Database: "sale"},
+		4: {CPU: 510 * ms, Database: "elsewhere"},
+		5: {CPU: 7 * ms, Database: "sale"}, // started during the run
+	}
+	got := PostgresDelta(before, after, "sale")
+	if want := (PostgresUse{Own: 47 * ms, Others: 500 * ms, Exited: 1}); got != want {
+		t.Fatalf("got %+v, want %+v", got, want)
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"flashsale/internal/testenv"
 )
 
-const secret = "seckill-bench-e2e-secret"
+const secret = "seckill-bench-e2e-secret-01234567"
 
 // TestTinySaleIsCheckedOnServiceAndReference runs one small sale (50
 // units, 200 users, two attempts each) against the service as a process

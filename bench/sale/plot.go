@@ -49,6 +49,13 @@ func Plot(w io.Writer, reps []*Report) error {
 			continue
 		}
 		col := slices.Index(scenarios, r.Scenario)
+		if n := len(r.Timeline); n < MinPlotPoints {
+			// Said on the plot itself: a curve of a few points misleads
+			// whoever reads the picture without the run's output.
+			for _, p := range []*plot.Plot{plots[0][col], plots[1][col]} {
+				p.Title.Text += fmt.Sprintf("\n%s: only %d points; a longer run (more --users, or --rate) draws a curve", r.Target, n)
+			}
+		}
 		c := plotutil.Color(slices.Index(targets, r.Target))
 		tp, p50, p99 := make(plotter.XYs, len(r.Timeline)), make(plotter.XYs, len(r.Timeline)), make(plotter.XYs, len(r.Timeline))
 		for j, b := range r.Timeline {

@@ -70,23 +70,101 @@ func parseMachineCPU(stat string) (time.Duration, error) {
 	return time.Duration(busy) * time.Second / clockTicks, nil
 }
 
-// PostgresCPU is the CPU time of every process of this machine named
-// postgres (a local server and its backends); false when there is none.
-func PostgresCPU() (time.Duration, bool) {
+// PostgresProcs is the CPU time of every process of this machine named
+// postgres (a local server, its background processes and its backends),
+// by pid, with the database each backend serves ("" for the background
+// processes), read from its process title ("postgres: [cluster: ]user
+// database host(port) state"). A shared server serves other clients too:
+// the backends of other databases are told apart by their title, so a
+// measurement can leave them out and say they were there.
+func PostgresProcs() map[int]PostgresProc {
 	comms, _ := filepath.Glob("/proc/[0-9]*/comm")
-	var sum time.Duration
-	found := false
+	out := map[int]PostgresProc{}
 	for _, c := range comms {
 		name, err := os.ReadFile(c)
 		if err != nil || strings.TrimSpace(string(name)) != "postgres" {
 			continue
 		}
 		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(c)))
-		if d, err := CPUTime(pid); err == nil {
-			sum, found = sum+d, true
+		d, err := CPUTime(pid)
+		if err != nil {
+			continue
+		}
+		title, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		out[pid] = PostgresProc{CPU: d, Database: backendDatabase(string(title))}
+	}
+	return out
+}
+
+// PostgresCPU is the CPU time of every postgres process of this machine
+// together; false when there is none.
+func PostgresCPU() (time.Duration, bool) {
+	procs := PostgresProcs()
+	var sum time.Duration
+	for _, p := range procs {
+		sum += p.CPU
+	}
+	return sum, len(procs) > 0
+}
+
+// PostgresProc is one postgres process: its CPU time and, for a backend,
+// its database.
+type PostgresProc struct {
+	CPU      time.Duration
+	Database string
+}
+
+// backendDatabase is the database of a backend's process title, "" for a
+// background process (checkpointer, walwriter, ...) or the postmaster. A
+// backend's title ends "user database host(port) state" or "user
+// database [local] state", after "postgres: " and an optional "cluster: ".
+func backendDatabase(title string) string {
+	title = strings.TrimRight(strings.ReplaceAll(title, "\x00", " "), " ")
+	rest, ok := strings.CutPrefix(title, "postgres: ")
+	if !ok {
+		return ""
+	}
+	f := strings.Fields(rest)
+	for i := 2; i < len(f); i++ {
+		if f[i] == "[local]" || strings.HasSuffix(f[i], ")") && strings.Contains(f[i], "(") {
+			return f[i-1]
 		}
 	}
-	return sum, found
+	return ""
+}
+
+// PostgresUse is what a database's work cost a local Postgres between two
+// PostgresProcs readings: Own is its backends' CPU and the background
+// processes' (which work for every database), Others the other databases'
+// backends' CPU, Exited how many of its backends ended in between (their
+// CPU is lost to the reading).
+type PostgresUse struct {
+	Own, Others time.Duration
+	Exited      int
+}
+
+// PostgresDelta is the use of database between the readings before and
+// after, each process counted from its own start reading (0 for a process
+// that started in between), so an exited backend cannot make it negative.
+func PostgresDelta(before, after map[int]PostgresProc, database string) PostgresUse {
+	var u PostgresUse
+	for pid, a := range after {
+		d := a.CPU - before[pid].CPU
+		if b, ok := before[pid]; ok && b.Database != a.Database || d < 0 {
+			d = a.CPU // a pid reused by another process
+		}
+		if a.Database == "" || a.Database == database {
+			u.Own += d
+		} else {
+			u.Others += d
+		}
+	}
+	for pid, b := range before {
+		if _, ok := after[pid]; !ok && b.Database == database {
+			u.Exited++
+		}
+	}
+	return u
 }
 
 // isLocal reports whether rawURL's host is this machine's loopback.

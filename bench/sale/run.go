@@ -12,6 +12,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"sort"
@@ -226,7 +227,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	ep := cfg.Endpoint
-	a := api{ep: ep, client: &http.Client{Timeout: 10 * time.Second}}
+	// As many idle connections kept as requests run at once (the tickets'
+	// workers): with net/http's default of two, every other request of a
+	// worker opened a new connection, which is neither what a shopper's
+	// browser does nor welcome to a per-address connection rate.
+	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport.MaxIdleConnsPerHost = cfg.Concurrency
+	a := api{ep: ep, client: &http.Client{Timeout: 10 * time.Second, Transport: transport}}
+	defer transport.CloseIdleConnections()
 	tokens := auth.NewTokens(cfg.Secret)
 	admin, err := tokens.Issue(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, time.Hour)
 	if err != nil {
@@ -315,8 +323,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.Latency = Summarize(lat)
 	rep.Codes = CountCodes(outs)
-	width := max(100*time.Millisecond, (elapsed / 40).Round(100*time.Millisecond))
-	rep.Timeline = Timeline(outs, width)
+	rep.Timeline = Timeline(outs, TimelineWidth(elapsed))
 	if len(outs) < len(targets) {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("stopped after %s: %d of %d requests sent", cfg.MaxDuration, len(outs), len(targets)))
 	}
@@ -409,7 +416,10 @@ func attack(cfg Config, targets []vegeta.Target) ([]Outcome, time.Duration) {
 	return outs, last.Sub(first)
 }
 
-// progress prints a live line until the returned func is called.
+// progress prints a live line until the returned func is called: a bar
+// redrawn in place (\r) on a terminal, else a plain line a second, so
+// that a log or a pipe gets readable lines, not one line of carriage
+// returns.
 func progress(cfg Config, total int, start time.Time, done, ok *atomic.Int64) func() {
 	if cfg.Progress == nil {
 		return func() {}
@@ -417,7 +427,48 @@ func progress(cfg Config, total int, start time.Time, done, ok *atomic.Int64) fu
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
+	every := 250 * time.Millisecond
 	print := func(final bool) {
+		n := done.Load()
+		el := time.Since(start)
+		fmt.Fprintf(cfg.Progress, "%s %s: %d/%d  OK %d  %.0f rps  %.1fs\n",
+			cfg.Endpoint.Name, cfg.Scenario, n, total, ok.Load(), float64(n)/el.Seconds(), el.Seconds())
+	}
+	if isTerminal(cfg.Progress) {
+		print = bar(cfg, total, start, done, ok)
+	} else {
+		every = time.Second
+	}
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				print(true)
+				return
+			case <-t.C:
+				print(false)
+			}
+		}
+	}()
+	return func() { close(stop); wg.Wait() }
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// bar is progress's printer for a terminal: one line redrawn in place.
+func bar(cfg Config, total int, start time.Time, done, ok *atomic.Int64) func(final bool) {
+	return func(final bool) {
 		n := done.Load()
 		el := time.Since(start)
 		width := 30
@@ -436,21 +487,6 @@ func progress(cfg Config, total int, start time.Time, done, ok *atomic.Int64) fu
 		fmt.Fprintf(cfg.Progress, "\r%-9s %-10s [%s] %d/%d  OK %d  %.0f rps  %.1fs   %s",
 			cfg.Endpoint.Name, cfg.Scenario, bar, n, total, ok.Load(), float64(n)/el.Seconds(), el.Seconds(), end)
 	}
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				print(true)
-				return
-			case <-t.C:
-				print(false)
-			}
-		}
-	}()
-	return func() { close(stop); wg.Wait() }
 }
 
 // meters measure the target's CPU and Redis over the attack.
@@ -463,8 +499,8 @@ type meters struct {
 	rdb     *redis.Client
 	redis0  redisCounters
 	redisOK bool
-	db0     time.Duration
-	dbOK    bool
+	db0     map[int]PostgresProc
+	dbName  string
 	mach0   time.Duration
 	machOK  bool
 }
@@ -476,7 +512,10 @@ func startMeters(ctx context.Context, ep Endpoint, rep *Report) *meters {
 	mach0, err := MachineCPU()
 	m.mach0, m.machOK = mach0, err == nil
 	if ep.DatabaseURL != "" && isLocal(ep.DatabaseURL) {
-		m.db0, m.dbOK = PostgresCPU()
+		if u, err := url.Parse(ep.DatabaseURL); err == nil {
+			m.dbName = strings.TrimPrefix(u.Path, "/")
+			m.db0 = PostgresProcs()
+		}
 	}
 	if ep.PID != 0 {
 		m.pids = []int{ep.PID}
@@ -518,9 +557,21 @@ func (m *meters) stop(ctx context.Context, rep *Report, requests int) {
 		d := (mach - m.mach0) / time.Duration(requests)
 		rep.MachineCPUPerRequest = &d
 	}
-	if db, ok := PostgresCPU(); ok && m.dbOK {
-		d := (db - m.db0) / time.Duration(requests)
+	var dbOthers time.Duration
+	if len(m.db0) > 0 {
+		u := PostgresDelta(m.db0, PostgresProcs(), m.dbName)
+		d := u.Own / time.Duration(requests)
 		rep.DBCPUPerRequest = &d
+		// A shared Postgres serves other clients meanwhile: their backends
+		// are left out, and the report says they were there.
+		if o := u.Others / time.Duration(requests); o >= time.Microsecond {
+			dbOthers = u.Others
+			rep.Notes = append(rep.Notes, fmt.Sprintf("db cpu/req counts database %s's backends and the server's background processes; "+
+				"backends of other databases used %s/req meanwhile (another client of the same Postgres), not counted", m.dbName, o))
+		}
+		if u.Exited > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("db cpu/req misses %d backends of %s that ended during the attack: too low", u.Exited, m.dbName))
+		}
 	}
 	if m.cpuOK {
 		if cpu, err := cpuTimes(m.pids); err == nil {
@@ -541,6 +592,22 @@ func (m *meters) stop(ctx context.Context, rep *Report, requests int) {
 			n := float64(c.commands-m.redis0.commands-1) / float64(requests)
 			rep.RedisCPUPerRequest, rep.RedisCommandsPerRequest = &d, &n
 			rep.RedisCommands = topCommands(m.redis0.calls, c.calls, requests, 6)
+		}
+	}
+	// The machine's busy time less what the measured processes used: other
+	// programs (another benchmark, a build, other clients of the same
+	// Postgres) and the kernel's interrupt work. Over a fifth, the figures
+	// above were taken on a disturbed machine, and the report says so.
+	if rep.MachineCPUPerRequest != nil {
+		known := dbOthers / time.Duration(requests)
+		for _, d := range []*time.Duration{rep.GeneratorCPUPerRequest, rep.CPUPerRequest, rep.DBCPUPerRequest, rep.RedisCPUPerRequest} {
+			if d != nil {
+				known += *d
+			}
+		}
+		if mach := *rep.MachineCPUPerRequest; mach > 0 && mach-known > mach/5 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("machine cpu/req %s: %s/req (%.0f%%) went to processes this run did not start or measure "+
+				"(other programs, the kernel's interrupts); CPU figures taken on a busy machine", mach, mach-known, 100*float64(mach-known)/float64(mach)))
 		}
 	}
 }

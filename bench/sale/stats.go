@@ -49,6 +49,18 @@ type Bucket struct {
 	P99 time.Duration `json:"p99"`
 }
 
+// TimelineWidth is the slice width of a timeline of an attack that took
+// elapsed: about 40 slices, each at least 10 ms, so that an attack of a
+// few thousand users, over in under a second, still draws a curve of some
+// 40 points rather than a handful.
+func TimelineWidth(elapsed time.Duration) time.Duration {
+	return max(10*time.Millisecond, (elapsed / 40).Round(10*time.Millisecond))
+}
+
+// MinPlotPoints is the fewest timeline slices a plot draws as a curve
+// without saying it has too few.
+const MinPlotPoints = 10
+
 // Timeline cuts the outcomes into slices of width by when their answer
 // came and returns each slice's answers per second and latencies.
 func Timeline(outs []Outcome, width time.Duration) []Bucket {

@@ -1,6 +1,8 @@
 package sale
 
 import (
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -69,5 +71,34 @@ func TestTimelineCountsAnswersPerSliceByWhenTheyCame(t *testing.T) {
 	}
 	if got[1].P99 != 20*time.Millisecond {
 		t.Errorf("second slice p99 %v, want 20ms", got[1].P99)
+	}
+}
+
+// An attack over in under a second still gets a timeline of enough points
+// to draw a curve; a long one keeps slices of about a fortieth of it.
+func TestTimelineWidthGivesShortAttacksACurve(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, elapsed := range []time.Duration{400 * time.Millisecond, 900 * time.Millisecond, 20 * time.Second} {
+		var outs []Outcome
+		for at := time.Duration(0); at < elapsed; at += time.Millisecond {
+			outs = append(outs, Outcome{Sent: t0.Add(at), Latency: time.Millisecond})
+		}
+		if n := len(Timeline(outs, TimelineWidth(elapsed))); n < MinPlotPoints || n > 50 {
+			t.Errorf("an attack of %s: %d points, want %d to 50", elapsed, n, MinPlotPoints)
+		}
+	}
+}
+
+// Progress into a file or a pipe is plain lines: a bar redrawn with
+// carriage returns is for terminals only.
+func TestProgressIsPlainLinesOffATerminal(t *testing.T) {
+	var out strings.Builder
+	var done, ok atomic.Int64
+	done.Store(40)
+	ok.Store(3)
+	stop := progress(Config{Progress: &out, Endpoint: Endpoint{Name: "service"}, Scenario: "sold-out"}, 100, time.Now(), &done, &ok)
+	stop()
+	if got := out.String(); strings.Contains(got, "\r") || !strings.HasSuffix(got, "\n") || !strings.Contains(got, "service sold-out: 40/100  OK 3") {
+		t.Fatalf("progress off a terminal: %q", got)
 	}
 }

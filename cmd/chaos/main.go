@@ -7,8 +7,10 @@
 //	go run ./cmd/chaos -seed 42 -start 17 -rounds 1 -v   # replay round 17
 //	go run ./cmd/chaos -kinds redis-stall,refund-wipe -rounds 20  # the degraded paths
 //
-// It needs redis-server on PATH and a Postgres that allows CREATE
-// DATABASE at TEST_DATABASE_URL (`scripts/test-services.sh` provides both).
+// It needs redis-server and redis-cli on PATH (the replicated kinds start
+// sentinels and a Redis Cluster with them) and a Postgres that allows
+// CREATE DATABASE at TEST_DATABASE_URL (`scripts/test-services.sh`
+// provides them).
 // It exits 1 when a round fails.
 package main
 

@@ -3,7 +3,7 @@
 // answered and stored and prints throughput, latency, codes and costs.
 //
 //	seckill-bench --target service,reference,ceiling --scenario sold-out,in-stock \
-//	    --url http://127.0.0.1:8080 --users 20000 --plot docs/bench.png
+//	    --url http://127.0.0.1:8080 --users 20000 --plot artifacts/bench.png
 //
 // "reference" and "ceiling" are started here as child processes (this
 // binary's `serve` subcommand) on free loopback ports; the reference gets
@@ -17,6 +17,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -51,13 +52,22 @@ func main() {
 	default:
 		err = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "seckill-bench:", err)
-		if errors.Is(err, errViolations) {
-			os.Exit(1)
-		}
-		os.Exit(2)
 	}
+	os.Exit(exitCode(err))
+}
+
+// exitCode is 0 for success and for -h (the usage was asked for, and
+// printed), 1 when a sale broke a promise, 2 for anything else.
+func exitCode(err error) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errViolations):
+		return 1
+	}
+	return 2
 }
 
 // errViolations makes the exit status 1: a sale broke a promise.
@@ -97,19 +107,24 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.profileURL, "profile-url", "", "the service's PPROF_ADDR as a URL (http://127.0.0.1:6060): with --profile, a CPU profile of each attack on target service is taken from it")
 	fs.StringVar(&o.profile, "profile", "", "write each service attack's CPU profile to <this>-<scenario>.pprof (needs --profile-url)")
 	fs.DurationVar(&o.profileFor, "profile-seconds", 5*time.Second, "how long each CPU profile runs from the attack's start")
-	fs.StringVar(&o.secret, "jwt-secret", os.Getenv("JWT_SECRET"), "HS256 secret of the targets (env JWT_SECRET)")
-	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "the service's Postgres, read for its orders; the reference gets a database of its own on the same server (env DATABASE_URL)")
-	fs.StringVar(&o.redisURL, "redis-url", os.Getenv("REDIS_URL"), "the service's Redis, measured (CPU, commands per request); the reference uses it too, under keys of its own (env REDIS_URL)")
+	// No default from the environment: -h would print the secret.
+	fs.StringVar(&o.secret, "jwt-secret", "", "HS256 secret of the targets (default: env JWT_SECRET)")
+	// URLs may hold passwords: the environment is read after parsing.
+	fs.StringVar(&o.databaseURL, "database-url", "", "the service's Postgres, read for its orders; the reference gets a database of its own on the same server (default: env DATABASE_URL)")
+	fs.StringVar(&o.redisURL, "redis-url", "", "the service's Redis, measured (CPU, commands per request); the reference uses it too, under keys of its own (default: env REDIS_URL)")
 	fs.IntVar(&o.pid, "pid", 0, "the service's process id for CPU per request (0: found by its port when local)")
 	fs.BoolVar(&o.requestIDs, "request-ids", true, "send a requestId (idempotency key) with each service grab")
 	fs.BoolVar(&o.tickets, "tickets", false, "the service's voucher requires grab tickets: each user takes one before the attack and sends it with every grab")
 	fs.StringVar(&o.challenge, "challenge", "", "with --tickets: POW puts a proof of work before each ticket (solved by the tool, before the attack)")
 	fs.IntVar(&o.rounds, "rounds", 1, "run each scenario this many times over the targets, the targets' order reversed every other round, so that no target always meets the machine first; the summary gives each round's ratios and their medians")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the reports as JSON instead of a table")
-	fs.StringVar(&o.plot, "plot", "", "write throughput and latency over time to this PNG")
+	fs.StringVar(&o.plot, "plot", "", "write throughput and latency over time to this PNG (none by default; keep it out of tracked files, e.g. artifacts/, which git ignores)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	o.secret = cmp.Or(o.secret, os.Getenv("JWT_SECRET"))
+	o.databaseURL = cmp.Or(o.databaseURL, os.Getenv("DATABASE_URL"))
+	o.redisURL = cmp.Or(o.redisURL, os.Getenv("REDIS_URL"))
 	if o.secret == "" {
 		return o, errors.New("a JWT secret is needed: --jwt-secret or JWT_SECRET")
 	}
@@ -192,6 +207,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := f.Close(); err != nil {
 			return err
 		}
+		fmt.Fprintln(stderr, "plot:", o.plot)
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("%w: %s", errViolations, strings.Join(failed, ", "))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -30,19 +31,28 @@ import (
 //
 //	seckill-bench serve reference|ceiling|ceiling-graphql --addr 127.0.0.1:9000 --jwt-secret s [--redis-url u --database-url u --prefix p]
 func serve(ctx context.Context, args []string) error {
+	const usage = "usage: seckill-bench serve reference|ceiling|ceiling-graphql --addr host:port ..."
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		fmt.Fprintln(os.Stderr, usage)
+		return flag.ErrHelp
+	}
 	if len(args) == 0 || (args[0] != "reference" && args[0] != "ceiling" && args[0] != "ceiling-graphql") {
-		return errors.New("usage: seckill-bench serve reference|ceiling|ceiling-graphql --addr host:port ...")
+		return errors.New(usage)
 	}
 	kind := args[0]
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:9000", "listen address")
-	secret := fs.String("jwt-secret", os.Getenv("JWT_SECRET"), "HS256 secret")
-	redisURL := fs.String("redis-url", os.Getenv("REDIS_URL"), "reference: its Redis")
-	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "reference: its Postgres database")
+	// No default from the environment: -h would print the secret.
+	secret := fs.String("jwt-secret", "", "HS256 secret (default: JWT_SECRET)")
+	redisURL := fs.String("redis-url", "", "reference: its Redis (default: REDIS_URL)")
+	dbURL := fs.String("database-url", "", "reference: its Postgres database (default: DATABASE_URL)")
 	prefix := fs.String("prefix", "ref:", "reference: prefix of its Redis keys")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
+	*secret = cmp.Or(*secret, os.Getenv("JWT_SECRET"))
+	*redisURL = cmp.Or(*redisURL, os.Getenv("REDIS_URL"))
+	*dbURL = cmp.Or(*dbURL, os.Getenv("DATABASE_URL"))
 	if *secret == "" {
 		return errors.New("serve: --jwt-secret is required")
 	}

@@ -154,6 +154,12 @@ type SeckillChallenge struct {
 }
 
 type SeckillInfo struct {
+	// The voucher's id: one voucher has one seckill, so its id names it, and
+	// the same voucher's seckill answers the same id wherever it appears
+	// (voucher, vouchers, stock, stockChanged). With it, normalized client
+	// caches (Apollo's InMemoryCache, urql's Graphcache) keep one SeckillInfo
+	// per voucher and need no type policy or key config.
+	ID           int64     `json:"id"`
 	InitialStock int       `json:"initialStock"`
 	Remaining    int       `json:"remaining"`
 	BeginAt      time.Time `json:"beginAt"`
@@ -185,11 +191,23 @@ type SeckillTicket struct {
 }
 
 type StockUpdate struct {
+	// The voucher's id, as voucherId: a normalized client cache keeps one
+	// StockUpdate per voucher, the newest written, so the answers of stock,
+	// addStock and stockChanged about one voucher update one cached object.
+	ID        int64     `json:"id"`
 	VoucherID int64     `json:"voucherId"`
 	Remaining int       `json:"remaining"`
 	Sold      int       `json:"sold"`
 	SoldOut   bool      `json:"soldOut"`
 	At        time.Time `json:"at"`
+	// The voucher's seckill info as of this update (the same id as
+	// Voucher.seckill), so that a normalized client cache updates the cached
+	// Voucher.seckill.remaining by itself. id, remaining and initialStock are
+	// this update's; the voucher's terms (times, limit, segments, gate) are
+	// the node's cached copy, refreshed within a second of a change. Never
+	// null: only seckill vouchers have a stock, and a voucher's type never
+	// changes.
+	Seckill *SeckillInfo `json:"seckill"`
 }
 
 type Subscription struct {

@@ -49,7 +49,7 @@ func (id Identity) IsAdmin() bool { return id.Role == RoleAdmin }
 // leeway as verification. An identity without an expiry never came from a
 // verified token, so it is not trusted either.
 func (id Identity) expiredAt(now time.Time) bool {
-	return id.Expires.IsZero() || !now.Before(id.Expires.Add(tokenLeeway))
+	return id.Expires.IsZero() || !now.Before(id.Expires.Add(Leeway))
 }
 
 type claims struct {
@@ -112,7 +112,7 @@ func NewTokens(secret string, opts ...Option) *Tokens {
 		jwt.WithExpirationRequired(),
 		// An iat in the future would let exp - iat hide a long lifetime.
 		jwt.WithIssuedAt(),
-		jwt.WithLeeway(tokenLeeway),
+		jwt.WithLeeway(Leeway),
 		jwt.WithTimeFunc(func() time.Time { return t.now() }),
 	)
 	return t
@@ -121,7 +121,13 @@ func NewTokens(secret string, opts ...Option) *Tokens {
 // MaxTTL is the longest lifetime Verify accepts and Issue signs.
 func (t *Tokens) MaxTTL() time.Duration { return t.maxTTL }
 
-const tokenLeeway = 5 * time.Second
+// Leeway is how far past a token's exp (and before its iat and nbf) it is
+// still accepted: room for the clocks of the issuer and of each node to
+// disagree by a few seconds, as NTP-synced machines do, so that a token
+// fresh from the issuer is not refused as not yet issued by a node whose
+// clock runs behind. It lengthens every token's life by as much, which the
+// operator's documentation states next to JWT_MAX_TTL.
+const Leeway = 5 * time.Second
 
 // Verify parses a token and returns the identity it carries. Any problem
 // (bad signature, expired, wrong algorithm, malformed claims) is an
@@ -144,8 +150,10 @@ func (t *Tokens) Verify(token string) (Identity, error) {
 	return id, nil
 }
 
-// errExpired is shared by verification and the per-operation re-check.
-var errExpired = domain.Errorf(domain.CodeUnauthenticated, "token expired")
+// ErrExpired is a token past its exp (and the leeway); shared by
+// verification and the per-operation re-check, and told apart from other
+// refusals by the websocket's close reason.
+var ErrExpired = domain.Errorf(domain.CodeUnauthenticated, "token expired")
 
 // errCritical refuses a token whose header has "crit": it names
 // extensions the verifier must understand (RFC 7515 4.1.11), and this one
@@ -163,7 +171,7 @@ func (t *Tokens) parse(token string) (Identity, error) {
 	if err != nil {
 		switch {
 		case errors.Is(err, jwt.ErrTokenExpired):
-			return Identity{}, errExpired
+			return Identity{}, ErrExpired
 		case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
 			return Identity{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token: exp is required")
 		case errors.Is(err, errCritical):
@@ -302,7 +310,7 @@ func FromContext(ctx context.Context) (Identity, error) {
 		return Identity{}, r.err
 	}
 	if r.id.expiredAt(time.Now()) {
-		return Identity{}, errExpired
+		return Identity{}, ErrExpired
 	}
 	return r.id, nil
 }

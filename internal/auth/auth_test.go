@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -27,7 +28,7 @@ func TestVerifiedTokensStillExpire(t *testing.T) {
 			t.Fatalf("verify %d: %+v %v", i, id, err)
 		}
 	}
-	clock = clock.Add(time.Minute + tokenLeeway + time.Second)
+	clock = clock.Add(time.Minute + Leeway + time.Second)
 	if _, err := tokens.Verify(tok); err == nil {
 		t.Fatal("an expired token passed because it was cached")
 	}
@@ -44,8 +45,8 @@ func TestIdentityInContextExpires(t *testing.T) {
 	}{
 		{"no expiry: not from a verified token", time.Time{}, false},
 		{"valid", time.Now().Add(time.Minute), true},
-		{"within the leeway", time.Now().Add(-tokenLeeway / 2), true},
-		{"expired since it was verified", time.Now().Add(-tokenLeeway - time.Second), false},
+		{"within the leeway", time.Now().Add(-Leeway / 2), true},
+		{"expired since it was verified", time.Now().Add(-Leeway - time.Second), false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -191,6 +192,48 @@ func TestTokensWithAmbiguousClaimsAreRefused(t *testing.T) {
 						t.Fatalf("verify %d: %+v %v", i, id, err)
 					case !tc.ok && err == nil:
 						t.Fatalf("verify %d: accepted as %+v", i, id)
+					}
+				}
+			})
+		}
+	}
+}
+
+// The leeway is Leeway, no more, on both verification paths: the fast
+// path (tokens of the shape Issue makes) and golang-jwt's (any other
+// shape, here an escaped role), and for a token from the verified cache.
+func TestTokensAreAcceptedUpToTheLeewayPastExp(t *testing.T) {
+	const secret = "leeway-test-secret-0123456789abcdef"
+	clock := time.Unix(1_800_000_000, 0)
+	ts := func(d time.Duration) string { return strconv.FormatInt(clock.Add(d).Unix(), 10) }
+	shapes := map[string]func(exp, iat time.Duration) string{
+		"fast path": func(exp, iat time.Duration) string {
+			return signClaims(`{"role":"user","sub":"7","exp":`+ts(exp)+`,"iat":`+ts(iat)+`}`, secret)
+		},
+		"general parser": func(exp, iat time.Duration) string {
+			return signClaims(`{"role":"us\u0065r","sub":"7","exp":`+ts(exp)+`,"iat":`+ts(iat)+`}`, secret)
+		},
+	}
+	cases := []struct {
+		name     string
+		exp, iat time.Duration // from now
+		ok       bool
+	}{
+		{"valid", time.Minute, -time.Minute, true},
+		{"expired a second less than the leeway ago", -Leeway + time.Second, -time.Hour, true},
+		{"expired the leeway ago", -Leeway, -time.Hour, false},
+		{"issued a second less than the leeway ahead", time.Hour, Leeway - time.Second, true},
+		{"issued more than the leeway ahead", time.Hour, Leeway + time.Second, false},
+	}
+	for shape, sign := range shapes {
+		for _, tc := range cases {
+			t.Run(shape+"/"+tc.name, func(t *testing.T) {
+				tokens := NewTokens(secret)
+				tokens.now = func() time.Time { return clock }
+				tok := sign(tc.exp, tc.iat)
+				for i := 0; i < 2; i++ { // the second time from the cache, if cached
+					if _, err := tokens.Verify(tok); (err == nil) != tc.ok {
+						t.Fatalf("verify %d: err %v, want ok=%v", i, err, tc.ok)
 					}
 				}
 			})

@@ -75,11 +75,11 @@ func (t *Tokens) parseFast(token string) (id Identity, err error, ok bool) {
 	switch {
 	case !c.hasExp:
 		return Identity{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token: exp is required"), true
-	case !now.Before(time.Unix(c.exp, 0).Add(tokenLeeway)):
-		return Identity{}, errExpired, true
-	case c.hasIat && now.Add(tokenLeeway).Before(time.Unix(c.iat, 0)):
+	case !now.Before(time.Unix(c.exp, 0).Add(Leeway)):
+		return Identity{}, ErrExpired, true
+	case c.hasIat && now.Add(Leeway).Before(time.Unix(c.iat, 0)):
 		return Identity{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token"), true
-	case c.hasNbf && now.Add(tokenLeeway).Before(time.Unix(c.nbf, 0)):
+	case c.hasNbf && now.Add(Leeway).Before(time.Unix(c.nbf, 0)):
 		return Identity{}, domain.Errorf(domain.CodeUnauthenticated, "invalid token"), true
 	}
 	var iat *time.Time

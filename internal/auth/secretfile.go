@@ -10,6 +10,12 @@ import (
 	"strings"
 )
 
+// MinSecretBytes is the shortest HS256 secret the service accepts: as long
+// as the SHA-256 output that keys the MAC. One token is enough to try
+// secrets offline, so a short or guessable one lets anyone mint tokens,
+// admin ones included.
+const MinSecretBytes = 32
+
 // SecretFromFile returns the HS256 secret kept in path, creating the file
 // (mode 0600, 32 random bytes as hex) when it does not exist. The embedded
 // mode keeps its secret this way, beside its SQLite file, so the tokens it
@@ -21,8 +27,8 @@ func SecretFromFile(path string) (string, error) {
 		b, err := os.ReadFile(path)
 		if err == nil {
 			secret := strings.TrimSpace(string(b))
-			if len(secret) < 32 {
-				return "", fmt.Errorf("secret file %s: want at least 32 characters; delete it to make a new one (tokens signed with it stop working)", path)
+			if len(secret) < MinSecretBytes {
+				return "", fmt.Errorf("secret file %s: want at least %d characters; delete it to make a new one (tokens signed with it stop working)", path, MinSecretBytes)
 			}
 			return secret, nil
 		}

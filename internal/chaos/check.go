@@ -54,7 +54,7 @@ func (rn *runner) drain(ctx context.Context, p plan, saleStart time.Time, vouche
 	)
 	for {
 		qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		xlen, errLog := rn.env.rdb.XLen(qctx, logKey(voucher)).Result()
+		xlen, errLog := rn.env.store.XLen(qctx, logKey(voucher)).Result()
 		var rows, dead int64
 		errRows := rn.env.db.QueryRowContext(qctx, `SELECT count(*) FROM tb_voucher_order WHERE voucher_id = $1`, voucher).Scan(&rows)
 		errDead := rn.env.db.QueryRowContext(qctx, `SELECT count(*) FROM tb_order_dead_letter WHERE voucher_id = $1`, voucher).Scan(&dead)
@@ -174,15 +174,15 @@ func (rn *runner) collect(ctx context.Context, voucher int64, okIDs []int64) (st
 	if err != nil {
 		return st, err
 	}
-	if n, err := rn.env.rdb.Get(ctx, stockKey(voucher)).Int(); err == nil {
+	if n, err := rn.env.store.Get(ctx, stockKey(voucher)).Int(); err == nil {
 		st.redisStock = &n
 	} else if !errors.Is(err, redis.Nil) {
 		return st, fmt.Errorf("read redis stock: %w", err)
 	}
-	if st.redisStamp, err = rn.env.rdb.HGet(ctx, metaKey(voucher), "life").Result(); err != nil && !errors.Is(err, redis.Nil) {
+	if st.redisStamp, err = rn.env.store.HGet(ctx, metaKey(voucher), "life").Result(); err != nil && !errors.Is(err, redis.Nil) {
 		return st, fmt.Errorf("read redis load stamp: %w", err)
 	}
-	users, err := rn.env.rdb.HGetAll(ctx, usersKey(voucher)).Result()
+	users, err := rn.env.store.HGetAll(ctx, usersKey(voucher)).Result()
 	if err != nil {
 		return st, fmt.Errorf("read redis user counts: %w", err)
 	}

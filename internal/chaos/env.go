@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +61,19 @@ type env struct {
 	// lockRedis holds the segment leases and job locks of the fallback
 	// profile, apart from the stock Redis (started when first needed).
 	lockRedis *testenv.RedisServer
+	// sentinels and cluster are the replicated Redis deployments of the
+	// sentinel and cluster profiles, started when first needed; store is
+	// the checks' client of the Redis the nodes sell from now (rdb on
+	// the single-Redis profiles).
+	sentinels *testenv.SentinelSet
+	cluster   *testenv.RedisCluster
+	store     redis.UniversalClient
+	// sentinelStore and clusterStore are the checks' clients of
+	// sentinels and cluster.
+	sentinelStore, clusterStore redis.UniversalClient
+	// downPrimary is a replicated primary a fault killed, until it is
+	// back as a replica.
+	downPrimary *testenv.RedisServer
 
 	mu         sync.Mutex
 	userTokens map[int64]string
@@ -77,16 +91,47 @@ type profile struct {
 	// in production, so that a stalled stock Redis stalls grabs and not
 	// leases.
 	fallback bool
+	// topology is the Redis the nodes sell from: the single durable
+	// redis-server, a Sentinel set or a Redis Cluster. The replicated ones
+	// run with REDIS_ACK_REPLICAS=1: an OK is on a replica.
+	topology string
 }
 
 var (
 	// baseProfile: two nodes, locks on the stock Redis, no fallback.
-	baseProfile = profile{name: "base", nodes: nodeCount}
+	baseProfile = profile{name: "base", nodes: nodeCount, topology: topologySingle}
 	// fallbackProfile: one node, because the fallback refuses to sell
 	// while another node is live (it cannot see that node's orders on
 	// their way while Redis is down).
-	fallbackProfile = profile{name: "fallback", nodes: 1, fallback: true}
+	fallbackProfile = profile{name: "fallback", nodes: 1, fallback: true, topology: topologySingle}
+	// sentinelProfile: two nodes on a Sentinel set of one primary, two
+	// replicas and three sentinels.
+	sentinelProfile = profile{name: "sentinel", nodes: nodeCount, topology: topologySentinel}
+	// clusterProfile: two nodes on a Redis Cluster of three primaries
+	// with a replica each.
+	clusterProfile = profile{name: "cluster", nodes: nodeCount, topology: topologyCluster}
 )
+
+// profileOf is the profile a round of p runs on.
+func profileOf(p plan) profile {
+	switch {
+	case p.fallback:
+		return fallbackProfile
+	case p.topology == topologySentinel:
+		return sentinelProfile
+	case p.topology == topologyCluster:
+		return clusterProfile
+	}
+	return baseProfile
+}
+
+// errNotRunnable marks a profile the service refuses to run (a
+// configuration it rejects at start): the round is skipped, not passed.
+var errNotRunnable = errors.New("not runnable")
+
+// refusedAtStart is what the service says when it refuses a Redis mode
+// it does not support yet (config's clusterNotYet).
+const refusedAtStart = "is not supported yet"
 
 // nodeSettings are the service's settings in every round: no rate limits
 // (they would answer RATE_LIMITED to the suite's bursts of one user), and a
@@ -200,15 +245,64 @@ func (e *env) use(ctx context.Context, prof profile) error {
 			return err
 		}
 	}
+	store, err := e.topology(prof.topology, settings)
+	if err != nil {
+		return err
+	}
+	e.store = store
 	for i := range prof.nodes {
 		n, err := testenv.StartService(ctx, e.bin, settings)
 		if err != nil {
+			if strings.Contains(err.Error(), refusedAtStart) {
+				return fmt.Errorf("%w: REDIS_MODE=%s refused at start: %s", errNotRunnable, prof.topology, refusal(err.Error()))
+			}
 			return fmt.Errorf("start node %d (%s profile): %w", i, prof.name, err)
 		}
 		e.nodes = append(e.nodes, n)
 	}
 	e.profile = prof.name
 	return nil
+}
+
+// topology starts the Redis deployment of topo when it is not running
+// yet, points settings at it and returns the checks' client of it.
+func (e *env) topology(topo string, settings map[string]string) (redis.UniversalClient, error) {
+	switch topo {
+	case topologySentinel:
+		if e.sentinels == nil {
+			s, err := testenv.StartSentinelSet(filepath.Join(e.dir, "sentinel"), "flashsale", 2, 3)
+			if err != nil {
+				return nil, fmt.Errorf("sentinel set: %w", err)
+			}
+			e.sentinels, e.sentinelStore = s, s.FailoverClient()
+		}
+		settings["REDIS_MODE"], settings["REDIS_URL"] = "sentinel", e.sentinels.URL()
+		settings["REDIS_ACK_REPLICAS"] = "1"
+		return e.sentinelStore, nil
+	case topologyCluster:
+		if e.cluster == nil {
+			c, err := testenv.StartRedisCluster(filepath.Join(e.dir, "cluster"), 3, 1)
+			if err != nil {
+				return nil, fmt.Errorf("redis cluster: %w", err)
+			}
+			e.cluster, e.clusterStore = c, c.Client()
+		}
+		settings["REDIS_MODE"], settings["REDIS_URL"] = "cluster", e.cluster.URL()
+		settings["REDIS_ACK_REPLICAS"] = "1"
+		return e.clusterStore, nil
+	}
+	return e.rdb, nil
+}
+
+// refusal is the line of a node's output that says why it refused to
+// start.
+func refusal(out string) string {
+	for line := range strings.SplitSeq(out, "\n") {
+		if strings.Contains(line, refusedAtStart) {
+			return strings.TrimSpace(line)
+		}
+	}
+	return out
 }
 
 // orderIDEpoch is the epoch of the seconds in order ids (DESIGN.md:
@@ -250,6 +344,14 @@ func (e *env) close() {
 	}
 	if e.lockRedis != nil {
 		e.lockRedis.Kill()
+	}
+	if e.sentinels != nil {
+		_ = e.sentinelStore.Close()
+		e.sentinels.Close()
+	}
+	if e.cluster != nil {
+		_ = e.clusterStore.Close()
+		e.cluster.Close()
 	}
 	if e.proxy != nil {
 		e.proxy.Close()
@@ -323,6 +425,9 @@ func (e *env) heal(ctx context.Context) error {
 	if err := e.startRedis(); err != nil {
 		return err
 	}
+	if err := e.rejoinPrimary(ctx); err != nil {
+		return err
+	}
 	var errs []error
 	for i := range e.nodes {
 		if err := e.startNode(ctx, i); err != nil {
@@ -343,6 +448,54 @@ func (e *env) startRedis() error {
 	if err := e.redis.Start(); err != nil {
 		return fmt.Errorf("start redis: %w", err)
 	}
+	return nil
+}
+
+// killPrimary kills the primary of the replicated Redis the nodes sell
+// from (for the cluster, the one that serves voucher) and waits until a
+// replica is promoted; the killed node stays down until rejoinPrimary.
+func (e *env) killPrimary(ctx context.Context, voucher int64) error {
+	var err error
+	switch {
+	case e.profile == sentinelProfile.name:
+		if e.downPrimary, err = e.sentinels.KillPrimary(ctx); err != nil {
+			return fmt.Errorf("kill the sentinels' primary: %w", err)
+		}
+		_, err = e.sentinels.WaitPromoted(ctx, e.downPrimary)
+	case e.profile == clusterProfile.name:
+		if e.downPrimary, err = e.cluster.KillPrimaryOf(ctx, stockKey(voucher)); err != nil {
+			return fmt.Errorf("kill the cluster primary of voucher %d: %w", voucher, err)
+		}
+		_, err = e.cluster.WaitPromoted(ctx, e.downPrimary)
+	default:
+		return fmt.Errorf("no replicated Redis in the %s profile", e.profile)
+	}
+	return err
+}
+
+// rejoinPrimary brings the primary a fault killed back, as a replica of
+// the one promoted in its place (after waiting for that promotion, in
+// case the fault's own wait gave up); a no-op when none is down.
+func (e *env) rejoinPrimary(ctx context.Context) error {
+	old := e.downPrimary
+	if old == nil {
+		return nil
+	}
+	var err error
+	switch {
+	case e.sentinels != nil && slices.Contains(e.sentinels.Data, old):
+		if _, err = e.sentinels.WaitPromoted(ctx, old); err == nil {
+			err = e.sentinels.Rejoin(ctx, old)
+		}
+	case e.cluster != nil:
+		if _, err = e.cluster.WaitPromoted(ctx, old); err == nil {
+			err = e.cluster.Rejoin(ctx, old)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("bring the killed primary %s back: %w", old.Addr(), err)
+	}
+	e.downPrimary = nil
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -37,10 +38,24 @@ const (
 	// running and its connections stay open: the data loss of a wipe
 	// without the crash.
 	faultRedisFlush
+	// faultPrimaryKill kills the Sentinel set's primary with SIGKILL; the
+	// sentinels promote a replica, and after down the killed node comes
+	// back as a replica of it.
+	faultPrimaryKill
+	// faultRedisRollback copies Redis's files at the fault's moment, and
+	// after down kills Redis and starts it from that copy: Redis goes back
+	// in time with its keys present, as after a crash with an everysec
+	// append-only file or a restart from an older RDB file.
+	faultRedisRollback
+	// faultClusterPrimaryKill kills the Redis Cluster primary that serves
+	// the round's voucher with SIGKILL; its replica is promoted, and after
+	// down the killed node rejoins as a replica.
+	faultClusterPrimaryKill
 )
 
 func (k faultKind) String() string {
-	return [...]string{"node-kill", "redis-kill", "redis-wipe", "pg-outage", "redis-cut", "redis-stall", "redis-flush"}[k]
+	return [...]string{"node-kill", "redis-kill", "redis-wipe", "pg-outage", "redis-cut", "redis-stall", "redis-flush",
+		"primary-kill", "redis-rollback", "cluster-primary-kill"}[k]
 }
 
 // fault is one fault of a round, at a moment of the sale.
@@ -145,6 +160,8 @@ type plan struct {
 	// fallback: the round runs on the fallback profile (one node with the
 	// database fallback on, segment leases on a Redis of their own).
 	fallback bool
+	// topology is the Redis the nodes sell from (kind.topology).
+	topology string
 	// retryOpen: clients ask again with the same request id after an
 	// answer that left their grab open (attempt.retryAfter).
 	retryOpen bool
@@ -157,9 +174,13 @@ type plan struct {
 }
 
 // durable reports whether Redis keeps everything in this round: no fault
-// wipes it, so no accepted order may be lost.
+// wipes it or takes it back in time, so no accepted order may be lost. A
+// failover with REDIS_ACK_REPLICAS loses nothing: only what a replica
+// holds is answered OK.
 func (p plan) durable() bool {
-	return !slices.ContainsFunc(p.faults, func(f fault) bool { return f.what == faultRedisWipe || f.what == faultRedisFlush })
+	return !slices.ContainsFunc(p.faults, func(f fault) bool {
+		return f.what == faultRedisWipe || f.what == faultRedisFlush || f.what == faultRedisRollback
+	})
 }
 
 func (p plan) String() string {
@@ -171,6 +192,9 @@ func (p plan) String() string {
 		p.stock, p.limit, p.users, len(p.attempts), p.window.Seconds(), p.nodes, onOff(p.tickets), onOff(p.pow), strings.Join(fs, " "))
 	if p.fallback {
 		s += ", database fallback on, one node"
+	}
+	if p.topology != topologySingle {
+		s += ", Redis " + p.topology
 	}
 	if p.retryOpen {
 		s += ", clients retry open grabs"
@@ -197,6 +221,9 @@ type kind struct {
 	faults func(r *rand.Rand, p *plan, short bool) (nodes []int, faults []fault)
 	// fallback runs the kind's rounds on the fallback profile.
 	fallback bool
+	// topology is the Redis the kind's rounds sell from: single (the
+	// default), sentinel or cluster.
+	topology string
 	// moments draws the moments of the round's n attempts, once its
 	// faults are drawn (defaultMoments when nil).
 	moments func(r *rand.Rand, p *plan, n int) []time.Duration
@@ -330,7 +357,35 @@ var kinds = []kind{
 		}
 		return []int{0}, []fault{stall}
 	}},
+	// A Sentinel set's primary killed mid-sale, its replica promoted: the
+	// nodes run REDIS_MODE=sentinel with REDIS_ACK_REPLICAS=1, so that a
+	// grab answered OK is on a replica before the answer, and the replica
+	// promoted sells on from what was sold.
+	{name: "redis-failover", topology: topologySentinel, faults: func(r *rand.Rand, p *plan, _ bool) ([]int, []fault) {
+		return someNodes(r), []fault{{what: faultPrimaryKill, at: faultMoment(r, p.window), down: between(r, 500*time.Millisecond, 2*time.Second)}}
+	}},
+	// Redis goes back in time mid-sale with its keys present: a copy of
+	// its files taken while it sells, and between 300 ms and a third of
+	// the sale later it is killed and started from that copy. Postgres
+	// holds orders Redis no longer knows it sold; the request ids of
+	// those orders are gone from Redis too.
+	{name: "redis-rollback", faults: func(r *rand.Rand, p *plan, _ bool) ([]int, []fault) {
+		w := p.window
+		return someNodes(r), []fault{{what: faultRedisRollback, at: faultMoment(r, w), down: between(r, 300*time.Millisecond, max(400*time.Millisecond, w/3))}}
+	}},
+	// The Redis Cluster primary that serves the voucher killed mid-sale,
+	// its replica promoted (REDIS_MODE=cluster, REDIS_ACK_REPLICAS=1).
+	{name: "cluster-failover", topology: topologyCluster, faults: func(r *rand.Rand, p *plan, _ bool) ([]int, []fault) {
+		return someNodes(r), []fault{{what: faultClusterPrimaryKill, at: faultMoment(r, p.window), down: between(r, 500*time.Millisecond, 2*time.Second)}}
+	}},
 }
+
+// The Redis topologies a kind sells from.
+const (
+	topologySingle   = "single"
+	topologySentinel = "sentinel"
+	topologyCluster  = "cluster"
+)
 
 // refundGrace is how long after its expiry a red packet is refunded: the
 // nodes run with this grace (nodeSettings), and refund-wipe rounds wipe
@@ -396,13 +451,14 @@ func newPlan(seed int64, round int, ks []kind, short bool) plan {
 	perLimit := p.stock / p.limit
 	p.users = max(2, n/(2+r.IntN(4)), perLimit+1+r.IntN(perLimit/2+1))
 	n = max(n, 2*p.users)
-	p.rpCount, p.fallback = p.stock, k.fallback
+	p.rpCount, p.fallback, p.topology = p.stock, k.fallback, cmp.Or(k.topology, topologySingle)
 	p.nodes, p.faults = k.faults(r, &p, short)
 	slices.SortFunc(p.faults, func(a, b fault) int { return int(a.at - b.at) })
 	// In half the rounds the first crash or cut comes at the sell-out
 	// rather than at its moment, whichever is first (a stall comes when
 	// its kind placed the attempts for it).
-	if len(p.faults) > 0 && p.faults[0].what != faultPGOutage && p.faults[0].what != faultRedisStall && r.IntN(2) == 0 {
+	// A rollback's snapshot at the sell-out would leave nothing to forget.
+	if len(p.faults) > 0 && !slices.Contains([]faultKind{faultPGOutage, faultRedisStall, faultRedisRollback}, p.faults[0].what) && r.IntN(2) == 0 {
 		p.faults[0].atOKs = max(1, p.stock-r.IntN(min(3, p.stock)))
 	}
 

@@ -200,7 +200,7 @@ func (rn *runner) drainRedPacket(ctx context.Context, id string, wantRefund bool
 	deadline := time.Now().Add(time.Minute)
 	last, since := int64(-1), time.Time{}
 	for time.Now().Before(deadline) && sleep(ctx, 250*time.Millisecond) {
-		xlen, err := rn.env.rdb.XLen(ctx, tag+":log").Result()
+		xlen, err := rn.env.store.XLen(ctx, tag+":log").Result()
 		var rows int64
 		var refunded bool
 		if err == nil {
@@ -260,9 +260,9 @@ func (rn *runner) readRedPacket(ctx context.Context, id int64, tag string, st rp
 		}
 		st.grabs[user] = g
 	}
-	if n, err := rn.env.rdb.Exists(ctx, tag+":meta").Result(); err == nil && n == 1 {
-		left, err1 := rn.env.rdb.LLen(ctx, tag+":packets").Result()
-		cents, err2 := rn.env.rdb.HGet(ctx, tag+":meta", "left").Int64()
+	if n, err := rn.env.store.Exists(ctx, tag+":meta").Result(); err == nil && n == 1 {
+		left, err1 := rn.env.store.LLen(ctx, tag+":packets").Result()
+		cents, err2 := rn.env.store.HGet(ctx, tag+":meta", "left").Int64()
 		if err1 == nil && err2 == nil {
 			st.redisLeft, st.redisCents = &left, &cents
 		}

@@ -12,7 +12,7 @@ import (
 
 // tally sums the rounds of one fault kind.
 type tally struct {
-	rounds, failed                                int
+	rounds, failed, skipped                       int
 	checks                                        map[string]int // violations by check
 	ok, sold, lost, open, dead, unavail, gqlError int
 	took, slowest                                 time.Duration
@@ -20,6 +20,10 @@ type tally struct {
 
 func (t *tally) add(r RoundResult) {
 	t.rounds++
+	if r.Skipped != "" {
+		t.skipped++
+		return
+	}
 	if r.Failed() {
 		t.failed++
 	}
@@ -52,7 +56,8 @@ func (t *tally) violations() string {
 	return strings.Join(parts, " ")
 }
 
-// writeTable prints the run as rounds × fault kind × outcome. "lost"
+// writeTable prints the run as rounds × fault kind × outcome. "skipped"
+// counts rounds of a configuration the service refuses at start; "lost"
 // counts OK'd orders missing from Postgres: a violation in durable rounds,
 // a figure where Redis was wiped; "open" grabs whose outcome stayed
 // unknown (a lost reply that a request id could not settle); "slowest
@@ -70,16 +75,16 @@ func writeTable(w io.Writer, rep *Report) {
 		t.add(r)
 		total.add(r)
 	}
-	fmt.Fprintf(w, "\nseed %d: %d rounds, %d failed\n", rep.Seed, total.rounds, total.failed)
+	fmt.Fprintf(w, "\nseed %d: %d rounds, %d failed, %d not runnable (skipped)\n", rep.Seed, total.rounds, total.failed, total.skipped)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "fault kind\trounds\tfailed\tOK answers\tsold\tlost\topen\tdead\tUNAVAILABLE\tgql errors\tslowest grab s\ts/round\tviolations")
+	fmt.Fprintln(tw, "fault kind\trounds\tfailed\tskipped\tOK answers\tsold\tlost\topen\tdead\tUNAVAILABLE\tgql errors\tslowest grab s\ts/round\tviolations")
 	row := func(name string, t *tally) {
 		avg := 0.0
 		if t.rounds > 0 {
 			avg = t.took.Seconds() / float64(t.rounds)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.1f\t%s\n",
-			name, t.rounds, t.failed, t.ok, t.sold, t.lost, t.open, t.dead, t.unavail, t.gqlError, t.slowest.Seconds(), avg, t.violations())
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.2f\t%.1f\t%s\n",
+			name, t.rounds, t.failed, t.skipped, t.ok, t.sold, t.lost, t.open, t.dead, t.unavail, t.gqlError, t.slowest.Seconds(), avg, t.violations())
 	}
 	for _, k := range kinds {
 		if t := byKind[k.name]; t != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -91,7 +92,7 @@ func (rn *runner) sell(ctx context.Context, p plan, voucherID string) ([]answer,
 		wg.Go(func() {
 			for _, f := range fs {
 				waitFor(ctx, f, start, &oks)
-				if err := rn.inject(ctx, f); err != nil {
+				if err := rn.inject(ctx, f, p.voucher); err != nil {
 					mu.Lock()
 					errs = append(errs, fmt.Errorf("%s: %w", f, err))
 					mu.Unlock()
@@ -188,8 +189,9 @@ func (rn *runner) send(ctx context.Context, a attempt, voucherID, phase string) 
 	return ans
 }
 
-// inject carries out one fault and undoes it after its time.
-func (rn *runner) inject(ctx context.Context, f fault) error {
+// inject carries out one fault on the round's voucher and undoes it after
+// its time.
+func (rn *runner) inject(ctx context.Context, f fault, voucher int64) error {
 	rn.log.Debug("fault", "fault", f.String())
 	switch f.what {
 	case faultNodeKill:
@@ -209,6 +211,14 @@ func (rn *runner) inject(ctx context.Context, f fault) error {
 		return rn.env.redis.Start()
 	case faultRedisStall:
 		return rn.stall(ctx, f)
+	case faultPrimaryKill, faultClusterPrimaryKill:
+		if err := rn.env.killPrimary(ctx, voucher); err != nil {
+			return err
+		}
+		sleep(ctx, f.down)
+		return rn.env.rejoinPrimary(ctx)
+	case faultRedisRollback:
+		return rn.rollback(ctx, f)
 	case faultRedisFlush:
 		fctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
@@ -227,6 +237,21 @@ func (rn *runner) inject(ctx context.Context, f fault) error {
 		return nil
 	}
 	return fmt.Errorf("unknown fault %d", f.what)
+}
+
+// rollback copies Redis's files, lets the sale go on for f.down, then
+// kills Redis and starts it from the copy.
+func (rn *runner) rollback(ctx context.Context, f fault) error {
+	snap, err := os.MkdirTemp(rn.env.dir, "snapshot-")
+	if err != nil {
+		return fmt.Errorf("snapshot dir: %w", err)
+	}
+	defer os.RemoveAll(snap)
+	if err := rn.env.redis.SaveSnapshot(ctx, snap); err != nil {
+		return err
+	}
+	sleep(ctx, f.down)
+	return rn.env.redis.RestartFromSnapshot(snap)
 }
 
 // stall stops Redis for f.down and resumes it, but not before the node's

@@ -143,6 +143,14 @@ type Config struct {
 	// line and headers are answered 431 before they are read whole.
 	HTTPMaxHeaderBytes int
 
+	// ConnPerIPPerSec and ConnPerIPBurst are the rate of new connections
+	// per client address (0 = off); ConnPerIPWait and ConnMaxWaiting bound
+	// how long and how many wait for their turn. See connlimit.Config.
+	ConnPerIPPerSec int
+	ConnPerIPBurst  int
+	ConnPerIPWait   time.Duration
+	ConnMaxWaiting  int
+
 	// DegradeToDB sells grabs from the database while the breaker says
 	// Redis is down, so that a Redis outage slows the sale rather than
 	// stopping it.
@@ -242,21 +250,14 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	// Defaults are static and the environment is applied after parsing:
 	// a default taken from the environment would be printed by the usage
 	// ("(default "...")"), and with it JWT_SECRET and database passwords.
-	raw := make([]*string, len(settings))
+	raw := make([]*flagText, len(settings))
 	for i, s := range settings {
-		raw[i] = fs.String(s.flag(), s.def, s.help+" ("+s.env+")")
+		raw[i] = &flagText{text: s.def, kind: s.kind}
+		fs.Var(raw[i], s.flag(), s.help+" ("+s.env+")")
 	}
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
-		fs.SetOutput(out)
-		fmt.Fprint(out, `Usage:
-  flashsale [flags]                       run the service (no configuration: embedded mode)
-  flashsale token --user ID [--role admin] [--ttl D]
-                                          print a bearer token (flashsale token -h)
-  flashsale --version                     print the version and exit
-
-Flags of the service (each can also be set by the variable in brackets; a flag wins):
-`)
-		fs.PrintDefaults()
+		fmt.Fprint(out, Usage)
+		printDefaults(out, fs)
 		return Config{}, err
 	} else if err != nil {
 		return Config{}, fmt.Errorf("%w (see --help)", err)
@@ -269,7 +270,7 @@ Flags of the service (each can also be set by the variable in brackets; a flag w
 	var c Config
 	var unset []setting
 	for i, s := range settings {
-		text := *raw[i]
+		text := raw[i].text
 		if v := strings.TrimSpace(getenv(s.env)); v != "" && !given[s.flag()] {
 			text = v
 		}
@@ -288,6 +289,62 @@ Flags of the service (each can also be set by the variable in brackets; a flag w
 		s.derive(&c)
 	}
 	return c, c.Validate()
+}
+
+// Usage is the head of -h: every subcommand, then the service's flags.
+const Usage = `Usage:
+  flashsale [flags]                       run the service (no configuration: embedded mode)
+  flashsale token --user ID [--role admin] [--ttl D]
+                                          print a bearer token (flashsale token -h)
+  flashsale solve CHALLENGE [difficulty]  print a nonce for a seckillChallenge (flashsale solve -h)
+  flashsale --version                     print the module version and VCS revision, and exit
+
+Flags of the service (each can also be set by the variable in brackets; a flag wins):
+`
+
+// flagText is a setting's flag: it keeps the text given, which Load
+// parses after the environment is applied (a flag wins over its
+// variable), and knows the setting's kind, so that -h names the type as
+// the flag package does for its typed flags and a boolean flag given
+// alone (--demo) means true.
+type flagText struct {
+	text string
+	kind string // string, int, duration or bool
+}
+
+func (f *flagText) String() string {
+	if f == nil {
+		return ""
+	}
+	return f.text
+}
+
+func (f *flagText) Set(s string) error { f.text = s; return nil }
+
+// IsBoolFlag is how the flag package knows a flag needs no value.
+func (f *flagText) IsBoolFlag() bool { return f.kind == "bool" }
+
+// printDefaults prints the flags as flag.PrintDefaults prints typed ones
+// (a flag.Value of our own would be typed "value"): the type after the
+// name, none for a boolean, and the default unless it is the zero value.
+func printDefaults(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		kind := f.Value.(*flagText).kind
+		var b strings.Builder
+		b.WriteString("  -" + f.Name)
+		if kind != "bool" {
+			b.WriteString(" " + kind)
+		}
+		b.WriteString("\n    \t" + strings.ReplaceAll(f.Usage, "\n", "\n    \t"))
+		switch zero := map[string]string{"string": "", "int": "0", "duration": "0s", "bool": "false"}[kind]; {
+		case f.DefValue == "" || f.DefValue == zero:
+		case kind == "string":
+			fmt.Fprintf(&b, " (default %q)", f.DefValue)
+		default:
+			fmt.Fprintf(&b, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(w, b.String())
+	})
 }
 
 // Validate checks every setting, in the table's order, and returns the

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,11 +22,63 @@ func load(env map[string]string, args ...string) (Config, error) {
 	return Load(args, func(k string) string { return env[k] }, io.Discard)
 }
 
+// withEnv is base with the variables kv (name, value, ...) set.
+func withEnv(base map[string]string, kv ...string) map[string]string {
+	m := map[string]string{}
+	for k, v := range base {
+		m[k] = v
+	}
+	for i := 0; i < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return m
+}
+
+// realSecret is a JWT_SECRET real mode accepts (at least 32 bytes).
+const realSecret = "config-test-secret-0123456789abcdef"
+
+// Real mode refuses an HMAC key shorter than 32 bytes, JWT_SECRET's and
+// TICKET_SECRET's, at start, with the variable named and the secret not
+// shown; the embedded mode makes its own and takes a given one as is.
+func TestShortSecretsAreRefusedInRealMode(t *testing.T) {
+	real := map[string]string{"REDIS_URL": "redis://127.0.0.1:6379/0", "DATABASE_URL": "postgres://u@h:5432/d"}
+	cases := []struct {
+		name    string
+		env     map[string]string
+		refused string // the variable named, "" = accepted
+	}{
+		{"3-byte jwt secret", withEnv(real, "JWT_SECRET", "abc"), "JWT_SECRET"},
+		{"31-byte jwt secret", withEnv(real, "JWT_SECRET", strings.Repeat("x", 31)), "JWT_SECRET"},
+		{"32-byte jwt secret", withEnv(real, "JWT_SECRET", strings.Repeat("x", 32)), ""},
+		{"short ticket secret", withEnv(real, "JWT_SECRET", realSecret, "TICKET_SECRET", "tkt"), "TICKET_SECRET"},
+		{"ticket secret derived", withEnv(real, "JWT_SECRET", realSecret), ""},
+		{"embedded mode takes a short one", map[string]string{"JWT_SECRET": "abc"}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := load(tc.env)
+			if tc.refused == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var ce *Error
+			if !errors.As(err, &ce) || ce.Var != tc.refused || !strings.Contains(err.Error(), "at least 32 bytes") {
+				t.Fatalf("err %v, want invalid %s: at least 32 bytes", err, tc.refused)
+			}
+			if strings.Contains(err.Error(), tc.env[tc.refused]) {
+				t.Fatalf("the error shows the secret: %v", err)
+			}
+		})
+	}
+}
+
 // The embedded mode prints an admin token, so by default it listens on
 // loopback only; real mode keeps the contract's :8080; a given HTTP_ADDR
 // wins in both.
 func TestListenAddressDefaultsToLoopbackWhenEmbedded(t *testing.T) {
-	real := map[string]string{"REDIS_URL": "redis://127.0.0.1:6379/0", "DATABASE_URL": "postgres://u@h:5432/d", "JWT_SECRET": "s"}
+	real := map[string]string{"REDIS_URL": "redis://127.0.0.1:6379/0", "DATABASE_URL": "postgres://u@h:5432/d", "JWT_SECRET": realSecret}
 	cases := []struct {
 		name string
 		env  map[string]string
@@ -34,7 +87,7 @@ func TestListenAddressDefaultsToLoopbackWhenEmbedded(t *testing.T) {
 		{"embedded", nil, "127.0.0.1:8080"},
 		{"embedded, given", map[string]string{"HTTP_ADDR": ":9090"}, ":9090"},
 		{"real", real, ":8080"},
-		{"real, given", map[string]string{"REDIS_URL": real["REDIS_URL"], "DATABASE_URL": real["DATABASE_URL"], "JWT_SECRET": "s", "HTTP_ADDR": "127.0.0.1:9"}, "127.0.0.1:9"},
+		{"real, given", map[string]string{"REDIS_URL": real["REDIS_URL"], "DATABASE_URL": real["DATABASE_URL"], "JWT_SECRET": realSecret, "HTTP_ADDR": "127.0.0.1:9"}, "127.0.0.1:9"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -51,7 +104,7 @@ func TestListenAddressDefaultsToLoopbackWhenEmbedded(t *testing.T) {
 // unless INTROSPECTION says otherwise; true and false, its values when it
 // was a switch, still mean public and off.
 func TestIntrospectionDefaultsPerMode(t *testing.T) {
-	real := map[string]string{"DATABASE_URL": "postgres://u@h:5432/d", "REDIS_URL": "redis://127.0.0.1:6379/0", "JWT_SECRET": "s"}
+	real := map[string]string{"DATABASE_URL": "postgres://u@h:5432/d", "REDIS_URL": "redis://127.0.0.1:6379/0", "JWT_SECRET": realSecret}
 	withReal := func(v string) map[string]string {
 		env := map[string]string{"INTROSPECTION": v}
 		for k, val := range real {
@@ -100,7 +153,7 @@ func TestDefaultsAreTheEmbeddedMode(t *testing.T) {
 }
 
 func TestRealModeDefaults(t *testing.T) {
-	c, err := load(map[string]string{"REDIS_URL": "redis://127.0.0.1:6379/0", "DATABASE_URL": "postgres://u@h:5432/db", "JWT_SECRET": "s"})
+	c, err := load(map[string]string{"REDIS_URL": "redis://127.0.0.1:6379/0", "DATABASE_URL": "postgres://u@h:5432/db", "JWT_SECRET": realSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,11 +173,11 @@ func TestRealModeRefusesTheInProcessRedisUnlessAllowed(t *testing.T) {
 		args    []string
 		refused bool
 	}{
-		{"database without redis", map[string]string{"DATABASE_URL": db, "JWT_SECRET": "s"}, nil, true},
-		{"database without redis, allowed as false", map[string]string{"DATABASE_URL": db, "JWT_SECRET": "s", "ALLOW_EMBEDDED_REDIS": "false"}, nil, true},
-		{"database without redis, allowed by variable", map[string]string{"DATABASE_URL": db, "JWT_SECRET": "s", "ALLOW_EMBEDDED_REDIS": "true"}, nil, false},
-		{"database without redis, allowed by flag", map[string]string{"DATABASE_URL": db, "JWT_SECRET": "s"}, []string{"--allow-embedded-redis=true"}, false},
-		{"database and redis", map[string]string{"DATABASE_URL": db, "JWT_SECRET": "s", "REDIS_URL": "redis://127.0.0.1:6379/0"}, nil, false},
+		{"database without redis", map[string]string{"DATABASE_URL": db, "JWT_SECRET": realSecret}, nil, true},
+		{"database without redis, allowed as false", map[string]string{"DATABASE_URL": db, "JWT_SECRET": realSecret, "ALLOW_EMBEDDED_REDIS": "false"}, nil, true},
+		{"database without redis, allowed by variable", map[string]string{"DATABASE_URL": db, "JWT_SECRET": realSecret, "ALLOW_EMBEDDED_REDIS": "true"}, nil, false},
+		{"database without redis, allowed by flag", map[string]string{"DATABASE_URL": db, "JWT_SECRET": realSecret}, []string{"--allow-embedded-redis=true"}, false},
+		{"database and redis", map[string]string{"DATABASE_URL": db, "JWT_SECRET": realSecret, "REDIS_URL": "redis://127.0.0.1:6379/0"}, nil, false},
 		{"embedded mode", nil, nil, false},
 	}
 	for _, tc := range cases {
@@ -162,7 +215,7 @@ func TestFlagsOverrideEnvironment(t *testing.T) {
 }
 
 func TestInvalidValuesNameTheirVariable(t *testing.T) {
-	real := map[string]string{"REDIS_URL": "redis://127.0.0.1:6379/0", "DATABASE_URL": "postgres://u@h:5432/db", "JWT_SECRET": "s"}
+	real := map[string]string{"REDIS_URL": "redis://127.0.0.1:6379/0", "DATABASE_URL": "postgres://u@h:5432/db", "JWT_SECRET": realSecret}
 	with := func(k, v string) map[string]string {
 		m := map[string]string{}
 		for a, b := range real {
@@ -210,6 +263,10 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"bad introspection", "INTROSPECTION", with("INTROSPECTION", "maybe")},
 		{"zero response cap", "MAX_RESPONSE_BYTES", with("MAX_RESPONSE_BYTES", "0")},
 		{"zero websocket operations", "WS_MAX_OPERATIONS", with("WS_MAX_OPERATIONS", "0")},
+		{"negative connection rate", "CONN_PER_IP_PER_SEC", with("CONN_PER_IP_PER_SEC", "-1")},
+		{"zero connection burst", "CONN_PER_IP_BURST", with("CONN_PER_IP_BURST", "0")},
+		{"negative connection wait", "CONN_PER_IP_WAIT", with("CONN_PER_IP_WAIT", "-1s")},
+		{"negative connections waiting", "CONN_MAX_WAITING", with("CONN_MAX_WAITING", "-1")},
 		{"bad allow embedded redis", "ALLOW_EMBEDDED_REDIS", with("ALLOW_EMBEDDED_REDIS", "maybe")},
 		{"zero status sync interval", "STATUS_SYNC_INTERVAL", with("STATUS_SYNC_INTERVAL", "0s")},
 		{"status sync interval past a minute", "STATUS_SYNC_INTERVAL", with("STATUS_SYNC_INTERVAL", "2m")},
@@ -233,7 +290,7 @@ func TestLoggedConfigMasksSecrets(t *testing.T) {
 		"REDIS_URL":       "redis://:hunter2@127.0.0.1:6379/0",
 		"LOCK_REDIS_URLS": "redis://:lockpass@127.0.0.1:6379/0",
 		"DATABASE_URL":    "postgres://u:pgpass@h:5432/db?sslmode=verify-full&password=qsecret&sslpassword=sslsecret&pass%77ord=escsecret",
-		"JWT_SECRET":      "topsecret",
+		"JWT_SECRET":      "topsecret-0123456789abcdef0123456789",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -290,7 +347,7 @@ func TestUsageNeverShowsSecrets(t *testing.T) {
 }
 
 func TestInvalidURLsSayWhatIsWrong(t *testing.T) {
-	real := map[string]string{"REDIS_URL": "redis://127.0.0.1:6379/0", "DATABASE_URL": "postgres://u@h:5432/db", "JWT_SECRET": "s"}
+	real := map[string]string{"REDIS_URL": "redis://127.0.0.1:6379/0", "DATABASE_URL": "postgres://u@h:5432/db", "JWT_SECRET": realSecret}
 	cases := []struct{ variable, value string }{
 		{"REDIS_URL", "//h:6379"},
 		{"REDIS_URL", "127.0.0.1:6379"},
@@ -444,12 +501,41 @@ func TestEverySettingHasAFlagAVariableAndALogEntry(t *testing.T) {
 			if want := strings.ReplaceAll(strings.ToLower(s.env), "_", "-"); s.flag() != want {
 				t.Errorf("%s has flag %q, want %q", s.env, s.flag(), want)
 			}
-			if !strings.Contains(usage.String(), "-"+s.flag()+" ") || !strings.Contains(usage.String(), "("+s.env+")") {
+			if !strings.Contains(usage.String(), "  -"+s.flag()+"\n") && !strings.Contains(usage.String(), "  -"+s.flag()+" ") || !strings.Contains(usage.String(), "("+s.env+")") {
 				t.Errorf("the usage lacks -%s or (%s):\n%s", s.flag(), s.env, usage.String())
 			}
 			if s.parse == nil || s.show == nil || s.help == "" {
 				t.Errorf("%s lacks its parse, show or help", s.env)
 			}
+		}
+	})
+
+	// As flag.PrintDefaults prints typed flags: the type after the name,
+	// none for a boolean, a string's default quoted, a zero one left out.
+	t.Run("the usage types each flag", func(t *testing.T) {
+		for _, want := range []string{
+			"\n  -grab-timeout duration\n", "\n  -grab-batch-size int\n", "\n  -redis-url string\n",
+			"\n  -degrade-to-db\n", "\n  -demo\n", `(default "test")`, "(default 30m)",
+			"flashsale token", "flashsale solve", "flashsale --version",
+		} {
+			if !strings.Contains(usage.String(), want) {
+				t.Errorf("the usage lacks %q:\n%s", want, usage.String())
+			}
+		}
+		if strings.Contains(usage.String(), "(default false)") || strings.Contains(usage.String(), "(default 0)") {
+			t.Errorf("the usage prints a zero default:\n%s", usage.String())
+		}
+		for _, s := range settings {
+			if !slices.Contains([]string{"string", "int", "duration", "bool"}, s.kind) {
+				t.Errorf("%s has kind %q", s.env, s.kind)
+			}
+		}
+	})
+
+	t.Run("a boolean flag given alone is true", func(t *testing.T) {
+		c, err := load(nil, "--demo=false", "--degrade-to-db")
+		if err != nil || !c.DegradeToDB || c.Demo {
+			t.Fatalf("--degrade-to-db alone: DegradeToDB %v, Demo %v (%v)", c.DegradeToDB, c.Demo, err)
 		}
 	})
 
@@ -476,7 +562,7 @@ func TestEverySettingHasAFlagAVariableAndALogEntry(t *testing.T) {
 	})
 
 	t.Run("the start-up log lists every setting and masks secrets", func(t *testing.T) {
-		const jwt, pass = "jwt-sentinel-value", "url-sentinel-pass"
+		const jwt, pass = "jwt-sentinel-value-0123456789abcdef", "url-sentinel-pass"
 		env := map[string]string{
 			"REDIS_URL":       "redis://:" + pass + "@127.0.0.1:6379/0",
 			"LOCK_REDIS_URLS": "redis://:" + pass + "@127.0.0.1:6379/0",
@@ -528,17 +614,8 @@ func TestRedisModesAndAcknowledgements(t *testing.T) {
 		failover = "redis://:pwsecret@127.0.0.1:26379/0?master_name=fs&addr=127.0.0.1:26380&password=pwsecret"
 		cluster  = "redis://:pwsecret@127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002"
 	)
-	base := map[string]string{"DATABASE_URL": "postgres://u@h:5432/db", "JWT_SECRET": "s"}
-	env := func(kv ...string) map[string]string {
-		m := map[string]string{}
-		for k, v := range base {
-			m[k] = v
-		}
-		for i := 0; i < len(kv); i += 2 {
-			m[kv[i]] = kv[i+1]
-		}
-		return m
-	}
+	base := map[string]string{"DATABASE_URL": "postgres://u@h:5432/db", "JWT_SECRET": realSecret}
+	env := func(kv ...string) map[string]string { return withEnv(base, kv...) }
 	cases := []struct {
 		name    string
 		env     map[string]string

@@ -92,7 +92,7 @@ func derivedDefaults() map[string]string {
 	embedded, realMode := baseConfig(nil), baseConfig(map[string]string{
 		"REDIS_URL":    "redis://127.0.0.1:6379/0",
 		"DATABASE_URL": "postgres://flashsale@127.0.0.1:5432/flashsale",
-		"JWT_SECRET":   "secret",
+		"JWT_SECRET":   "a-secret-of-at-least-32-bytes-for-real-mode",
 	})
 	// The same modes on another machine with other settings: another
 	// listen address, another Redis and more cores.

@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"flashsale/actors"
+	"flashsale/actors/writer"
 	"flashsale/graph"
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
 	"flashsale/internal/catalog"
+	"flashsale/internal/connlimit"
 	"flashsale/internal/gate"
 	"flashsale/internal/orders"
 	"flashsale/internal/redpackets"
@@ -31,6 +33,8 @@ type setting struct {
 	env  string // REDIS_URL
 	def  string // as the text a flag or variable would give; "" = unset
 	help string
+	// kind is the type -h shows: string, int, duration or bool.
+	kind string
 	// secret values are shown masked whole and never have a default: the
 	// usage prints defaults.
 	secret bool
@@ -169,12 +173,15 @@ var settings = []setting{
 	stringVar("SQLITE_PATH", SQLitePathDefault, "embedded SQLite database file; the embedded JWT secret is kept beside it (.secret)", func(c *Config) *string { return &c.SQLitePath }),
 	secretVar("JWT_SECRET", "HS256 secret; required unless embedded (then kept in the file beside SQLITE_PATH)", func(c *Config) *string { return &c.JWTSecret }).
 		checked(func(c Config) string {
-			if !c.Embedded() && c.JWTSecret == "" {
+			switch {
+			case !c.Embedded() && c.JWTSecret == "":
 				return "required when REDIS_URL or DATABASE_URL is set"
+			case !c.Embedded():
+				return secretProblem(c.JWTSecret)
 			}
 			return ""
 		}),
-	durationVar("JWT_MAX_TTL", auth.MaxTTLDefault, "longest token lifetime accepted (exp - iat) and minted by the token command", func(c *Config) *time.Duration { return &c.JWTMaxTTL }),
+	durationVar("JWT_MAX_TTL", auth.MaxTTLDefault, "longest token lifetime accepted (exp - iat) and minted by the token command; a token is accepted until "+auth.Leeway.String()+" past its exp (clock leeway)", func(c *Config) *time.Duration { return &c.JWTMaxTTL }),
 	durationVar("PAY_TIMEOUT", orders.PayTimeoutDefault, "unpaid orders are cancelled after this", func(c *Config) *time.Duration { return &c.PayTimeout }),
 	durationVar("PAY_TIMEOUT_INTERVAL", orders.TimeoutIntervalDefault, "how often one node looks for unpaid orders past PAY_TIMEOUT", func(c *Config) *time.Duration { return &c.PayTimeoutInterval }),
 	durationVar("RECONCILE_INTERVAL", orders.ReconcileIntervalDefault, "how often one node reconciles every seckill voucher (drift metric and log)", func(c *Config) *time.Duration { return &c.ReconcileInterval }),
@@ -268,8 +275,8 @@ var settings = []setting{
 			return ""
 		}),
 
-	durationVar("ORDER_LOG_CLAIM_IDLE", persistence.ClaimIdleDefault, "take over order-log entries pending this long with a dead node", func(c *Config) *time.Duration { return &c.OrderLogClaimIdle }),
-	durationVar("ORDER_LOG_LINGER", persistence.LingerDefault, "after a batch that did not fill, the log writers wait this long before reading the next, so a steady trickle of orders is stored in fewer transactions (0 = no wait)", func(c *Config) *time.Duration { return &c.OrderLogLinger }).
+	durationVar("ORDER_LOG_CLAIM_IDLE", writer.ClaimIdleDefault, "take over order-log entries pending this long with a dead node", func(c *Config) *time.Duration { return &c.OrderLogClaimIdle }),
+	durationVar("ORDER_LOG_LINGER", writer.LingerDefault, "after a batch that did not fill, the log writers wait this long before reading the next, so a steady trickle of orders is stored in fewer transactions (0 = no wait)", func(c *Config) *time.Duration { return &c.OrderLogLinger }).
 		checked(func(c Config) string {
 			if c.OrderLogLinger < 0 || c.OrderLogLinger > time.Second {
 				return "want 0 to 1s"
@@ -301,6 +308,14 @@ var settings = []setting{
 			return ""
 		}),
 
+	// New connections per client address, decided in the listener before
+	// net/http reads anything: what net/http refuses itself (431) and
+	// websocket refusals cost a flooding client only a new connection.
+	intVar("CONN_PER_IP_PER_SEC", strconv.Itoa(connlimit.PerSecondDefault), "new TCP connections per second one client address (an IPv6 /64) gets read; more wait unread for their turn (CONN_PER_IP_WAIT) or are closed; 0 = off (set 0 behind a proxy or load balancer: every client then has its address)", func(c *Config) *int { return &c.ConnPerIPPerSec }, rate),
+	intVar("CONN_PER_IP_BURST", strconv.Itoa(connlimit.BurstDefault), "new connections one client address may open at once after a quiet spell (CONN_PER_IP_PER_SEC)", func(c *Config) *int { return &c.ConnPerIPBurst }, positive),
+	durationVar("CONN_PER_IP_WAIT", connlimit.WaitDefault, "longest a connection over its address's rate waits, unread, for its turn; one whose turn is later is closed at once (0 = no wait)", func(c *Config) *time.Duration { return &c.ConnPerIPWait }).
+		checked(nonNegative(func(c Config) time.Duration { return c.ConnPerIPWait })),
+	intVar("CONN_MAX_WAITING", strconv.Itoa(connlimit.MaxWaitingDefault), "connections waiting for their turn at once, every address together; one more over its rate is closed at once (0 = none wait)", func(c *Config) *int { return &c.ConnMaxWaiting }, rate),
 	intVar("SHED_IP_PER_SEC", "0", "in-process limit of requests per second per client IP, checked before parsing, no Redis (0 = off)", func(c *Config) *int { return &c.ShedIPPerSec }, rate),
 	intVar("SHED_QUEUE_DEPTH", strconv.Itoa(httpapi.ShedQueueDepthDefault), "grabs waiting on this node at which non-core operations are shed (0 = off)", func(c *Config) *int { return &c.ShedQueueDepth }, rate),
 	durationVar("SHED_GRAB_LATENCY", httpapi.ShedGrabLatencyDefault, "recent average grab latency at which non-core operations are shed (0 = off)", func(c *Config) *time.Duration { return &c.ShedGrabLatency }).
@@ -357,7 +372,13 @@ var settings = []setting{
 			return ""
 		}),
 	boolVar("DEGRADE_TO_DB", "false", "while Redis is down (circuit breaker open), sell grabs from the database, one transaction each, at bounded concurrency; Redis is re-synced from the database when it returns", func(c *Config) *bool { return &c.DegradeToDB }),
-	secretVar("TICKET_SECRET", "key of grab tickets and proof-of-work challenges, the same on every node; default derived from JWT_SECRET", func(c *Config) *string { return &c.TicketSecret }),
+	secretVar("TICKET_SECRET", "key of grab tickets and proof-of-work challenges, the same on every node; default derived from JWT_SECRET", func(c *Config) *string { return &c.TicketSecret }).
+		checked(func(c Config) string {
+			if c.Embedded() || c.TicketSecret == "" {
+				return ""
+			}
+			return secretProblem(c.TicketSecret)
+		}),
 	durationVar("TICKET_RELEASE_BEFORE", gate.ReleaseBeforeDefault, "grab tickets (and challenges) are issued from this long before a sale begins until it ends", func(c *Config) *time.Duration { return &c.TicketReleaseBefore }).
 		checked(nonNegative(func(c Config) time.Duration { return c.TicketReleaseBefore })),
 	durationVar("TICKET_TTL", gate.TicketTTLDefault, "a grab ticket's lifetime", func(c *Config) *time.Duration { return &c.TicketTTL }).
@@ -370,7 +391,7 @@ var settings = []setting{
 	// Real stores mean a deployment that strangers can reach: there the
 	// schema is answered to token holders only, unless the operator opens
 	// it; the embedded mode's playground needs it before a token is pasted.
-	setting{env: "INTROSPECTION", def: "", help: "who may ask the schema (__schema, __type): off, token (a valid token of any role) or public; default public when embedded, token otherwise (true = public, false = off)",
+	setting{env: "INTROSPECTION", def: "", kind: "string", help: "who may ask the schema (__schema, __type): off, token (a valid token of any role) or public; default public when embedded, token otherwise (true = public, false = off)",
 		parse: func(c *Config, s string) error {
 			if s == "" {
 				return nil
@@ -395,9 +416,20 @@ var settings = []setting{
 		derived(func(c *Config) { c.Demo = c.Embedded() }),
 }
 
+// secretProblem says what is wrong with a secret that keys an HMAC in real
+// mode, or returns "": one token or ticket is enough to guess a short
+// secret offline, and then to forge them. The embedded mode makes its own.
+func secretProblem(s string) string {
+	if len(s) < auth.MinSecretBytes {
+		return fmt.Sprintf("want at least %d bytes, got %d: a shorter HMAC-SHA256 key can be guessed offline from one token; "+
+			"make one with: openssl rand -hex 32", auth.MinSecretBytes, len(s))
+	}
+	return ""
+}
+
 // stringVar is a setting kept as text.
 func stringVar(env, def, help string, field func(*Config) *string) setting {
-	return setting{env: env, def: def, help: help,
+	return setting{env: env, def: def, help: help, kind: "string",
 		parse: func(c *Config, s string) error { *field(c) = s; return nil },
 		show:  func(c Config) slog.Value { return slog.StringValue(*field(&c)) },
 	}
@@ -426,7 +458,7 @@ func secretVar(env, help string, field func(*Config) *string) setting {
 // listVar is a comma-separated list, empty by default. Items that are
 // URLs are logged without their passwords.
 func listVar(env, help string, field func(*Config) *[]string) setting {
-	return setting{env: env, help: help,
+	return setting{env: env, help: help, kind: "string",
 		parse: func(c *Config, s string) error { *field(c) = list(s); return nil },
 		show: func(c Config) slog.Value {
 			items := *field(&c)
@@ -445,7 +477,7 @@ func listVar(env, help string, field func(*Config) *[]string) setting {
 // durationVar is a positive duration, logged as text (30m, not 30m0s or
 // nanoseconds in JSON).
 func durationVar(env string, def time.Duration, help string, field func(*Config) *time.Duration) setting {
-	return setting{env: env, def: formatDuration(def), help: help,
+	return setting{env: env, def: formatDuration(def), help: help, kind: "duration",
 		parse: func(c *Config, s string) error {
 			d, err := time.ParseDuration(s)
 			if err != nil {
@@ -466,7 +498,7 @@ func durationVar(env string, def time.Duration, help string, field func(*Config)
 
 // intVar is a whole number read by conv, which says what it accepts.
 func intVar(env, def, help string, field func(*Config) *int, conv func(string) (int, error)) setting {
-	return setting{env: env, def: def, help: help,
+	return setting{env: env, def: def, help: help, kind: "int",
 		parse: func(c *Config, s string) error {
 			n, err := conv(s)
 			if err != nil {
@@ -482,7 +514,7 @@ func intVar(env, def, help string, field func(*Config) *int, conv func(string) (
 // boolVar is true or false (strconv.ParseBool). Empty is accepted only
 // where the default is empty, for derive to decide.
 func boolVar(env, def, help string, field func(*Config) *bool) setting {
-	return setting{env: env, def: def, help: help,
+	return setting{env: env, def: def, help: help, kind: "bool",
 		parse: func(c *Config, s string) error {
 			if s == "" && def == "" {
 				return nil

@@ -104,6 +104,9 @@ type cached struct {
 	status domain.VoucherStatus
 	begin  time.Time
 	end    time.Time
+	// terms is the voucher's seckill record as read (its stock fields
+	// are that read's and are not served: see Terms).
+	terms domain.Seckill
 }
 
 // New returns a gate; Run keeps its caches fresh.
@@ -181,7 +184,7 @@ func (s *Service) follow(ctx context.Context, a Announcements) error {
 			s.reloadBlocks(ctx)
 		case domain.GateChanged:
 			for _, id := range an.IDs {
-				s.reloadVoucher(ctx, id)
+				s.replaceVoucher(ctx, id)
 			}
 		}
 	}
@@ -235,8 +238,27 @@ func (s *Service) load(ctx context.Context, id int64, e *entry) {
 	case v.Seckill == nil:
 		e.v.Store(&cached{err: domain.NotFound("seckill voucher", id)})
 	default:
-		e.v.Store(&cached{gate: v.Seckill.Gate, status: v.Status, begin: v.Seckill.BeginAt, end: v.Seckill.EndAt})
+		e.v.Store(&cached{gate: v.Seckill.Gate, status: v.Status, begin: v.Seckill.BeginAt, end: v.Seckill.EndAt, terms: *v.Seckill})
 	}
+}
+
+// Terms returns a seckill voucher's terms (times, per-user limit,
+// segments, gate) from this node's cache, refreshed every Refresh and at
+// once on a gate change: a live stock event shows them beside its stock
+// without a database read per event and subscriber. The stock fields are
+// zero: stock is the live store's, not this copy's. NOT_FOUND for an id
+// that is no seckill voucher; UNAVAILABLE when it cannot be read.
+func (s *Service) Terms(ctx context.Context, id int64) (domain.Seckill, error) {
+	c, err := s.gate(ctx, id)
+	if err != nil {
+		return domain.Seckill{}, err
+	}
+	if c.err != nil {
+		return domain.Seckill{}, c.err
+	}
+	t := c.terms
+	t.InitialStock, t.Stock, t.Remaining = 0, 0, 0
+	return t, nil
 }
 
 func (s *Service) reloadVoucher(ctx context.Context, id int64) {
@@ -246,6 +268,26 @@ func (s *Service) reloadVoucher(ctx context.Context, id int64) {
 	if ok {
 		s.load(ctx, id, e)
 	}
+}
+
+// replaceVoucher re-reads a voucher's gate that another node changed, and
+// until the read is done grabs of the voucher wait for it (or are refused
+// when it fails) instead of passing the gate cached before the change. A
+// gate changes only while the sale is paused, and the resume that follows
+// reaches this node's sequencers on another subscription: reloading in
+// place would leave the old gate in force for as long as the database
+// read takes after the resume, and let a grab without a ticket sell.
+func (s *Service) replaceVoucher(ctx context.Context, id int64) {
+	s.mu.Lock()
+	if _, ok := s.entries[id]; !ok {
+		s.mu.Unlock()
+		return
+	}
+	e := &entry{ready: make(chan struct{})}
+	s.entries[id] = e
+	s.mu.Unlock()
+	s.load(ctx, id, e)
+	close(e.ready)
 }
 
 // reloadVouchers re-reads every cached gate; ids that are no seckill

@@ -1,12 +1,22 @@
-// Package lease runs cluster-wide singleton work under a Redlock lease
-// (go-redsync over the LOCK_REDIS_URLS nodes): the pay-timeout
-// cancellation, the pending-stock sweeper and reconciliation run on one
-// node at a time. A lease is extended at a third of its TTL, like
-// Redisson's watchdog; when an extension fails the work's context is
-// cancelled. A lapsed lease is harmless by design: every change the work
-// makes is conditional (an UPDATE ... WHERE status = 1, an idempotent
-// Redis script), so two nodes overlapping for a moment change nothing
-// twice; the lease only saves the duplicate effort.
+// Package lease holds leases: one type, Lease, whatever backend keeps
+// it, renewed by one loop (Lease.Keep). Three backends take one:
+//
+//   - Redlock (go-redsync over the LOCK_REDIS_URLS nodes): cluster-wide
+//     singleton work (the pay-timeout cancellation, the pending-stock
+//     sweeper, reconciliation, the order-log reclaim) and segment
+//     ownership. Do extends it at a third of its TTL, like Redisson's
+//     watchdog, and cancels the work's context when an extension fails. A
+//     lapsed lease is harmless by design: every change the work makes is
+//     conditional (an UPDATE ... WHERE status = 1, an idempotent Redis
+//     script), so two nodes overlapping for a moment change nothing twice;
+//     the lease only saves the duplicate effort.
+//   - a log writer's consumer name (TakeName over a Named store, a Redis
+//     key): two running processes must not read the logs under one name.
+//   - the order-id slot (a tb_order_id_node row): its claim renews the
+//     slot's reservation of seconds with the lease.
+//
+// Each backend's store does one round trip per call; the goroutines that
+// renew leases are here, never in the store.
 package lease
 
 import (
@@ -56,73 +66,47 @@ func (l *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 		}
 		return false, fmt.Errorf("take lease %s: %w", name, err)
 	}
+	h := Held(name, l.ttl, redlockClaim{m})
 	work, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	watchdog := make(chan struct{})
-	go func() {
-		defer close(watchdog)
-		t := time.NewTicker(l.ttl / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				if ok, err := m.ExtendContext(work); !ok || err != nil {
-					l.log.WarnContext(ctx, "lease lost; stopping its work", "lease", name, "err", err)
-					cancel()
-					return
-				}
-			}
-		}
-	}()
+	stop := h.Keep(work, KeepOptions{Every: l.ttl / 3, Timeout: l.ttl, OnError: func(err error) {
+		l.log.WarnContext(ctx, "lease lost; stopping its work", "lease", name, "err", err)
+		cancel()
+	}, GiveUp: true})
 	err = fn(work)
-	close(done)
-	<-watchdog
+	stop()
 	cancel()
-	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-	_, _ = m.UnlockContext(uctx) // a lease that lapsed is simply gone
-	ucancel()
 	return true, err
-}
-
-// ErrLost is returned by Extend when the lease is no longer ours.
-var ErrLost = errors.New("lease lost")
-
-// Held is a lease its holder renews itself (a segment activation renews
-// from its own timer, see actors.Leases).
-type Held struct {
-	m   *redsync.Mutex
-	ttl time.Duration
 }
 
 // Acquire takes the named lease with the given TTL (0: the Redlock's),
 // trying every 50 ms until ctx ends: a member waits for another to
 // release it, or for it to lapse when its holder died.
-func (l *Redlock) Acquire(ctx context.Context, name string, ttl time.Duration) (*Held, error) {
+func (l *Redlock) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
 	ttl = cmp.Or(ttl, l.ttl)
 	m := l.rs.NewMutex("flashsale:lease:"+name, redsync.WithExpiry(ttl),
 		redsync.WithTries(math.MaxInt32), redsync.WithRetryDelay(50*time.Millisecond))
 	if err := m.LockContext(ctx); err != nil {
 		return nil, fmt.Errorf("take lease %s: %w", name, err)
 	}
-	return &Held{m: m, ttl: ttl}, nil
+	return Held(m.Name(), ttl, redlockClaim{m}), nil
 }
 
-// Extend renews the lease for another TTL.
-func (h *Held) Extend(ctx context.Context) error {
-	ok, err := h.m.ExtendContext(ctx)
+// redlockClaim is a Redlock mutex as a lease's claim.
+type redlockClaim struct{ m *redsync.Mutex }
+
+func (c redlockClaim) Renew(ctx context.Context) error {
+	ok, err := c.m.ExtendContext(ctx)
 	if err != nil {
-		return fmt.Errorf("extend lease %s: %w", h.m.Name(), err)
+		return err
 	}
 	if !ok {
-		return fmt.Errorf("extend lease %s: %w", h.m.Name(), ErrLost)
+		return ErrLost
 	}
 	return nil
 }
 
-// Release lets the lease go (a lapsed lease is simply gone).
-func (h *Held) Release(ctx context.Context) { _, _ = h.m.UnlockContext(ctx) }
-
-// TTL is how long the lease lasts without an extension.
-func (h *Held) TTL() time.Duration { return h.ttl }
+// Release lets the mutex go (a lapsed one is simply gone).
+func (c redlockClaim) Release(ctx context.Context) error {
+	_, _ = c.m.UnlockContext(ctx)
+	return nil
+}

@@ -17,13 +17,16 @@ import (
 	"github.com/uptrace/bun"
 
 	"flashsale/actors"
+	"flashsale/actors/writer"
 	"flashsale/graph"
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
 	"flashsale/internal/breaker"
 	"flashsale/internal/catalog"
 	"flashsale/internal/config"
+	"flashsale/internal/connlimit"
 	"flashsale/internal/gate"
+	"flashsale/internal/lease"
 	"flashsale/internal/live"
 	"flashsale/internal/maintenance"
 	"flashsale/internal/playground"
@@ -67,8 +70,9 @@ type app struct {
 	// target is the stock Redis every client of it is built from.
 	target persistence.RedisTarget
 	// rdb serves request paths (grabs, rate limits, stock reads): short
-	// deadlines and the circuit breaker. bg serves the background loops
-	// (order writer, event watcher), which retry with backoff on their own.
+	// deadlines and the circuit breaker. bg serves the background work
+	// (the persistence actors, the event watcher), which retries with
+	// backoff on its own.
 	rdb redis.UniversalClient
 	bg  redis.UniversalClient
 	// acked runs the grab scripts when replicas must acknowledge them
@@ -85,8 +89,9 @@ type app struct {
 	catalog  *catalog.Service
 	ids      *persistence.OrderIDs
 	limits   *persistence.RateLimits
+	stopIDs  func() // releases the order-id slot
 	router   *actors.Router
-	writer   *persistence.OrderWriter // set once it runs
+	writer   *writer.Writer // the order writer, set once it runs
 	orders   *ordersPart
 	locks    lockPart
 	redPkts  *redPacketsPart
@@ -160,7 +165,7 @@ func (a *app) order() []step {
 		{"breaker watch", a.watchBreaker, a.closeBreaker},
 		// The order writer persists what the router's grabs log; the
 		// shutdown drains it while the router still answers.
-		{"order writer", a.startOrderWriter, nil},
+		{"order writer", a.startOrderWriter, a.stopOrderWriter},
 		// Voucher events (pause, restock, ...) reach the router's actors.
 		{"voucher events", a.watchVoucherEvents, nil},
 		// Status changes Redis missed are copied by every node.
@@ -399,15 +404,16 @@ func (a *app) startOrderIDs(ctx context.Context, _ *loops) error {
 	// Order ids come from a node slot leased in the database, not from
 	// Redis: they must not repeat when Redis loses its data.
 	a.ids = persistence.NewOrderIDs(a.db, a.log, persistence.OrderIDOptions{})
-	if err := a.ids.Start(context.WithoutCancel(ctx)); err != nil {
+	if err := a.ids.Acquire(ctx); err != nil {
 		return fmt.Errorf("order ids: %w", err)
 	}
+	a.stopIDs = lease.KeepSlot(context.WithoutCancel(ctx), "order-id slot", a.ids, a.log)
 	return nil
 }
 
 func (a *app) closeOrderIDs() {
-	if a.ids != nil {
-		a.ids.Close() // after the router and the red packets: no grab takes ids any more
+	if a.stopIDs != nil {
+		a.stopIDs() // after the router and the red packets: no grab takes ids any more
 	}
 }
 
@@ -483,19 +489,23 @@ func (a *app) startOrderWriter(ctx context.Context, bg *loops) error {
 	writerOpts.Reclaim = func(ctx context.Context, fn func(context.Context) error) (bool, error) {
 		return a.locks.redlock.Do(ctx, "order-log-reclaim", fn)
 	}
-	writer := persistence.NewOrderWriter(a.db, a.bg, a.log, writerOpts)
-	if err := writer.Acquire(ctx); errors.Is(err, persistence.ErrConsumerInUse) {
+	w := writer.New(writer.Orders(a.db, a.bg, a.log, writerOpts), a.log, writerOpts)
+	if err := w.Acquire(ctx); errors.Is(err, lease.ErrInUse) {
 		return &config.Error{Var: "NODE_ID", Msg: err.Error() + "; give each node its own NODE_ID"}
 	} else if err != nil {
 		return fmt.Errorf("order writer: %w", err)
 	}
-	bg.Go(func(ctx context.Context) {
-		if err := writer.Run(ctx); err != nil {
-			a.log.Error("order writer stopped", "err", err)
-		}
-	})
-	a.writer = writer
+	// The persistence actor lives in the router's actor system, supervised
+	// there; its step's stop stops it before the router closes the system.
+	w.Start(a.router.ActorSystem())
+	a.writer = w
 	return nil
+}
+
+func (a *app) stopOrderWriter() {
+	if a.writer != nil {
+		a.writer.Stop()
+	}
 }
 
 func (a *app) watchVoucherEvents(_ context.Context, bg *loops) error {
@@ -579,6 +589,18 @@ func (a *app) listen(context.Context, *loops) (err error) {
 	if a.listener, err = net.Listen("tcp", a.cfg.HTTPAddr); err != nil {
 		return &config.Error{Var: "HTTP_ADDR", Msg: err.Error()}
 	}
+	// Admission of new connections per client address, before net/http
+	// reads them: see connlimit.
+	limited, err := connlimit.New(a.listener, connlimit.Config{
+		PerSecond:  a.cfg.ConnPerIPPerSec,
+		Burst:      a.cfg.ConnPerIPBurst,
+		Wait:       a.cfg.ConnPerIPWait,
+		MaxWaiting: a.cfg.ConnMaxWaiting,
+	})
+	if err != nil {
+		return err // stop closes the listener
+	}
+	a.listener = limited
 	return nil
 }
 
@@ -715,7 +737,8 @@ func (a *app) serve(ctx context.Context) error {
 //  6. stop runs the start order backwards: each step's loops end and
 //     what it holds is released, the HTTP side first, the database last.
 //
-// One line at the end says what was drained.
+// One line at the end says what the node answered and stored since it
+// started, and how much of it during the drain.
 func (a *app) shutdown() error {
 	began := time.Now()
 	inFlight, _ := a.router.Load()
@@ -735,12 +758,20 @@ func (a *app) shutdown() error {
 	drained := a.drainOrderLog()
 	websockets := a.closeWebsockets()
 	a.stop()
+	// The totals are since start (the counters are this process's); the
+	// _at_shutdown ones what the drain itself answered and stored, 0 for a
+	// node stopped while idle.
 	attrs := []any{
 		"grabs_in_flight", inFlight,
-		"grabs_answered", a.router.Answered() - answered,
-		"orders_persisted", a.writer.Persisted() - persisted,
+		"grabs_answered", a.router.Answered(),
+		"grabs_answered_at_shutdown", a.router.Answered() - answered,
+		"orders_persisted", a.writer.Persisted(),
+		"orders_persisted_at_shutdown", a.writer.Persisted() - persisted,
 		"order_log_drained", drained,
 		"duration", time.Since(began).Round(time.Millisecond),
+	}
+	if a.redPkts != nil {
+		attrs = append(attrs, "red_packet_grabs_persisted", a.redPkts.writer.Persisted())
 	}
 	if websockets >= 0 {
 		attrs = append(attrs, "websockets_closed", websockets)
@@ -835,8 +866,8 @@ func displayAddr(addr net.Addr) string {
 // logConsumerOptions are the settings the order and red-packet writers
 // share. ORDER_LOG_LINGER=0 means no wait, which the options spell as a
 // negative linger (their zero takes the default).
-func logConsumerOptions(cfg config.Config) persistence.LogConsumerOptions {
-	o := persistence.LogConsumerOptions{Consumer: cfg.NodeID, ClaimIdle: cfg.OrderLogClaimIdle, Linger: cfg.OrderLogLinger}
+func logConsumerOptions(cfg config.Config) writer.Options {
+	o := writer.Options{Consumer: cfg.NodeID, ClaimIdle: cfg.OrderLogClaimIdle, Linger: cfg.OrderLogLinger}
 	if o.Linger == 0 {
 		o.Linger = -1
 	}

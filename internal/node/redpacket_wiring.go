@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"flashsale/actors"
+	"flashsale/actors/writer"
 	"flashsale/graph"
 	"flashsale/internal/config"
+	"flashsale/internal/lease"
 	"flashsale/internal/redpackets"
 	"flashsale/persistence"
 )
@@ -27,12 +29,12 @@ var (
 // order logs and the refunds (a singleton under the orders' Redlock).
 type redPacketsPart struct {
 	service *redpackets.Service
-	writer  *persistence.RedPacketWriter
+	writer  *writer.Writer
 	refunds *redpackets.Refunds
 }
 
-// startRedPackets wires the red packets and starts their writer and
-// refunds (bg runs the writer; stop stops the refunds).
+// startRedPackets wires the red packets, starts their persistence actor
+// in the router's actor system and their refunds (stop stops both).
 func (a *app) startRedPackets(ctx context.Context, bg *loops) (*redPacketsPart, error) {
 	p := &redPacketsPart{}
 	rds := persistence.NewRedPacketRedis(a.acked)
@@ -45,17 +47,14 @@ func (a *app) startRedPackets(ctx context.Context, bg *loops) (*redPacketsPart, 
 		MaxOpenPerUser: a.cfg.RedPacketMaxOpenPerUser,
 		RefundLag:      a.cfg.RedPacketRefundGrace + a.cfg.RedPacketRefundInterval,
 	})
-	p.writer = persistence.NewRedPacketWriter(a.db, a.bg, a.log, logConsumerOptions(a.cfg))
-	if err := p.writer.Acquire(ctx); errors.Is(err, persistence.ErrConsumerInUse) {
+	opts := logConsumerOptions(a.cfg)
+	p.writer = writer.New(writer.RedPackets(a.db, a.bg, a.log, opts), a.log, opts)
+	if err := p.writer.Acquire(ctx); errors.Is(err, lease.ErrInUse) {
 		return nil, &config.Error{Var: "NODE_ID", Msg: err.Error() + "; give each node its own NODE_ID"}
 	} else if err != nil {
 		return nil, fmt.Errorf("red-packet writer: %w", err)
 	}
-	bg.Go(func(ctx context.Context) {
-		if err := p.writer.Run(ctx); err != nil {
-			a.log.Error("red-packet writer stopped", "err", err)
-		}
-	})
+	p.writer.Start(a.router.ActorSystem())
 	p.refunds = redpackets.NewRefunds(store, a.orders.locker, redpackets.RefundConfig{
 		Interval: a.cfg.RedPacketRefundInterval, Grace: a.cfg.RedPacketRefundGrace,
 	}, a.log)
@@ -65,9 +64,16 @@ func (a *app) startRedPackets(ctx context.Context, bg *loops) (*redPacketsPart, 
 	return p, nil
 }
 
-// stop stops the refunds, after their run under way returned.
+// stop stops the refunds, after their run under way returned, then the
+// persistence actor (the shutdown drained the red-packet logs already).
 func (p *redPacketsPart) stop() {
-	if p != nil && p.refunds != nil {
+	if p == nil {
+		return
+	}
+	if p.refunds != nil {
 		p.refunds.Stop()
+	}
+	if p.writer != nil {
+		p.writer.Stop()
 	}
 }

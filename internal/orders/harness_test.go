@@ -12,6 +12,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"flashsale/actors"
+	"flashsale/actors/writer"
 	"flashsale/domain"
 	"flashsale/internal/catalog"
 	"flashsale/internal/lease"
@@ -42,7 +43,7 @@ type node struct {
 	stock      *persistence.Stock
 	catalog    *catalog.Service
 	router     *actors.Router
-	writer     *persistence.OrderWriter
+	writer     *writer.Writer
 	store      *persistence.Orders
 	service    *Service
 	locker     *lease.Redlock
@@ -61,16 +62,14 @@ func (n *node) startWriter() {
 	if n.stopWriting != nil {
 		return
 	}
-	n.writer = persistence.NewOrderWriter(n.stores.db, n.stores.rdb, quiet, persistence.OrderWriterOptions{Consumer: n.name})
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := n.writer.Acquire(ctx); err != nil {
+	opts := writer.Options{Consumer: n.name}
+	n.writer = writer.New(writer.Orders(n.stores.db, n.stores.rdb, quiet, opts), quiet, opts)
+	if err := n.writer.Acquire(context.Background()); err != nil {
 		n.t.Errorf("order writer: %v", err)
-		cancel()
 		return
 	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = n.writer.Run(ctx) }()
-	n.stopWriting = func() { cancel(); <-done }
+	n.writer.Start(n.router.ActorSystem())
+	n.stopWriting = n.writer.Stop
 }
 
 // stopWriter stops the node's order writer and waits for it.

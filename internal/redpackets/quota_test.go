@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 
+	"flashsale/actors/writer"
 	"flashsale/domain"
 	"flashsale/internal/redpackets"
 	"flashsale/internal/testenv"
@@ -172,11 +172,7 @@ func TestAClosedRedPacketFreesItsSlot(t *testing.T) {
 		for i := range rps {
 			rps[i] = mustCreate(t, s, 7, 2, time.Hour)
 		}
-		writer := persistence.NewRedPacketWriter(g.db, g.rdb, slog.New(slog.DiscardHandler), persistence.LogConsumerOptions{})
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		wg.Go(func() { _ = writer.Run(ctx) })
-		t.Cleanup(func() { cancel(); wg.Wait() })
+		writer := testenv.StartRedPacketWriter(t, g.db, g.rdb, writer.Options{})
 		drained := func() {
 			wctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
@@ -210,11 +206,7 @@ func TestAClosedRedPacketFreesItsSlot(t *testing.T) {
 		time.Sleep(time.Until(short.ExpiresAt) + 50*time.Millisecond)
 		_, err := create(t.Context(), s, 7, 2, time.Hour)
 		refused(t, err) // expired, not refunded yet: its rest is still out
-		writer := persistence.NewRedPacketWriter(g.db, g.rdb, slog.New(slog.DiscardHandler), persistence.LogConsumerOptions{})
-		ctx, cancel := context.WithCancel(context.Background())
-		var wg sync.WaitGroup
-		wg.Go(func() { _ = writer.Run(ctx) })
-		t.Cleanup(func() { cancel(); wg.Wait() })
+		testenv.StartRedPacketWriter(t, g.db, g.rdb, writer.Options{})
 		refunded := false
 		for deadline := time.Now().Add(30 * time.Second); !refunded && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			done, _, _, err := g.store.Refund(t.Context(), short.ID, time.Now())

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,12 +21,25 @@ import (
 // mustRedisWith is MustRedis with a configuration file and extra flags.
 func mustRedisWith(tb testing.TB, conf string, extra ...string) *RedisServer {
 	tb.Helper()
-	s := &RedisServer{tb: tb, dir: tb.TempDir(), conf: conf, extra: extra}
+	s, err := startRedisWith(tb.TempDir(), conf, extra...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s.tb = tb
+	tb.Cleanup(s.Kill)
+	return s
+}
+
+// startRedisWith starts a redis-server that keeps its files in dir, with
+// a configuration file (written into dir when conf is not empty) and
+// extra flags, on a free port; the caller kills it.
+func startRedisWith(dir, conf string, extra ...string) (*RedisServer, error) {
+	s := &RedisServer{dir: dir, extra: extra}
 	if conf != "" {
 		// A sentinel rewrites its file: it lives in the server's own dir.
-		path := filepath.Join(s.dir, "redis.conf")
+		path := filepath.Join(dir, "redis.conf")
 		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-			tb.Fatal(err)
+			return nil, fmt.Errorf("write redis.conf: %w", err)
 		}
 		s.conf = path
 	}
@@ -37,12 +49,10 @@ func mustRedisWith(tb testing.TB, conf string, extra ...string) *RedisServer {
 			continue
 		}
 		if err = s.start(); err == nil {
-			tb.Cleanup(s.Kill)
-			return s
+			return s, nil
 		}
 	}
-	tb.Fatalf("start redis-server %s: %v", strings.Join(extra, " "), err)
-	return nil
+	return nil, fmt.Errorf("start redis-server %s: %w", strings.Join(extra, " "), err)
 }
 
 // MustReplica starts a replica of primary and waits until it has synced.
@@ -113,37 +123,15 @@ func SentinelURL(name string, sentinels ...*RedisServer) string {
 // (redis-cli --cluster create) and waits until every node says it is ok.
 func MustRedisCluster(tb testing.TB, n int) []*RedisServer {
 	tb.Helper()
-	nodes := make([]*RedisServer, n)
-	addrs := make([]string, n)
-	for i := range nodes {
-		bus, err := freePort() // port+10000 may be above 65535
-		if err != nil {
-			tb.Fatal(err)
-		}
-		nodes[i] = mustRedisWith(tb, "", "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "2000", "--cluster-port", strconv.Itoa(bus))
-		addrs[i] = nodes[i].Addr()
+	c, err := StartRedisCluster(tb.TempDir(), n, 0)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
-	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
-		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	for _, node := range c.Nodes {
+		node.tb = tb
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for _, s := range nodes {
-		c := s.Client()
-		for {
-			info, err := c.ClusterInfo(context.Background()).Result()
-			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:"+strconv.Itoa(n)) {
-				break
-			}
-			if time.Now().After(deadline) {
-				tb.Fatalf("cluster node %s not ok: %v\n%s", s.Addr(), err, info)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	return nodes
+	tb.Cleanup(c.Close)
+	return c.Nodes
 }
 
 // ClusterURL is go-redis's cluster URL of nodes (REDIS_MODE=cluster).

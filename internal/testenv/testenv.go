@@ -29,10 +29,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	_ "github.com/jackc/pgx/v5/stdlib" // "pgx" driver for the admin connection
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 
+	"flashsale/actors/writer"
+	"flashsale/internal/lease"
 	"flashsale/persistence"
 )
 
@@ -331,16 +334,47 @@ func MustOpen(tb testing.TB, dbURL string) *bun.DB {
 	return db
 }
 
-// MustOrderIDs starts an order-id allocator on db (it leases a node slot)
-// and closes it when the test ends.
+// MustOrderIDs starts an order-id allocator on db (it leases a node slot,
+// renewed under lease.KeepSlot) and releases it when the test ends.
 func MustOrderIDs(tb testing.TB, db *bun.DB) *persistence.OrderIDs {
 	tb.Helper()
-	ids := persistence.NewOrderIDs(db, slog.New(slog.DiscardHandler), persistence.OrderIDOptions{})
-	if err := ids.Start(context.Background()); err != nil {
+	log := slog.New(slog.DiscardHandler)
+	ids := persistence.NewOrderIDs(db, log, persistence.OrderIDOptions{})
+	if err := ids.Acquire(context.Background()); err != nil {
 		tb.Fatalf("start the order-id allocator: %v", err)
 	}
-	tb.Cleanup(ids.Close)
+	tb.Cleanup(lease.KeepSlot(context.Background(), "order-id slot", ids, log))
 	return ids
+}
+
+// StartWriter spawns the persistence actor of fam in an actor system of
+// its own and stops both when the test ends. It takes no lease on the
+// consumer name (Writer.Acquire).
+func StartWriter(tb testing.TB, fam writer.Family, opts writer.Options) *writer.Writer {
+	tb.Helper()
+	log := slog.New(slog.DiscardHandler)
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
+	w := writer.New(fam, log, opts)
+	w.Start(system)
+	tb.Cleanup(func() {
+		w.Stop()
+		system.Shutdown()
+	})
+	return w
+}
+
+// StartOrderWriter runs the order log's persistence actor until the test
+// ends.
+func StartOrderWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts writer.Options) *writer.Writer {
+	tb.Helper()
+	return StartWriter(tb, writer.Orders(db, rdb, slog.New(slog.DiscardHandler), opts), opts)
+}
+
+// StartRedPacketWriter runs the red-packet logs' persistence actor until
+// the test ends.
+func StartRedPacketWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts writer.Options) *writer.Writer {
+	tb.Helper()
+	return StartWriter(tb, writer.RedPackets(db, rdb, slog.New(slog.DiscardHandler), opts), opts)
 }
 
 func randomHex(n int) string {

@@ -1,20 +1,26 @@
-package persistence_test
+package writer_test
 
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/redis/go-redis/v9"
 
+	"flashsale/actors/writer"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
 
-// tally is a second, trivial family of logs for a LogConsumer: entries
+var quiet = slog.New(slog.DiscardHandler)
+
+// tally is a third, trivial family of logs for the persistence actor: entries
 // carry a number "n"; the handler sums them, fails its first attempts, and
 // refuses odd numbers marked "bad". It records what it saw so the test can
 // check the consumer's guarantees without the order writer.
@@ -77,12 +83,34 @@ func (t *tally) DeadLetter(ctx context.Context, dead []persistence.DeadEntry) er
 	return nil
 }
 
-// TestLogConsumerGuaranteesHoldForAnyHandler drives a LogConsumer with the
+func (t *tally) Prune(context.Context, []string) int { return 0 }
+
+func (t *tally) Persisted() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return int64(len(t.handled))
+}
+
+// startTally runs a persistence actor over the tally logs until the test
+// ends, under a lease on its name.
+func startTally(tb testing.TB, rdb redis.UniversalClient, h writer.Handler, opts writer.Options) *writer.Writer {
+	tb.Helper()
+	w := writer.New(writer.Family{Name: "tally", Logs: persistence.NewLogs(rdb, "tally:logs", "tally", "tally:consumer:"), Handler: h}, quiet, opts)
+	if err := w.Acquire(tb.Context()); err != nil {
+		tb.Fatal(err)
+	}
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
+	w.Start(system)
+	tb.Cleanup(func() { w.Stop(); system.Shutdown() })
+	return w
+}
+
+// TestWriterGuaranteesHoldForAnyHandler drives the persistence actor with the
 // trivial tally handler over two logs: every entry is handled once and
 // acknowledged (deleted), a failing handler is retried with a growing
 // backoff, and refused entries are dead-lettered while still pending, then
 // acknowledged, and never handed to the handler again.
-func TestLogConsumerGuaranteesHoldForAnyHandler(t *testing.T) {
+func TestWriterGuaranteesHoldForAnyHandler(t *testing.T) {
 	t.Parallel()
 	rdb := testenv.MustRedis(t).Client()
 	ctx := t.Context()
@@ -113,25 +141,13 @@ func TestLogConsumerGuaranteesHoldForAnyHandler(t *testing.T) {
 		}
 	}
 	h := newTally(rdb, 3)
-	c := persistence.NewLogConsumer(rdb, quiet, persistence.LogFamily{
-		Name: "tally", Registry: "tally:logs", Group: "tally", LeasePrefix: "tally:consumer:",
-		Handler: h, DeadLetters: h,
-	}, persistence.LogConsumerOptions{Batch: 50, MaxBackoff: 400 * time.Millisecond})
-	if err := c.Acquire(ctx); err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx) }()
+	c := startTally(t, rdb, h, writer.Options{Batch: 50, MaxBackoff: 400 * time.Millisecond})
 	drainCtx, dcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer dcancel()
 	if err := c.WaitDrained(drainCtx); err != nil {
 		t.Fatal(err)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run returned %v after its context ended", err)
-	}
+	c.Stop()
 
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -189,11 +205,11 @@ func TestLogConsumerGuaranteesHoldForAnyHandler(t *testing.T) {
 	})
 }
 
-// TestLogConsumerLingersOnlyAfterABatchThatDidNotFill: the first entry
+// TestWriterLingersOnlyAfterABatchThatDidNotFill: the first entry
 // after a quiet spell is handled at once; entries that arrive while the
 // consumer lingers after that small batch are handled together, in one
 // batch, rather than one transaction each.
-func TestLogConsumerLingersOnlyAfterABatchThatDidNotFill(t *testing.T) {
+func TestWriterLingersOnlyAfterABatchThatDidNotFill(t *testing.T) {
 	t.Parallel()
 	rdb := testenv.MustRedis(t).Client()
 	ctx := t.Context()
@@ -206,17 +222,7 @@ func TestLogConsumerLingersOnlyAfterABatchThatDidNotFill(t *testing.T) {
 	}
 	h := newTally(rdb, 0)
 	const linger = time.Second
-	c := persistence.NewLogConsumer(rdb, quiet, persistence.LogFamily{
-		Name: "tally", Registry: "tally:logs", Group: "tally", LeasePrefix: "tally:consumer:",
-		Handler: h, DeadLetters: h,
-	}, persistence.LogConsumerOptions{Batch: 50, Linger: linger})
-	if err := c.Acquire(ctx); err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(runCtx) }()
-	defer func() { cancel(); <-done }()
+	startTally(t, rdb, h, writer.Options{Batch: 50, Linger: linger})
 	// The consumer's first read finds the log empty and blocks in it.
 	time.Sleep(300 * time.Millisecond)
 	add := func(n int) {
@@ -251,5 +257,55 @@ func TestLogConsumerLingersOnlyAfterABatchThatDidNotFill(t *testing.T) {
 	defer h.mu.Unlock()
 	if want := []int{1, 2}; !slices.Equal(h.sizes, want) {
 		t.Fatalf("batches of %v, want %v: the entries that arrived during the linger were not handled together", h.sizes, want)
+	}
+}
+
+// down is a handler whose store is always down.
+type down struct{ calls atomic.Int64 }
+
+func (d *down) Handle(context.Context, []persistence.LogEntry) (map[int]*persistence.Refusal, error) {
+	d.calls.Add(1)
+	return nil, errors.New("the store is down")
+}
+func (d *down) DeadLetter(context.Context, []persistence.DeadEntry) error { return nil }
+func (d *down) Prune(context.Context, []string) int                       { return 0 }
+func (d *down) Persisted() int64                                          { return 0 }
+
+// Stop is honoured at once while the actor waits out a long backoff after
+// failed attempts: no message blocks its mailbox, and the entry it could
+// not handle stays pending in Redis for the next run.
+func TestWriterStopsAtOnceWhileTheStoreIsDown(t *testing.T) {
+	t.Parallel()
+	rdb := testenv.MustRedis(t).Client()
+	ctx := t.Context()
+	const log = "tally:down"
+	if err := rdb.XGroupCreateMkStream(ctx, log, "tally", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.SAdd(ctx, "tally:logs", log).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: log, Values: []any{"n", 1}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h := &down{}
+	w := startTally(t, rdb, h, writer.Options{MaxBackoff: time.Minute})
+	for deadline := time.Now().Add(10 * time.Second); h.calls.Load() < 6; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d attempts in 10 s", h.calls.Load())
+		}
+	}
+	began := time.Now()
+	w.Stop()
+	if took := time.Since(began); took > time.Second {
+		t.Fatalf("stop took %v", took)
+	}
+	calls := h.calls.Load()
+	time.Sleep(300 * time.Millisecond)
+	if h.calls.Load() != calls {
+		t.Fatal("the handler was called after Stop returned")
+	}
+	if p := rdb.XPending(ctx, log, "tally").Val(); p.Count != 1 {
+		t.Fatalf("%d entries pending after the stop, want the one not handled", p.Count)
 	}
 }

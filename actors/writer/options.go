@@ -1,0 +1,123 @@
+package writer
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"flashsale/persistence"
+)
+
+// Options tunes a Writer; zero values take defaults.
+type Options struct {
+	// Consumer names this writer in the consumer group: the node's stable
+	// identity (NODE_ID), so that after a restart it re-reads the entries
+	// it left pending at once. Never shared by two running processes (see
+	// Writer.Acquire). Empty takes a name of its own for this process only.
+	Consumer string
+	// Batch is how many log entries are read and handled at once.
+	Batch int
+	// Block is how long one read waits for new entries: it bounds one
+	// message of the actor, so a stop is honoured within it.
+	Block time.Duration
+	// Linger is how long the writer waits after a batch that did not
+	// fill before it reads the next one, so that under a steady trickle
+	// the entries gather into fewer, larger transactions (a batch's
+	// commit and its per-batch statements cost the same for one entry or
+	// hundreds). The first entry after a quiet spell is read at once;
+	// each later one waits at most Linger longer. 0 takes LingerDefault;
+	// negative: none.
+	Linger time.Duration
+	// ClaimIdle is how long an entry must sit unacknowledged with another
+	// consumer before this one takes it over (that consumer is presumed
+	// dead).
+	ClaimIdle time.Duration
+	// ClaimEvery is how often pending entries of others are examined.
+	ClaimEvery time.Duration
+	// Reclaim, if set, runs each take-over of other consumers' entries as
+	// a cluster-wide singleton (lease.Redlock.Do under a fixed name, wired
+	// by main): one node reclaims at a time, the others skip their turn.
+	// XAUTOCLAIM hands an entry to one claimer anyway; the lease saves the
+	// duplicate scans.
+	Reclaim func(ctx context.Context, fn func(ctx context.Context) error) (ran bool, err error)
+	// MaxBackoff caps the wait between retries while the store fails.
+	MaxBackoff time.Duration
+	// AttemptTimeout bounds one database attempt (a batch's transaction,
+	// a dead-letter insert). MaxBackoff + AttemptTimeout must stay below
+	// persistence.ReloadHoldDefault: an order sold before Redis lost a
+	// voucher is returned to the reloaded stock only while the reload
+	// holds its sales, and a writer holding it retries within that time.
+	AttemptTimeout time.Duration
+	// ConsumerLease is how long the lease on the consumer name outlives a
+	// writer that stopped refreshing it (killed): a restarted node on
+	// another host, or whose predecessor's pid was reused, waits that long.
+	ConsumerLease time.Duration
+	// DeadConsumerIdle is how long a consumer holding no entry may go
+	// without reading before it is deleted from the groups.
+	DeadConsumerIdle time.Duration
+	// RestartBackoff is the supervisor's first wait before it restarts a
+	// failed actor; each further failure within RestartWindow waits one
+	// more RestartBackoff (protoactor's exponential-backoff strategy).
+	RestartBackoff time.Duration
+	// RestartWindow is how long without a failure resets the count.
+	RestartWindow time.Duration
+}
+
+// Defaults of Options, exported for configuration.
+const (
+	BatchDefault            = 500
+	BlockDefault            = 200 * time.Millisecond
+	LingerDefault           = 20 * time.Millisecond
+	ClaimIdleDefault        = 30 * time.Second
+	MaxBackoffDefault       = 2 * time.Second // with AttemptTimeoutDefault, below persistence.ReloadHoldDefault
+	AttemptTimeoutDefault   = persistence.AttemptTimeoutDefault
+	ConsumerLeaseDefault    = 10 * time.Second
+	DeadConsumerIdleDefault = 10 * time.Minute
+	RestartBackoffDefault   = 200 * time.Millisecond
+	RestartWindowDefault    = 30 * time.Second
+)
+
+func (o Options) withDefaults() Options {
+	if o.Consumer == "" {
+		o.Consumer = "writer-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	if o.Batch <= 0 {
+		o.Batch = BatchDefault
+	}
+	if o.Block <= 0 {
+		o.Block = BlockDefault
+	}
+	if o.Linger == 0 {
+		o.Linger = LingerDefault
+	}
+	if o.ClaimIdle <= 0 {
+		o.ClaimIdle = ClaimIdleDefault
+	}
+	if o.ClaimEvery <= 0 {
+		o.ClaimEvery = o.ClaimIdle / 3
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = MaxBackoffDefault
+	}
+	if o.AttemptTimeout <= 0 {
+		o.AttemptTimeout = AttemptTimeoutDefault
+	}
+	if o.ConsumerLease <= 0 {
+		o.ConsumerLease = ConsumerLeaseDefault
+	}
+	if o.DeadConsumerIdle <= 0 {
+		o.DeadConsumerIdle = DeadConsumerIdleDefault
+	}
+	if o.RestartBackoff <= 0 {
+		o.RestartBackoff = RestartBackoffDefault
+	}
+	if o.RestartWindow <= 0 {
+		o.RestartWindow = RestartWindowDefault
+	}
+	return o
+}
+
+// batchOptions are the store's share of the options.
+func (o Options) batchOptions() persistence.BatchOptions {
+	return persistence.BatchOptions{AttemptTimeout: o.AttemptTimeout, Consumer: o.Consumer, Hold: 2 * (o.MaxBackoff + o.AttemptTimeout)}
+}

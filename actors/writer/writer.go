@@ -1,0 +1,226 @@
+// Package writer is the persistence actor: one protoactor actor per family
+// of order logs (the vouchers' orders, the red packets' grabs) that reads
+// the family's logs in batches as one consumer of their group, writes each
+// batch through the family's store, dead-letters what the database
+// refuses for good, acknowledges, and prunes finished logs.
+//
+// It guarantees, whatever fails: every entry is handled until the store
+// succeeds (retried with backoff up to MaxBackoff), never acknowledged
+// before; refused entries are dead-lettered before they are acknowledged;
+// an acknowledged entry is deleted from its log at once, so a log's length
+// is exactly its unhandled entries; entries left pending by a dead
+// consumer are taken over after ClaimIdle, and those whose delivery reply
+// was lost are read again at once.
+//
+// The actor never blocks its mailbox for long: each message is one step
+// (a bounded read, one attempt at a batch), and it sends itself the next
+// poll, at once or after a pause. A panic restarts it under protoactor's
+// exponential-backoff supervisor; the new incarnation re-reads the entries
+// its predecessor left pending, and the stores' conflict clauses make the
+// replay a no-op.
+package writer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/uptrace/bun"
+
+	"flashsale/internal/lease"
+	"flashsale/persistence"
+)
+
+// Logs is the Redis side of a family of logs (persistence.Logs).
+type Logs interface {
+	List(ctx context.Context) ([]string, error)
+	Read(ctx context.Context, consumer string, logs []string, id string, count int, block time.Duration) ([]persistence.LogEntry, error)
+	Claim(ctx context.Context, consumer string, logs []string, minIdle time.Duration, count int) ([]persistence.LogEntry, error)
+	Ack(ctx context.Context, batch []persistence.LogEntry) error
+	Sample(ctx context.Context, logs []string) (persistence.LogSample, error)
+	Length(ctx context.Context) (int64, error)
+	RemoveDeadConsumers(ctx context.Context, self string, logs []string, idle time.Duration) int
+	ConsumerName(consumer string) *persistence.ConsumerName
+}
+
+// Handler writes a family's batches (persistence.OrderWriter,
+// persistence.RedPacketWriter).
+type Handler interface {
+	// Handle processes a batch of entries of one or more logs. Its work
+	// must be idempotent per entry: a crash before the acknowledgement
+	// hands the same entries to it again. It returns, by their index in
+	// batch, the entries it refuses for good; those, also when returned
+	// with an error, are not handed to it again. After an error the rest
+	// of the batch is retried, with backoff, until Handle returns nil;
+	// only then are the refused entries dead-lettered and the whole batch
+	// acknowledged.
+	Handle(ctx context.Context, batch []persistence.LogEntry) (map[int]*persistence.Refusal, error)
+	// DeadLetter keeps refused entries durably, before the writer
+	// acknowledges them. The same entry may come again (a crash before the
+	// acknowledgement): it must be kept once, by its log and id.
+	DeadLetter(ctx context.Context, dead []persistence.DeadEntry) error
+	// Prune drops finished logs from the registry and returns how many;
+	// it runs with every claim pass.
+	Prune(ctx context.Context, logs []string) int
+	// Persisted counts what the handler inserted.
+	Persisted() int64
+}
+
+var (
+	_ Logs    = (*persistence.Logs)(nil)
+	_ Handler = (*persistence.OrderWriter)(nil)
+	_ Handler = (*persistence.RedPacketWriter)(nil)
+)
+
+// Family is a set of logs read by one consumer group, and what the writer
+// does with them.
+type Family struct {
+	Name    string // who works, in log messages ("order writer")
+	Logs    Logs
+	Handler Handler
+	// Lag, if set, is kept at the number of entries in all logs;
+	// LagSeconds at the age of the oldest of them; Pending at the number
+	// delivered to a consumer and not yet acknowledged. They are sampled
+	// after each batch and, while the logs are quiet, once a second.
+	Lag        prometheus.Gauge
+	LagSeconds prometheus.Gauge
+	Pending    prometheus.Gauge
+	// Failures, if set, counts failed attempts of the handler.
+	Failures prometheus.Counter
+}
+
+// Orders is the family of the vouchers' order logs, written by
+// persistence.OrderWriter into tb_voucher_order.
+func Orders(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opts Options) Family {
+	return Family{
+		Name: "order writer", Logs: persistence.NewOrderLogs(rdb),
+		Handler: persistence.NewOrderWriter(db, rdb, log, opts.withDefaults().batchOptions()),
+		Lag:     orderLogLag, LagSeconds: orderLogLagSeconds, Pending: orderLogPending, Failures: orderWriteErrors,
+	}
+}
+
+// RedPackets is the family of the red packets' order logs, written by
+// persistence.RedPacketWriter into tb_red_packet_grab.
+func RedPackets(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opts Options) Family {
+	return Family{
+		Name: "red-packet writer", Logs: persistence.NewRedPacketLogs(rdb),
+		Handler: persistence.NewRedPacketWriter(db, rdb, log, opts.withDefaults().batchOptions()),
+		Lag:     redPacketLogLag, Failures: redPacketWriteErrors,
+	}
+}
+
+// Writer is the handle on one persistence actor: Acquire takes its
+// consumer name, Start spawns it in an actor system, Stop stops it.
+type Writer struct {
+	fam    Family
+	opts   Options
+	log    *slog.Logger
+	ctx    context.Context // every store call; cancelled by Stop
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	system    *actor.ActorSystem
+	pid       *actor.PID
+	held      *lease.Lease
+	stopLease func()
+
+	// incarnation numbers the actor's starts: polls of an earlier
+	// incarnation (a timer that fired across a restart) are ignored.
+	incarnation atomic.Int64
+}
+
+// New returns the writer of a family; nothing runs before Start.
+func New(fam Family, log *slog.Logger, opts Options) *Writer {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Writer{fam: fam, opts: opts.withDefaults(), log: log, ctx: ctx, cancel: cancel}
+}
+
+// Acquire takes the lease on the writer's consumer name, so that no other
+// running process reads the family's logs under the same name: two nodes
+// given the same NODE_ID fail here with an error wrapping lease.ErrInUse.
+// Start keeps it, Stop releases it.
+func (w *Writer) Acquire(ctx context.Context) error {
+	l, err := lease.TakeName(ctx, w.fam.Logs.ConsumerName(w.opts.Consumer), w.opts.ConsumerLease)
+	if errors.Is(err, lease.ErrInUse) {
+		return fmt.Errorf("consumer name %q %w", w.opts.Consumer, err) // "... in use by another running process"
+	}
+	if err != nil {
+		return fmt.Errorf("consumer name %q: %w", w.opts.Consumer, err)
+	}
+	w.mu.Lock()
+	w.held = l
+	w.mu.Unlock()
+	return nil
+}
+
+// Start spawns the actor in system, supervised: a failure restarts it
+// after RestartBackoff times the failures of the last RestartWindow. It
+// renews the lease Acquire took (if any) until Stop.
+func (w *Writer) Start(system *actor.ActorSystem) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.held != nil {
+		clash := false
+		w.stopLease = w.held.Keep(w.ctx, lease.KeepOptions{Every: w.opts.ConsumerLease / 5, OnError: func(err error) {
+			// Another process uses the name: two nodes share a NODE_ID.
+			// The writer goes on (nothing is lost, see lease.TakeName).
+			if errors.Is(err, lease.ErrLost) && !clash {
+				w.log.Error("another running process uses this node's consumer name; give each node its own NODE_ID",
+					"consumer", w.opts.Consumer, "err", err)
+			}
+			clash = errors.Is(err, lease.ErrLost)
+		}})
+	}
+	supervisor := actor.NewExponentialBackoffStrategy(w.opts.RestartWindow, w.opts.RestartBackoff)
+	props := actor.PropsFromProducer(func() actor.Actor { return &writerActor{w: w} }, actor.WithGuardian(supervisor))
+	w.system, w.pid = system, system.Root.Spawn(props)
+}
+
+// Stop ends the actor's store calls, stops it and waits for it, then
+// releases the consumer name. Entries read and not yet acknowledged stay
+// pending for this consumer name, which re-reads them when it next runs.
+func (w *Writer) Stop() {
+	w.cancel()
+	w.mu.Lock()
+	system, pid, stopLease := w.system, w.pid, w.stopLease
+	w.pid, w.stopLease = nil, nil
+	w.mu.Unlock()
+	if pid != nil {
+		_ = system.Root.StopFuture(pid).Wait()
+	}
+	if stopLease != nil {
+		stopLease()
+	}
+}
+
+// Persisted counts what the family's handler has inserted.
+func (w *Writer) Persisted() int64 { return w.fam.Handler.Persisted() }
+
+// Restarts counts the supervisor's restarts of the actor.
+func (w *Writer) Restarts() int64 { return max(0, w.incarnation.Load()-1) }
+
+// WaitDrained waits until every registered log of the family is empty
+// (every entry handled and acknowledged), polling, or until ctx ends.
+func (w *Writer) WaitDrained(ctx context.Context) error {
+	for {
+		total, err := w.fam.Logs.Length(ctx)
+		if err != nil {
+			return err
+		}
+		if total == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d entries not yet handled: %w", total, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,163 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// ErrLost says a lease is no longer ours: another holder took it, or it
+// lapsed and could not be taken again.
+var ErrLost = errors.New("lease lost")
+
+// Claim is a backend's hold on one lease: a Redlock mutex, a consumer
+// name's key, an order-id slot's row. Each call is one round trip.
+type Claim interface {
+	// Renew extends the lease for another TTL; an error wrapping ErrLost
+	// says another holder has it, any other that the backend could not be
+	// reached (the lease may still be ours).
+	Renew(ctx context.Context) error
+	// Release lets the lease go, so another holder may take it at once.
+	Release(ctx context.Context) error
+}
+
+// Lease is one held lease, whatever its backend.
+type Lease struct {
+	name  string
+	ttl   time.Duration
+	claim Claim
+}
+
+// Held returns the lease name held through claim; ttl is how long it
+// lasts without a renewal.
+func Held(name string, ttl time.Duration, claim Claim) *Lease {
+	return &Lease{name: name, ttl: ttl, claim: claim}
+}
+
+// Name names the lease, for log messages.
+func (l *Lease) Name() string { return l.name }
+
+// TTL is how long the lease lasts without an extension.
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// Extend renews the lease for another TTL.
+func (l *Lease) Extend(ctx context.Context) error {
+	if err := l.claim.Renew(ctx); err != nil {
+		return fmt.Errorf("extend lease %s: %w", l.name, err)
+	}
+	return nil
+}
+
+// Release lets the lease go (a lapsed lease is simply gone).
+func (l *Lease) Release(ctx context.Context) { _ = l.claim.Release(ctx) }
+
+// KeepOptions says how Keep renews a lease.
+type KeepOptions struct {
+	// Every is the time between renewals; TTL/3 when zero.
+	Every time.Duration
+	// Retry is the time before the next renewal after a failed one;
+	// Every when zero.
+	Retry time.Duration
+	// Timeout bounds one renewal; Every when zero.
+	Timeout time.Duration
+	// Wake, if set, asks for a renewal at once (the order-id slot ran
+	// out of reserved seconds).
+	Wake <-chan struct{}
+	// OnError, if set, hears of each failed renewal.
+	OnError func(error)
+	// GiveUp stops renewing after the first failure (the Redlock
+	// watchdog: the work stops); otherwise Keep goes on, after Retry.
+	GiveUp bool
+	// Keep, if set, leaves the lease held when stop is called (it lapses
+	// after its TTL) instead of releasing it.
+	Keep bool
+}
+
+// Keep renews the lease in a goroutine it owns until ctx ends or stop is
+// called; stop waits for that goroutine and then releases the lease
+// (unless opts.Keep). stop is safe to call more than once, from one
+// goroutine.
+func (l *Lease) Keep(ctx context.Context, opts KeepOptions) (stop func()) {
+	every := opts.Every
+	if every <= 0 {
+		every = max(l.ttl/3, time.Millisecond)
+	}
+	retry := cmpOr(opts.Retry, every)
+	timeout := cmpOr(opts.Timeout, every)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		wait := every
+		for {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			case <-opts.Wake:
+				t.Stop()
+			}
+			rctx, rcancel := context.WithTimeout(ctx, timeout)
+			err := l.claim.Renew(rctx)
+			rcancel()
+			wait = every
+			if err == nil || ctx.Err() != nil {
+				continue
+			}
+			if opts.OnError != nil {
+				opts.OnError(fmt.Errorf("renew lease %s: %w", l.name, err))
+			}
+			if opts.GiveUp {
+				return
+			}
+			wait = retry
+		}
+	}()
+	var stopped bool
+	return func() {
+		cancel()
+		<-done
+		if stopped || opts.Keep {
+			return
+		}
+		stopped = true
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), max(timeout, time.Second))
+		defer rcancel()
+		l.Release(rctx)
+	}
+}
+
+func cmpOr(d, otherwise time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return otherwise
+}
+
+// Slot is a claim that says how it wants renewing: the order-id slot
+// (persistence.OrderIDs), whose renewal also extends its reservation of
+// seconds.
+type Slot interface {
+	Claim
+	LeaseTTL() time.Duration
+	RenewEvery() time.Duration
+	// Wake signals when the holder needs a renewal at once.
+	Wake() <-chan struct{}
+}
+
+// KeepSlot renews an acquired slot as the lease name until stop, which
+// releases it: every RenewEvery, at once on Wake, and every second while
+// renewals fail (each failure logged).
+func KeepSlot(ctx context.Context, name string, s Slot, log *slog.Logger) (stop func()) {
+	every := s.RenewEvery()
+	return Held(name, s.LeaseTTL(), s).Keep(ctx, KeepOptions{
+		Every: every, Retry: min(every, time.Second), Timeout: min(every, 5*time.Second), Wake: s.Wake(),
+		OnError: func(err error) {
+			log.Warn(name+" not renewed; grabs fail once its reservation runs out", "err", err)
+		},
+	})
+}
