@@ -144,14 +144,10 @@ func namesPersistedQuery(ext map[string]any) bool {
 	return ok
 }
 
-// persistedQueryNotFound is the code gqlgen's persisted-query extension
-// gives a hash it does not know.
-const persistedQueryNotFound = "PERSISTED_QUERY_NOT_FOUND"
-
-// isPersistedQueryMiss reports gqlgen's persisted-query miss, read before
-// the presenter has rewritten its code.
+// isPersistedQueryMiss reports gqlgen's persisted-query miss (its code,
+// which the presenter keeps).
 func isPersistedQueryMiss(errs gqlerror.List) bool {
-	return len(errs) == 1 && errs[0].Extensions["code"] == persistedQueryNotFound
+	return len(errs) == 1 && errs[0].Extensions["code"] == graph.PersistedQueryNotFound
 }
 
 // requestErrorStatus is the status of an answer to a request error, by

@@ -33,11 +33,6 @@ const secret = "frontend-test-secret-0123456789abcdef" // 32 bytes or more: the 
 // unless FLASHSALE_FRONTEND=1 (the test command sets it, after
 // scripts/frontend-deps.sh has installed them): then a missing tool
 // fails.
-//
-// The three client stories also need SeckillInfo.id, StockUpdate.seckill,
-// the PERSISTED_QUERY_NOT_FOUND code and a websocket 4401 that says why;
-// until the service has them they run only with
-// FLASHSALE_FRONTEND_STORIES=1 and skip otherwise, saying so.
 func TestFrontendClientsWorkAgainstTheService(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the service as a process")
@@ -114,9 +109,6 @@ func TestFrontendClientsWorkAgainstTheService(t *testing.T) {
 	} {
 		user := int64(100 * (i + 1))
 		t.Run(story.client+" runs the story with a normalized cache and no type policies", func(t *testing.T) {
-			if os.Getenv("FLASHSALE_FRONTEND_STORIES") != "1" {
-				t.Skip("runs only with FLASHSALE_FRONTEND_STORIES=1 until the service has SeckillInfo.id, StockUpdate.seckill, the PERSISTED_QUERY_NOT_FOUND code and a 4401 reason saying why")
-			}
 			run(t, story.script,
 				"TOKEN="+issue(user, auth.RoleUser, time.Hour),
 				"GRAB_TOKEN="+issue(user+1, auth.RoleUser, time.Hour),
