@@ -56,6 +56,8 @@ func PresentErrors(log *slog.Logger) graphql.ErrorPresenterFunc {
 			out.Message = requestMessage(out.Message)
 			if m, ok := variableMessage(out.Message, out.Path); ok {
 				out.Message = m
+			} else if m, ok := variableTypeMessage(ctx, out.Message, out.Path); ok {
+				out.Message = m
 			}
 			out.Extensions = ext
 			return out
@@ -122,19 +124,7 @@ func variableMessage(msg string, path ast.Path) (string, bool) {
 		len(path) < 2 || path[0] != ast.PathName("variable") {
 		return "", false
 	}
-	var name strings.Builder
-	for i, p := range path[1:] {
-		switch p := p.(type) {
-		case ast.PathName:
-			if i > 0 {
-				name.WriteByte('.')
-			}
-			name.WriteString(string(p))
-		case ast.PathIndex:
-			fmt.Fprintf(&name, "[%d]", int(p))
-		}
-	}
-	return capMessage(fmt.Sprintf("variable $%s must be an integer, written in digits without a fraction or an exponent", name.String())), true
+	return capMessage(fmt.Sprintf("variable $%s must be an integer, written in digits without a fraction or an exponent", variablePath(path[1:]))), true
 }
 
 // maxMessageLen bounds an error message: validation messages quote field,

@@ -174,8 +174,9 @@ func (s *testServer) do(tb testing.TB, token, query string, vars map[string]any,
 	}
 	resp, err := s.client.RawPost(query, opts...)
 	if err != nil {
-		// Requests rejected before execution (validation) answer 422; the
-		// client reports them as "http 422: <body>".
+		// Requests rejected before execution with a status other than 200
+		// (a body gqlgen never reads, a missing token: 401); the client
+		// reports them as "http 4xx: <body>".
 		_, body, ok := strings.Cut(err.Error(), ": ")
 		if !ok || !strings.HasPrefix(err.Error(), "http 4") {
 			tb.Fatalf("post: %v", err)

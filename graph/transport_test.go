@@ -100,7 +100,7 @@ func TestRequestErrorsDoNotEchoTheRequest(t *testing.T) {
 	user := s.token(t, 4, auth.RoleUser)
 	long := "f" + strings.Repeat("x", 60_000)
 	cases := []struct{ name, body, want string }{
-		{"array body", `[{"query":"{__typename}"}]`, "request body must be a JSON object with a query string"},
+		{"array body", `[{"query":"{__typename}"}]`, "batching is not supported: send each operation in a request of its own, as one JSON object"},
 		{"query not a string", `{"query": 1}`, "request body must be a JSON object with a query string"},
 		{"truncated body", `{"query": "{ __typename }`, "request body must be a JSON object with a query string"},
 		{"long field name", `{"query":"{ ` + long + ` }"}`, ""},

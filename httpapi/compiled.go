@@ -206,12 +206,12 @@ func (c *compiledGrabs) run(ctx context.Context, w http.ResponseWriter, r *http.
 	if c.flood != nil {
 		if ok, wait := c.flood.allow(auth.ClientIP(ctx)); !ok {
 			shedTotal.WithLabelValues("flood").Inc()
-			c.writeErrors(ctx, w, ct, nil, graph.OperationError(domain.RateLimited(wait)))
+			c.writeErrors(ctx, w, r, ct, nil, graph.OperationError(domain.RateLimited(wait)))
 			return
 		}
 	}
 	if _, err := auth.FromContext(ctx); err != nil {
-		c.writeErrors(ctx, w, ct, nil, graph.OperationError(graph.AsDomainError(err)))
+		c.writeErrors(ctx, w, r, ct, nil, graph.OperationError(graph.AsDomainError(err)))
 		return
 	}
 	res, panicked, err := c.resolve(ctx, args)
@@ -222,14 +222,14 @@ func (c *compiledGrabs) run(ctx context.Context, w http.ResponseWriter, r *http.
 		case !panicked: // gqlgen locates a resolver's error at its field
 			err = plan.locate(err)
 		}
-		c.writeErrors(ctx, w, ct, ast.Path{ast.PathName(plan.key)}, err)
+		c.writeErrors(ctx, w, r, ct, ast.Path{ast.PathName(plan.key)}, err)
 		return
 	}
 	buf := answerPool.Get().(*bytes.Buffer)
 	defer answerPool.Put(buf)
 	out, err := plan.answer(buf, res)
 	if err != nil {
-		c.writeErrors(ctx, w, ct, ast.Path{ast.PathName(plan.key)}, err)
+		c.writeErrors(ctx, w, r, ct, ast.Path{ast.PathName(plan.key)}, err)
 		return
 	}
 	w.Header()["Content-Type"] = ct
@@ -292,13 +292,17 @@ func (p *grabPlan) locate(err error) error {
 	return wrapped
 }
 
-// writeErrors answers one error as gqlgen does: through the error
-// presenter, on the grab's path when it came from the resolver (so data
-// is null, the field being non-null), or on no path when the operation
-// was refused before it ran.
-func (c *compiledGrabs) writeErrors(ctx context.Context, w http.ResponseWriter, contentType []string, path ast.Path, err error) {
+// writeErrors answers one error as gqlgen's transport (graphQLOverHTTP)
+// does: through the error presenter, on the grab's path when it came from
+// the resolver (so data is null, the field being non-null), or on no path
+// and as a request error when the operation was refused before it ran.
+func (c *compiledGrabs) writeErrors(ctx context.Context, w http.ResponseWriter, r *http.Request, contentType []string, path ast.Path, err error) {
 	var gqlErr *gqlerror.Error
 	switch {
+	case path == nil:
+		errs := gqlerror.List{c.present(ctx, err)}
+		writeGraphQLErrors(w, r, contentType, requestErrorStatus(contentType[0], errs), false, &graphql.Response{Errors: errs})
+		return
 	case errors.As(err, &gqlErr):
 		if gqlErr.Path == nil {
 			gqlErr.Path = path
@@ -306,7 +310,9 @@ func (c *compiledGrabs) writeErrors(ctx context.Context, w http.ResponseWriter, 
 	default:
 		err = gqlerror.WrapPath(path, err)
 	}
-	b, mErr := json.Marshal(graphql.Response{Errors: gqlerror.List{c.present(ctx, err)}})
+	errs := gqlerror.List{c.present(ctx, err)}
+	setRetryAfter(w.Header(), errs)
+	b, mErr := json.Marshal(graphql.Response{Errors: errs})
 	if mErr != nil {
 		b = []byte(`{"errors":[{"message":"internal error","extensions":{"code":"INTERNAL"}}],"data":null}`)
 	}
@@ -330,28 +336,47 @@ func needsHTMLEscape(b []byte) bool {
 	return false
 }
 
-// responseContentType is the Content-Type gqlgen's POST transport answers
-// with for the request's Accept header (its default configuration), as a
-// header value shared by every answer (net/http only reads it), so that
-// setting it allocates nothing.
+// responseContentType is the Content-Type /query answers in for the
+// request's Accept header (as gqlgen's transports chose it: the first
+// type named that it speaks, application/json for a wildcard or no
+// Accept), as a header value shared by every answer (net/http only reads
+// it), so that setting it allocates nothing. A request that accepts
+// neither type is refused 406 by the request guard (acceptable); its
+// refusal is in application/json.
 func responseContentType(r *http.Request) []string {
-	accept := r.Header.Get("Accept")
+	ct, _ := negotiate(r.Header.Get("Accept"))
+	return ct
+}
+
+// acceptable reports an Accept header that names a media type /query
+// answers in, or a wildcard covering one, or no Accept at all; otherwise
+// the answer is 406 (GraphQL over HTTP: a server SHOULD answer 406 when
+// it cannot answer in an accepted type).
+func acceptable(accept string) bool {
+	_, ok := negotiate(accept)
+	return ok
+}
+
+func negotiate(accept string) (contentType []string, ok bool) {
 	if accept == "" {
-		return plainJSON
+		return plainJSON, true
 	}
 	for part := range strings.SplitSeq(accept, ",") {
-		mediaType, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+		mediaType, params, err := mime.ParseMediaType(strings.TrimSpace(part))
 		if err != nil {
 			continue
 		}
+		if q, ok := params["q"]; ok && strings.Trim(strings.TrimSpace(q), "0.") == "" {
+			continue // q=0: not acceptable
+		}
 		switch mediaType {
 		case "*/*", "application/*", "application/json":
-			return plainJSON
+			return plainJSON, true
 		case graphQLJSON[0]:
-			return graphQLJSON
+			return graphQLJSON, true
 		}
 	}
-	return graphQLJSON
+	return plainJSON, false
 }
 
 var (

@@ -105,6 +105,11 @@ type HandlerOptions struct {
 	Anonymous AnonymousBudget
 	// Shed configures shedding non-core operations under grab load.
 	Shed LoadShedding
+	// CORSOrigins are the origins whose pages may call /query
+	// (CORS_ALLOWED_ORIGINS): "*", or scheme://host[:port] with at most
+	// one "*" (see CheckOrigin). They also decide a websocket's Origin.
+	// Empty: no CORS headers, websockets from their own origin only.
+	CORSOrigins []string
 	// CompiledGrabs answers grab documents on the compiled path
 	// (GRAPHQL_COMPILED_GRABS; see compiledGrabs): the same answers as
 	// gqlgen's, for a fraction of the CPU.
@@ -115,7 +120,8 @@ type HandlerOptions struct {
 // never mistaken for a GET query), then POST and GET, behind a guard that
 // answers unsupported requests itself; every operation is authorized as a
 // whole before it runs, bounded, and its errors presented by
-// graph.PresentErrors.
+// graph.PresentErrors. In front of all, when origins are configured, the
+// CORS policy answers preflights and marks every answer (corsEdge).
 func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 	lim := opts.Limits.withDefaults()
 	if opts.PingInterval <= 0 {
@@ -125,6 +131,7 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 	es := graph.NewExecutableSchema(graph.Config{Resolvers: r, Complexity: graph.Complexity()})
 	srv := handler.New(es)
 	flood := newFloodShedder(opts.FloodPerSec)
+	policy := newCORS(opts.CORSOrigins)
 	srv.AddTransport(websocketTransport{
 		Websocket: transport.Websocket{
 			PingPongInterval: opts.PingInterval,
@@ -146,10 +153,10 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 			ipLimit: opts.IPLimit,
 			log:     opts.Log,
 		},
+		origins: websocketOrigins{policy: policy},
 	})
 	srv.AddTransport(transport.Options{})
-	srv.AddTransport(transport.GET{})
-	srv.AddTransport(transport.POST{})
+	srv.AddTransport(graphQLOverHTTP{})
 	queries := newQueryCache()
 	srv.SetQueryCache(queries)
 	srv.SetParserTokenLimit(lim.MaxTokens)
@@ -182,7 +189,7 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 	if opts.CompiledGrabs {
 		fast = newCompiledGrabs(es, r.Seckill, opts.Tokens, present, graph.RecoverPanic(opts.Log), flood, lim, persisted)
 	}
-	return requestGuard{
+	var h http.Handler = requestGuard{
 		next: http.MaxBytesHandler(withClientIP(opts.Tokens.Middleware(
 			anonymousGate{next: srv, budget: newAnonymousBudget(opts.Anonymous), present: present})), lim.MaxBodyBytes),
 		fast:        fast,
@@ -192,4 +199,8 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 		maxTokens:   lim.MaxTokens,
 		persisted:   persisted,
 	}
+	if policy != nil {
+		h = corsEdge{policy: policy, next: h, flood: flood}
+	}
+	return h
 }

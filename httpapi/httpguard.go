@@ -15,7 +15,6 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
-	"github.com/vektah/gqlparser/v2/gqlerror"
 	"github.com/vektah/gqlparser/v2/parser"
 
 	"flashsale/domain"
@@ -64,6 +63,10 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.Clone(r.Context())
 		r.Header.Del("Upgrade")
 	}
+	if (r.Method == http.MethodPost || r.Method == http.MethodGet) && r.Header.Get("Upgrade") == "" && !acceptable(r.Header.Get("Accept")) {
+		g.reject(w, r, http.StatusNotAcceptable, "/query answers in application/graphql-response+json or application/json; the Accept header names neither")
+		return
+	}
 	switch {
 	case r.Header.Get("Upgrade") != "": // a websocket handshake
 	case r.Method == http.MethodPost:
@@ -83,6 +86,10 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		if !json.Valid(body) {
 			g.reject(w, r, http.StatusBadRequest, "%s", graph.BadBodyMessage)
+			return
+		}
+		if isBatch(body) {
+			g.reject(w, r, http.StatusBadRequest, "batching is not supported: send each operation in a request of its own, as one JSON object")
 			return
 		}
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
@@ -173,6 +180,15 @@ func headerHasToken(h http.Header, name, token string) bool {
 	return false
 }
 
+// isBatch reports a body that is a JSON array: a batch of operations,
+// which some clients send (Apollo's BatchHttpLink, urql's batching) and
+// which /query does not run: one operation per request keeps every
+// request's cost, admission and status its own.
+func isBatch(body []byte) bool {
+	b := bytes.TrimLeft(body, " \t\r\n")
+	return len(b) > 0 && b[0] == '['
+}
+
 func isJSON(contentType string) bool {
 	if contentType == "application/json" {
 		return true
@@ -221,11 +237,9 @@ func checkGET(ctx context.Context, rawQuery string, maxTokens int, persisted gra
 	return 0, ""
 }
 
-// reject writes a GraphQL error response through the error presenter.
+// reject answers a request error through the error presenter, in the
+// media type the request asked for (application/json when it names none
+// that /query answers in).
 func (g requestGuard) reject(w http.ResponseWriter, r *http.Request, status int, format string, args ...any) {
-	resp := graphql.Response{Errors: gqlerror.List{g.present(r.Context(), domain.Errorf(domain.CodeBadInput, format, args...))}}
-	b, _ := json.Marshal(resp)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
+	requestErrorAnswer(r.Context(), w, r, g.present, status, domain.Errorf(domain.CodeBadInput, format, args...))
 }

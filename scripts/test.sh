@@ -3,7 +3,8 @@
 # where make exists): services, vet, generated code is committed and
 # current, then every test with the race detector against real Redis and
 # Postgres (the public contract in docs/contract/ among them:
-# graph/contract_test.go), then each fuzz target for a few seconds.
+# graph/contract_test.go; the npm clients and headless Chromium against
+# the service: e2e/frontend), then each fuzz target for a few seconds.
 # Stops at the first failed step.
 #
 # FLASHSALE_TEST_SERVICES names the service set-up command (default
@@ -38,6 +39,14 @@ if [ "$before" != "$(snapshot)" ]; then
   echo "go generate changed files: run it and commit the generated code" >&2
   exit 1
 fi
+
+# Node 20+, the pinned npm clients and chromium, for e2e/frontend: the
+# browser-facing checks (graphql-http's audit, CORS, a page in headless
+# Chromium). Installed here, once the cheap steps passed; with
+# FLASHSALE_FRONTEND=1 a missing one fails that test instead of skipping.
+step "frontend tools (node, npm ci, chromium)"
+scripts/frontend-deps.sh
+export FLASHSALE_FRONTEND=1
 
 step "go test -race"
 go test -race -count=1 -timeout 20m ./...

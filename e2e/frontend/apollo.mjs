@@ -77,7 +77,8 @@ export async function runApolloStory(story, v) {
       check(seen.length > 0, 'the error link never saw the expired token');
       check(data?.myOrders, `the retried query answered ${json(data)}`);
       const e = seen[0];
-      return `seen as HTTP ${e.status ?? '200'} with codes ${json(e.codes)}`;
+      check(e.status === 401, `seen as HTTP ${e.status ?? '200'} with codes ${json(e.codes)}; want 401`);
+      return `seen as HTTP ${e.status} with codes ${json(e.codes)}`;
     } catch (err) {
       throw new Error(`${err.message}; the error link saw ${json(seen.map(({ codes, status }) => ({ codes, status })))}`);
     } finally {

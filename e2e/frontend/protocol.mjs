@@ -72,6 +72,14 @@ await steps.step('a websocket from another origin is refused 403', async () => {
   check(status === 403, `the upgrade with Origin ${refusedOrigin} answered ${status}, want 403`);
 });
 
+await steps.step('an unusable token gets 401 with UNAUTHENTICATED and a challenge', async () => {
+  const res = await post({ Accept: 'application/json', Authorization: 'Bearer not.a.token' }, { query: '{ vouchers(first: 1) { edges { node { id } } } }' });
+  const body = await res.json();
+  check(res.status === 401, `HTTP ${res.status}, want 401`);
+  check(body.errors?.[0]?.extensions?.code === 'UNAUTHENTICATED', `errors ${json(body.errors)}, want UNAUTHENTICATED`);
+  check(/^Bearer/.test(res.headers.get('www-authenticate') ?? ''), `WWW-Authenticate ${json(res.headers.get('www-authenticate'))}, want a Bearer challenge`);
+});
+
 await steps.step('a client accepting only text/html gets 406', async () => {
   const res = await post({ Accept: 'text/html' }, { query: '{ __typename }' });
   check(res.status === 406, `HTTP ${res.status}, want 406`);

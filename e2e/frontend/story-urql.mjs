@@ -106,6 +106,7 @@ await steps.step('an expired token is noticed by didAuthError, refreshed and ret
     const r = await expiring.query(gql(MY_ORDERS), {}, { requestPolicy: 'network-only' }).toPromise();
     check(seen.length > 0, `didAuthError was never asked (answer: ${r.error?.message ?? json(r.data)})`);
     check(!r.error && r.data?.myOrders, `the retried query answered ${r.error?.message ?? json(r.data)}; didAuthError saw ${json(seen)}`);
+    check(seen[0].status === 401, `seen as HTTP ${seen[0].status} with codes ${json(seen[0].codes)}; want 401`);
     return `seen as HTTP ${seen[0].status} with codes ${json(seen[0].codes)}`;
   } finally {
     closeExpiring();

@@ -135,6 +135,10 @@ type Config struct {
 	// node per user and per client address; one more is closed with 4429.
 	WSMaxPerUser int
 	WSMaxPerIP   int
+	// CORSAllowedOrigins are the origins whose pages may call /query (and
+	// open its websocket); ["none"] or empty: the service's own only.
+	// See CORSOrigins.
+	CORSAllowedOrigins []string
 	// HTTPMaxHeaderBytes is the server's MaxHeaderBytes: a larger request
 	// line and headers are answered 431 before they are read whole.
 	HTTPMaxHeaderBytes int
@@ -189,6 +193,15 @@ type Config struct {
 // database is configured, so both run in-process.
 func (c Config) Embedded() bool { return c.RedisURL == "" && c.DatabaseURL == "" }
 
+// CORSOrigins are the origins CORS_ALLOWED_ORIGINS allows, nil for
+// "none".
+func (c Config) CORSOrigins() []string {
+	if len(c.CORSAllowedOrigins) == 1 && c.CORSAllowedOrigins[0] == "none" {
+		return nil
+	}
+	return c.CORSAllowedOrigins
+}
+
 // Defaults the token command needs too, without loading a whole Config.
 const (
 	// HTTPAddrDefault is the contract's listen address, every interface.
@@ -200,6 +213,11 @@ const (
 	// SQLitePathDefault is the embedded database file.
 	SQLitePathDefault = "flashsale.db"
 )
+
+// EmbeddedCORSOriginsDefault are the origins embedded mode allows
+// (CORS_ALLOWED_ORIGINS): a frontend's dev server on this machine, on
+// any port.
+var EmbeddedCORSOriginsDefault = []string{"http://localhost:*", "http://127.0.0.1:*"}
 
 // SecretPath is the file that keeps the embedded mode's JWT secret, beside
 // its SQLite file (flashsale.db → flashsale.secret): the secret lives as

@@ -337,6 +337,33 @@ var settings = []setting{
 	intVar("WS_MAX_OPERATIONS", strconv.Itoa(httpapi.WebsocketMaxOperationsDefault), "operations running at once on one websocket; one more gets an error", func(c *Config) *int { return &c.WSMaxOperations }, positive),
 	intVar("WS_MAX_PER_USER", strconv.Itoa(httpapi.WebsocketMaxPerUserDefault), "websockets one user holds open at once on this node; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerUser }, positive),
 	intVar("WS_MAX_PER_IP", strconv.Itoa(httpapi.WebsocketMaxPerIPDefault), "websockets open at once from one client address on this node, tokens or not; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerIP }, positive),
+	// A page on another origin (a frontend's dev server, the shop's site)
+	// may call /query only if its origin is listed; embedded mode, which
+	// listens on the loopback interface, lets local dev servers in.
+	listVar("CORS_ALLOWED_ORIGINS", "origins whose pages may call /query and open its websocket: comma-separated scheme://host[:port], one * each for any run of characters (http://localhost:*), or * for any origin (no credentials are ever allowed); none = only the service's own origin; default none, "+strings.Join(EmbeddedCORSOriginsDefault, ",")+" when embedded", func(c *Config) *[]string { return &c.CORSAllowedOrigins }).
+		derived(func(c *Config) {
+			if c.Embedded() {
+				c.CORSAllowedOrigins = EmbeddedCORSOriginsDefault
+			}
+		}).
+		checked(func(c Config) string {
+			for _, o := range c.CORSAllowedOrigins {
+				if o == "none" && len(c.CORSAllowedOrigins) == 1 {
+					continue
+				}
+				if err := httpapi.CheckOrigin(o); err != nil {
+					return err.Error()
+				}
+			}
+			return ""
+		}).
+		// Origins hold no secret, and a pattern's * is no URL port.
+		shown(func(c Config) slog.Value {
+			if len(c.CORSOrigins()) == 0 {
+				return slog.StringValue("none")
+			}
+			return slog.StringValue(strings.Join(c.CORSAllowedOrigins, ","))
+		}),
 	intVar("HTTP_MAX_HEADER_BYTES", strconv.Itoa(httpapi.MaxHeaderBytesDefault), "largest request line plus headers in bytes (net/http reads up to 4 KiB past it); more is answered 431", func(c *Config) *int { return &c.HTTPMaxHeaderBytes }, positive).
 		checked(func(c Config) string {
 			if c.HTTPMaxHeaderBytes > 1<<20 {

@@ -568,6 +568,7 @@ func (a *app) buildHandler(context.Context, *loops) error {
 		WebsocketMaxOperations: cfg.WSMaxOperations,
 		WebsocketMaxPerUser:    cfg.WSMaxPerUser,
 		WebsocketMaxPerIP:      cfg.WSMaxPerIP,
+		CORSOrigins:            cfg.CORSOrigins(),
 	})
 	mux := http.NewServeMux()
 	mux.Handle("/query", gql)

@@ -153,13 +153,22 @@ const server = createServer(async (req, res) => {
   } else if (hash && createHash('sha256').update(params.query).digest('hex') === hash) {
     persisted.set(hash, params.query);
   }
+  // A token that was sent but is unusable: 401 before anything runs, as
+  // the service answers it (a missing token is left to the resolvers).
+  const id = identity(req.headers.authorization);
+  if (req.headers.authorization && id.error) {
+    const type = /application\/graphql-response\+json/.test(req.headers.accept ?? '') ? 'application/graphql-response+json' : 'application/json';
+    res.writeHead(401, { 'Content-Type': type, 'WWW-Authenticate': 'Bearer error="invalid_token"' })
+      .end(JSON.stringify({ errors: [{ message: id.error, extensions: { code: 'UNAUTHENTICATED' } }] }));
+    return;
+  }
   const [out, init] = await handler({
     method: req.method,
     url: url.pathname + url.search,
     headers: { get: (name) => req.headers[name.toLowerCase()] ?? null },
     body,
     raw: req,
-    context: identity(req.headers.authorization),
+    context: id,
   });
   const headers = { ...init.headers };
   if (out?.includes('"RATE_LIMITED"')) headers['Retry-After'] = '1';
