@@ -138,6 +138,11 @@ func mustNodeModules(t *testing.T) string {
 	if err != nil {
 		missing(t, "node not installed: these checks run npm clients (Node 20 or later; scripts/frontend-deps.sh)")
 	}
+	if out, err := exec.Command(node, "-p", `process.versions.node.split(".")[0]`).Output(); err != nil {
+		missing(t, fmt.Sprintf("node does not run: %v", err))
+	} else if major, _ := strconv.Atoi(strings.TrimSpace(string(out))); major < 20 {
+		missing(t, fmt.Sprintf("node %s is too old: the npm clients need Node 20 or later (Debian 12 ships 18)", strings.TrimSpace(string(out))))
+	}
 	if _, err := os.Stat("node_modules/.package-lock.json"); err == nil {
 		return node
 	}
