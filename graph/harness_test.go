@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,25 +21,24 @@ import (
 
 	"flashsale/actors"
 	"flashsale/actors/writer"
-	"flashsale/graph"
-	"flashsale/httpapi"
 	"flashsale/internal/auth"
 	"flashsale/internal/catalog"
+	"flashsale/internal/config"
 	"flashsale/internal/gate"
-	"flashsale/internal/redpackets"
-	"flashsale/internal/seckill"
+	"flashsale/internal/node"
 	"flashsale/internal/testenv"
-	"flashsale/persistence"
 )
 
-const testSecret = "test-secret-0123456789abcdef"
+const testSecret = "test-secret-0123456789abcdef-0123456789"
 
-// testServer is the GraphQL handler wired to a private Redis and a
-// Postgres database of the test's own.
+// testServer is a node, built by internal/node as production builds it,
+// over a private Redis and a Postgres database of the test's own; the
+// tests send their operations to its GraphQL handler, without a listener.
 type testServer struct {
 	client  *client.Client
 	handler http.Handler
 	db      *bun.DB
+	dbURL   string // where other nodes of the test find the database
 	redis   *testenv.RedisServer
 	rdb     *redis.Client
 	tokens  *auth.Tokens
@@ -44,7 +46,7 @@ type testServer struct {
 	router  *actors.Router
 	writer  *writer.Writer
 	// gate guards every grab; gateCalls counts the Redis commands of its
-	// request-path client (its pub/sub watcher has a client of its own).
+	// request-path client (node.Hooks.GateRedis).
 	gate      *gate.Service
 	gateCalls *testenv.Counter
 	// rpWriter persists red-packet grabs.
@@ -57,7 +59,7 @@ var testGateOptions = gate.Options{Key: gate.KeyFrom(testSecret), Difficulty: 8}
 
 func newServer(tb testing.TB) *testServer {
 	tb.Helper()
-	return newServerWith(tb, func(*redis.Client) actors.Options { return patientOptions })
+	return startServer(tb, patient, nil)
 }
 
 // patientOptions give the router's Redis calls room: these tests assert
@@ -67,8 +69,12 @@ func newServer(tb testing.TB) *testServer {
 // UNAVAILABLE by design. Tests of the deadlines set their own.
 var patientOptions = actors.Options{CallTimeout: 2 * time.Second, BatchTimeout: 5 * time.Second}
 
-// newServerWith lets a test set the router's options (rate limits, ...).
-func newServerWith(tb testing.TB, options func(*redis.Client) actors.Options) *testServer {
+// patient gives the router patientOptions' room.
+func patient(o *actors.Options) { overlayActors(o, patientOptions) }
+
+// newServerWith lets a test change the router's options (rate limits,
+// ...) after the node set them (node.Hooks.Actors).
+func newServerWith(tb testing.TB, options func(*actors.Options)) *testServer {
 	tb.Helper()
 	return startServer(tb, options, nil)
 }
@@ -79,57 +85,101 @@ func newServerWith(tb testing.TB, options func(*redis.Client) actors.Options) *t
 func newStallingServer(tb testing.TB, opts actors.Options) (*testServer, *testenv.StallingClient) {
 	tb.Helper()
 	var grabs *testenv.StallingClient
-	s := startServer(tb, func(*redis.Client) actors.Options { return opts }, func(s *testServer) redis.UniversalClient {
+	s := startServer(tb, func(o *actors.Options) { overlayActors(o, opts) }, func(s *testServer) redis.UniversalClient {
 		grabs = testenv.MustStallingClient(tb, s.redis.Addr())
 		return grabs
 	})
 	return s, grabs
 }
 
-// startServer wires the server; grabClient, if not nil, picks the client
-// the grab scripts run on.
-func startServer(tb testing.TB, options func(*redis.Client) actors.Options, grabClient func(*testServer) redis.UniversalClient) *testServer {
+// startServer starts a node over stores of its own; grabClient, if not
+// nil, picks the client the grab scripts run on.
+func startServer(tb testing.TB, options func(*actors.Options), grabClient func(*testServer) redis.UniversalClient) *testServer {
 	tb.Helper()
-	return startNode(tb, testenv.MustPostgres(tb), testenv.MustRedis(tb), options, grabClient, testGateOptions)
+	return startNode(tb, testenv.MustPostgresURL(tb), testenv.MustRedis(tb), options, grabClient, testGateOptions)
 }
 
-// startNode wires a server over a database and a Redis that other nodes
-// of the test may share.
-func startNode(tb testing.TB, db *bun.DB, rs *testenv.RedisServer, options func(*redis.Client) actors.Options, grabClient func(*testServer) redis.UniversalClient, gateOpts gate.Options) *testServer {
+// nodeSeq numbers the test nodes: nodes sharing a database need NODE_IDs
+// of their own (each order writer leases its name).
+var nodeSeq atomic.Int64
+
+// startNode starts a node, as production builds it (internal/node), over
+// a database and a Redis that other nodes of the test may share. Its
+// settings are production's except where a test needs room or quiet:
+// no per-user rate, no anonymous budget and no shedding (the rush tests
+// send thousands of operations from one address), introspection public.
+// gateOpts's difficulty and refresh become POW_DIFFICULTY and
+// GATE_REFRESH; its key must be the one JWT_SECRET gives.
+func startNode(tb testing.TB, dbURL string, rs *testenv.RedisServer, options func(*actors.Options), grabClient func(*testServer) redis.UniversalClient, gateOpts gate.Options) *testServer {
 	tb.Helper()
-	s := &testServer{db: db, redis: rs, tokens: auth.NewTokens(testSecret)}
-	s.rdb = s.redis.Client()
-	log := slog.New(slog.DiscardHandler)
-	s.catalog = catalog.New(persistence.NewVouchers(s.db), persistence.NewStock(s.rdb), log)
-	var grabs redis.UniversalClient = s.rdb
-	if grabClient != nil {
-		grabs = grabClient(s)
+	if gateOpts.Key != nil && !bytes.Equal(gateOpts.Key, gate.KeyFrom(testSecret)) {
+		tb.Fatal("a test node's gate key is the one JWT_SECRET gives")
 	}
-	ids := testenv.MustOrderIDs(tb, s.db)
-	s.router = actors.NewRouter(persistence.NewGrabs(grabs), ids, s.catalog, log, options(s.rdb))
-	s.writer = testenv.StartOrderWriter(tb, s.db, s.rdb, writer.Options{})
-	rds := persistence.NewRedPacketRedis(s.rdb)
-	rpStore := persistence.NewRedPacketStore(s.db, rds)
-	redPackets := redpackets.New(rpStore, ids, s.router.RedPackets(rds, rpStore), redpackets.Config{})
-	s.rpWriter = testenv.StartRedPacketWriter(tb, s.db, s.rdb, writer.Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	var bg sync.WaitGroup
-	events := persistence.NewStock(s.rdb).Subscribe(ctx)
-	bg.Go(func() { defer events.Close(); _ = s.router.Follow(ctx, events) })
-	s.gateCalls = new(testenv.Counter)
-	gateRdb := s.redis.Client()
-	gateRdb.AddHook(s.gateCalls)
-	s.gate = gate.New(persistence.NewGate(gateRdb), persistence.NewVouchers(s.db), log, gateOpts)
-	if err := s.gate.Load(ctx); err != nil {
+	s := &testServer{dbURL: dbURL, redis: rs, tokens: auth.NewTokens(testSecret)}
+	s.rdb = s.redis.Client()
+	env := map[string]string{
+		"DATABASE_URL":           dbURL,
+		"REDIS_URL":              rs.URL(),
+		"JWT_SECRET":             testSecret,
+		"HTTP_ADDR":              "127.0.0.1:0",
+		"NODE_ID":                fmt.Sprintf("graph-test-%d", nodeSeq.Add(1)),
+		"CLUSTER_PROVIDER":       "test",
+		"INTROSPECTION":          "public",
+		"GRAPHQL_COMPILED_GRABS": "true",
+		"RATE_USER_PER_SEC":      "0",
+		"ANON_MAX_IN_FLIGHT":     "0",
+		"ANON_PER_SEC":           "0",
+		"SHED_QUEUE_DEPTH":       "0",
+		"SHED_GRAB_LATENCY":      "0s",
+	}
+	if gateOpts.Difficulty != 0 {
+		env["POW_DIFFICULTY"] = strconv.Itoa(gateOpts.Difficulty)
+	}
+	if gateOpts.Refresh != 0 {
+		env["GATE_REFRESH"] = gateOpts.Refresh.String()
+	}
+	cfg, err := config.Load(nil, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
 		tb.Fatal(err)
 	}
-	gateChanges := persistence.NewGate(s.rdb).Subscribe(ctx)
-	bg.Go(func() { defer gateChanges.Close(); s.gate.Run(ctx, gateChanges) })
-	tb.Cleanup(func() { s.router.Close(); cancel(); bg.Wait() })
-	h := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(s.gate, s.router), DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciliations(s.db, s.rdb), Gate: s.gate, RedPackets: redPackets}, httpapi.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: graph.IntrospectionPublic, CompiledGrabs: true})
-	s.client = client.New(h)
-	s.handler = h
+	s.gateCalls = new(testenv.Counter)
+	hooks := node.Hooks{
+		Actors:    options,
+		GateRedis: s.gateCalls,
+	}
+	if grabClient != nil {
+		hooks.GrabClient = func(redis.UniversalClient) redis.UniversalClient { return grabClient(s) }
+	}
+	n, err := node.NewWith(context.Background(), cfg, slog.New(slog.DiscardHandler), hooks)
+	if err != nil {
+		tb.Fatalf("start node: %v", err)
+	}
+	tb.Cleanup(n.Stop)
+	p := n.Parts()
+	s.db, s.handler, s.catalog, s.router, s.gate = p.DB, p.GraphQL, p.Catalog, p.Router, p.Gate
+	s.writer, s.rpWriter = p.Orders, p.RedPackets
+	s.client = client.New(s.handler)
 	return s
+}
+
+// overlayActors sets in o the router options a test set in t: deadlines
+// and retries a loaded machine needs more room for, a per-user rate.
+func overlayActors(o *actors.Options, t actors.Options) {
+	if t.CallTimeout != 0 {
+		o.CallTimeout = t.CallTimeout
+	}
+	if t.BatchTimeout != 0 {
+		o.BatchTimeout = t.BatchTimeout
+	}
+	if t.Attempts != 0 {
+		o.Attempts = t.Attempts
+	}
+	if t.GrabTimeout != 0 {
+		o.GrabTimeout = t.GrabTimeout
+	}
+	if t.UserRate != 0 {
+		o.UserRate = t.UserRate
+	}
 }
 
 // drained waits until every accepted order is in the database.
