@@ -4,14 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,18 +18,19 @@ import (
 	"flashsale/actors/writer"
 	"flashsale/internal/auth"
 	"flashsale/internal/catalog"
-	"flashsale/internal/config"
 	"flashsale/internal/gate"
 	"flashsale/internal/node"
+	"flashsale/internal/node/nodetest"
 	"flashsale/internal/testenv"
 )
 
-const testSecret = "test-secret-0123456789abcdef-0123456789"
+const testSecret = nodetest.Secret
 
 // testServer is a node, built by internal/node as production builds it,
 // over a private Redis and a Postgres database of the test's own; the
 // tests send their operations to its GraphQL handler, without a listener.
 type testServer struct {
+	node    *nodetest.Node
 	client  *client.Client
 	handler http.Handler
 	db      *bun.DB
@@ -99,65 +95,31 @@ func startServer(tb testing.TB, options func(*actors.Options), grabClient func(*
 	return startNode(tb, testenv.MustPostgresURL(tb), testenv.MustRedis(tb), options, grabClient, testGateOptions)
 }
 
-// nodeSeq numbers the test nodes: nodes sharing a database need NODE_IDs
-// of their own (each order writer leases its name).
-var nodeSeq atomic.Int64
-
-// startNode starts a node, as production builds it (internal/node), over
-// a database and a Redis that other nodes of the test may share. Its
-// settings are production's except where a test needs room or quiet:
-// no per-user rate, no anonymous budget and no shedding (the rush tests
-// send thousands of operations from one address), introspection public.
-// gateOpts's difficulty and refresh become POW_DIFFICULTY and
+// startNode starts a node, as production builds it (internal/node, see
+// nodetest), over a database and a Redis that other nodes of the test may
+// share. gateOpts's difficulty and refresh become POW_DIFFICULTY and
 // GATE_REFRESH; its key must be the one JWT_SECRET gives.
 func startNode(tb testing.TB, dbURL string, rs *testenv.RedisServer, options func(*actors.Options), grabClient func(*testServer) redis.UniversalClient, gateOpts gate.Options) *testServer {
 	tb.Helper()
 	if gateOpts.Key != nil && !bytes.Equal(gateOpts.Key, gate.KeyFrom(testSecret)) {
 		tb.Fatal("a test node's gate key is the one JWT_SECRET gives")
 	}
-	s := &testServer{dbURL: dbURL, redis: rs, tokens: auth.NewTokens(testSecret)}
-	s.rdb = s.redis.Client()
-	env := map[string]string{
-		"DATABASE_URL":           dbURL,
-		"REDIS_URL":              rs.URL(),
-		"JWT_SECRET":             testSecret,
-		"HTTP_ADDR":              "127.0.0.1:0",
-		"NODE_ID":                fmt.Sprintf("graph-test-%d", nodeSeq.Add(1)),
-		"CLUSTER_PROVIDER":       "test",
-		"INTROSPECTION":          "public",
-		"GRAPHQL_COMPILED_GRABS": "true",
-		"RATE_USER_PER_SEC":      "0",
-		"ANON_MAX_IN_FLIGHT":     "0",
-		"ANON_PER_SEC":           "0",
-		"SHED_QUEUE_DEPTH":       "0",
-		"SHED_GRAB_LATENCY":      "0s",
-	}
+	s := &testServer{dbURL: dbURL, redis: rs, rdb: rs.Client(), gateCalls: new(testenv.Counter)}
+	env := map[string]string{}
 	if gateOpts.Difficulty != 0 {
 		env["POW_DIFFICULTY"] = strconv.Itoa(gateOpts.Difficulty)
 	}
 	if gateOpts.Refresh != 0 {
 		env["GATE_REFRESH"] = gateOpts.Refresh.String()
 	}
-	cfg, err := config.Load(nil, func(k string) string { return env[k] }, io.Discard)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s.gateCalls = new(testenv.Counter)
-	hooks := node.Hooks{
-		Actors:    options,
-		GateRedis: s.gateCalls,
-	}
+	hooks := node.Hooks{Actors: options, GateRedis: s.gateCalls}
 	if grabClient != nil {
 		hooks.GrabClient = func(redis.UniversalClient) redis.UniversalClient { return grabClient(s) }
 	}
-	n, err := node.NewWith(context.Background(), cfg, slog.New(slog.DiscardHandler), hooks)
-	if err != nil {
-		tb.Fatalf("start node: %v", err)
-	}
-	tb.Cleanup(n.Stop)
-	p := n.Parts()
+	s.node = nodetest.Start(tb, nodetest.Options{DatabaseURL: dbURL, Redis: rs, Env: env, Hooks: hooks})
+	p := s.node.Parts
 	s.db, s.handler, s.catalog, s.router, s.gate = p.DB, p.GraphQL, p.Catalog, p.Router, p.Gate
-	s.writer, s.rpWriter = p.Orders, p.RedPackets
+	s.writer, s.rpWriter, s.tokens = p.Orders, p.RedPackets, s.node.Tokens
 	s.client = client.New(s.handler)
 	return s
 }
@@ -194,60 +156,38 @@ func (s *testServer) drained(tb testing.TB) {
 
 func (s *testServer) token(tb testing.TB, user int64, role auth.Role) string {
 	tb.Helper()
-	tok, err := s.tokens.Issue(auth.Identity{UserID: user, Role: role}, time.Hour)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return tok
+	return s.node.Token(tb, user, role)
 }
 
 func (s *testServer) admin(tb testing.TB) string { return s.token(tb, 1, auth.RoleAdmin) }
 
-type gqlError struct {
-	Message    string         `json:"message"`
-	Path       []any          `json:"path"`
-	Extensions map[string]any `json:"extensions"`
-}
+type gqlError nodetest.Error
 
-func (e gqlError) code() string { c, _ := e.Extensions["code"].(string); return c }
+func (e gqlError) code() string { return nodetest.Error(e).Code() }
 
 // do runs one operation with an optional bearer token and returns the data
 // (decoded into out when not nil) and the errors.
 func (s *testServer) do(tb testing.TB, token, query string, vars map[string]any, out any) []gqlError {
 	tb.Helper()
-	var opts []client.Option
-	if token != "" {
-		opts = append(opts, client.AddHeader("Authorization", "Bearer "+token))
+	return gqlErrors(s.node.Do(tb, token, query, vars, out))
+}
+
+func gqlErrors(errs []nodetest.Error) []gqlError {
+	if errs == nil {
+		return nil
 	}
-	for k, v := range vars {
-		opts = append(opts, client.Var(k, v))
+	gql := make([]gqlError, len(errs))
+	for i, e := range errs {
+		gql[i] = gqlError(e)
 	}
-	resp, err := s.client.RawPost(query, opts...)
-	if err != nil {
-		// Requests rejected before execution (validation) answer 422; the
-		// client reports them as "http 422: <body>".
-		_, body, ok := strings.Cut(err.Error(), ": ")
-		if !ok || !strings.HasPrefix(err.Error(), "http 4") {
-			tb.Fatalf("post: %v", err)
-		}
-		resp = &client.Response{}
-		if err := json.Unmarshal([]byte(body), resp); err != nil {
-			tb.Fatalf("post: %v", err)
-		}
-	}
-	var errs []gqlError
-	if len(resp.Errors) > 0 {
-		if err := json.Unmarshal(resp.Errors, &errs); err != nil {
-			tb.Fatalf("decode errors %s: %v", resp.Errors, err)
-		}
-	}
-	if out != nil && resp.Data != nil {
-		raw, _ := json.Marshal(resp.Data)
-		if err := json.Unmarshal(raw, out); err != nil {
-			tb.Fatalf("decode data %s: %v", raw, err)
-		}
-	}
-	return errs
+	return gql
+}
+
+// serve runs req through the handler and decodes the GraphQL response.
+func (s *testServer) serve(tb testing.TB, req *http.Request) rawResponse {
+	tb.Helper()
+	r := s.node.Serve(tb, req)
+	return rawResponse{status: r.Status, body: r.Body, Data: r.Data, Errors: gqlErrors(r.Errors)}
 }
 
 // post sends one operation straight to the handler over HTTP (no client:
@@ -265,18 +205,17 @@ func (s *testServer) post(token, query string, vars map[string]any) *httptest.Re
 // mustDo is do for operations that must succeed.
 func (s *testServer) mustDo(tb testing.TB, token, query string, vars map[string]any, out any) {
 	tb.Helper()
-	if errs := s.do(tb, token, query, vars, out); len(errs) > 0 {
-		tb.Fatalf("unexpected errors: %+v", errs)
-	}
+	s.node.MustDo(tb, token, query, vars, out)
 }
 
 // wantCode asserts exactly one error with the given code.
 func wantCode(tb testing.TB, errs []gqlError, code string) gqlError {
 	tb.Helper()
-	if len(errs) != 1 || errs[0].code() != code {
-		tb.Fatalf("want one %s error, got %+v", code, errs)
+	plain := make([]nodetest.Error, len(errs))
+	for i, e := range errs {
+		plain[i] = nodetest.Error(e)
 	}
-	return errs[0]
+	return gqlError(nodetest.WantCode(tb, plain, code))
 }
 
 const createSeckill = `mutation($in: CreateVoucherInput!) {

@@ -31,13 +31,7 @@ func (s *testServer) send(tb testing.TB, method, target, contentType, body, toke
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	rec := httptest.NewRecorder()
-	s.handler.ServeHTTP(rec, req)
-	out := rawResponse{status: rec.Code, body: rec.Body.String()}
-	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
-		tb.Fatalf("%s %s: status %d, body is not JSON: %q", method, target, rec.Code, out.body)
-	}
-	return out
+	return s.serve(tb, req)
 }
 
 func (r rawResponse) wantCode(tb testing.TB, status int, code string) gqlError {
