@@ -183,11 +183,36 @@ func gqlErrors(errs []nodetest.Error) []gqlError {
 	return gql
 }
 
+// rawResponse is a response read off the wire, whatever wrote it.
+type rawResponse struct {
+	status int
+	body   string
+	Data   json.RawMessage `json:"data"`
+	Errors []gqlError      `json:"errors"`
+}
+
+func rawOf(r nodetest.Response) rawResponse {
+	return rawResponse{status: r.Status, body: r.Body, Data: r.Data, Errors: gqlErrors(r.Errors)}
+}
+
 // serve runs req through the handler and decodes the GraphQL response.
 func (s *testServer) serve(tb testing.TB, req *http.Request) rawResponse {
 	tb.Helper()
-	r := s.node.Serve(tb, req)
-	return rawResponse{status: r.Status, body: r.Body, Data: r.Data, Errors: gqlErrors(r.Errors)}
+	return rawOf(s.node.Serve(tb, req))
+}
+
+// send runs one raw HTTP request through the handler (nodetest's Send).
+func (s *testServer) send(tb testing.TB, method, target, contentType, body, token string) rawResponse {
+	tb.Helper()
+	return rawOf(s.node.Send(tb, method, target, contentType, body, token))
+}
+
+func (r rawResponse) wantCode(tb testing.TB, status int, code string) gqlError {
+	tb.Helper()
+	if r.status != status {
+		tb.Fatalf("status %d, want %d: %s", r.status, status, r.body)
+	}
+	return wantCode(tb, r.Errors, code)
 }
 
 // post sends one operation straight to the handler over HTTP (no client:

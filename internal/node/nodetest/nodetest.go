@@ -198,3 +198,27 @@ func (n *Node) Serve(tb testing.TB, req *http.Request) Response {
 	}
 	return out
 }
+
+// Send runs one raw HTTP request through the GraphQL handler: method,
+// target, an optional Content-Type and bearer token.
+func (n *Node) Send(tb testing.TB, method, target, contentType, body, token string) Response {
+	tb.Helper()
+	req := httptest.NewRequest(method, target, strings.NewReader(body))
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return n.Serve(tb, req)
+}
+
+// WantCode asserts the answer's status and exactly one error with the
+// given code, and returns it.
+func (r Response) WantCode(tb testing.TB, status int, code string) Error {
+	tb.Helper()
+	if r.Status != status {
+		tb.Fatalf("status %d, want %d: %s", r.Status, status, r.Body)
+	}
+	return WantCode(tb, r.Errors, code)
+}
