@@ -135,8 +135,8 @@ func (n *Node) Do(tb testing.TB, token, query string, vars map[string]any, out a
 	}
 	resp, err := n.client.RawPost(query, opts...)
 	if err != nil {
-		// Requests rejected before execution (validation) answer 422; the
-		// client reports them as "http 422: <body>".
+		// Requests rejected before execution answer a 4xx status, not
+		// 200; the client reports them as "http 4xx: <body>".
 		_, body, ok := strings.Cut(err.Error(), ": ")
 		if !ok || !strings.HasPrefix(err.Error(), "http 4") {
 			tb.Fatalf("post: %v", err)
