@@ -298,7 +298,7 @@ func TestTicketCheckAddsNoRedisCall(t *testing.T) {
 	var grabCalls testenv.Counter
 	opts := testGateOptions
 	opts.Refresh = time.Hour // no periodic re-read inside the measurement
-	s := startNode(t, testenv.MustPostgres(t), testenv.MustRedis(t), func(*redis.Client) actors.Options { return patientOptions },
+	s := startNode(t, testenv.MustPostgresURL(t), testenv.MustRedis(t), patient,
 		func(s *testServer) redis.UniversalClient {
 			c := s.redis.Client()
 			c.AddHook(&grabCalls)
@@ -365,8 +365,13 @@ func TestTicketCheckAddsNoRedisCall(t *testing.T) {
 // node A, the blocked caller to node B.
 func TestBlocksReachEveryNode(t *testing.T) {
 	t.Parallel()
-	a := newServer(t)
-	b := startNode(t, a.db, a.redis, func(*redis.Client) actors.Options { return patientOptions }, nil, testGateOptions)
+	// Both nodes grab the same voucher on one Redis with no cluster
+	// between them: production's segment lease would leave the voucher to
+	// one of them, the other answering UNAVAILABLE. This test is about the
+	// blocklist reaching every node, so its nodes take no segment lease.
+	withoutLeases := func(o *actors.Options) { patient(o); o.Leases = nil }
+	a := startNode(t, testenv.MustPostgresURL(t), testenv.MustRedis(t), withoutLeases, nil, testGateOptions)
+	b := startNode(t, a.dbURL, a.redis, withoutLeases, nil, testGateOptions)
 	v := a.createVoucher(t, seckillInput(1, 100))
 	vb := a.createVoucher(t, seckillInput(1, 100))
 	admin := a.admin(t)
@@ -438,7 +443,7 @@ func admitted(code string) string {
 func TestSetVoucherGateWhilePaused(t *testing.T) {
 	t.Parallel()
 	a := newServer(t)
-	b := startNode(t, a.db, a.redis, func(*redis.Client) actors.Options { return patientOptions }, nil, testGateOptions)
+	b := startNode(t, a.dbURL, a.redis, patient, nil, testGateOptions)
 	v := a.createVoucher(t, seckillInput(1, 100))
 	admin := a.admin(t)
 	if code := b.grab(t, 100, v.ID, "", ""); code != "OK" { // node B caches the open gate
@@ -496,7 +501,7 @@ func TestSetVoucherGateWhilePaused(t *testing.T) {
 func TestVoucherCreatedAfterAGrabOfItsIdIsGated(t *testing.T) {
 	t.Parallel()
 	a := newServer(t)
-	b := startNode(t, a.db, a.redis, func(*redis.Client) actors.Options { return patientOptions }, nil, testGateOptions)
+	b := startNode(t, a.dbURL, a.redis, patient, nil, testGateOptions)
 	first := a.createVoucher(t, seckillInput(1, 10))
 	n, _ := strconv.ParseInt(first.ID, 10, 64)
 	next := strconv.FormatInt(n+1, 10) // ids are the next free integer

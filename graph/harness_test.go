@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
-	"sync"
+	"strconv"
 	"testing"
 	"time"
 
@@ -18,25 +16,25 @@ import (
 
 	"flashsale/actors"
 	"flashsale/actors/writer"
-	"flashsale/graph"
-	"flashsale/httpapi"
 	"flashsale/internal/auth"
 	"flashsale/internal/catalog"
 	"flashsale/internal/gate"
-	"flashsale/internal/redpackets"
-	"flashsale/internal/seckill"
+	"flashsale/internal/node"
+	"flashsale/internal/node/nodetest"
 	"flashsale/internal/testenv"
-	"flashsale/persistence"
 )
 
-const testSecret = "test-secret-0123456789abcdef"
+const testSecret = nodetest.Secret
 
-// testServer is the GraphQL handler wired to a private Redis and a
-// Postgres database of the test's own.
+// testServer is a node, built by internal/node as production builds it,
+// over a private Redis and a Postgres database of the test's own; the
+// tests send their operations to its GraphQL handler, without a listener.
 type testServer struct {
+	node    *nodetest.Node
 	client  *client.Client
 	handler http.Handler
 	db      *bun.DB
+	dbURL   string // where other nodes of the test find the database
 	redis   *testenv.RedisServer
 	rdb     *redis.Client
 	tokens  *auth.Tokens
@@ -44,7 +42,7 @@ type testServer struct {
 	router  *actors.Router
 	writer  *writer.Writer
 	// gate guards every grab; gateCalls counts the Redis commands of its
-	// request-path client (its pub/sub watcher has a client of its own).
+	// request-path client (node.Hooks.GateRedis).
 	gate      *gate.Service
 	gateCalls *testenv.Counter
 	// rpWriter persists red-packet grabs.
@@ -57,7 +55,7 @@ var testGateOptions = gate.Options{Key: gate.KeyFrom(testSecret), Difficulty: 8}
 
 func newServer(tb testing.TB) *testServer {
 	tb.Helper()
-	return newServerWith(tb, func(*redis.Client) actors.Options { return patientOptions })
+	return startServer(tb, patient, nil)
 }
 
 // patientOptions give the router's Redis calls room: these tests assert
@@ -67,8 +65,12 @@ func newServer(tb testing.TB) *testServer {
 // UNAVAILABLE by design. Tests of the deadlines set their own.
 var patientOptions = actors.Options{CallTimeout: 2 * time.Second, BatchTimeout: 5 * time.Second}
 
-// newServerWith lets a test set the router's options (rate limits, ...).
-func newServerWith(tb testing.TB, options func(*redis.Client) actors.Options) *testServer {
+// patient gives the router patientOptions' room.
+func patient(o *actors.Options) { overlayActors(o, patientOptions) }
+
+// newServerWith lets a test change the router's options (rate limits,
+// ...) after the node set them (node.Hooks.Actors).
+func newServerWith(tb testing.TB, options func(*actors.Options)) *testServer {
 	tb.Helper()
 	return startServer(tb, options, nil)
 }
@@ -79,57 +81,67 @@ func newServerWith(tb testing.TB, options func(*redis.Client) actors.Options) *t
 func newStallingServer(tb testing.TB, opts actors.Options) (*testServer, *testenv.StallingClient) {
 	tb.Helper()
 	var grabs *testenv.StallingClient
-	s := startServer(tb, func(*redis.Client) actors.Options { return opts }, func(s *testServer) redis.UniversalClient {
+	s := startServer(tb, func(o *actors.Options) { overlayActors(o, opts) }, func(s *testServer) redis.UniversalClient {
 		grabs = testenv.MustStallingClient(tb, s.redis.Addr())
 		return grabs
 	})
 	return s, grabs
 }
 
-// startServer wires the server; grabClient, if not nil, picks the client
-// the grab scripts run on.
-func startServer(tb testing.TB, options func(*redis.Client) actors.Options, grabClient func(*testServer) redis.UniversalClient) *testServer {
+// startServer starts a node over stores of its own; grabClient, if not
+// nil, picks the client the grab scripts run on.
+func startServer(tb testing.TB, options func(*actors.Options), grabClient func(*testServer) redis.UniversalClient) *testServer {
 	tb.Helper()
-	return startNode(tb, testenv.MustPostgres(tb), testenv.MustRedis(tb), options, grabClient, testGateOptions)
+	return startNode(tb, testenv.MustPostgresURL(tb), testenv.MustRedis(tb), options, grabClient, testGateOptions)
 }
 
-// startNode wires a server over a database and a Redis that other nodes
-// of the test may share.
-func startNode(tb testing.TB, db *bun.DB, rs *testenv.RedisServer, options func(*redis.Client) actors.Options, grabClient func(*testServer) redis.UniversalClient, gateOpts gate.Options) *testServer {
+// startNode starts a node, as production builds it (internal/node, see
+// nodetest), over a database and a Redis that other nodes of the test may
+// share. gateOpts's difficulty and refresh become POW_DIFFICULTY and
+// GATE_REFRESH; its key must be the one JWT_SECRET gives.
+func startNode(tb testing.TB, dbURL string, rs *testenv.RedisServer, options func(*actors.Options), grabClient func(*testServer) redis.UniversalClient, gateOpts gate.Options) *testServer {
 	tb.Helper()
-	s := &testServer{db: db, redis: rs, tokens: auth.NewTokens(testSecret)}
-	s.rdb = s.redis.Client()
-	log := slog.New(slog.DiscardHandler)
-	s.catalog = catalog.New(persistence.NewVouchers(s.db), persistence.NewStock(s.rdb), log)
-	var grabs redis.UniversalClient = s.rdb
+	if gateOpts.Key != nil && !bytes.Equal(gateOpts.Key, gate.KeyFrom(testSecret)) {
+		tb.Fatal("a test node's gate key is the one JWT_SECRET gives")
+	}
+	s := &testServer{dbURL: dbURL, redis: rs, rdb: rs.Client(), gateCalls: new(testenv.Counter)}
+	env := map[string]string{}
+	if gateOpts.Difficulty != 0 {
+		env["POW_DIFFICULTY"] = strconv.Itoa(gateOpts.Difficulty)
+	}
+	if gateOpts.Refresh != 0 {
+		env["GATE_REFRESH"] = gateOpts.Refresh.String()
+	}
+	hooks := node.Hooks{Actors: options, GateRedis: s.gateCalls}
 	if grabClient != nil {
-		grabs = grabClient(s)
+		hooks.GrabClient = func(redis.UniversalClient) redis.UniversalClient { return grabClient(s) }
 	}
-	ids := testenv.MustOrderIDs(tb, s.db)
-	s.router = actors.NewRouter(persistence.NewGrabs(grabs), ids, s.catalog, log, options(s.rdb))
-	s.writer = testenv.StartOrderWriter(tb, s.db, s.rdb, writer.Options{})
-	rds := persistence.NewRedPacketRedis(s.rdb)
-	rpStore := persistence.NewRedPacketStore(s.db, rds)
-	redPackets := redpackets.New(rpStore, ids, s.router.RedPackets(rds, rpStore), redpackets.Config{})
-	s.rpWriter = testenv.StartRedPacketWriter(tb, s.db, s.rdb, writer.Options{})
-	ctx, cancel := context.WithCancel(context.Background())
-	var bg sync.WaitGroup
-	events := persistence.NewStock(s.rdb).Subscribe(ctx)
-	bg.Go(func() { defer events.Close(); _ = s.router.Follow(ctx, events) })
-	s.gateCalls = new(testenv.Counter)
-	gateRdb := s.redis.Client()
-	gateRdb.AddHook(s.gateCalls)
-	s.gate = gate.New(persistence.NewGate(gateRdb), persistence.NewVouchers(s.db), log, gateOpts)
-	if err := s.gate.Load(ctx); err != nil {
-		tb.Fatal(err)
-	}
-	gateChanges := persistence.NewGate(s.rdb).Subscribe(ctx)
-	bg.Go(func() { defer gateChanges.Close(); s.gate.Run(ctx, gateChanges) })
-	tb.Cleanup(func() { s.router.Close(); cancel(); bg.Wait() })
-	h := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(s.gate, s.router), DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciliations(s.db, s.rdb), Gate: s.gate, RedPackets: redPackets}, httpapi.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: graph.IntrospectionPublic, CompiledGrabs: true})
-	s.client = client.New(h)
-	s.handler = h
+	s.node = nodetest.Start(tb, nodetest.Options{DatabaseURL: dbURL, Redis: rs, Env: env, Hooks: hooks})
+	p := s.node.Parts
+	s.db, s.handler, s.catalog, s.router, s.gate = p.DB, p.GraphQL, p.Catalog, p.Router, p.Gate
+	s.writer, s.rpWriter, s.tokens = p.Orders, p.RedPackets, s.node.Tokens
+	s.client = client.New(s.handler)
 	return s
+}
+
+// overlayActors sets in o the router options a test set in t: deadlines
+// and retries a loaded machine needs more room for, a per-user rate.
+func overlayActors(o *actors.Options, t actors.Options) {
+	if t.CallTimeout != 0 {
+		o.CallTimeout = t.CallTimeout
+	}
+	if t.BatchTimeout != 0 {
+		o.BatchTimeout = t.BatchTimeout
+	}
+	if t.Attempts != 0 {
+		o.Attempts = t.Attempts
+	}
+	if t.GrabTimeout != 0 {
+		o.GrabTimeout = t.GrabTimeout
+	}
+	if t.UserRate != 0 {
+		o.UserRate = t.UserRate
+	}
 }
 
 // drained waits until every accepted order is in the database.
@@ -144,61 +156,63 @@ func (s *testServer) drained(tb testing.TB) {
 
 func (s *testServer) token(tb testing.TB, user int64, role auth.Role) string {
 	tb.Helper()
-	tok, err := s.tokens.Issue(auth.Identity{UserID: user, Role: role}, time.Hour)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return tok
+	return s.node.Token(tb, user, role)
 }
 
 func (s *testServer) admin(tb testing.TB) string { return s.token(tb, 1, auth.RoleAdmin) }
 
-type gqlError struct {
-	Message    string         `json:"message"`
-	Path       []any          `json:"path"`
-	Extensions map[string]any `json:"extensions"`
-}
+type gqlError nodetest.Error
 
-func (e gqlError) code() string { c, _ := e.Extensions["code"].(string); return c }
+func (e gqlError) code() string { return nodetest.Error(e).Code() }
 
 // do runs one operation with an optional bearer token and returns the data
 // (decoded into out when not nil) and the errors.
 func (s *testServer) do(tb testing.TB, token, query string, vars map[string]any, out any) []gqlError {
 	tb.Helper()
-	var opts []client.Option
-	if token != "" {
-		opts = append(opts, client.AddHeader("Authorization", "Bearer "+token))
+	return gqlErrors(s.node.Do(tb, token, query, vars, out))
+}
+
+func gqlErrors(errs []nodetest.Error) []gqlError {
+	if errs == nil {
+		return nil
 	}
-	for k, v := range vars {
-		opts = append(opts, client.Var(k, v))
+	gql := make([]gqlError, len(errs))
+	for i, e := range errs {
+		gql[i] = gqlError(e)
 	}
-	resp, err := s.client.RawPost(query, opts...)
-	if err != nil {
-		// Requests rejected before execution with a status other than 200
-		// (a body gqlgen never reads, a missing token: 401); the client
-		// reports them as "http 4xx: <body>".
-		_, body, ok := strings.Cut(err.Error(), ": ")
-		if !ok || !strings.HasPrefix(err.Error(), "http 4") {
-			tb.Fatalf("post: %v", err)
-		}
-		resp = &client.Response{}
-		if err := json.Unmarshal([]byte(body), resp); err != nil {
-			tb.Fatalf("post: %v", err)
-		}
+	return gql
+}
+
+// rawResponse is a response read off the wire, whatever wrote it.
+type rawResponse struct {
+	status int
+	body   string
+	Data   json.RawMessage `json:"data"`
+	Errors []gqlError      `json:"errors"`
+}
+
+func rawOf(r nodetest.Response) rawResponse {
+	return rawResponse{status: r.Status, body: r.Body, Data: r.Data, Errors: gqlErrors(r.Errors)}
+}
+
+// serve runs req through the handler and decodes the GraphQL response.
+func (s *testServer) serve(tb testing.TB, req *http.Request) rawResponse {
+	tb.Helper()
+	return rawOf(s.node.Serve(tb, req))
+}
+
+// send runs one raw HTTP request through the handler (nodetest's Send).
+func (s *testServer) send(tb testing.TB, method, target, contentType, body, token string) rawResponse {
+	tb.Helper()
+	return rawOf(s.node.Send(tb, method, target, contentType, body, token))
+}
+
+func (r rawResponse) wantCode(tb testing.TB, status int, code string) gqlError {
+	tb.Helper()
+	if r.status != status {
+		tb.Fatalf("status %d, want %d: %s", r.status, status, r.body)
 	}
-	var errs []gqlError
-	if len(resp.Errors) > 0 {
-		if err := json.Unmarshal(resp.Errors, &errs); err != nil {
-			tb.Fatalf("decode errors %s: %v", resp.Errors, err)
-		}
-	}
-	if out != nil && resp.Data != nil {
-		raw, _ := json.Marshal(resp.Data)
-		if err := json.Unmarshal(raw, out); err != nil {
-			tb.Fatalf("decode data %s: %v", raw, err)
-		}
-	}
-	return errs
+	return wantCode(tb, r.Errors, code)
 }
 
 // post sends one operation straight to the handler over HTTP (no client:
@@ -216,18 +230,17 @@ func (s *testServer) post(token, query string, vars map[string]any) *httptest.Re
 // mustDo is do for operations that must succeed.
 func (s *testServer) mustDo(tb testing.TB, token, query string, vars map[string]any, out any) {
 	tb.Helper()
-	if errs := s.do(tb, token, query, vars, out); len(errs) > 0 {
-		tb.Fatalf("unexpected errors: %+v", errs)
-	}
+	s.node.MustDo(tb, token, query, vars, out)
 }
 
 // wantCode asserts exactly one error with the given code.
 func wantCode(tb testing.TB, errs []gqlError, code string) gqlError {
 	tb.Helper()
-	if len(errs) != 1 || errs[0].code() != code {
-		tb.Fatalf("want one %s error, got %+v", code, errs)
+	plain := make([]nodetest.Error, len(errs))
+	for i, e := range errs {
+		plain[i] = nodetest.Error(e)
 	}
-	return errs[0]
+	return gqlError(nodetest.WantCode(tb, plain, code))
 }
 
 const createSeckill = `mutation($in: CreateVoucherInput!) {

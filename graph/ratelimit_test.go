@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"flashsale/actors"
 	"flashsale/graph"
 	"flashsale/httpapi"
@@ -19,9 +17,7 @@ import (
 
 func TestGrabsOverTheUserRateAreRateLimited(t *testing.T) {
 	t.Parallel()
-	s := newServerWith(t, func(rdb *redis.Client) actors.Options {
-		return actors.Options{UserRate: 2}
-	})
+	s := newServerWith(t, func(o *actors.Options) { o.UserRate = 2 })
 	in := seckillInput(1, 100)
 	in["perUserLimit"] = 50
 	v := s.createVoucher(t, in)

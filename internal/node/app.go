@@ -63,10 +63,11 @@ var _ persistence.RedisOutage = (*breaker.Breaker)(nil)
 // steps (order, below): database, Redis, stores, services, actors, GraphQL,
 // HTTP; stop runs the steps' stops in the reverse order.
 type app struct {
-	cfg  config.Config
-	log  *slog.Logger
-	db   *bun.DB
-	mini *miniredis.Miniredis // embedded mode only
+	cfg   config.Config
+	log   *slog.Logger
+	hooks Hooks // zero in production
+	db    *bun.DB
+	mini  *miniredis.Miniredis // embedded mode only
 	// target is the stock Redis every client of it is built from.
 	target persistence.RedisTarget
 	// rdb serves request paths (grabs, rate limits, stock reads): short
@@ -97,6 +98,8 @@ type app struct {
 	redPkts  *redPacketsPart
 	live     *live.Service
 	gate     *gate.Service
+	gateRdb  redis.UniversalClient // the gate's own client, with Hooks.GateRedis only
+	gql      http.Handler          // /query
 	mux      *http.ServeMux
 	// prober (the breaker's probe) and statusSync are this node's own
 	// maintenance jobs, run on every node.
@@ -178,7 +181,7 @@ func (a *app) order() []step {
 		// it (Sold), and no grab is taken before HTTP.
 		{"live", a.startLiveStep, nil},
 		// The gate loads its blocklist before the first grab.
-		{"gate", a.startGateStep, nil},
+		{"gate", a.startGateStep, a.closeGate},
 		// GraphQL over everything above.
 		{"graphql", a.buildHandler, nil},
 		// The port is bound once everything it serves is built: a node
@@ -192,8 +195,8 @@ func (a *app) order() []step {
 	}
 }
 
-func start(ctx context.Context, cfg config.Config, log *slog.Logger) (_ *app, err error) {
-	a := &app{cfg: cfg, log: log}
+func start(ctx context.Context, cfg config.Config, log *slog.Logger, hooks Hooks) (_ *app, err error) {
+	a := &app{cfg: cfg, log: log, hooks: hooks}
 	defer func() {
 		if err != nil {
 			a.stop()
@@ -435,7 +438,11 @@ func (a *app) startRouter(context.Context, *loops) error {
 		routerOpts.CallTimeout = actors.CallTimeoutDefault + acks.Timeout
 		routerOpts.BatchTimeout = actors.BatchTimeoutDefault + acks.Timeout
 	}
-	grabs := persistence.NewGrabs(a.acked)
+	grabClient := a.acked
+	if a.hooks.GrabClient != nil {
+		grabClient = a.hooks.GrabClient(grabClient)
+	}
+	grabs := persistence.NewGrabs(grabClient)
 	grabs.Acks = acks
 	if cfg.DegradeToDB {
 		a.fallback = persistence.NewDBGrabs(a.db, a.breaker, 0)
@@ -445,6 +452,9 @@ func (a *app) startRouter(context.Context, *loops) error {
 	routerOpts.Sold = func(voucherID int64) { a.live.Sold(voucherID) }
 	routerOpts.Leases = segmentLeases{redlock: a.locks.redlock, ttl: cfg.SegmentLeaseTTL}
 	routerOpts.LeaseWait = min(cfg.SegmentLeaseTTL+time.Second, max(cfg.GrabTimeout-time.Second, cfg.GrabTimeout/2))
+	if a.hooks.Actors != nil {
+		a.hooks.Actors(&routerOpts)
+	}
 	if cfg.ClusterProvider == "test" {
 		// One node: plain local actors behind the same router, under the
 		// same leases and fencing (docs/DECISIONS.md, "A single node is
@@ -552,6 +562,12 @@ func (a *app) startGateStep(ctx context.Context, bg *loops) (err error) {
 	return err
 }
 
+func (a *app) closeGate() {
+	if a.gateRdb != nil {
+		_ = a.gateRdb.Close()
+	}
+}
+
 func (a *app) buildHandler(context.Context, *loops) error {
 	cfg, log := a.cfg, a.log
 	gql := httpapi.NewHandler(&graph.Resolver{Catalog: a.catalog, Seckill: seckill.New(a.gate, a.router), DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: reconciliationQuery{a.orders.reconciler},
@@ -570,6 +586,7 @@ func (a *app) buildHandler(context.Context, *loops) error {
 		WebsocketMaxPerIP:      cfg.WSMaxPerIP,
 		CORSOrigins:            cfg.CORSOrigins(),
 	})
+	a.gql = gql
 	mux := http.NewServeMux()
 	mux.Handle("/query", gql)
 	pgOpts, err := playgroundOptions(cfg, a.tokens)
@@ -648,7 +665,17 @@ func (a *app) startGate(ctx context.Context, bg *loops, jwtSecret string) (*gate
 	if a.cfg.TicketSecret != "" {
 		key = []byte(a.cfg.TicketSecret)
 	}
-	g := gate.New(persistence.NewGate(a.rdb), persistence.NewVouchers(a.db), a.log, gate.Options{
+	rdb := a.rdb
+	if a.hooks.GateRedis != nil {
+		// A client of its own, tuned and guarded as the request path's,
+		// so that the hook sees the gate's commands and no others.
+		a.gateRdb = a.target.Client(persistence.RequestTuning(0))
+		a.gateRdb.AddHook(a.breaker)
+		a.gateRdb.AddHook(persistence.RedisErrors{})
+		a.gateRdb.AddHook(a.hooks.GateRedis)
+		rdb = a.gateRdb
+	}
+	g := gate.New(persistence.NewGate(rdb), persistence.NewVouchers(a.db), a.log, gate.Options{
 		Key:           key,
 		ReleaseBefore: a.cfg.TicketReleaseBefore,
 		TicketTTL:     a.cfg.TicketTTL,

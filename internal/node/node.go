@@ -9,8 +9,16 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
 
+	"github.com/redis/go-redis/v9"
+	"github.com/uptrace/bun"
+
+	"flashsale/actors"
+	"flashsale/actors/writer"
+	"flashsale/internal/catalog"
 	"flashsale/internal/config"
+	"flashsale/internal/gate"
 )
 
 // Node is one started node: its stores are open, its background work
@@ -21,11 +29,64 @@ type Node struct{ a *app }
 // New builds and starts a node from cfg; on an error what was started is
 // stopped again.
 func New(ctx context.Context, cfg config.Config, log *slog.Logger) (*Node, error) {
-	a, err := start(ctx, cfg, log)
+	return NewWith(ctx, cfg, log, Hooks{})
+}
+
+// Hooks are what a test changes in a node beyond its configuration; the
+// zero Hooks is the production node. A setting that exists (REDIS_URL,
+// DATABASE_URL, POW_DIFFICULTY, RATE_USER_PER_SEC, ...) is set in the
+// configuration instead: a hook is only for what no setting can say.
+type Hooks struct {
+	// GrabClient, if set, is given the client the voucher grab scripts
+	// would run on and returns the one they run on instead (a client the
+	// test can stall, or one that counts the router's commands). The node
+	// adds no hook to it and does not close it.
+	GrabClient func(redis.UniversalClient) redis.UniversalClient
+	// Actors, if set, changes the router's options after the node derived
+	// them from the configuration (the call and batch deadlines, retries:
+	// what a loaded test machine needs more room for).
+	Actors func(*actors.Options)
+	// GateRedis, if set, is added to a client the gate's request path has
+	// to itself, so that a test can count what the gate asks Redis (its
+	// pub/sub watcher keeps the background client).
+	GateRedis redis.Hook
+}
+
+// NewWith is New with hooks for tests.
+func NewWith(ctx context.Context, cfg config.Config, log *slog.Logger, hooks Hooks) (*Node, error) {
+	a, err := start(ctx, cfg, log, hooks)
 	if err != nil {
 		return nil, err
 	}
 	return &Node{a: a}, nil
+}
+
+// Parts are the pieces of a started node that tests drive or inspect
+// directly, beside what they ask over HTTP.
+type Parts struct {
+	DB *bun.DB
+	// GraphQL is the /query handler, with its request guard, admission
+	// and shedding as configured: what a test sends operations to
+	// without a listener.
+	GraphQL http.Handler
+	// Handler is everything the node serves (/query, /healthz, /readyz,
+	// /metrics, the playground), without the server's deadlines.
+	Handler    http.Handler
+	Catalog    *catalog.Service
+	Router     *actors.Router
+	Gate       *gate.Service
+	Orders     *writer.Writer // the order log's writer
+	RedPackets *writer.Writer // the red-packet logs' writer
+}
+
+// Parts returns the node's parts.
+func (n *Node) Parts() Parts {
+	a := n.a
+	p := Parts{DB: a.db, GraphQL: a.gql, Handler: a.mux, Catalog: a.catalog, Router: a.router, Gate: a.gate, Orders: a.writer}
+	if a.redPkts != nil {
+		p.RedPackets = a.redPkts.writer
+	}
+	return p
 }
 
 // PrintDemo creates the demo vouchers if there are none and prints the

@@ -1,7 +1,6 @@
-package graph_test
+package httpapi_test
 
 import (
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -11,47 +10,13 @@ import (
 	"unicode/utf8"
 
 	"flashsale/internal/auth"
+	"flashsale/internal/node/nodetest"
 )
-
-// rawResponse is a response read off the wire, whatever wrote it.
-type rawResponse struct {
-	status int
-	body   string
-	Data   json.RawMessage `json:"data"`
-	Errors []gqlError      `json:"errors"`
-}
-
-// send runs one raw HTTP request through the handler.
-func (s *testServer) send(tb testing.TB, method, target, contentType, body, token string) rawResponse {
-	tb.Helper()
-	req := httptest.NewRequest(method, target, strings.NewReader(body))
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	rec := httptest.NewRecorder()
-	s.handler.ServeHTTP(rec, req)
-	out := rawResponse{status: rec.Code, body: rec.Body.String()}
-	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
-		tb.Fatalf("%s %s: status %d, body is not JSON: %q", method, target, rec.Code, out.body)
-	}
-	return out
-}
-
-func (r rawResponse) wantCode(tb testing.TB, status int, code string) gqlError {
-	tb.Helper()
-	if r.status != status {
-		tb.Fatalf("status %d, want %d: %s", r.status, status, r.body)
-	}
-	return wantCode(tb, r.Errors, code)
-}
 
 func TestUnsupportedRequestsGetACode(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
-	user := s.token(t, 4, auth.RoleUser)
+	s := nodetest.Start(t, nodetest.Options{})
+	user := s.Token(t, 4, auth.RoleUser)
 	const body = `{"query":"{ __typename }"}`
 	get := func(params url.Values) string { return "/query?" + params.Encode() }
 	cases := []struct {
@@ -74,8 +39,8 @@ func TestUnsupportedRequestsGetACode(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := s.send(t, tc.method, tc.target, tc.contentType, tc.body, user)
-			r.wantCode(t, tc.status, "BAD_USER_INPUT")
+			r := s.Send(t, tc.method, tc.target, tc.contentType, tc.body, user)
+			r.WantCode(t, tc.status, "BAD_USER_INPUT")
 			if len(r.Data) > 0 && string(r.Data) != "null" {
 				t.Fatalf("data %s", r.Data)
 			}
@@ -83,12 +48,12 @@ func TestUnsupportedRequestsGetACode(t *testing.T) {
 	}
 
 	t.Run("GET and POST queries still work", func(t *testing.T) {
-		for _, r := range []rawResponse{
-			s.send(t, http.MethodGet, get(url.Values{"query": {`query($n: Int) { vouchers(first: $n) { pageInfo { hasNextPage } } }`}, "variables": {`{"n": 1}`}}), "", "", user),
-			s.send(t, http.MethodPost, "/query", "application/json; charset=utf-8", body, user),
+		for _, r := range []nodetest.Response{
+			s.Send(t, http.MethodGet, get(url.Values{"query": {`query($n: Int) { vouchers(first: $n) { pageInfo { hasNextPage } } }`}, "variables": {`{"n": 1}`}}), "", "", user),
+			s.Send(t, http.MethodPost, "/query", "application/json; charset=utf-8", body, user),
 		} {
-			if r.status != http.StatusOK || len(r.Errors) > 0 {
-				t.Fatalf("status %d: %s", r.status, r.body)
+			if r.Status != http.StatusOK || len(r.Errors) > 0 {
+				t.Fatalf("status %d: %s", r.Status, r.Body)
 			}
 		}
 	})
@@ -96,8 +61,8 @@ func TestUnsupportedRequestsGetACode(t *testing.T) {
 
 func TestRequestErrorsDoNotEchoTheRequest(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
-	user := s.token(t, 4, auth.RoleUser)
+	s := nodetest.Start(t, nodetest.Options{})
+	user := s.Token(t, 4, auth.RoleUser)
 	long := "f" + strings.Repeat("x", 60_000)
 	cases := []struct{ name, body, want string }{
 		{"array body", `[{"query":"{__typename}"}]`, "batching is not supported: send each operation in a request of its own, as one JSON object"},
@@ -109,13 +74,13 @@ func TestRequestErrorsDoNotEchoTheRequest(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := s.send(t, http.MethodPost, "/query", "application/json", tc.body, user)
+			r := s.Send(t, http.MethodPost, "/query", "application/json", tc.body, user)
 			if len(r.Errors) == 0 {
-				t.Fatalf("accepted: %s", r.body)
+				t.Fatalf("accepted: %s", r.Body)
 			}
 			for _, e := range r.Errors {
-				if e.code() != "BAD_USER_INPUT" {
-					t.Errorf("code %q: %s", e.code(), e.Message)
+				if e.Code() != "BAD_USER_INPUT" {
+					t.Errorf("code %q: %s", e.Code(), e.Message)
 				}
 				if n := utf8.RuneCountInString(e.Message); n > 210 {
 					t.Errorf("message is %d characters: %.80s…", n, e.Message)
@@ -129,8 +94,8 @@ func TestRequestErrorsDoNotEchoTheRequest(t *testing.T) {
 					t.Errorf("message %q, want %q", e.Message, tc.want)
 				}
 			}
-			if len(r.body) > 2000 {
-				t.Errorf("response is %d bytes: the request is echoed", len(r.body))
+			if len(r.Body) > 2000 {
+				t.Errorf("response is %d bytes: the request is echoed", len(r.Body))
 			}
 		})
 	}
@@ -140,8 +105,8 @@ func TestRequestErrorsDoNotEchoTheRequest(t *testing.T) {
 // 15.5.6); gqlgen answered HEAD with a bare 405.
 func TestEvery405SaysWhatIsAllowed(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
-	srv := httptest.NewServer(s.handler)
+	s := nodetest.Start(t, nodetest.Options{})
+	srv := httptest.NewServer(s.GraphQL)
 	t.Cleanup(srv.Close)
 	mutation := "/query?" + url.Values{"query": {`mutation { seckillVoucher(voucherId: "1") { code } }`}}.Encode()
 	for _, tc := range []struct{ method, target, allow string }{

@@ -1,8 +1,7 @@
-package graph_test
+package httpapi_test
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -11,24 +10,13 @@ import (
 	"testing"
 
 	"flashsale/internal/auth"
+	"flashsale/internal/node/nodetest"
 )
-
-// serve runs req through the handler and decodes the GraphQL response.
-func (s *testServer) serve(tb testing.TB, req *http.Request) rawResponse {
-	tb.Helper()
-	rec := httptest.NewRecorder()
-	s.handler.ServeHTTP(rec, req)
-	out := rawResponse{status: rec.Code, body: rec.Body.String()}
-	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
-		tb.Fatalf("%s %s: status %d, body is not JSON: %q", req.Method, req.URL, rec.Code, out.body)
-	}
-	return out
-}
 
 func TestOnlyWebsocketUpgradesGoToTheWebsocketTransport(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
-	user := s.token(t, 4, auth.RoleUser)
+	s := nodetest.Start(t, nodetest.Options{})
+	user := s.Token(t, 4, auth.RoleUser)
 	const body = `{"query":"{ __typename }"}`
 	cases := []struct {
 		name, method, target, body string
@@ -50,15 +38,15 @@ func TestOnlyWebsocketUpgradesGoToTheWebsocketTransport(t *testing.T) {
 			for k, v := range tc.header {
 				req.Header.Set(k, v)
 			}
-			r := s.serve(t, req)
-			if r.status != http.StatusOK || len(r.Errors) > 0 || string(r.Data) != `{"__typename":"Query"}` {
-				t.Fatalf("status %d: %s", r.status, r.body)
+			r := s.Serve(t, req)
+			if r.Status != http.StatusOK || len(r.Errors) > 0 || string(r.Data) != `{"__typename":"Query"}` {
+				t.Fatalf("status %d: %s", r.Status, r.Body)
 			}
 		})
 	}
 
 	t.Run("Upgrade: WebSocket in any case, Connection among other tokens", func(t *testing.T) {
-		srv := httptest.NewServer(s.handler)
+		srv := httptest.NewServer(s.GraphQL)
 		t.Cleanup(srv.Close)
 		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
 		if err != nil {

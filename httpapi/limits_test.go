@@ -1,19 +1,20 @@
-package graph_test
+package httpapi_test
 
 import (
 	"strings"
 	"testing"
 
 	"flashsale/internal/auth"
+	"flashsale/internal/node/nodetest"
 )
 
 func TestExpensiveRequestsAreRejected(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
-	user := s.token(t, 2, auth.RoleUser)
+	s := nodetest.Start(t, nodetest.Options{})
+	user := s.Token(t, 2, auth.RoleUser)
 	deep := "{ __schema { types { fields { type" + strings.Repeat(" { ofType", 20) + " { name }" + strings.Repeat(" }", 20) + " } } } }"
 	graphiql := "{ __schema { types { fields { type" + strings.Repeat(" { ofType", 9) + " { name }" + strings.Repeat(" }", 9) + " } } } }"
-	s.mustDo(t, user, graphiql, nil, nil) // GraphiQL's own schema query is this deep
+	s.MustDo(t, user, graphiql, nil, nil) // GraphiQL's own schema query is this deep
 	var wide strings.Builder
 	wide.WriteString("{")
 	for i := 0; i < 40; i++ {
@@ -39,13 +40,13 @@ func TestExpensiveRequestsAreRejected(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			errs := s.do(t, user, tc.query, nil, nil)
+			errs := s.Do(t, user, tc.query, nil, nil)
 			if len(errs) == 0 {
 				t.Fatal("accepted")
 			}
 			e := errs[0]
-			if e.code() != "BAD_USER_INPUT" {
-				t.Fatalf("code %q (%s), want BAD_USER_INPUT", e.code(), e.Message)
+			if e.Code() != "BAD_USER_INPUT" {
+				t.Fatalf("code %q (%s), want BAD_USER_INPUT", e.Code(), e.Message)
 			}
 			if tc.reason != "" && e.Extensions["reason"] != tc.reason {
 				t.Fatalf("reason %v, want %s", e.Extensions["reason"], tc.reason)
@@ -56,10 +57,10 @@ func TestExpensiveRequestsAreRejected(t *testing.T) {
 
 func TestInternalErrorsHideTheirCause(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
-	user := s.token(t, 2, auth.RoleUser)
-	_ = s.db.Close() // every query now fails inside database/sql
-	e := wantCode(t, s.do(t, user, `{ voucher(id: "1") { id } }`, nil, nil), "INTERNAL")
+	s := nodetest.Start(t, nodetest.Options{})
+	user := s.Token(t, 2, auth.RoleUser)
+	_ = s.DB.Close() // every query now fails inside database/sql
+	e := nodetest.WantCode(t, s.Do(t, user, `{ voucher(id: "1") { id } }`, nil, nil), "INTERNAL")
 	if e.Message != "internal error" {
 		t.Fatalf("message %q leaks the cause", e.Message)
 	}
