@@ -40,7 +40,7 @@ too_old() {
 major=$(node_major)
 if [ -z "$major" ]; then
   # Only worth installing when this Debian's nodejs is recent enough.
-  candidate=$(apt-cache policy nodejs 2>/dev/null | awk '/Candidate:/ { print $2 }' | sed -E 's/^[0-9]+://; s/[.~+-].*//')
+  candidate=$( (apt-cache policy nodejs 2>/dev/null || true) | awk '/Candidate:/ { print $2 }' | sed -E 's/^[0-9]+://; s/[.~+-].*//')
   case "$candidate" in
     ''|'(none)') too_old "no node on PATH and no nodejs package" ;;
   esac
