@@ -208,7 +208,7 @@ type rpBatchDone struct {
 func (a *redPacketActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
-		a.activate()
+		a.activate(false)
 	case *rpGrabMsg:
 		if res, ok := a.known(m, time.Now()); ok {
 			a.answer(m, res)
@@ -227,14 +227,20 @@ func (a *redPacketActor) Receive(ctx actor.Context) {
 }
 
 // activate reads the red packet, loading it from the database when Redis
-// does not have it. A failure leaves the state unknown (not Found) with
+// does not have it; reload loads it whatever Redis seems to hold (the grab
+// script refused the load Redis holds: it was not verified on the server
+// that runs now, see grab_red_packet.lua). A failure leaves the state unknown (not Found) with
 // the script still to decide each grab, which answers NOT_FOUND for a red
 // packet Redis lacks: a grab never gets EMPTY or EXPIRED from a guess.
-func (a *redPacketActor) activate() {
+func (a *redPacketActor) activate(reload bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), a.p.r.opts.BatchTimeout)
 	defer cancel()
-	st, err := a.p.store.State(ctx, a.id)
-	if err == nil && !st.Found {
+	var st domain.RedPacketState
+	var err error
+	if !reload {
+		st, err = a.p.store.State(ctx, a.id)
+	}
+	if reload || err == nil && !st.Found {
 		st, err = a.p.loader.Load(ctx, a.id)
 	}
 	if err != nil {
@@ -359,7 +365,7 @@ func (a *redPacketActor) onBatch(ctx actor.Context, d *rpBatchDone) {
 // reloaded loads the red packet again after Redis lost it and, if it is
 // found and not expired, puts batch back in front of the pending grabs.
 func (a *redPacketActor) reloaded(batch []*rpGrabMsg) bool {
-	a.activate()
+	a.activate(true)
 	if !a.state.Found || a.state.ExpiresAt.IsZero() || !time.Now().Before(a.state.ExpiresAt) {
 		return false
 	}

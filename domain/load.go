@@ -32,6 +32,22 @@ type LoadSnapshot struct {
 	Persisted func(ctx context.Context, ids []int64) (map[int64]bool, error)
 }
 
+// LoadResult says what a load of a voucher into the stock Redis did.
+type LoadResult int
+
+const (
+	// LoadKept: Redis held a load verified on its current server; nothing
+	// was written but the metadata.
+	LoadKept LoadResult = iota
+	// LoadWritten: Redis held no load; one was written.
+	LoadWritten
+	// LoadRebuilt: Redis held a load that was not verified on its current
+	// server (it restarted, perhaps from an older file, or a replica was
+	// promoted): the load was replaced by one built from the database and
+	// the order log, since Redis may have gone back in time.
+	LoadRebuilt
+)
+
 // Loader loads a seckill voucher into the stock Redis from a snapshot of
 // the database. stamp is the load stamp when the loader wrote the stock
 // (Redis had none), "" when Redis already had it.

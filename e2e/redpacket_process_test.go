@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/uptrace/bun"
+
 	"flashsale/internal/auth"
 	"flashsale/internal/testenv"
 )
@@ -54,6 +56,21 @@ func createRedPacketOn(t *testing.T, p *process, token string, total, count, exp
 type grabbedRow struct {
 	UserID      int64 `bun:"user_id"`
 	AmountCents int64 `bun:"amount_cents"`
+}
+
+// storedGrabs reads the red packet's grabs in tb_red_packet_grab: user ->
+// cents.
+func storedGrabs(t *testing.T, db *bun.DB, id string) map[int64]int64 {
+	t.Helper()
+	var rows []grabbedRow
+	if err := db.NewSelect().Table("tb_red_packet_grab").Column("user_id", "amount_cents").Where("red_packet_id = ?", id).Scan(t.Context(), &rows); err != nil {
+		t.Fatal(err)
+	}
+	out := map[int64]int64{}
+	for _, r := range rows {
+		out[r.UserID] = r.AmountCents
+	}
+	return out
 }
 
 // TestKillDashNineLosesNoRedPacketGrab kills the service with SIGKILL in
@@ -269,17 +286,7 @@ func TestRedPacketRefundWaitsForAGrabHeldAcrossARedisWipe(t *testing.T) {
 		}
 		return amount
 	}
-	grabs := func() map[int64]int64 {
-		var rows []grabbedRow
-		if err := db.NewSelect().Table("tb_red_packet_grab").Column("user_id", "amount_cents").Where("red_packet_id = ?", id).Scan(ctx, &rows); err != nil {
-			t.Fatal(err)
-		}
-		out := map[int64]int64{}
-		for _, r := range rows {
-			out[r.UserID] = r.AmountCents
-		}
-		return out
-	}
+	grabs := func() map[int64]int64 { return storedGrabs(t, db, id) }
 	ok := map[int64]int64{2: grab(2)}
 	eventually(t, "the first grab persisted", 10*time.Second, func() bool { return len(grabs()) == 1 })
 

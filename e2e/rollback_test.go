@@ -3,7 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
+	"net/http"
 	"slices"
 	"strconv"
 	"testing"
@@ -11,14 +11,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"flashsale/internal/auth"
 	"flashsale/internal/testenv"
 )
-
-// rollbackOptIn is the variable that runs the Redis rollback tests. A
-// Redis that goes back in time with its keys present is not detected yet
-// (the load stamp survives with the keys, so nothing reloads), and these
-// tests fail until it is; whoever lands the detection sets it.
-const rollbackOptIn = "FLASHSALE_REDIS_ROLLBACK"
 
 // A Redis restarted from an older snapshot, its keys present (what an
 // everysec append-only file after a crash, or the promotion of a lagging
@@ -28,15 +23,10 @@ const rollbackOptIn = "FLASHSALE_REDIS_ROLLBACK"
 // their request ids and new buyers come until the voucher is sold out.
 // The voucher must sell exactly its stock, each request id must get one
 // order, every OK'd order must be in Postgres and none dead-lettered.
-//
-// It runs only with FLASHSALE_REDIS_ROLLBACK=1: today it fails (measured:
-// 25 distinct OK'd orders for a stock of 20, the five retried request ids
-// answered with a second order, five OK'd orders dead-lettered), which is
-// the bug the rollback detection fixes.
+// Without the check of the server's run id (grab.lua) it fails: 25
+// distinct OK'd orders for a stock of 20, the five retried request ids
+// answered with a second order, five OK'd orders dead-lettered.
 func TestRedisRestartedFromAnOlderSnapshotSellsExactlyTheStock(t *testing.T) {
-	if os.Getenv(rollbackOptIn) != "1" {
-		t.Skip("Redis rollbacks are not detected yet; " + rollbackOptIn + "=1 runs this test")
-	}
 	t.Parallel()
 	srv := testenv.MustRedis(t)
 	n := startOutageNode(t, srv, nil)
@@ -190,4 +180,127 @@ func mustInt(t *testing.T, s string) int64 {
 		t.Fatalf("order id %q: %v", s, err)
 	}
 	return n
+}
+
+// A red packet must not pay out more than its total when Redis goes back
+// in time with its keys present: three packets grabbed, a snapshot, three
+// more grabbed and stored in Postgres, then Redis killed and started from
+// the snapshot. New users grab until the red packet is empty, and the
+// three later grabbers try again. Every packet must be handed out once,
+// to one user, with the amount that user was answered; what the database
+// holds must add up to no more than the red packet; nothing may be
+// dead-lettered. Without the check of the server's run id
+// (grab_red_packet.lua) the three later grabbers are handed second
+// packets and three more users get packets the database already gave.
+func TestRedPacketRedisRestartedFromAnOlderSnapshotPaysOutNoMore(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds and runs the service as a process")
+	}
+	bin, redisSrv, dbURL, env, tokens := killRig(t)
+	node := startProcess(t, bin, env)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the node's output:\n%s", node.Output())
+		}
+	})
+	creator, _ := tokens.Issue(auth.Identity{UserID: 1, Role: auth.RoleUser}, time.Hour)
+	const total, packets = 1000, 10
+	id := createRedPacketOn(t, node, creator, total, packets, 120)
+	db := testenv.MustOpen(t, dbURL)
+	ctx := t.Context()
+	client := &http.Client{Timeout: 5 * time.Second}
+	answered := map[int64][]int64{} // user -> the amounts they were answered OK or ALREADY_GRABBED with
+	codes := map[string]int{}
+	grab := func(user int64) string {
+		t.Helper()
+		tok, _ := tokens.Issue(auth.Identity{UserID: user, Role: auth.RoleUser}, time.Hour)
+		var code string
+		var amount int64
+		eventually(t, fmt.Sprintf("user %d's grab decided", user), 20*time.Second, func() bool {
+			var err error
+			code, amount, err = node.grabRedPacket(client, tok, id)
+			if err != nil || code == "UNAVAILABLE" {
+				time.Sleep(100 * time.Millisecond)
+				return false
+			}
+			return true
+		})
+		codes[code]++
+		if (code == "OK" || code == "ALREADY_GRABBED") && !slices.Contains(answered[user], amount) {
+			answered[user] = append(answered[user], amount)
+		}
+		return code
+	}
+	stored := func() map[int64]int64 { return storedGrabs(t, db, id) }
+
+	for u := int64(2); u <= 4; u++ {
+		if code := grab(u); code != "OK" {
+			t.Fatalf("user %d before the snapshot: %s", u, code)
+		}
+	}
+	snap := t.TempDir()
+	if err := redisSrv.SaveSnapshot(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	for u := int64(5); u <= 7; u++ {
+		if code := grab(u); code != "OK" {
+			t.Fatalf("user %d after the snapshot: %s", u, code)
+		}
+	}
+	eventually(t, "the six grabs in Postgres", 20*time.Second, func() bool { return len(stored()) == 6 })
+	if err := redisSrv.RestartFromSnapshot(snap); err != nil {
+		t.Fatal(err)
+	}
+	// New users first: a Redis that forgot the three later packets would
+	// hand them out again; then the three later grabbers try again.
+	for u, empty := int64(8), 0; empty < 3 && u <= 3*packets; u++ {
+		if grab(u) == "EMPTY" {
+			empty++
+		} else {
+			empty = 0
+		}
+	}
+	for u := int64(5); u <= 7; u++ {
+		grab(u) // again: they hold a packet already
+	}
+	var in map[int64]int64
+	var last int
+	eventually(t, "the grabs stored", 30*time.Second, func() bool {
+		in = stored()
+		settled := len(in) == last
+		last = len(in)
+		time.Sleep(500 * time.Millisecond)
+		return settled
+	})
+	var paid int64
+	for _, a := range in {
+		paid += a
+	}
+	var twice []string
+	var answeredTotal int64
+	for u, amounts := range answered {
+		if len(amounts) > 1 {
+			twice = append(twice, fmt.Sprintf("user %d: %v", u, amounts))
+		}
+		answeredTotal += amounts[0]
+		if got, ok := in[u]; !ok || got != amounts[0] {
+			t.Errorf("user %d was answered %v; the database holds %d (%v)", u, amounts, got, ok)
+		}
+	}
+	dead, err := db.NewSelect().Table("tb_order_dead_letter").Where("key LIKE ?", "{rp"+id+"}:log/%").Count(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("answers %v; %d users answered with a packet (%d cents), %d grabs stored (%d cents), %d dead letters, users answered two amounts: %v",
+		codes, len(answered), answeredTotal, len(in), paid, dead, twice)
+	if paid > total || answeredTotal > total || len(in) > packets {
+		t.Errorf("paid out %d cents (answered %d) in %d packets, of a red packet of %d cents in %d", paid, answeredTotal, len(in), total, packets)
+	}
+	if len(twice) > 0 {
+		t.Errorf("users answered with two different packets: %v", twice)
+	}
+	if dead > 0 {
+		t.Errorf("%d grabs dead-lettered", dead)
+	}
 }

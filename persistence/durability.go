@@ -62,17 +62,18 @@ type DurabilityRisk struct {
 
 // SafeDurability is the setting under which a crash of the stock Redis
 // breaks no promise. It covers a crash of that server; a failover to a
-// replica (Sentinel, Redis Cluster) takes writes the replica had not
-// received, whatever the setting, and is not covered.
+// replica (Sentinel, Redis Cluster) keeps the orders answered OK only with
+// replica acknowledgements (REDIS_ACK_REPLICAS).
 const SafeDurability = "appendonly yes + appendfsync always"
 
-// failoverNote is said with every setting: no persistence setting covers
-// a failover.
-const failoverNote = "no persistence setting covers a failover to a replica (Sentinel, Redis Cluster)"
+// failoverNote is said with every setting: what a failover keeps.
+const failoverNote = "a failover to a replica (Sentinel, Redis Cluster) keeps the orders answered OK only with REDIS_ACK_REPLICAS=1 or more"
 
-// breaks names the promises a Redis that went back in time can break,
-// in one phrase, so that every row names them alike.
-const breaks = "oversell, answer one request id with two orders, and lose orders answered OK"
+// backInTime is what the service does when Redis comes back older with
+// its keys present, in one phrase, so that every such row says it alike.
+const backInTime = "the service sees that Redis restarted and rebuilds each voucher and red packet from the database " +
+	"and the order logs before it sells again, so it neither oversells nor answers a stored order's request id with another order, " +
+	"but the orders answered OK in that lost window that no order writer had read yet are lost, and a retry of their request ids can get a new order"
 
 // The rows of DurabilityTable, by setting.
 var (
@@ -84,17 +85,16 @@ var (
 	DurabilityEverysec = DurabilityRisk{
 		Setting: "appendonly yes, appendfsync everysec",
 		Crash: "a crash of the machine (or of Redis while its disk is slow) brings Redis back up to two seconds " +
-			"in the past with the voucher's keys present, so nothing tells the service to reload: it can " + breaks,
+			"in the past with the voucher's keys present: " + backInTime,
 	}
 	DurabilityNoFsync = DurabilityRisk{
 		Setting: "appendonly yes, appendfsync no",
 		Crash: "a crash of the machine brings Redis back as far in the past as the operating system had not yet " +
-			"written (about 30 seconds on Linux), keys present: it can " + breaks,
+			"written (about 30 seconds on Linux), keys present: " + backInTime,
 	}
 	DurabilitySnapshots = DurabilityRisk{
 		Setting: "appendonly no, save rules (snapshots only)",
-		Crash: "a crash brings Redis back at its last snapshot, minutes in the past, keys present: it can " + breaks +
-			" (measured: 25 orders answered OK for a stock of 20)",
+		Crash:   "a crash brings Redis back at its last snapshot, minutes in the past, keys present: " + backInTime,
 	}
 	DurabilityNone = DurabilityRisk{
 		Setting: "appendonly no, no save rules",
@@ -110,8 +110,9 @@ var (
 	}
 	DurabilityUnknown = DurabilityRisk{
 		Setting: "settings unreadable (CONFIG disabled, renamed or refused)",
-		Crash:   "what a crash does cannot be told: unless the server runs " + SafeDurability + ", a crash can " + breaks,
-		Remedy:  "make sure the server runs " + SafeDurability + " (ask the provider)",
+		Crash: "what a crash does cannot be told: unless the server runs " + SafeDurability +
+			", a crash can lose orders answered OK that no order writer had read yet",
+		Remedy: "make sure the server runs " + SafeDurability + " (ask the provider)",
 	}
 )
 
@@ -137,6 +138,40 @@ func (d RedisDurability) Risk() DurabilityRisk {
 	default:
 		return DurabilityNone
 	}
+}
+
+// serverRunScript reads the server's run id as the selling scripts do: scripts/server_run.lua.
+var serverRunScript = newScript("server_run")
+
+// NoRunID is the run id of a server that does not tell it.
+const NoRunID = "-"
+
+// ReadRunID reads the run id of the server as the scripts that sell read
+// it; NoRunID for a server that does not tell it (INFO refused or renamed,
+// as some managed services do, or an in-process Redis): there, Redis
+// going back in time across a restart or a failover cannot be noticed.
+func ReadRunID(ctx context.Context, rdb redis.Scripter) (string, error) {
+	id, err := serverRunScript.Run(ctx, rdb, nil).Text()
+	if err != nil {
+		return "", fmt.Errorf("read the redis run id: %w", err)
+	}
+	return id, nil
+}
+
+// NoRunIDWarning is the start-up line for a server that does not tell its
+// run id.
+const NoRunIDWarning = "redis does not tell its run id (INFO server refused from scripts): a restart or failover that brings " +
+	"Redis back older with its keys present cannot be noticed, and can oversell, answer one request id with two orders, " +
+	"and lose orders answered OK; to keep every promise: allow INFO (the @dangerous category holds it) for the service's Redis user"
+
+// FailoverWithoutAcks is the start-up line for a Redis reached in mode
+// (sentinel or cluster) whose replicas can be promoted, without replica
+// acknowledgements.
+func FailoverWithoutAcks(mode string) string {
+	return "redis replicas can be promoted (REDIS_MODE=" + mode + ") and grabs do not wait for them: " +
+		"a failover loses the orders answered OK that the promoted replica had not received " +
+		"(the service rebuilds every voucher from the database and the order logs, so it does not oversell); " +
+		"to keep them: REDIS_ACK_REPLICAS=1"
 }
 
 // Warning is the start-up line for a setting: what a crash can do, and

@@ -213,3 +213,56 @@ func TestRefenceTakesANewFenceOnlyForTheNewestActivation(t *testing.T) {
 		t.Fatalf("a call under the new fence: %+v %v; want OK", out, err)
 	}
 }
+
+// A restart of Redis, even one that keeps every write (append-only file,
+// fsync always), is a new process with a new run id: the grab script and
+// the claim then treat the voucher as one Redis does not hold, selling
+// nothing from a state that may be older than what was sold, and the next
+// preheat rebuilds the load from the database and the order log
+// (domain.LoadRebuilt), after which sales go on from where they were.
+func TestGrabSellsOnlyFromALoadVerifiedOnTheRunningServer(t *testing.T) {
+	t.Parallel()
+	db, srv := testenv.MustPostgres(t), testenv.MustDurableRedis(t)
+	rdb := srv.Client()
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 3, Limit: 1})
+	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
+	ctx := t.Context()
+	fence, _, err := g.Claim(ctx, v.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := grabs(t, ids, 1)
+	if out, err := g.Grab(ctx, v.ID, 0, fence, first); err != nil || out.Results[0].Code != domain.SeckillOK {
+		t.Fatalf("before the restart: %+v %v", out, err)
+	}
+	srv.Restart() // SIGKILL, then the same files: nothing lost, a new process
+	out, err := g.Grab(ctx, v.ID, 0, fence, grabs(t, ids, 2))
+	if err != nil || out.State.Found || out.Results[0].Code != domain.SeckillNotFound {
+		t.Fatalf("after the restart, the grab: %+v %v; want the voucher treated as not held", out, err)
+	}
+	if _, st, err := g.Claim(ctx, v.ID, 0); err != nil || st.Found {
+		t.Fatalf("after the restart, the claim: %+v %v; want the voucher treated as not held", st, err)
+	}
+	var res domain.LoadResult
+	err = persistence.NewVouchers(db).Preload(ctx, v.ID, func(ctx context.Context, snap domain.LoadSnapshot) (string, error) {
+		stock := persistence.NewStock(rdb)
+		stock.ReloadHold = time.Millisecond
+		stamp := domain.NewLoadStamp()
+		var err error
+		res, err = stock.Preheat(ctx, snap, stamp)
+		return stamp, err
+	})
+	if err != nil || res != domain.LoadRebuilt {
+		t.Fatalf("preheat after the restart: %v %v; want the load rebuilt", res, err)
+	}
+	time.Sleep(5 * time.Millisecond) // past the hold
+	fence, st, err := g.Claim(ctx, v.ID, 0)
+	if err != nil || !st.Found || st.Remaining != 2 {
+		t.Fatalf("claim after the rebuild: %+v %v; want 2 left (the order in the log counted)", st, err)
+	}
+	out, err = g.Grab(ctx, v.ID, 0, fence, append(first, grabs(t, ids, 2, 3, 4)...))
+	want := []domain.SeckillCode{"OK", "OK", "OK", "SOLD_OUT"}
+	if err != nil || fmt.Sprint(codes(out)) != fmt.Sprint(want) || out.Results[0].OrderID != first[0].OrderID {
+		t.Fatalf("after the rebuild: %v %+v %v; want %v, the first request answered with its order %d", codes(out), out.Results, err, want, first[0].OrderID)
+	}
+}

@@ -25,7 +25,8 @@ import (
 //	                  an older status never overwrites a newer one), expire
 //	                  (unix ms: when the request ids and the adopted and
 //	                  applied sets lapse), segs, hold (Redis ms until which
-//	                  a reload holds its sales), metaLoadStamp, metaClaim
+//	                  a reload holds its sales), metaLoadStamp, metaClaim,
+//	                  metaRun
 //	{v<ID>}:stock     string: units not yet taken (the stock authority)
 //	{v<ID>}:users     hash: user id -> live orders held
 //	{v<ID>}:fence     counter: the fencing token of segment 0's newest actor
@@ -82,6 +83,14 @@ const (
 	// metaClaim holds the claim nonce of the newest actor activation of
 	// the voucher (domain.SalesTally.Claim).
 	metaClaim = "claim"
+	// metaRun holds the run id of the Redis process a load was written or
+	// verified on (a voucher's and a red packet's metadata alike). Redis
+	// goes back in time only across a new process (a restart from an older
+	// file, a replica promoted behind its primary); a grab finding another
+	// run id than its server's refuses to sell from that state, and the
+	// load is rebuilt from the database and the order log (Stock.Preheat,
+	// RedPacketRedis.Load).
+	metaRun = "run"
 )
 
 // The order logs' registry: orderLogsKey is the set of order logs the
@@ -131,7 +140,8 @@ const (
 //
 //	{rp<ID>}:meta     hash: expire (unix ms), left (cents not grabbed yet),
 //	                  hold (Redis ms until which a reload holds the grabs
-//	                  of users without a packet; see RedPacketStore.Load)
+//	                  of users without a packet; see RedPacketStore.Load),
+//	                  metaRun
 //	{rp<ID>}:packets  list: the packets not grabbed yet, "seq:amount"
 //	{rp<ID>}:users    hash: user id -> "seq:amount:request id" of their packet
 //	{rp<ID>}:log      stream: the red packet's order log, read by

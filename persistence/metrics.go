@@ -54,6 +54,10 @@ var (
 		Namespace: "flashsale", Name: "rate_limit_refusals_total",
 		Help: "Grabs or requests turned away by a rate limit shared in Redis, by the limit: ip, voucher, ip_request (before parsing). The per-user limit counts in user_rate_limit_refusals_total.",
 	}, []string{"kind"})
+	loadsRebuilt = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "flashsale", Name: "redis_loads_rebuilt_total",
+		Help: "Loads found in Redis but not verified on its current server (it restarted or failed over, and may have gone back in time), rebuilt from the database and the order log, by kind: voucher, red_packet.",
+	}, []string{"kind"})
 	fallbackGrabs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "flashsale", Name: "fallback_grab_total",
 		Help: "Grabs answered by the database fallback while Redis was down, by outcome.",
@@ -62,7 +66,7 @@ var (
 
 func init() {
 	prometheus.MustRegister(ordersPersisted, ordersAdopted, ordersDead, fallbackGrabs,
-		writeBatchSize, writeDuration, scriptDuration, redisErrors, rateLimited)
+		writeBatchSize, writeDuration, scriptDuration, redisErrors, rateLimited, loadsRebuilt)
 	// Present at 0 from the start, so that a dashboard tells "none" from
 	// "not reported".
 	for _, op := range []string{"script", "stream", "ping", "other"} {
@@ -73,6 +77,9 @@ func init() {
 	}
 	for _, kind := range []string{"ip", "voucher", "ip_request"} {
 		rateLimited.WithLabelValues(kind)
+	}
+	for _, kind := range []string{"voucher", "red_packet"} {
+		loadsRebuilt.WithLabelValues(kind)
 	}
 }
 

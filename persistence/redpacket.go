@@ -27,6 +27,9 @@ var redPacketScriptCodes = []domain.RedPacketCode{
 	domain.RedPacketUnavailable,
 }
 
+// loadVerifiedScript tells whether Redis holds a verified load: scripts/load_verified.lua.
+var loadVerifiedScript = newScript("load_verified")
+
 // grabRedPacketScript grabs packets for a batch of users: scripts/grab_red_packet.lua.
 var grabRedPacketScript = newScript("grab_red_packet")
 
@@ -64,7 +67,12 @@ type RedPacketLoad struct {
 }
 
 // Load registers the red packet's order log and loads the red packet into
-// Redis unless Redis has it; loaded says whether it did.
+// Redis unless Redis has it in a load verified on its current server;
+// loaded says whether it did. An unverified load (Redis restarted or
+// failed over since it was written, and may have gone back in time and
+// forgotten packets it handed out) is replaced, in the same transaction,
+// by this one, built from the database; the red-packet writers adopt,
+// within the reload's hold, the grabs they still hold.
 //
 // The packets and the users who grabbed go in as one RPUSH and one HSET,
 // queued in one MULTI with the load script (given none of either, it only
@@ -102,12 +110,17 @@ func (s *RedPacketRedis) Load(ctx context.Context, l RedPacketLoad) (loaded bool
 	for _, g := range l.Grabbed {
 		users = append(users, g.UserID, strconv.Itoa(g.Seq)+":"+strconv.FormatInt(g.AmountCents, 10)+":"+deref(g.RequestID))
 	}
+	rebuilt := false
 	load := func(tx *redis.Tx) error {
-		n, err := tx.Exists(ctx, keys[0]).Result()
+		n, err := loadVerifiedScript.Run(ctx, tx, keys[:1]).Int()
 		if err != nil || n == 1 {
 			return err
 		}
+		rebuilt = n == 2
 		_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+			if rebuilt {
+				pipe.Del(ctx, keys...)
+			}
 			if rpush != nil {
 				pipe.Do(ctx, rpush...)
 			}
@@ -133,6 +146,9 @@ func (s *RedPacketRedis) Load(ctx context.Context, l RedPacketLoad) (loaded bool
 	}
 	if err != nil {
 		return false, fmt.Errorf("load red packet %d into redis: %w", l.ID, err)
+	}
+	if loaded && rebuilt {
+		loadsRebuilt.WithLabelValues("red_packet").Inc()
 	}
 	return loaded, nil
 }

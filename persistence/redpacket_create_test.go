@@ -157,10 +157,15 @@ func TestRedPacketLoadRacingAnotherLoadsItOnce(t *testing.T) {
 	rdb, other := srv.Client(), srv.Client()
 	ctx := t.Context()
 	expires := time.Now().Add(time.Hour)
+	// Another red packet's load first, so that the check's script is
+	// loaded and its first call is the check itself.
+	if _, err := persistence.NewRedPacketRedis(rdb).Load(ctx, persistence.RedPacketLoad{ID: 6, ExpiresAt: expires, Amounts: []int64{1}}); err != nil {
+		t.Fatal(err)
+	}
 	// The other load runs right after this one checked that Redis lacks
 	// the red packet, before it writes.
 	var otherErr error
-	rdb.AddHook(afterFirst("exists", func() {
+	rdb.AddHook(afterFirst("evalsha", func() {
 		_, otherErr = persistence.NewRedPacketRedis(other).Load(context.Background(), persistence.RedPacketLoad{ID: 5, ExpiresAt: expires, Amounts: []int64{7, 8}})
 	}))
 	loaded, err := persistence.NewRedPacketRedis(rdb).Load(ctx, persistence.RedPacketLoad{ID: 5, ExpiresAt: expires, Amounts: []int64{1, 2, 3}})

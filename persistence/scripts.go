@@ -24,6 +24,8 @@ var scriptFiles embed.FS
 var scriptNames = strings.NewReplacer(
 	"${metaLoadStamp}", metaLoadStamp,
 	"${metaClaim}", metaClaim,
+	"${metaRun}", metaRun,
+	"${serverRun}", serverRunLua,
 	"${OrderLogGroup}", OrderLogGroup,
 	"${eventsChannel}", eventsChannel,
 	"${EntryOrderID}", EntryOrderID,
@@ -37,6 +39,18 @@ var scriptNames = strings.NewReplacer(
 	"${EntryPacketSeq}", EntryPacketSeq,
 	"${EntryAmount}", EntryAmount,
 )
+
+// serverRunLua is a Lua expression for the run id of the Redis process
+// that runs the script (INFO server's run_id): a new one with every start
+// of a server, so a promoted replica or a server restarted from an older
+// file never has the one a load was verified on (see metaRun). A server
+// that does not tell it (INFO refused, or an in-process Redis without the
+// field) gives "-", which never changes: there, nothing can be told.
+const serverRunLua = `(function() local s = redis.pcall('INFO', 'server') ` +
+	`if type(s) ~= 'string' then return '-' end ` +
+	`local i = string.find(s, 'run_id:', 1, true) ` +
+	`if not i then return '-' end ` +
+	`return string.sub(s, i + 7, i + 46) end)()`
 
 // newScript is the script of scripts/<name>.lua.
 func newScript(name string) *redis.Script { return redis.NewScript(scriptSource(name)) }

@@ -116,7 +116,7 @@ func TestEveryScriptFileIsOneVariable(t *testing.T) {
 }
 
 var (
-	keysLine    = regexp.MustCompile(`^-- KEYS\[(\d+)\] -> \S`)
+	keysLine    = regexp.MustCompile(`^-- KEYS(?:\[(\d+)\] -> \S|: none$)`)
 	argvLine    = regexp.MustCompile(`^-- ARGV(\[\d+(\.\.\d*)?\](, ARGV\[\d+\])* -> \S|: none$)`)
 	returnsLine = regexp.MustCompile(`^-- Returns: \S`)
 	keysUsed    = regexp.MustCompile(`KEYS\[(\d+)\]`)
@@ -124,7 +124,7 @@ var (
 )
 
 // Every script file starts with its header: what it does and why, then
-// KEYS[i] -> ..., ARGV[i] -> ... (or "ARGV: none") and Returns: ..., in
+// KEYS[i] -> ... (or "KEYS: none"), ARGV[i] -> ... (or "ARGV: none") and Returns: ..., in
 // that order, and names every key its body uses. A new script cannot
 // leave them out.
 func TestEveryScriptStartsWithItsHeader(t *testing.T) {

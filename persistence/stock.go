@@ -43,8 +43,13 @@ func NewStock(rdb redis.UniversalClient) *Stock { return &Stock{rdb: rdb} }
 
 // Preheat loads a seckill voucher into Redis from snap, the database's
 // view taken under the voucher's row lock (use it through
-// Vouchers.Preload), unless Redis has its stock already; it reports
-// whether it wrote the load, stamped with stamp.
+// Vouchers.Preload), unless Redis has its stock already, in a load
+// verified on the server that runs now; it reports whether it wrote a
+// load, stamped with stamp, and whether that load replaced an unverified
+// one. A load is verified on the server that wrote it (metaRun); after a
+// restart or a failover Redis may hold an older state than what was sold,
+// and the load is rebuilt as for a voucher Redis lost, holding its sales
+// for ReloadHold the same way.
 //
 // Orders still in the voucher's order log and not in the database (sold
 // from an earlier load, not yet persisted) are counted into the load too:
@@ -53,10 +58,10 @@ func NewStock(rdb redis.UniversalClient) *Stock { return &Stock{rdb: rdb} }
 // grab can append to the log meanwhile: with no stock in Redis there is no
 // load to sell from. A reload (snap.Reload) also holds its sales for
 // ReloadHold, for the orders no log shows (see adoptOrdersScript).
-func (s *Stock) Preheat(ctx context.Context, snap domain.LoadSnapshot, stamp string) (bool, error) {
+func (s *Stock) Preheat(ctx context.Context, snap domain.LoadSnapshot, stamp string) (domain.LoadResult, error) {
 	v := snap.Voucher
 	if v.Seckill == nil {
-		return false, fmt.Errorf("preheat voucher %d: not a seckill voucher", v.ID)
+		return domain.LoadKept, fmt.Errorf("preheat voucher %d: not a seckill voucher", v.ID)
 	}
 	keys := []string{metaKey(v.ID), stockKey(v.ID), usersKey(v.ID), LogKey(v.ID), reqKey(v.ID), adoptedKey(v.ID)}
 	// Most preheats find the stock there (start-up, another node's load):
@@ -69,7 +74,8 @@ func (s *Stock) Preheat(ctx context.Context, snap domain.LoadSnapshot, stamp str
 		mode = ""
 		n, err = preheatScript.Run(ctx, s.rdb, keys, s.preheatArgs(snap, 0, stamp, "meta")...).Int()
 	}
-	if err == nil && n == 2 {
+	unverified := n == 3
+	if err == nil && (n == 2 || n == 3) {
 		var inflight []inflightOrder
 		if inflight, err = s.inflight(ctx, snap); err == nil {
 			stock := snap.Voucher.Seckill.Stock - len(inflight)
@@ -105,16 +111,23 @@ func (s *Stock) Preheat(ctx context.Context, snap domain.LoadSnapshot, stamp str
 		}
 	}
 	if err != nil {
-		return false, fmt.Errorf("preheat voucher %d: %w", v.ID, err)
+		return domain.LoadKept, fmt.Errorf("preheat voucher %d: %w", v.ID, err)
 	}
 	// The registry lives outside the voucher's hash slot, so it cannot be
 	// written by the script. Registering after the script, every time
 	// (not only when the stock was written), is what lets a writer's prune
 	// tell that the log came back to life while it looked (see prune).
 	if err := registerLog(ctx, s.rdb, LogKey(v.ID)); err != nil {
-		return false, fmt.Errorf("preheat voucher %d: %w", v.ID, err)
+		return domain.LoadKept, fmt.Errorf("preheat voucher %d: %w", v.ID, err)
 	}
-	return n == 1, nil
+	switch {
+	case n != 1:
+		return domain.LoadKept, nil
+	case unverified:
+		loadsRebuilt.WithLabelValues("voucher").Inc()
+		return domain.LoadRebuilt, nil
+	}
+	return domain.LoadWritten, nil
 }
 
 func (s *Stock) preheatArgs(snap domain.LoadSnapshot, stock int, stamp, mode string) []any {

@@ -41,7 +41,7 @@ type VoucherStore interface {
 type StockStore interface {
 	// Preheat writes a load from snap, stamped with stamp, unless Redis
 	// has the voucher's stock already; it reports whether it wrote.
-	Preheat(ctx context.Context, snap domain.LoadSnapshot, stamp string) (bool, error)
+	Preheat(ctx context.Context, snap domain.LoadSnapshot, stamp string) (domain.LoadResult, error)
 	// Unload takes back the load with this stamp, if Redis still holds it.
 	Unload(ctx context.Context, voucherID int64, stamp string) error
 	SetStatus(ctx context.Context, id int64, status domain.VoucherStatus, version time.Time) error
@@ -281,12 +281,17 @@ func (s *Service) ResyncDBSold(ctx context.Context) error {
 func (s *Service) preheat(ctx context.Context, id int64) error {
 	stamp := domain.NewLoadStamp()
 	err := s.vouchers.Preload(ctx, id, func(ctx context.Context, snap domain.LoadSnapshot) (string, error) {
-		written, err := s.stock.Preheat(ctx, snap, stamp)
-		if err != nil || !written {
+		res, err := s.stock.Preheat(ctx, snap, stamp)
+		if err != nil || res == domain.LoadKept {
 			return "", err
 		}
-		s.log.InfoContext(ctx, "voucher stock preheated", "voucher", id, "stock", snap.Voucher.Seckill.Stock,
-			"users", len(snap.Users), "reload", snap.Reload)
+		if res == domain.LoadRebuilt {
+			s.log.WarnContext(ctx, "redis restarted or failed over and may have gone back in time: voucher stock rebuilt from the database and its order log",
+				"voucher", id, "stock", snap.Voucher.Seckill.Stock, "users", len(snap.Users))
+		} else {
+			s.log.InfoContext(ctx, "voucher stock preheated", "voucher", id, "stock", snap.Voucher.Seckill.Stock,
+				"users", len(snap.Users), "reload", snap.Reload)
+		}
 		return stamp, nil
 	})
 	if err != nil && domain.ErrorCode(err) != domain.CodeNotFound {

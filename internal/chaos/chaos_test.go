@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,12 +32,7 @@ func TestChaosShort(t *testing.T) {
 		}
 		seed = n
 	}
-	// Redis rollbacks are not detected yet, and redis-rollback rounds fail
-	// until they are: FLASHSALE_REDIS_ROLLBACK=1 runs them here too.
 	names := Kinds()
-	if os.Getenv("FLASHSALE_REDIS_ROLLBACK") != "1" {
-		names = slices.DeleteFunc(names, func(k string) bool { return k == "redis-rollback" })
-	}
 	kindsFlag := strings.Join(names, ",")
 	rounds := len(names)
 	if s := os.Getenv("CHAOS_ROUNDS"); s != "" {

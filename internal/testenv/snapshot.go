@@ -51,6 +51,21 @@ func (s *RedisServer) RestartFromSnapshot(dir string) error {
 	return s.Start()
 }
 
+// RollBackInPlace makes the running server go back to its last SAVE
+// (DEBUG RELOAD NOSAVE) without a restart: the same process, so the same
+// run id. No crash or failover does that; an operator who loads older
+// data into a running server does, and the service's last lines of
+// defence against a Redis that went back in time (fences, claim nonces,
+// the record of sales) are tested with it.
+func (s *RedisServer) RollBackInPlace(ctx context.Context) error {
+	c := s.newClient()
+	defer c.Close()
+	if err := c.Do(ctx, "DEBUG", "RELOAD", "NOSAVE").Err(); err != nil {
+		return fmt.Errorf("roll redis back in place: DEBUG RELOAD NOSAVE: %w", err)
+	}
+	return nil
+}
+
 // copyTree copies the regular files under src into dst, which it creates.
 func copyTree(src, dst string) error {
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {

@@ -120,8 +120,10 @@ func (s *RedisServer) start() error {
 	if s.durable {
 		aof = []string{"--appendonly", "yes", "--appendfsync", "always"}
 	}
+	// DEBUG from this machine only: RollBackInPlace reloads a snapshot
+	// within the running process.
 	args := append([]string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1",
-		"--save", "", "--dir", s.dir, "--loglevel", "warning"}, aof...)
+		"--save", "", "--dir", s.dir, "--loglevel", "warning", "--enable-debug-command", "local"}, aof...)
 	if s.conf != "" {
 		args = append([]string{s.conf}, args...)
 	}

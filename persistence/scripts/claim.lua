@@ -1,7 +1,8 @@
 -- Takes a fencing token for a new actor activation of one segment, writes
 -- the activation's claim nonce into the metadata and reads the voucher with
--- its tally of sales, in one step, but only for a voucher Redis knows:
--- unknown ids leave no key behind. A caller that holds a fence already
+-- its tally of sales, in one step, but only for a voucher Redis knows, in
+-- a load verified on this Redis process (see grab.lua): unknown ids leave
+-- no key behind, and an unverified load is rebuilt first. A caller that holds a fence already
 -- (a refence) claims only while its fence is still the newest, so calls
 -- made under the old fence are refused from then on.
 --
@@ -16,10 +17,12 @@
 -- Returns: {fence, status, begin, end, limit, stock, segments, requests
 -- sold, buyers, load stamp or '', held (1 while a reload holds the sales,
 -- else 0)}; a missing field is false (nil), never a hole that would cut the
--- list short. {0}: Redis does not hold the voucher; {-1}: ARGV[2] was
--- superseded. Neither wrote anything.
+-- list short. {0}: Redis does not hold the voucher, or not in a load
+-- verified on this server; {-1}: ARGV[2] was superseded. Neither wrote
+-- anything.
 
-if redis.call('EXISTS', KEYS[1]) == 0 then
+local run = redis.call('HGET', KEYS[1], '${metaRun}')
+if not run or run ~= ${serverRun} then
   return {0}
 end
 if ARGV[2] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[2] then

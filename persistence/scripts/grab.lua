@@ -7,7 +7,12 @@
 -- voucher's order log, in one atomic step. Each order-log entry carries the
 -- request id and the load stamp of the load it was sold from (keys.go names
 -- its fields). The whole batch is refused if the caller's fencing token is
--- not the newest: a stale actor activation can never sell.
+-- not the newest: a stale actor activation can never sell. It sells only
+-- from a load verified on this very Redis process (metaRun equal to the
+-- server's run id): after a restart from an older file or the promotion of
+-- a replica, the state may be older than what was sold and answered, and
+-- the batch is answered as for a voucher Redis does not hold, so that the
+-- load is rebuilt from the database first (Stock.Preheat).
 --
 -- Order and user ids stay strings: Lua numbers are doubles, and order ids
 -- exceed 2^53.
@@ -30,7 +35,8 @@
 -- Returns: {state, remaining, status, begin, end, refusal, requests sold,
 -- load stamp or '', claim or '', code1, order1, code2, order2, ...}, state
 -- 0 = done. {-1, 0, 0, 0, 0}: the fence is stale; {1, 0, 0, 0, 0}: Redis
--- does not hold the voucher; neither wrote anything. A code indexes
+-- does not hold the voucher, or holds a load not verified on this server;
+-- neither wrote anything. A code indexes
 -- scriptCodes (grab.go): 0 OK (order: the order id, or the first answer's
 -- for a request id seen before), 2 not started, 3 ended, 4 paused, 5 sold
 -- out, 6 limit reached, 7 unavailable (a reload holds the sales); order is
@@ -40,9 +46,9 @@
 if redis.call('GET', KEYS[4]) ~= ARGV[1] then
   return {-1, 0, 0, 0, 0}
 end
-local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit', 'expire', '${metaLoadStamp}', 'hold', '${metaClaim}')
+local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit', 'expire', '${metaLoadStamp}', 'hold', '${metaClaim}', '${metaRun}')
 local status = tonumber(m[1])
-if not status then
+if not status or m[9] ~= ${serverRun} then
   return {1, 0, 0, 0, 0}
 end
 local begin_ms, end_ms, limit = tonumber(m[2]), tonumber(m[3]), tonumber(m[4])

@@ -8,7 +8,12 @@
 -- packet appended to the red packet's order log, in one atomic step. No
 -- fencing token: the users hash makes a grab idempotent per user, so two
 -- activations of the sequencer can never give one user two packets nor
--- one packet twice.
+-- one packet twice. It grabs only from a load verified on this very Redis
+-- process (metaRun equal to the server's run id): after a restart from an
+-- older file or the promotion of a replica, Redis may have forgotten
+-- packets it handed out, and the batch is answered as for a red packet
+-- Redis does not hold, so that it is loaded again from the database first
+-- (RedPacketRedis.Load).
 --
 -- KEYS[1] -> {rp<ID>}:meta
 -- KEYS[2] -> {rp<ID>}:packets
@@ -19,14 +24,15 @@
 --            for each further grab
 --
 -- Returns: {state, expiry ms, packets left, code1, amount1, ...}, state 0
--- = done; {1, 0, 0}: Redis does not hold the red packet. A code indexes
+-- = done; {1, 0, 0}: Redis does not hold the red packet, or not in a load
+-- verified on this server. A code indexes
 -- redPacketScriptCodes (redpacket.go): 0 OK, 1 empty, 2 already grabbed, 3
 -- expired, 4 unavailable; amount is the user's packet's cents for 0 and 2,
 -- else '0'.
 
-local m = redis.call('HMGET', KEYS[1], 'expire', 'hold')
+local m = redis.call('HMGET', KEYS[1], 'expire', 'hold', '${metaRun}')
 local expire = tonumber(m[1] or '')
-if not expire then return {1, 0, 0} end
+if not expire or m[3] ~= ${serverRun} then return {1, 0, 0} end
 local hold = tonumber(m[2] or '0')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -1,6 +1,8 @@
--- Loads a red packet into Redis unless it is there: its metadata, its
--- packets not grabbed yet and the users who grabbed, and for a reload the
--- Redis time until which it holds new grabs. Its keys outlive the expiry
+-- Loads a red packet into Redis unless it is there: its metadata (with the
+-- run id of this server, metaRun, which verifies the load), its packets
+-- not grabbed yet and the users who grabbed, and for a reload the Redis
+-- time until which it holds new grabs. A load not verified on this server
+-- is removed in the same transaction before this runs (RedPacketRedis.Load). Its keys outlive the expiry
 -- until the keep-until time, in case no refund removes them first.
 --
 -- KEYS[1] -> {rp<ID>}:meta
@@ -24,7 +26,7 @@ end
 for i = 6 + n, #ARGV, 2 do
   redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
 end
-redis.call('HSET', KEYS[1], 'expire', ARGV[1], 'left', ARGV[3])
+redis.call('HSET', KEYS[1], 'expire', ARGV[1], 'left', ARGV[3], '${metaRun}', ${serverRun})
 if tonumber(ARGV[4]) > 0 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -1,4 +1,6 @@
--- Writes a voucher's metadata and, only when the stock key is absent, a
+-- Writes a voucher's metadata and, only when Redis holds no verified load
+-- (the stock key is absent, or the load was not verified on this Redis
+-- process: metaRun differs from the server's run id, see grab.lua), a
 -- whole load: stock, per-user marks, request ids and the ids of orders
 -- already counted (the adopted set). Running it again never resets stock
 -- that grabs have already taken. Metadata carries a version (the row's
@@ -16,7 +18,7 @@
 -- A load that writes the stock stamps the metadata with its load stamp (a
 -- random string from the caller), which every order sold from this load
 -- carries into the order log (see Vouchers.Preload and the OrderWriter),
--- and, for a reload, with the Redis time until which it holds its sales
+-- with the run id of this server (metaRun), and, for a reload, with the Redis time until which it holds its sales
 -- (see Stock.ReloadHold).
 --
 -- KEYS[1] -> {v<ID>}:meta
@@ -43,8 +45,9 @@
 --             pairs; the rest are ids of orders counted already. Absent
 --             for 'meta'.
 --
--- Returns: 1 when it wrote the load, 0 when Redis had it, 2 when a 'meta'
--- call found no stock (the caller then sends the load).
+-- Returns: 1 when it wrote the load, 0 when Redis had a verified one, 2
+-- when a 'meta' call found no stock, 3 when it found a load not verified
+-- on this server (the caller then sends the load).
 
 local cur = tonumber(redis.call('HGET', KEYS[1], 'ver') or '-1')
 if tonumber(ARGV[6]) >= cur then
@@ -53,10 +56,16 @@ if tonumber(ARGV[6]) >= cur then
 end
 redis.pcall('XGROUP', 'CREATE', KEYS[4], '${OrderLogGroup}', '0', 'MKSTREAM')
 redis.call('PUBLISH', '${eventsChannel}', KEYS[1])
-if redis.call('EXISTS', KEYS[2]) == 1 and ARGV[11] ~= 'resync' then
+local run = ${serverRun}
+local held = redis.call('EXISTS', KEYS[2]) == 1
+local verified = held and redis.call('HGET', KEYS[1], '${metaRun}') == run
+if verified and ARGV[11] ~= 'resync' then
   return 0
 end
 if ARGV[11] == 'meta' then
+  if held then
+    return 3
+  end
   return 2
 end
 redis.call('DEL', KEYS[3], KEYS[5], KEYS[6])
@@ -80,7 +89,7 @@ for _, k in ipairs({KEYS[5], KEYS[6]}) do
   end
 end
 redis.call('SET', KEYS[2], ARGV[8])
-redis.call('HSET', KEYS[1], '${metaLoadStamp}', ARGV[9])
+redis.call('HSET', KEYS[1], '${metaLoadStamp}', ARGV[9], '${metaRun}', run)
 if tonumber(ARGV[10]) > 0 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
