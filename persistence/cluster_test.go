@@ -242,3 +242,54 @@ func TestOnARedisClusterARefusedGrabIsNotSent(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// On a Redis Cluster of Redis 7 servers, stock announcements travel on a
+// sharded channel (SPUBLISH): a live subscription hears them, from the
+// one shard that serves the channel, while a plain subscriber of the
+// stock channel, which a PUBLISH would reach on any node, hears nothing.
+func TestOnARedisClusterStockAnnouncementsUseShardedPubSub(t *testing.T) {
+	t.Parallel()
+	nodes := testenv.MustRedisCluster(t, 3)
+	bg := clusterClient(t, testenv.ClusterURL(nodes...), persistence.BackgroundTuning())
+	live := persistence.NewLive(bg)
+	sub := live.Subscribe(t.Context())
+	defer sub.Close()
+	plain := nodes[0].Client().Subscribe(t.Context(), "flashsale:stock-changed")
+	defer plain.Close()
+	if _, err := plain.Receive(t.Context()); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	heard := make(chan error, 1)
+	go func() {
+		for {
+			a, err := sub.Next(ctx)
+			if err != nil || a.Kind == domain.StockChanged && fmt.Sprint(a.IDs) == "[7]" {
+				heard <- err
+				return
+			}
+		}
+	}()
+	tick := time.NewTicker(50 * time.Millisecond) // until the subscription is in place
+	defer tick.Stop()
+	for done := false; !done; {
+		if err := live.PublishStock(ctx, []int64{7}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-heard:
+			if err != nil {
+				t.Fatalf("the live subscription heard nothing: %v", err)
+			}
+			done = true
+		case <-tick.C:
+		}
+	}
+	quiet, stop := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer stop()
+	if msg, err := plain.ReceiveMessage(quiet); err == nil {
+		t.Fatalf("a plain subscriber heard %q: the announcement was broadcast, not sharded", msg.Payload)
+	}
+}
