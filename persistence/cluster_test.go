@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -291,5 +292,48 @@ func TestOnARedisClusterStockAnnouncementsUseShardedPubSub(t *testing.T) {
 	defer stop()
 	if msg, err := plain.ReceiveMessage(quiet); err == nil {
 		t.Fatalf("a plain subscriber heard %q: the announcement was broadcast, not sharded", msg.Payload)
+	}
+}
+
+// seenCommands notes the commands a client sends, by name.
+type seenCommands struct {
+	mu    sync.Mutex
+	names map[string]int
+}
+
+func (s *seenCommands) note(cmd redis.Cmder) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.names[cmd.Name()]++
+}
+
+func (s *seenCommands) count(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.names[name]
+}
+
+// The hooks the service puts on a cluster client (the breaker, the error
+// counter) see the acknowledged grab's script and WAIT, which go straight
+// to the key's primary, and the cluster client's own calls alike.
+func TestOnARedisClusterHooksSeeTheCallsMadeOnTheKeysPrimary(t *testing.T) {
+	t.Parallel()
+	nodes := testenv.MustRedisCluster(t, 3)
+	rdb := clusterClient(t, testenv.ClusterURL(nodes...), persistence.RequestTuning(time.Second))
+	seen := &seenCommands{names: map[string]int{}}
+	persistence.AddHooks(rdb, testenv.CommandHook(seen.note))
+	db := testenv.MustPostgres(t)
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10})
+	g := persistence.NewGrabs(rdb)
+	g.Acks = persistence.Acks{Replicas: 1, Timeout: 50 * time.Millisecond} // no replica: not acknowledged
+	fence, _, err := g.Claim(t.Context(), v.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Grab(call(t), v.ID, 0, fence, grabs(t, testenv.MustOrderIDs(t, db), 1)); !errors.Is(err, persistence.ErrNotAcknowledged) {
+		t.Fatalf("grab without replicas: %v, want ErrNotAcknowledged", err)
+	}
+	if seen.count("wait") == 0 || seen.count("evalsha")+seen.count("eval") < 2 {
+		t.Fatalf("the hooks saw %v: want the claim's and the grab's scripts and the grab's WAIT", seen.names)
 	}
 }
