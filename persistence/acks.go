@@ -87,10 +87,9 @@ func (a Acks) runAcked(ctx context.Context, rdb redis.UniversalClient, s *redis.
 	if a.Replicas <= 0 {
 		return ackedScript{res: s.Run(ctx, rdb, keys, args...)}
 	}
-	if _, isCluster := rdb.(*redis.ClusterClient); isCluster {
-		// A cluster pipeline routes a keyless WAIT by its own policy, not
-		// to the node that ran the script; config refuses the combination.
-		return notRun(ctx, fmt.Errorf("replica acknowledgements on a Redis Cluster client: %w", domain.ErrNotSent))
+	rdb, err := ackNode(ctx, rdb, keys[0])
+	if err != nil {
+		return notRun(ctx, err)
 	}
 	t, ok := a.wait(ctx)
 	if !ok {
@@ -110,6 +109,24 @@ func (a Acks) runAcked(ctx context.Context, rdb redis.UniversalClient, s *redis.
 		_, _ = pipe.Exec(ctx)
 	}
 	return ackedScript{res: res, wait: wait, acks: a}
+}
+
+// ackNode is the client a script on key and its WAIT go through: rdb,
+// or on a Redis Cluster the primary that holds key's slot. A cluster
+// pipeline sends a keyless WAIT to a node of go-redis's choosing, whose
+// count says nothing of the replicas of the shard that ran the script.
+// Should the slot move before the pipeline arrives, the node answers
+// MOVED without running the script (see notSent).
+func ackNode(ctx context.Context, rdb redis.UniversalClient, key string) (redis.UniversalClient, error) {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return rdb, nil
+	}
+	node, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("find the primary of %s: %w: %w", key, domain.ErrNotSent, err)
+	}
+	return node, nil
 }
 
 // notRun is a script call that was not sent, failing with err.

@@ -2,67 +2,338 @@ package persistence_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"flashsale/actors/writer"
+	"flashsale/domain"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
 
+// clusterClient is a client of a Redis Cluster of nodes as the service
+// builds it in REDIS_MODE=cluster, tuned by tu.
+func clusterClient(tb testing.TB, url string, tu persistence.ClientTuning) redis.UniversalClient {
+	tb.Helper()
+	target, err := persistence.ParseRedisTarget(persistence.RedisCluster, url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rdb := target.Client(tu)
+	tb.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// primaryOf is the address of the primary that holds key.
+func primaryOf(tb testing.TB, rdb redis.UniversalClient, key string) string {
+	tb.Helper()
+	node, err := rdb.(*redis.ClusterClient).MasterForKey(tb.Context(), key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return node.Options().Addr
+}
+
 // On a real three-primary Redis Cluster, each voucher's keys share its
 // hash tag, so its preheat, claim and grab scripts run on one node, and
-// six vouchers spread over the primaries each sell exactly their stock.
-// The order writer cannot read their logs, though: it reads every log in
-// one XREADGROUP, which a cluster refuses across slots (CROSSSLOT), so no
-// order reaches the database. That is why REDIS_MODE=cluster is refused
-// at start; once the writers read per slot, the second half of this test
-// becomes "every order in the database" and the refusal goes.
-func TestOnARedisClusterVouchersSellExactlyButTheirLogsCannotBeRead(t *testing.T) {
+// six vouchers spread over the primaries each sell exactly their stock;
+// the order writer reads their logs, one hash slot at a time, and stores
+// every order sold. Red packets on several primaries reach the database
+// alike through their writer.
+func TestOnARedisClusterEveryOrderSoldReachesTheDatabase(t *testing.T) {
 	t.Parallel()
-	nodes := testenv.MustRedisCluster(t, 3)
-	target, err := persistence.ParseRedisTarget(persistence.RedisCluster, testenv.ClusterURL(nodes...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := target.Client(persistence.RequestTuning(time.Second))
-	t.Cleanup(func() { _ = rdb.Close() })
+	url := testenv.ClusterURL(testenv.MustRedisCluster(t, 3)...)
+	rdb := clusterClient(t, url, persistence.RequestTuning(time.Second))
+	bg := clusterClient(t, url, persistence.BackgroundTuning())
 	db := testenv.MustPostgres(t)
 	const stock, vouchers = 5, 6
 	primaries := map[string]bool{}
-	sold := 0
+	var sold []int64
 	for range vouchers {
 		v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: stock})
-		node, err := rdb.(*redis.ClusterClient).MasterForKey(t.Context(), fmt.Sprintf("{v%d}:meta", v.ID))
-		if err != nil {
-			t.Fatal(err)
-		}
-		primaries[node.Options().Addr] = true
+		primaries[primaryOf(t, rdb, persistence.LogKey(v.ID))] = true
 		users := make([]int64, 2*stock)
 		for i := range users {
 			users[i] = int64(i + 1)
 		}
-		if got := len(sell(t, db, rdb, v.ID, users)); got != stock {
-			t.Fatalf("voucher %d sold %d of %d", v.ID, got, stock)
+		got := sell(t, db, rdb, v.ID, users)
+		if len(got) != stock {
+			t.Fatalf("voucher %d sold %d of %d", v.ID, len(got), stock)
 		}
-		sold += stock
+		sold = append(sold, got...)
 	}
 	if len(primaries) < 2 {
 		t.Fatalf("the vouchers all live on %v: want them spread over at least two primaries", primaries)
 	}
 
-	w := runWriter(t, db, rdb, writer.Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	drainErr := w.WaitDrained(ctx)
-	var stored int
-	if err := db.NewSelect().Table("tb_voucher_order").ColumnExpr("count(*)").Scan(context.Background(), &stored); err != nil {
+	w := runWriter(t, db, bg, writer.Options{})
+	drained(t, w, 30*time.Second)
+	var stored []int64
+	if err := db.NewSelect().Table("tb_voucher_order").Column("id").Order("id").Scan(t.Context(), &stored); err != nil {
 		t.Fatal(err)
 	}
-	if drainErr == nil || stored != 0 {
-		t.Fatalf("the order writer drained (%v) and stored %d of %d orders: lift the refusal of REDIS_MODE=cluster and make this test ask for every order", drainErr, stored, sold)
+	slices.Sort(sold)
+	if !slices.Equal(stored, sold) {
+		t.Fatalf("the database holds %d orders, %d were sold: %v, want %v", len(stored), len(sold), stored, sold)
+	}
+
+	r := persistence.NewRedPacketRedis(rdb)
+	store := persistence.NewRedPacketStore(db, r)
+	rpPrimaries := map[string]bool{}
+	for id := int64(1); id <= 4; id++ {
+		newRedPacket(t, store, id, []int64{30, 20, 10}, time.Minute)
+		rpPrimaries[primaryOf(t, rdb, persistence.RedPacketLogKey(id))] = true
+		out, err := r.Grab(t.Context(), id, []domain.RedPacketGrab{{RequestID: "a", UserID: 1}, {RequestID: "b", UserID: 2}})
+		if err != nil || rpCodes(out) != "OK:30 OK:20 " {
+			t.Fatalf("red packet %d: %v %s", id, err, rpCodes(out))
+		}
+	}
+	if len(rpPrimaries) < 2 {
+		t.Fatalf("the red packets all live on %v: want them spread over at least two primaries", rpPrimaries)
+	}
+	rw := testenv.StartRedPacketWriter(t, db, bg, writer.Options{})
+	drained(t, rw, 30*time.Second)
+	var grabbed int
+	if err := db.NewSelect().Model((*persistence.GrabRow)(nil)).ColumnExpr("count(*)").Scan(t.Context(), &grabbed); err != nil {
+		t.Fatal(err)
+	}
+	if grabbed != 8 {
+		t.Fatalf("the database holds %d red-packet grabs, want the 8 answered OK", grabbed)
+	}
+}
+
+// With REDIS_ACK_REPLICAS on a Redis Cluster, a batch's WAIT goes to the
+// primary that ran its script and counts that shard's replicas: with the
+// replica of one voucher's shard stopped, that voucher's batch fails with
+// ErrNotAcknowledged (the script ran: not "not sent"), while a voucher on
+// another shard is acknowledged; once the replica is back, the same
+// request ids are answered with the orders first sold.
+func TestOnARedisClusterAGrabIsAcknowledgedByItsOwnShardsReplicas(t *testing.T) {
+	t.Parallel()
+	cl := testenv.MustReplicatedCluster(t)
+	tuning := persistence.RequestTuning(0)
+	tuning.Read += 2 * ackTimeout
+	rdb := clusterClient(t, cl.URL(), tuning)
+	db := testenv.MustPostgres(t)
+	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
+	g.Acks = persistence.Acks{Replicas: 1, Timeout: ackTimeout}
+
+	// Two vouchers on different primaries.
+	var stalled, other domain.Voucher
+	var stalledPrimary *testenv.RedisServer
+	for stalledPrimary == nil || other.ID == 0 {
+		v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10, Limit: 1})
+		p, err := cl.PrimaryOf(t.Context(), persistence.LogKey(v.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case stalledPrimary == nil:
+			stalled, stalledPrimary = v, p
+		case p != stalledPrimary:
+			other = v
+		}
+	}
+	replicas, err := cl.ReplicasOf(t.Context(), stalledPrimary)
+	if err != nil || len(replicas) == 0 {
+		t.Fatalf("replicas of %s: %v %v", stalledPrimary.Addr(), replicas, err)
+	}
+	fences := map[int64]int64{}
+	for _, v := range []domain.Voucher{stalled, other} {
+		if fences[v.ID], _, err = g.Claim(t.Context(), v.ID, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, r := range replicas {
+		r.Pause()
+	}
+	paused := true
+	defer func() {
+		if paused {
+			for _, r := range replicas {
+				r.Continue()
+			}
+		}
+	}()
+	held := grabs(t, ids, 1, 2)
+	out, err := g.Grab(call(t), stalled.ID, 0, fences[stalled.ID], held)
+	if !errors.Is(err, persistence.ErrNotAcknowledged) || errors.Is(err, domain.ErrNotSent) {
+		t.Fatalf("batch on the shard whose replica is stopped: %v %v, want ErrNotAcknowledged", codes(out), err)
+	}
+	out, err = g.Grab(call(t), other.ID, 0, fences[other.ID], grabs(t, ids, 1, 2))
+	if err != nil || fmt.Sprint(codes(out)) != "[OK OK]" {
+		t.Fatalf("batch on a shard with its replica: %v %v, want acknowledged", codes(out), err)
+	}
+
+	for _, r := range replicas {
+		r.Continue()
+	}
+	paused = false
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for {
+		out, err = g.Grab(call(t), stalled.ID, 0, fences[stalled.ID], held)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil || fmt.Sprint(codes(out)) != "[OK OK]" {
+		t.Fatalf("retry once the replica is back: %v %v", codes(out), err)
+	}
+	for i, r := range out.Results {
+		if r.OrderID != held[i].OrderID {
+			t.Fatalf("request %s answered order %d, want %d, the order first sold", held[i].RequestID, r.OrderID, held[i].OrderID)
+		}
+	}
+}
+
+// A Redis Cluster node that refuses a grab batch without running it
+// answers MOVED (its slot is served elsewhere) or CLUSTERDOWN (the
+// cluster lost a primary and cannot serve): the batch is
+// domain.ErrNotSent, so the voucher's actor knows it sold nothing, and a
+// client hears UNAVAILABLE, not an internal error.
+func TestOnARedisClusterARefusedGrabIsNotSent(t *testing.T) {
+	t.Parallel()
+	nodes := testenv.MustRedisCluster(t, 3)
+	rdb := clusterClient(t, testenv.ClusterURL(nodes...), persistence.RequestTuning(time.Second))
+	db := testenv.MustPostgres(t)
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10})
+	holder := primaryOf(t, rdb, persistence.LogKey(v.ID))
+	var at, elsewhere *testenv.RedisServer
+	for _, n := range nodes {
+		if n.Addr() == holder {
+			at = n
+		} else {
+			elsewhere = n
+		}
+	}
+	ids := testenv.MustOrderIDs(t, db)
+	grabOn := func(n *testenv.RedisServer) error {
+		g := persistence.NewGrabs(persistence.SingleTarget(redis.Options{Addr: n.Addr()}).Client(persistence.RequestTuning(time.Second)))
+		_, err := g.Grab(t.Context(), v.ID, 0, 1, grabs(t, ids, 1))
+		return err
+	}
+
+	if err := grabOn(elsewhere); !errors.Is(err, domain.ErrNotSent) || !strings.Contains(err.Error(), "MOVED") {
+		t.Fatalf("a batch sent to a node without the voucher's slot: %v, want MOVED, not sent", err)
+	}
+	elsewhere.Kill() // the cluster loses a primary's slots: every node refuses
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for {
+		err := grabOn(at)
+		if errors.Is(err, domain.ErrNotSent) && strings.Contains(err.Error(), "CLUSTERDOWN") {
+			break
+		}
+		if err != nil && !strings.Contains(err.Error(), "CLUSTERDOWN") && !strings.Contains(err.Error(), "fence") {
+			t.Fatalf("a batch while the cluster is down: %v, want CLUSTERDOWN, not sent", err)
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the cluster never said it was down: last %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// On a Redis Cluster of Redis 7 servers, stock announcements travel on a
+// sharded channel (SPUBLISH): a live subscription hears them, from the
+// one shard that serves the channel, while a plain subscriber of the
+// stock channel, which a PUBLISH would reach on any node, hears nothing.
+func TestOnARedisClusterStockAnnouncementsUseShardedPubSub(t *testing.T) {
+	t.Parallel()
+	nodes := testenv.MustRedisCluster(t, 3)
+	bg := clusterClient(t, testenv.ClusterURL(nodes...), persistence.BackgroundTuning())
+	live := persistence.NewLive(bg)
+	sub := live.Subscribe(t.Context())
+	defer sub.Close()
+	plain := nodes[0].Client().Subscribe(t.Context(), "flashsale:stock-changed")
+	defer plain.Close()
+	if _, err := plain.Receive(t.Context()); err != nil { // the subscription's confirmation
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	heard := make(chan error, 1)
+	go func() {
+		for {
+			a, err := sub.Next(ctx)
+			if err != nil || a.Kind == domain.StockChanged && fmt.Sprint(a.IDs) == "[7]" {
+				heard <- err
+				return
+			}
+		}
+	}()
+	tick := time.NewTicker(50 * time.Millisecond) // until the subscription is in place
+	defer tick.Stop()
+	for done := false; !done; {
+		if err := live.PublishStock(ctx, []int64{7}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-heard:
+			if err != nil {
+				t.Fatalf("the live subscription heard nothing: %v", err)
+			}
+			done = true
+		case <-tick.C:
+		}
+	}
+	quiet, stop := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer stop()
+	if msg, err := plain.ReceiveMessage(quiet); err == nil {
+		t.Fatalf("a plain subscriber heard %q: the announcement was broadcast, not sharded", msg.Payload)
+	}
+}
+
+// seenCommands notes the commands a client sends, by name.
+type seenCommands struct {
+	mu    sync.Mutex
+	names map[string]int
+}
+
+func (s *seenCommands) note(cmd redis.Cmder) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.names[cmd.Name()]++
+}
+
+func (s *seenCommands) count(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.names[name]
+}
+
+// The hooks the service puts on a cluster client (the breaker, the error
+// counter) see the acknowledged grab's script and WAIT, which go straight
+// to the key's primary, and the cluster client's own calls alike.
+func TestOnARedisClusterHooksSeeTheCallsMadeOnTheKeysPrimary(t *testing.T) {
+	t.Parallel()
+	nodes := testenv.MustRedisCluster(t, 3)
+	rdb := clusterClient(t, testenv.ClusterURL(nodes...), persistence.RequestTuning(time.Second))
+	seen := &seenCommands{names: map[string]int{}}
+	persistence.AddHooks(rdb, testenv.CommandHook(seen.note))
+	db := testenv.MustPostgres(t)
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10})
+	g := persistence.NewGrabs(rdb)
+	g.Acks = persistence.Acks{Replicas: 1, Timeout: 50 * time.Millisecond} // no replica: not acknowledged
+	fence, _, err := g.Claim(t.Context(), v.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Grab(call(t), v.ID, 0, fence, grabs(t, testenv.MustOrderIDs(t, db), 1)); !errors.Is(err, persistence.ErrNotAcknowledged) {
+		t.Fatalf("grab without replicas: %v, want ErrNotAcknowledged", err)
+	}
+	if seen.count("wait") == 0 || seen.count("evalsha")+seen.count("eval") < 2 {
+		t.Fatalf("the hooks saw %v: want the claim's and the grab's scripts and the grab's WAIT", seen.names)
 	}
 }

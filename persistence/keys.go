@@ -204,6 +204,12 @@ const (
 	stockChannel = "flashsale:stock-changed"
 	// orderChannel carries orders recorded, paid or cancelled, "12,15".
 	orderChannel = "flashsale:order-changed"
+	// shardedStockChannel and shardedOrderChannel carry what stockChannel
+	// and orderChannel do on a Redis Cluster whose servers have sharded
+	// pub/sub (SPUBLISH, Redis 7.0): one hash tag, so that one
+	// SSUBSCRIBE takes both from the shard that serves their slot.
+	shardedStockChannel = "{flashsale:live}:stock-changed"
+	shardedOrderChannel = "{flashsale:live}:order-changed"
 	// gateChannel announces "blocks" (the blocklist changed) or
 	// "voucher:<id>" (a voucher's gate changed); nodes re-read, never
 	// trust the payload.

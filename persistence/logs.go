@@ -82,22 +82,37 @@ func (l *Logs) List(ctx context.Context) ([]string, error) {
 // created again, and the logs must be listed again before the next read.
 var ErrStaleList = errors.New("a log has no consumer group; listing the logs again")
 
-// Read reads up to count entries of logs as consumer: id "0" re-reads the
-// consumer's own pending entries, ">" new ones, waiting up to block for
-// them (0: no wait). A log without its group gets it (EnsureGroups) and
-// the read fails with ErrStaleList.
+// Read reads up to count entries of each of logs as consumer: id "0"
+// re-reads the consumer's own pending entries, ">" new ones, waiting up to
+// block for them (0: no wait). A log without its group gets it
+// (EnsureGroups) and the read fails with ErrStaleList.
+//
+// One server reads every log in one XREADGROUP. A Redis Cluster refuses a
+// command whose keys hash to different slots (CROSSSLOT), so there the
+// logs are read one hash tag at a time (readSharded).
 func (l *Logs) Read(ctx context.Context, consumer string, logs []string, id string, count int, block time.Duration) ([]LogEntry, error) {
+	if _, ok := l.rdb.(*redis.ClusterClient); ok {
+		return l.readSharded(ctx, consumer, logs, id, count, block)
+	}
+	if block == 0 {
+		block = -1 // no BLOCK argument
+	}
+	res, err := l.rdb.XReadGroup(ctx, l.readArgs(consumer, logs, id, count, block)).Result()
+	return l.readResult(ctx, res, err)
+}
+
+// readArgs is XREADGROUP of logs from id.
+func (l *Logs) readArgs(consumer string, logs []string, id string, count int, block time.Duration) *redis.XReadGroupArgs {
 	args := make([]string, 0, 2*len(logs))
 	args = append(args, logs...)
 	for range logs {
 		args = append(args, id)
 	}
-	if block == 0 {
-		block = -1 // no BLOCK argument
-	}
-	res, err := l.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-		Group: l.group, Consumer: consumer, Streams: args, Count: int64(count), Block: block,
-	}).Result()
+	return &redis.XReadGroupArgs{Group: l.group, Consumer: consumer, Streams: args, Count: int64(count), Block: block}
+}
+
+// readResult turns one XREADGROUP's reply into entries.
+func (l *Logs) readResult(ctx context.Context, res []redis.XStream, err error) ([]LogEntry, error) {
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -115,6 +130,68 @@ func (l *Logs) Read(ctx context.Context, consumer string, logs []string, id stri
 		out = appendEntries(out, s.Stream, s.Messages)
 	}
 	return out, nil
+}
+
+// clusterReadPoll is how often a read across a Redis Cluster's slots
+// looks again for new entries while it waits out its block.
+const clusterReadPoll = 25 * time.Millisecond
+
+// readSharded reads logs on a Redis Cluster: one XREADGROUP per hash tag
+// (a voucher's or red packet's logs share theirs, so their slot), all in
+// one pipeline, which go-redis sends to every primary at once. A blocking
+// XREADGROUP can wait on one slot only, so while nothing comes the read
+// looks again every clusterReadPoll until block has passed: new orders
+// reach the database that much later, never less surely.
+func (l *Logs) readSharded(ctx context.Context, consumer string, logs []string, id string, count int, block time.Duration) ([]LogEntry, error) {
+	groups := map[string][]string{}
+	var tags []string
+	for _, s := range logs {
+		t := hashTag(s)
+		if _, ok := groups[t]; !ok {
+			tags = append(tags, t)
+		}
+		groups[t] = append(groups[t], s)
+	}
+	deadline := time.Now().Add(block)
+	for {
+		pipe := l.rdb.Pipeline()
+		reads := make([]*redis.XStreamSliceCmd, len(tags))
+		for i, t := range tags {
+			reads[i] = pipe.XReadGroup(ctx, l.readArgs(consumer, groups[t], id, count, -1))
+		}
+		_, _ = pipe.Exec(ctx) // each reply is checked below
+		var out []LogEntry
+		for _, r := range reads {
+			got, err := l.readResult(ctx, r.Val(), r.Err())
+			if err != nil {
+				// Entries read from other slots wait in the consumer's
+				// pending list, which the caller re-reads after a failure.
+				return nil, err
+			}
+			out = append(out, got...)
+		}
+		left := time.Until(deadline)
+		if len(out) > 0 || left <= 0 || len(tags) == 0 {
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(min(left, clusterReadPoll)):
+		}
+	}
+}
+
+// hashTag is what Redis Cluster hashes of key: the part between the first
+// "{" and the next "}" when it is not empty, else the whole key. Keys
+// with the same tag are in the same slot.
+func hashTag(key string) string {
+	if _, rest, ok := strings.Cut(key, "{"); ok {
+		if tag, _, ok := strings.Cut(rest, "}"); ok && tag != "" {
+			return tag
+		}
+	}
+	return key
 }
 
 // Claim takes over, for consumer, up to count entries that other

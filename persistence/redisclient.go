@@ -189,9 +189,37 @@ func (t RedisTarget) Client(tu ClientTuning) redis.UniversalClient {
 		o := *t.cluster
 		tu.tune(&o.ContextTimeoutEnabled, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
 			&o.MaxRetries, &o.DialerRetries, &o.PoolSize, &o.MinIdleConns)
+		if tu.MaxRetries < 0 {
+			// The cluster client sends a call again, to the same node or
+			// another, after a timeout or a redirect, up to MaxRedirects
+			// times whatever MaxRetries says: without retries, one
+			// attempt, so that a redirect or a refusal by the cluster
+			// proves the call did not run (see notSent).
+			o.MaxRedirects = -1
+		}
 		return redis.NewClusterClient(&o)
 	default:
 		o, _ := t.Options(tu)
 		return redis.NewClient(o)
 	}
+}
+
+// AddHooks adds hooks to a client of the stock Redis so that they see
+// every call it makes. A cluster client's own hooks do not see the calls
+// made through the primary of a key (ClusterClient.MasterForKey, see
+// ackNode), so on a cluster they go on each node's client instead, which
+// every call of the cluster client goes through too.
+func AddHooks(rdb redis.UniversalClient, hooks ...redis.Hook) {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		for _, h := range hooks {
+			rdb.AddHook(h)
+		}
+		return
+	}
+	cc.OnNewNode(func(node *redis.Client) {
+		for _, h := range hooks {
+			node.AddHook(h)
+		}
+	})
 }

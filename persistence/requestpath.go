@@ -26,16 +26,31 @@ const (
 )
 
 // notSent marks err as domain.ErrNotSent when it proves that the call
-// never reached Redis: the breaker refused it (its error wraps
-// domain.ErrNotSent), the connection was refused,
-// or no pooled connection came free in time. Any other failure (a
-// timeout, a reset) may have run the call.
+// never ran: the breaker refused it (its error wraps domain.ErrNotSent),
+// the connection was refused, no pooled connection came free in time, or
+// a Redis Cluster node refused it before running it (clusterRefusal).
+// Any other failure (a timeout, a reset) may have run the call.
 func notSent(err error) error {
 	if err == nil || errors.Is(err, domain.ErrNotSent) ||
-		!errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, redis.ErrPoolTimeout) {
+		!errors.Is(err, syscall.ECONNREFUSED) && !errors.Is(err, redis.ErrPoolTimeout) && !clusterRefusal(err) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", domain.ErrNotSent, err)
+}
+
+// clusterRefusal recognises the replies of a Redis Cluster node that did
+// not run a call: the slot is served elsewhere (MOVED, ASK), its keys are
+// being moved (TRYAGAIN), or the cluster cannot serve it now (CLUSTERDOWN,
+// during a failover). They prove the call did not run only because the
+// request-path clients make one attempt (RequestTuning): after a retry
+// the last reply says nothing of an earlier attempt that timed out.
+func clusterRefusal(err error) bool {
+	for _, code := range []string{"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN"} {
+		if redis.HasErrorPrefix(err, code) {
+			return true
+		}
+	}
+	return false
 }
 
 // RequestClientOptions returns opts tuned for request paths (RequestTuning).
@@ -53,10 +68,11 @@ func BackgroundClientOptions(opts redis.Options) *redis.Options {
 
 // unavailable marks err as UNAVAILABLE for clients when Redis did not
 // answer (breaker open, timeout, connection refused), keeping the cause
-// for the log; Redis's own error replies stay internal errors.
+// for the log; Redis's own error replies stay internal errors, but for a
+// Redis Cluster's refusals during a failover or a resharding.
 func unavailable(err error) error {
 	var reply redis.Error
-	if err == nil || errors.As(err, &reply) {
+	if err == nil || errors.As(err, &reply) && !clusterRefusal(err) {
 		return err
 	}
 	return fmt.Errorf("%w: %w", domain.ErrLiveStockUnavailable, err)

@@ -19,6 +19,10 @@ import (
 type Subscription struct {
 	ps *redis.PubSub
 	ch <-chan any
+	// sharded is the subscription to sharded channels (SSUBSCRIBE), if
+	// any: a connection of its own, to the shard that serves them.
+	sharded   *redis.PubSub
+	shardedCh <-chan any
 	// missed lists the channels whose (re)subscription Next reports as
 	// domain.Missed.
 	missed map[string]bool
@@ -46,27 +50,48 @@ func (s *Subscription) Next(ctx context.Context) (domain.Announcement, error) {
 		select {
 		case <-ctx.Done():
 			return domain.Announcement{}, ctx.Err()
-		case msg, ok := <-s.ch:
-			if !ok {
+		case msg, open := <-s.ch:
+			if a, ok, closed := s.read(msg, open); closed {
 				return domain.Announcement{}, errSubscriptionClosed
+			} else if ok {
+				return a, nil
 			}
-			switch m := msg.(type) {
-			case *redis.Subscription:
-				if m.Kind == "subscribe" && s.missed[m.Channel] {
-					return domain.Announcement{Kind: domain.Missed}, nil
-				}
-			case *redis.Message:
-				if a, ok := s.decode(m.Channel, m.Payload); ok {
-					return a, nil
-				}
+		case msg, open := <-s.shardedCh: // nil, so never ready, without sharded channels
+			if a, ok, closed := s.read(msg, open); closed {
+				return domain.Announcement{}, errSubscriptionClosed
+			} else if ok {
+				return a, nil
 			}
 		}
 	}
 }
 
+// read decodes one message from a subscription's channel, open unless
+// Close closed it: an announcement (ok), nothing to announce, or the end
+// of the subscription (closed).
+func (s *Subscription) read(msg any, open bool) (_ domain.Announcement, ok, closed bool) {
+	if !open {
+		return domain.Announcement{}, false, true
+	}
+	switch m := msg.(type) {
+	case *redis.Subscription:
+		if (m.Kind == "subscribe" || m.Kind == "ssubscribe") && s.missed[m.Channel] {
+			return domain.Announcement{Kind: domain.Missed}, true, false
+		}
+	case *redis.Message:
+		a, ok := s.decode(m.Channel, m.Payload)
+		return a, ok, false
+	}
+	return domain.Announcement{}, false, false
+}
+
 // Close ends the subscription.
 func (s *Subscription) Close() error {
-	if err := s.ps.Close(); err != nil {
+	var err error
+	if s.sharded != nil {
+		err = s.sharded.Close()
+	}
+	if err := errors.Join(s.ps.Close(), err); err != nil {
 		return fmt.Errorf("close announcement subscription: %w", err)
 	}
 	return nil

@@ -71,7 +71,7 @@ type RoundResult struct {
 	// voucher could not be created, the stores could not be read).
 	Err error
 	// Skipped says why the round did not run, when the service refuses
-	// the kind's configuration at start (REDIS_MODE=cluster today): not
+	// the kind's configuration at start (a REDIS_MODE it does not take): not
 	// a pass, and not a broken promise either.
 	Skipped string
 

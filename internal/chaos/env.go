@@ -130,7 +130,7 @@ func profileOf(p plan) profile {
 var errNotRunnable = errors.New("not runnable")
 
 // refusedAtStart is what the service says when it refuses a Redis mode
-// it does not support yet (config's clusterNotYet).
+// it does not support (none today; the profile mechanism stays for one).
 const refusedAtStart = "is not supported yet"
 
 // nodeSettings are the service's settings in every round: no rate limits

@@ -415,15 +415,6 @@ func redactURL(s string) string {
 	return u.Redacted()
 }
 
-// clusterNotYet is why REDIS_MODE=cluster is refused: what would cross
-// hash slots, which Redis Cluster refuses (CROSSSLOT), or go to the wrong
-// node. A voucher's and a red packet's own keys and scripts are
-// cluster-safe already (their hash tags); these are not.
-const clusterNotYet = "cluster is not supported yet: the order-log and red-packet-log writers read every log " +
-	"in one XREADGROUP across hash slots, which Redis Cluster refuses (CROSSSLOT), and REDIS_ACK_REPLICAS " +
-	"would send WAIT to a node of go-redis's choosing rather than the one that ran the grab script; " +
-	"use single or sentinel"
-
 // LockNodeMode is the mode a LOCK_REDIS_URLS node is reached in: REDIS_URL
 // (the default) in REDIS_MODE, any other URL as one server: Redlock wants
 // independent nodes.

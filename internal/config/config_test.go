@@ -604,8 +604,8 @@ func TestEverySettingHasAFlagAVariableAndALogEntry(t *testing.T) {
 }
 
 // REDIS_MODE decides which of go-redis's URL forms REDIS_URL must have;
-// a URL that does not parse in its mode, a mode without REDIS_URL, and
-// cluster (not cluster-safe yet) are refused naming the variable at fault.
+// a URL that does not parse in its mode and a mode without REDIS_URL are
+// refused naming the variable at fault.
 // Acknowledgements need a Redis of its own and a timeout WAIT can count
 // and a grab can wait out.
 func TestRedisModesAndAcknowledgements(t *testing.T) {
@@ -628,7 +628,9 @@ func TestRedisModesAndAcknowledgements(t *testing.T) {
 		{"acknowledged by two replicas", env("REDIS_MODE", "sentinel", "REDIS_URL", failover, "REDIS_ACK_REPLICAS", "2", "REDIS_ACK_TIMEOUT", "50ms"), "", ""},
 		{"unknown mode", env("REDIS_MODE", "ring", "REDIS_URL", single), "REDIS_MODE", "single, sentinel, cluster"},
 		{"sentinel without REDIS_URL", env("REDIS_MODE", "sentinel", "ALLOW_EMBEDDED_REDIS", "true"), "REDIS_MODE", "needs REDIS_URL"},
-		{"cluster", env("REDIS_MODE", "cluster", "REDIS_URL", cluster), "REDIS_MODE", "XREADGROUP"},
+		{"cluster", env("REDIS_MODE", "cluster", "REDIS_URL", cluster), "", ""},
+		{"cluster acknowledged by a replica", env("REDIS_MODE", "cluster", "REDIS_URL", cluster, "REDIS_ACK_REPLICAS", "1"), "", ""},
+		{"cluster read from replicas", env("REDIS_MODE", "cluster", "REDIS_URL", cluster+"&read_only=true"), "REDIS_URL", "primary"},
 		{"single with a failover URL", env("REDIS_URL", failover), "REDIS_URL", "master_name"},
 		{"sentinel without master_name", env("REDIS_MODE", "sentinel", "REDIS_URL", single), "REDIS_URL", "master_name is required"},
 		{"sentinel routed to replicas", env("REDIS_MODE", "sentinel", "REDIS_URL", failover+"&replica_only=true"), "REDIS_URL", "primary"},

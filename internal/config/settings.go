@@ -93,15 +93,13 @@ var settings = []setting{
 			c.NodeID = DefaultNodeID(host, c.HTTPAddr)
 		}).
 		checked(func(c Config) string { return nodeIDProblem(c.NodeID) }),
-	lowerVar("REDIS_MODE", persistence.RedisSingle, "how REDIS_URL reaches Redis: single (redis://host:port/db), sentinel (go-redis's failover URL, redis://sentinel:26379?master_name=NAME&addr=sentinel2:26379) or cluster (go-redis's cluster URL; refused until every key and script is cluster-safe)", func(c *Config) *string { return &c.RedisMode }).
+	lowerVar("REDIS_MODE", persistence.RedisSingle, "how REDIS_URL reaches Redis: single (redis://host:port/db), sentinel (go-redis's failover URL, redis://sentinel:26379?master_name=NAME&addr=sentinel2:26379) or cluster (go-redis's cluster URL, redis://node1:7000?addr=node2:7001: any nodes, the rest is discovered; each voucher's and red packet's keys live on one shard)", func(c *Config) *string { return &c.RedisMode }).
 		checked(func(c Config) string {
 			switch {
 			case !slices.Contains(persistence.RedisModes, c.RedisMode):
 				return "want " + strings.Join(persistence.RedisModes, ", ")
 			case c.RedisMode != persistence.RedisSingle && c.RedisURL == "":
 				return c.RedisMode + " needs REDIS_URL: the in-process Redis is a single server"
-			case c.RedisMode == persistence.RedisCluster:
-				return clusterNotYet
 			}
 			return ""
 		}),

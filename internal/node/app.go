@@ -305,10 +305,9 @@ func (a *app) openRedis(ctx context.Context, _ *loops) (err error) {
 	a.bg = target.Client(persistence.BackgroundTuning())
 	a.rdb = target.Client(persistence.RequestTuning(0))
 	a.breaker = breaker.New(log, breaker.Options{OnClose: a.afterRedisOutage})
-	a.rdb.AddHook(a.breaker)
 	// After the breaker: a command it refuses never reached Redis.
-	a.rdb.AddHook(persistence.RedisErrors{})
-	a.bg.AddHook(persistence.RedisErrors{})
+	persistence.AddHooks(a.rdb, a.breaker, persistence.RedisErrors{})
+	persistence.AddHooks(a.bg, persistence.RedisErrors{})
 	a.acked = a.rdb
 	acks := persistence.Acks{Replicas: cfg.RedisAckReplicas, Timeout: cfg.RedisAckTimeout}
 	if acks.Replicas > 0 {
@@ -319,8 +318,7 @@ func (a *app) openRedis(ctx context.Context, _ *loops) (err error) {
 		tuning := persistence.RequestTuning(0)
 		tuning.Read += acks.Timeout
 		a.acked = target.Client(tuning)
-		a.acked.AddHook(a.breaker)
-		a.acked.AddHook(persistence.RedisErrors{})
+		persistence.AddHooks(a.acked, a.breaker, persistence.RedisErrors{})
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err = a.bg.Ping(pingCtx).Err()

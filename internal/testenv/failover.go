@@ -479,21 +479,9 @@ func (c *RedisCluster) KillPrimaryOf(ctx context.Context, key string) (*RedisSer
 	if err != nil {
 		return nil, err
 	}
-	nodes, err := c.view(ctx)
+	replicas, err := c.replicaAddrs(ctx, p)
 	if err != nil {
 		return nil, err
-	}
-	var id string
-	for _, n := range nodes {
-		if n.addr == p.Addr() {
-			id = n.id
-		}
-	}
-	var replicas []string
-	for _, n := range nodes {
-		if n.primaryID == id {
-			replicas = append(replicas, n.addr)
-		}
 	}
 	if len(replicas) == 0 {
 		return nil, fmt.Errorf("primary %s has no replica to promote", p.Addr())
@@ -506,6 +494,43 @@ func (c *RedisCluster) KillPrimaryOf(ctx context.Context, key string) (*RedisSer
 	c.mu.Unlock()
 	p.Kill()
 	return p, nil
+}
+
+// ReplicasOf are the nodes that replicate primary now.
+func (c *RedisCluster) ReplicasOf(ctx context.Context, primary *RedisServer) ([]*RedisServer, error) {
+	addrs, err := c.replicaAddrs(ctx, primary)
+	if err != nil {
+		return nil, err
+	}
+	var out []*RedisServer
+	for _, a := range addrs {
+		if s := c.server(a); s != nil {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// replicaAddrs are the addresses of primary's replicas, as the cluster
+// sees them now.
+func (c *RedisCluster) replicaAddrs(ctx context.Context, primary *RedisServer) ([]string, error) {
+	nodes, err := c.view(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var id string
+	for _, n := range nodes {
+		if n.addr == primary.Addr() {
+			id = n.id
+		}
+	}
+	var replicas []string
+	for _, n := range nodes {
+		if id != "" && n.primaryID == id {
+			replicas = append(replicas, n.addr)
+		}
+	}
+	return replicas, nil
 }
 
 // WaitPromoted waits until a replica of the killed primary old serves its

@@ -77,3 +77,28 @@ func (f failures) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 		return err
 	}
 }
+
+// CommandHook is a go-redis hook that shows fn every command a client
+// sends, alone or in a pipeline, before it is sent.
+type CommandHook func(cmd redis.Cmder)
+
+// DialHook implements redis.Hook.
+func (h CommandHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook implements redis.Hook.
+func (h CommandHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+// ProcessPipelineHook implements redis.Hook.
+func (h CommandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			h(c)
+		}
+		return next(ctx, cmds)
+	}
+}
