@@ -118,6 +118,9 @@ type runner struct {
 	// breakerOpened: a Redis stall of the round that runs saw the node's
 	// breaker open before Redis resumed.
 	breakerOpened atomic.Bool
+	// promoted is when the round's killed primary's replica was seen
+	// promoted (a *time.Time; nil when none was).
+	promoted atomic.Pointer[time.Time]
 }
 
 // Run runs cfg.Rounds rounds and prints each and then the table to
@@ -196,6 +199,7 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 		return res
 	}
 	rn.breakerOpened.Store(false)
+	rn.promoted.Store(nil)
 	fallbackOK := rn.fallbackSales(ctx, p)
 	now := time.Now()
 	spec := voucherSpec{Stock: p.stock, Limit: p.limit, Begin: now.Add(-time.Minute), End: now.Add(10 * time.Minute), RequireTicket: p.tickets, POW: p.pow}
@@ -247,6 +251,9 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 	}
 	st.drained, st.logLeft = drained, left
 	res.outcome = judge(p, answers, st, rn.requestIDs)
+	if t := rn.promoted.Load(); t != nil {
+		judgeFailoverStall(&res.outcome, answers, *t, failoverStallBound)
+	}
 	res.outcome.fallbackOK, res.outcome.breakerOpened = fallbackOK, rn.breakerOpened.Load()
 	rpState, err := rn.drainRedPacket(ctx, rpID, p.rpExpiry > 0, pgRetried(p, saleStart))
 	if err != nil {

@@ -517,3 +517,34 @@ func fallbackNote(p plan) string {
 	}
 	return ""
 }
+
+// failoverStallBound is how long after the sentinels promote a replica
+// grabs may still answer UNAVAILABLE: the breaker's next half-open probe
+// (it stays open 2 s, and the probe pings every 250 ms), the dead
+// primary's copy of a segment's lease lapsing on the promoted replica
+// (SEGMENT_LEASE_TTL, 3 s, from its last renewal before the kill), and
+// one grab's own wait for an answer (GRAB_TIMEOUT, 5 s): each at the
+// defaults the suite's nodes run with.
+const failoverStallBound = 2*time.Second + 250*time.Millisecond + 3*time.Second + 5*time.Second
+
+// judgeFailoverStall adds a violation when a grab sent later than bound
+// after promoted was answered UNAVAILABLE: Redis was back, and the nodes
+// still refused to sell.
+func judgeFailoverStall(o *outcome, answers []answer, promoted time.Time, bound time.Duration) {
+	if promoted.IsZero() {
+		return
+	}
+	var late int
+	var last time.Duration
+	for _, a := range answers {
+		if a.Code != codeUnavailable || a.sent.Before(promoted.Add(bound)) {
+			continue
+		}
+		late++
+		last = max(last, a.sent.Sub(promoted))
+	}
+	if late > 0 {
+		o.add("failover-stall", "%d grabs answered UNAVAILABLE though sent more than %s after the promotion, the last %.1fs after it",
+			late, bound, last.Seconds())
+	}
+}
