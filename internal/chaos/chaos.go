@@ -325,6 +325,9 @@ func (rn *runner) print(r RoundResult) {
 	if rn.cfg.Verbose || r.Failed() {
 		fmt.Fprintf(w, "      plan: %s\n", r.plan)
 		fmt.Fprintf(w, "      answers: %s; slowest %.2fs\n", summary(o.answers), o.maxTook.Seconds())
+		if o.lastUnavail > 0 {
+			fmt.Fprintf(w, "      last UNAVAILABLE sent %.1fs after the promotion\n", o.lastUnavail.Seconds())
+		}
 	}
 	if r.Err != nil {
 		fmt.Fprintf(w, "      could not check: %v\n", r.Err)

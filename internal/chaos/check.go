@@ -218,10 +218,13 @@ type outcome struct {
 	dead       int // dead-lettered orders of the voucher
 	gqlErrors  int // GraphQL errors answered to grabs
 	unavail    int // UNAVAILABLE answers
-	maxTook    time.Duration
-	answers    map[string]int // answers by code or error, for -v
-	rpOK       int            // packets of the round's red packet in the database
-	rpRefund   int64          // cents its refund handed back
+	// lastUnavail: how long after a failover's promotion the last grab
+	// answered UNAVAILABLE was sent (0: none after it, or no promotion)
+	lastUnavail time.Duration
+	maxTook     time.Duration
+	answers     map[string]int // answers by code or error, for -v
+	rpOK        int            // packets of the round's red packet in the database
+	rpRefund    int64          // cents its refund handed back
 	// fallback rounds: grabs the database fallback answered OK, and
 	// whether the breaker was seen open during the stall
 	fallbackOK    int
@@ -537,7 +540,11 @@ func judgeFailoverStall(o *outcome, answers []answer, promoted time.Time, bound 
 	var late int
 	var last time.Duration
 	for _, a := range answers {
-		if a.Code != codeUnavailable || a.sent.Before(promoted.Add(bound)) {
+		if a.Code != codeUnavailable {
+			continue
+		}
+		o.lastUnavail = max(o.lastUnavail, a.sent.Sub(promoted))
+		if a.sent.Before(promoted.Add(bound)) {
 			continue
 		}
 		late++
