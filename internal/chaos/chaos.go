@@ -118,6 +118,9 @@ type runner struct {
 	// breakerOpened: a Redis stall of the round that runs saw the node's
 	// breaker open before Redis resumed.
 	breakerOpened atomic.Bool
+	// promoted is when the round's killed primary's replica was seen
+	// promoted (a *time.Time; nil when none was).
+	promoted atomic.Pointer[time.Time]
 }
 
 // Run runs cfg.Rounds rounds and prints each and then the table to
@@ -196,6 +199,7 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 		return res
 	}
 	rn.breakerOpened.Store(false)
+	rn.promoted.Store(nil)
 	fallbackOK := rn.fallbackSales(ctx, p)
 	now := time.Now()
 	spec := voucherSpec{Stock: p.stock, Limit: p.limit, Begin: now.Add(-time.Minute), End: now.Add(10 * time.Minute), RequireTicket: p.tickets, POW: p.pow}
@@ -247,6 +251,9 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 	}
 	st.drained, st.logLeft = drained, left
 	res.outcome = judge(p, answers, st, rn.requestIDs)
+	if t := rn.promoted.Load(); t != nil {
+		judgeFailoverStall(&res.outcome, answers, *t, failoverStallBound)
+	}
 	res.outcome.fallbackOK, res.outcome.breakerOpened = fallbackOK, rn.breakerOpened.Load()
 	rpState, err := rn.drainRedPacket(ctx, rpID, p.rpExpiry > 0, pgRetried(p, saleStart))
 	if err != nil {
@@ -318,6 +325,9 @@ func (rn *runner) print(r RoundResult) {
 	if rn.cfg.Verbose || r.Failed() {
 		fmt.Fprintf(w, "      plan: %s\n", r.plan)
 		fmt.Fprintf(w, "      answers: %s; slowest %.2fs\n", summary(o.answers), o.maxTook.Seconds())
+		if o.lastUnavail > 0 {
+			fmt.Fprintf(w, "      last UNAVAILABLE sent %.1fs after the promotion\n", o.lastUnavail.Seconds())
+		}
 	}
 	if r.Err != nil {
 		fmt.Fprintf(w, "      could not check: %v\n", r.Err)

@@ -218,10 +218,13 @@ type outcome struct {
 	dead       int // dead-lettered orders of the voucher
 	gqlErrors  int // GraphQL errors answered to grabs
 	unavail    int // UNAVAILABLE answers
-	maxTook    time.Duration
-	answers    map[string]int // answers by code or error, for -v
-	rpOK       int            // packets of the round's red packet in the database
-	rpRefund   int64          // cents its refund handed back
+	// lastUnavail: how long after a failover's promotion the last grab
+	// answered UNAVAILABLE was sent (0: none after it, or no promotion)
+	lastUnavail time.Duration
+	maxTook     time.Duration
+	answers     map[string]int // answers by code or error, for -v
+	rpOK        int            // packets of the round's red packet in the database
+	rpRefund    int64          // cents its refund handed back
 	// fallback rounds: grabs the database fallback answered OK, and
 	// whether the breaker was seen open during the stall
 	fallbackOK    int
@@ -516,4 +519,39 @@ func fallbackNote(p plan) string {
 		return " (a fallback round: dead letters excuse no unit)"
 	}
 	return ""
+}
+
+// failoverStallBound is how long after the sentinels promote a replica
+// grabs may still answer UNAVAILABLE: the breaker's next half-open probe
+// (it stays open 2 s, and the probe pings every 250 ms), the dead
+// primary's copy of a segment's lease lapsing on the promoted replica
+// (SEGMENT_LEASE_TTL, 3 s, from its last renewal before the kill), and
+// one grab's own wait for an answer (GRAB_TIMEOUT, 5 s): each at the
+// defaults the suite's nodes run with.
+const failoverStallBound = 2*time.Second + 250*time.Millisecond + 3*time.Second + 5*time.Second
+
+// judgeFailoverStall adds a violation when a grab sent later than bound
+// after promoted was answered UNAVAILABLE: Redis was back, and the nodes
+// still refused to sell.
+func judgeFailoverStall(o *outcome, answers []answer, promoted time.Time, bound time.Duration) {
+	if promoted.IsZero() {
+		return
+	}
+	var late int
+	var last time.Duration
+	for _, a := range answers {
+		if a.Code != codeUnavailable {
+			continue
+		}
+		o.lastUnavail = max(o.lastUnavail, a.sent.Sub(promoted))
+		if a.sent.Before(promoted.Add(bound)) {
+			continue
+		}
+		late++
+		last = max(last, a.sent.Sub(promoted))
+	}
+	if late > 0 {
+		o.add("failover-stall", "%d grabs answered UNAVAILABLE though sent more than %s after the promotion, the last %.1fs after it",
+			late, bound, last.Seconds())
+	}
 }

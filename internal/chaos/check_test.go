@@ -246,3 +246,35 @@ func TestPlanBuildsTheDegradedShapes(t *testing.T) {
 		})
 	}
 }
+
+// The failover stall check: an UNAVAILABLE sent later than the bound after
+// the promotion is a violation; one sent before it, or any other answer,
+// is not.
+func TestJudgeFailoverStall(t *testing.T) {
+	promoted := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ans := func(code string, after time.Duration) answer {
+		a := answer{sent: promoted.Add(after)}
+		a.Code = code
+		return a
+	}
+	for _, tc := range []struct {
+		name    string
+		answers []answer
+		want    int
+	}{
+		{"unavailable within the bound", []answer{ans(codeUnavailable, -time.Second), ans(codeUnavailable, 9*time.Second)}, 0},
+		{"sold after the bound", []answer{ans(codeOK, 30*time.Second)}, 0},
+		{"unavailable after the bound", []answer{ans(codeUnavailable, 11*time.Second), ans(codeOK, 12*time.Second)}, 1},
+	} {
+		var o outcome
+		judgeFailoverStall(&o, tc.answers, promoted, 10*time.Second)
+		if len(o.violations) != tc.want {
+			t.Errorf("%s: violations %v, want %d", tc.name, o.violations, tc.want)
+		}
+	}
+	var o outcome
+	judgeFailoverStall(&o, []answer{ans(codeUnavailable, time.Hour)}, time.Time{}, time.Second)
+	if len(o.violations) != 0 {
+		t.Errorf("no promotion: violations %v", o.violations)
+	}
+}

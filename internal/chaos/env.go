@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -250,8 +251,12 @@ func (e *env) use(ctx context.Context, prof profile) error {
 		return err
 	}
 	e.store = store
+	nodeEnv, err := clusterSettings(settings, prof.nodes)
+	if err != nil {
+		return err
+	}
 	for i := range prof.nodes {
-		n, err := testenv.StartService(ctx, e.bin, settings)
+		n, err := testenv.StartService(ctx, e.bin, nodeEnv[i])
 		if err != nil {
 			if strings.Contains(err.Error(), refusedAtStart) {
 				return fmt.Errorf("%w: REDIS_MODE=%s refused at start: %s", errNotRunnable, prof.topology, refusal(err.Error()))
@@ -574,4 +579,40 @@ func (e *env) metric(ctx context.Context, node int, sample string) (float64, err
 		}
 	}
 	return 0, nil
+}
+
+// clusterSettings gives each of n nodes its settings: several nodes form
+// one actor cluster (automanaged, every node a seed), so that each
+// voucher segment is hosted by one of them and the other forwards its
+// grabs there. Without it each node hosts every segment itself, and the
+// node that does not hold a segment's lease answers its grabs
+// UNAVAILABLE for as long as the holder keeps it (measured: 280 of 579
+// grabs of a fault-free two-node sale). A restarted node keeps its port.
+func clusterSettings(settings map[string]string, n int) ([]map[string]string, error) {
+	out := make([]map[string]string, n)
+	if n == 1 {
+		out[0] = settings
+		return out, nil
+	}
+	ports := make([]string, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("cluster port: %w", err)
+		}
+		_, ports[i], _ = net.SplitHostPort(l.Addr().String())
+		_ = l.Close()
+	}
+	seeds := make([]string, n)
+	for i, p := range ports {
+		seeds[i] = net.JoinHostPort("127.0.0.1", p)
+	}
+	name := "chaos" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	for i := range out {
+		out[i] = maps.Clone(settings)
+		out[i]["CLUSTER_PROVIDER"], out[i]["CLUSTER_NAME"] = "automanaged", name
+		out[i]["CLUSTER_SEEDS"], out[i]["CLUSTER_AUTOMANAGED_PORT"] = strings.Join(seeds, ","), ports[i]
+		out[i]["NODE_ID"] = "chaos-node-" + strconv.Itoa(i)
+	}
+	return out, nil
 }

@@ -360,9 +360,11 @@ var kinds = []kind{
 	// A Sentinel set's primary killed mid-sale, its replica promoted: the
 	// nodes run REDIS_MODE=sentinel with REDIS_ACK_REPLICAS=1, so that a
 	// grab answered OK is on a replica before the answer, and the replica
-	// promoted sells on from what was sold.
+	// promoted sells on from what was sold. Both nodes sell, and grabs
+	// sent later than failoverStallBound after the promotion must not
+	// answer UNAVAILABLE.
 	{name: "redis-failover", topology: topologySentinel, faults: func(r *rand.Rand, p *plan, _ bool) ([]int, []fault) {
-		return someNodes(r), []fault{{what: faultPrimaryKill, at: faultMoment(r, p.window), down: between(r, 500*time.Millisecond, 2*time.Second)}}
+		return allNodes(), []fault{{what: faultPrimaryKill, at: faultMoment(r, p.window), down: between(r, 500*time.Millisecond, 2*time.Second)}}
 	}},
 	// Redis goes back in time mid-sale with its keys present: a copy of
 	// its files taken while it sells, and between 300 ms and a third of

@@ -215,6 +215,10 @@ func (rn *runner) inject(ctx context.Context, f fault, voucher int64) error {
 		if err := rn.env.killPrimary(ctx, voucher); err != nil {
 			return err
 		}
+		if f.what == faultPrimaryKill { // the stall bound is the Sentinel set's
+			now := time.Now()
+			rn.promoted.Store(&now)
+		}
 		sleep(ctx, f.down)
 		return rn.env.rejoinPrimary(ctx)
 	case faultRedisRollback:
