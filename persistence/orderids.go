@@ -239,6 +239,20 @@ func (o *OrderIDs) acquire(ctx context.Context) error {
 	return errors.New("lease an order-id node: every free node was taken by another process first")
 }
 
+// OtherLiveNodes counts the order-id slots other processes hold a live
+// lease on: every node that sells from this database holds one.
+func (o *OrderIDs) OtherLiveNodes(ctx context.Context) (int, error) {
+	o.mu.Lock()
+	owner := o.owner
+	o.mu.Unlock()
+	n, err := o.db.NewSelect().Model((*orderIDNode)(nil)).
+		Where("lease_until_ms >= ?", o.opts.Clock().UnixMilli()).Where("owner <> ?", owner).Count(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("count the nodes holding order-id slots: %w", err)
+	}
+	return int(n), nil
+}
+
 // Renew writes a reservation Reserve past the clock (never less than the
 // one recorded) and extends the lease, while this allocator still owns the
 // slot. A slot that another process took over (our lease had lapsed) is

@@ -168,3 +168,38 @@ func TestStartWarnsWhenRedisHidesItsRunID(t *testing.T) {
 		}
 	}
 }
+
+// A node without an actor cluster (CLUSTER_PROVIDER=test) that finds
+// another node holding an order-id slot of its database warns: the two
+// would contend for every segment's lease. The node's own slot, or nodes
+// in an actor cluster, give no warning.
+func TestStartWarnsOfOtherNodesWithoutAnActorCluster(t *testing.T) {
+	t.Parallel()
+	db := testenv.MustPostgres(t)
+	quiet := slog.New(slog.DiscardHandler)
+	first := persistence.NewOrderIDs(db, quiet, persistence.OrderIDOptions{})
+	if err := first.Acquire(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	realMode := func(provider string) config.Config {
+		return config.Config{RedisURL: "redis://set", DatabaseURL: "postgres://set", ClusterProvider: provider}
+	}
+	warned := func(cfg config.Config, ids *persistence.OrderIDs) bool {
+		var buf bytes.Buffer
+		warnLoneNodes(t.Context(), cfg, ids, slog.New(slog.NewTextHandler(&buf, nil)))
+		return strings.Contains(buf.String(), "level=WARN") && strings.Contains(buf.String(), "CLUSTER_PROVIDER=automanaged")
+	}
+	if warned(realMode("test"), first) {
+		t.Error("a lone node warned of other nodes")
+	}
+	second := persistence.NewOrderIDs(db, quiet, persistence.OrderIDOptions{})
+	if err := second.Acquire(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !warned(realMode("test"), second) {
+		t.Error("a second node with CLUSTER_PROVIDER=test did not warn")
+	}
+	if warned(realMode("automanaged"), second) {
+		t.Error("a node in an actor cluster warned")
+	}
+}
