@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"flashsale/persistence"
 )
 
 // The service's Redis keys and statuses the checks read. They are part of
@@ -525,10 +527,12 @@ func fallbackNote(p plan) string {
 // grabs may still answer UNAVAILABLE: the breaker's next half-open probe
 // (it stays open 2 s, and the probe pings every 250 ms), the dead
 // primary's copy of a segment's lease lapsing on the promoted replica
-// (SEGMENT_LEASE_TTL, 3 s, from its last renewal before the kill), and
-// one grab's own wait for an answer (GRAB_TIMEOUT, 5 s): each at the
+// (SEGMENT_LEASE_TTL, 3 s, from its last renewal before the kill), the
+// rebuild of the voucher from the database that a new primary's run id
+// calls for, which holds its sales (persistence.ReloadHoldDefault, 8 s),
+// and one grab's own wait for an answer (GRAB_TIMEOUT, 5 s): each at the
 // defaults the suite's nodes run with.
-const failoverStallBound = 2*time.Second + 250*time.Millisecond + 3*time.Second + 5*time.Second
+const failoverStallBound = 2*time.Second + 250*time.Millisecond + 3*time.Second + persistence.ReloadHoldDefault + 5*time.Second
 
 // judgeFailoverStall adds a violation when a grab sent later than bound
 // after promoted was answered UNAVAILABLE: Redis was back, and the nodes
