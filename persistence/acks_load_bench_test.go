@@ -11,7 +11,6 @@ import (
 
 	"flashsale/domain"
 	"flashsale/internal/testenv"
-	"flashsale/persistence"
 )
 
 // BenchmarkGrabAcknowledgedLoad measures what REDIS_ACK_REPLICAS=0, 1 and
@@ -32,22 +31,7 @@ func BenchmarkGrabAcknowledgedLoad(b *testing.B) {
 	var user atomic.Int64
 	for _, acks := range []int{0, 1, 2} {
 		b.Run(fmt.Sprintf("acks=%d", acks), func(b *testing.B) {
-			rdb := ackClient(b, primary)
-			v := testenv.MustVoucher(b, db, rdb, testenv.VoucherSpec{Stock: b.N * ackLoadBatch, Limit: 1})
-			g := persistence.NewGrabs(rdb)
-			g.Acks = persistence.Acks{Replicas: acks, Timeout: time.Second}
-			fence, _, err := g.Claim(ctx, v.ID, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			batches := make([][]domain.Grab, b.N)
-			for i := range batches {
-				users := make([]int64, ackLoadBatch)
-				for j := range users {
-					users[j] = user.Add(1)
-				}
-				batches[i] = grabs(b, ids, users...)
-			}
+			g, v, fence, batches := ackBenchSale(b, primary, db, ids, acks, ackLoadBatch, &user)
 			took := make([]time.Duration, b.N)
 			var next atomic.Int64
 			var failed atomic.Value
