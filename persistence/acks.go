@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -19,6 +22,10 @@ import (
 type Acks struct {
 	Replicas int
 	Timeout  time.Duration
+	// AOF, when set, makes the acknowledgement also cover the fsync of
+	// the primary's and the replicas' append-only files where the primary
+	// offers it (WAITAOF); nil: WAIT alone.
+	AOF *AOFAcks
 }
 
 // AckTimeoutDefault is REDIS_ACK_TIMEOUT's default.
@@ -75,7 +82,7 @@ func (a Acks) wait(ctx context.Context) (_ time.Duration, ok bool) {
 // script's included.
 type ackedScript struct {
 	res  *redis.Cmd
-	wait *redis.IntCmd // nil without acknowledgements
+	wait *pendingAck // nil without acknowledgements
 	acks Acks
 }
 
@@ -136,28 +143,146 @@ func notRun(ctx context.Context, err error) ackedScript {
 	return ackedScript{res: res}
 }
 
-// queueWait queues WAIT Replicas timeout on pipe (go-redis's Pipeliner
-// has no Wait method).
-func (a Acks) queueWait(ctx context.Context, pipe redis.Pipeliner, t time.Duration) *redis.IntCmd {
-	cmd := redis.NewIntCmd(ctx, "wait", a.Replicas, t.Milliseconds())
-	_ = pipe.Process(ctx, cmd)
-	return cmd
+// AOFAcks is whether the primary offers fsync acknowledgements: WAITAOF
+// (Redis 7.2 and later) with appendonly yes, as INFO server and
+// persistence say. It is learned on the connection that runs the scripts,
+// queued with a batch's script and WAIT, at its first call and again
+// every aofRelearn: a Sentinel failover to a server of another version or
+// configuration is seen within that time. Until it is learned, and while
+// the primary lacks it, the batch waits with WAIT; a WAITAOF the primary
+// refuses (an older server promoted, appendonly turned off) leaves its
+// batch undecided, and the next batches use WAIT until it is learned again.
+type AOFAcks struct {
+	mu      sync.Mutex
+	use     bool
+	learned time.Time // zero: learn at the next call
+}
+
+// aofRelearn is how often AOFAcks asks the primary again.
+const aofRelearn = 10 * time.Second
+
+// plan says whether the next batch uses WAITAOF and whether it asks INFO.
+func (c *AOFAcks) plan() (useAOF, learn bool) {
+	if c == nil {
+		return false, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Until an answer comes every batch asks: a batch whose EVALSHA found
+	// no script is sent again, and its first INFO's answer is not read.
+	return c.use, c.learned.IsZero() || time.Since(c.learned) >= aofRelearn
+}
+
+// learn takes INFO server and persistence's answer.
+func (c *AOFAcks) learn(info string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.use, c.learned = offersWaitAOF(info), time.Now()
+}
+
+// refused is a WAITAOF the primary refused: WAIT until learned again.
+func (c *AOFAcks) refused() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.use, c.learned = false, time.Time{}
+}
+
+// offersWaitAOF says whether INFO's answer is of a server with WAITAOF
+// (redis_version 7.2 or later) whose append-only file is on.
+func offersWaitAOF(info string) bool {
+	var version string
+	aof := false
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		switch k {
+		case "redis_version":
+			version = v
+		case "aof_enabled":
+			aof = v == "1"
+		}
+	}
+	major, rest, _ := strings.Cut(version, ".")
+	minor, _, _ := strings.Cut(rest, ".")
+	maj, err1 := strconv.Atoi(major)
+	mnr, err2 := strconv.Atoi(minor)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return aof && (maj > 7 || maj == 7 && mnr >= 2)
+}
+
+// pendingAck is the acknowledgement queued behind a script: WAIT or
+// WAITAOF, and INFO when the capability is being learned.
+type pendingAck struct {
+	wait *redis.IntCmd      // WAIT Replicas timeout
+	aof  *redis.IntSliceCmd // WAITAOF 1 Replicas timeout
+	info *redis.StringCmd
+}
+
+// queueWait queues WAIT Replicas timeout on pipe, or WAITAOF 1 Replicas
+// timeout where the primary offers it (go-redis's Pipeliner has neither).
+func (a Acks) queueWait(ctx context.Context, pipe redis.Pipeliner, t time.Duration) *pendingAck {
+	useAOF, learn := a.AOF.plan()
+	p := &pendingAck{}
+	if useAOF {
+		p.aof = redis.NewIntSliceCmd(ctx, "waitaof", 1, a.Replicas, t.Milliseconds())
+		_ = pipe.Process(ctx, p.aof)
+	} else {
+		p.wait = redis.NewIntCmd(ctx, "wait", a.Replicas, t.Milliseconds())
+		_ = pipe.Process(ctx, p.wait)
+	}
+	if learn {
+		p.info = redis.NewStringCmd(ctx, "info", "server", "persistence")
+		_ = pipe.Process(ctx, p.info)
+	}
+	return p
 }
 
 // check says whether the script's writes were acknowledged: nil without
 // acknowledgements, else ErrNotAcknowledged (or WAIT's own failure) when
-// fewer replicas than required hold them. Call it only after the script
-// succeeded: its writes were made, so no error here is domain.ErrNotSent.
+// fewer replicas than required hold them, or, with WAITAOF, when the
+// primary's or fewer replicas' append-only files than required have not
+// fsynced them. Call it only after the script succeeded: its writes were
+// made, so no error here is domain.ErrNotSent.
 func (r ackedScript) check() error {
-	if r.wait == nil {
+	p := r.wait
+	if p == nil {
 		return nil
 	}
-	n, err := r.wait.Result()
+	if p.info != nil {
+		if info, err := p.info.Result(); err == nil {
+			r.acks.AOF.learn(info)
+		}
+	}
+	if p.aof != nil {
+		return r.checkAOF(p.aof)
+	}
+	n, err := p.wait.Result()
 	switch {
 	case err != nil:
 		return fmt.Errorf("wait for %d replicas: %w", r.acks.Replicas, err)
 	case n < int64(r.acks.Replicas):
 		return fmt.Errorf("%w: %d of %d replicas", ErrNotAcknowledged, n, r.acks.Replicas)
+	}
+	return nil
+}
+
+// checkAOF is check for a batch acknowledged with WAITAOF, whose reply is
+// the count of fsynced local files (0 or 1) and of fsynced replicas.
+func (r ackedScript) checkAOF(cmd *redis.IntSliceCmd) error {
+	n, err := cmd.Result()
+	switch {
+	case err != nil && (redis.HasErrorPrefix(err, "unknown command") || redis.HasErrorPrefix(err, "WAITAOF")):
+		// An older primary, or appendonly turned off: the writes were
+		// made but not acknowledged; later batches use WAIT.
+		r.acks.AOF.refused()
+		return fmt.Errorf("%w: the primary refused WAITAOF: %v", ErrNotAcknowledged, err)
+	case err != nil:
+		return fmt.Errorf("waitaof for the primary and %d replicas: %w", r.acks.Replicas, err)
+	case len(n) != 2:
+		return fmt.Errorf("waitaof answered %v", n)
+	case n[0] < 1 || n[1] < int64(r.acks.Replicas):
+		return fmt.Errorf("%w: fsynced by %d of 1 primary and %d of %d replicas", ErrNotAcknowledged, n[0], n[1], r.acks.Replicas)
 	}
 	return nil
 }

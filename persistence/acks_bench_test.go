@@ -3,8 +3,11 @@ package persistence_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/uptrace/bun"
 
 	"flashsale/domain"
 	"flashsale/internal/testenv"
@@ -24,27 +27,11 @@ func BenchmarkGrabAcknowledged(b *testing.B) {
 	db := testenv.MustPostgres(b)
 	ids := testenv.MustOrderIDs(b, db)
 	ctx := context.Background()
-	var user int64
+	var user atomic.Int64
 	for _, acks := range []int{0, 1} {
 		for _, batch := range []int{1, 20} {
 			b.Run(fmt.Sprintf("acks=%d/batch=%d", acks, batch), func(b *testing.B) {
-				rdb := ackClient(b, primary)
-				v := testenv.MustVoucher(b, db, rdb, testenv.VoucherSpec{Stock: b.N * batch, Limit: 1})
-				g := persistence.NewGrabs(rdb)
-				g.Acks = persistence.Acks{Replicas: acks, Timeout: time.Second}
-				fence, _, err := g.Claim(ctx, v.ID, 0)
-				if err != nil {
-					b.Fatal(err)
-				}
-				batches := make([][]domain.Grab, b.N)
-				for i := range batches {
-					users := make([]int64, batch)
-					for j := range users {
-						user++
-						users[j] = user
-					}
-					batches[i] = grabs(b, ids, users...)
-				}
+				g, v, fence, batches := ackBenchSale(b, primary, db, ids, acks, batch, &user)
 				b.ResetTimer()
 				for i := range b.N {
 					cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -59,4 +46,28 @@ func BenchmarkGrabAcknowledged(b *testing.B) {
 			})
 		}
 	}
+}
+
+// ackBenchSale claims a voucher of stock for b.N batches of batch grabs
+// on primary, acknowledged by acks replicas, and makes the batches of
+// users counted by user.
+func ackBenchSale(b *testing.B, primary *testenv.RedisServer, db *bun.DB, ids *persistence.OrderIDs, acks, batch int, user *atomic.Int64) (*persistence.Grabs, domain.Voucher, int64, [][]domain.Grab) {
+	b.Helper()
+	rdb := ackClient(b, primary)
+	v := testenv.MustVoucher(b, db, rdb, testenv.VoucherSpec{Stock: b.N * batch, Limit: 1})
+	g := persistence.NewGrabs(rdb)
+	g.Acks = persistence.Acks{Replicas: acks, Timeout: time.Second}
+	fence, _, err := g.Claim(context.Background(), v.ID, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	batches := make([][]domain.Grab, b.N)
+	for i := range batches {
+		users := make([]int64, batch)
+		for j := range users {
+			users[j] = user.Add(1)
+		}
+		batches[i] = grabs(b, ids, users...)
+	}
+	return g, v, fence, batches
 }

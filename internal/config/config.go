@@ -43,9 +43,13 @@ type Config struct {
 	// 0 = the primary alone.
 	RedisAckReplicas int
 	RedisAckTimeout  time.Duration
-	DatabaseURL      string // empty = embedded SQLite at SQLitePath
-	SQLitePath       string
-	JWTSecret        string
+	// RedisAckAOF makes the acknowledgement also cover the fsync of the
+	// primary's and the replicas' append-only files (WAITAOF) where the
+	// primary has it.
+	RedisAckAOF bool
+	DatabaseURL string // empty = embedded SQLite at SQLitePath
+	SQLitePath  string
+	JWTSecret   string
 	// AllowEmbeddedRedis lets real mode (DATABASE_URL set) run on an
 	// in-process Redis, which is refused otherwise: it dies with the
 	// process, and nodes sharing the database would each have their own.

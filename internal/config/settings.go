@@ -142,6 +142,13 @@ var settings = []setting{
 			}
 			return ""
 		}),
+	boolVar("REDIS_ACK_AOF", "false", "with REDIS_ACK_REPLICAS, a batch's answers also wait until the primary's and that many replicas' append-only files have fsynced its writes (WAITAOF), where the primary has it (Redis 7.2 or later, appendonly yes; WAIT elsewhere, learned at start and every 10s); the replicas need appendfsync always, or batches wait out REDIS_ACK_TIMEOUT", func(c *Config) *bool { return &c.RedisAckAOF }).
+		checked(func(c Config) string {
+			if c.RedisAckAOF && c.RedisAckReplicas == 0 {
+				return "needs REDIS_ACK_REPLICAS"
+			}
+			return ""
+		}),
 	durationVar("REDIS_ACK_TIMEOUT", persistence.AckTimeoutDefault, "how long a grab batch waits for REDIS_ACK_REPLICAS; past it the batch answers UNAVAILABLE (undecided, settled by request id)", func(c *Config) *time.Duration { return &c.RedisAckTimeout }).
 		checked(func(c Config) string {
 			// WAIT counts in milliseconds; a batch waits for its answer at

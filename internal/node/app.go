@@ -444,7 +444,7 @@ func (a *app) closeOrderIDs() {
 
 func (a *app) startRouter(context.Context, *loops) error {
 	cfg, log := a.cfg, a.log
-	acks := persistence.Acks{Replicas: cfg.RedisAckReplicas, Timeout: cfg.RedisAckTimeout}
+	acks := acksOf(cfg)
 	a.limits = persistence.NewRateLimits(a.rdb, cfg.RateVoucherPerSec, cfg.RateIPPerSec)
 	routerOpts := actors.Options{
 		Limits:      a.limits,
@@ -921,4 +921,13 @@ func logConsumerOptions(cfg config.Config) writer.Options {
 		o.Linger = -1
 	}
 	return o
+}
+
+// acksOf is the grab batches' acknowledgement as cfg asks for it.
+func acksOf(cfg config.Config) persistence.Acks {
+	acks := persistence.Acks{Replicas: cfg.RedisAckReplicas, Timeout: cfg.RedisAckTimeout}
+	if cfg.RedisAckAOF {
+		acks.AOF = &persistence.AOFAcks{}
+	}
+	return acks
 }

@@ -38,7 +38,7 @@ type redPacketsPart struct {
 func (a *app) startRedPackets(ctx context.Context, bg *loops) (*redPacketsPart, error) {
 	p := &redPacketsPart{}
 	rds := persistence.NewRedPacketRedis(a.acked)
-	rds.Acks = persistence.Acks{Replicas: a.cfg.RedisAckReplicas, Timeout: a.cfg.RedisAckTimeout}
+	rds.Acks = acksOf(a.cfg)
 	store := persistence.NewRedPacketStore(a.db, rds)
 	if a.mini != nil {
 		store.ReloadHold = time.Millisecond // as the vouchers' (app.go): nobody to wait for

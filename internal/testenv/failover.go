@@ -62,7 +62,7 @@ func MustSentinelSet(tb testing.TB) *SentinelSet {
 // with a majority quorum, and waits until every sentinel knows every
 // replica and every other sentinel. The caller closes it.
 func StartSentinelSet(dir, name string, replicas, sentinels int) (_ *SentinelSet, err error) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
+	if _, err := exec.LookPath(RedisServerBin()); err != nil {
 		return nil, fmt.Errorf("redis-server not on PATH (scripts/test-services.sh installs it): %w", err)
 	}
 	s := &SentinelSet{Name: name, dir: dir}

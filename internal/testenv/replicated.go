@@ -55,15 +55,28 @@ func startRedisWith(dir, conf string, extra ...string) (*RedisServer, error) {
 	return nil, fmt.Errorf("start redis-server %s: %w", strings.Join(extra, " "), err)
 }
 
+// MustRedisFlags is MustRedis with extra redis-server flags, which win
+// over its defaults ("--appendonly", "yes" makes an append-only server).
+func MustRedisFlags(tb testing.TB, extra ...string) *RedisServer {
+	tb.Helper()
+	return mustRedisWith(tb, "", extra...)
+}
+
 // MustReplica starts a replica of primary and waits until it has synced.
 func MustReplica(tb testing.TB, primary *RedisServer) *RedisServer {
+	tb.Helper()
+	return MustReplicaFlags(tb, primary)
+}
+
+// MustReplicaFlags is MustReplica with extra flags for the replica.
+func MustReplicaFlags(tb testing.TB, primary *RedisServer, extra ...string) *RedisServer {
 	tb.Helper()
 	// A primary waits 5 s by default for more replicas to sync with one
 	// transfer; one replica need not wait.
 	if err := primary.Client().ConfigSet(context.Background(), "repl-diskless-sync-delay", "0").Err(); err != nil {
 		tb.Fatal(err)
 	}
-	r := mustRedisWith(tb, "", "--replicaof", "127.0.0.1", strconv.Itoa(primary.Port))
+	r := mustRedisWith(tb, "", append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.Port)}, extra...)...)
 	r.WaitSynced(tb)
 	return r
 }

@@ -99,7 +99,7 @@ func mustRedis(tb testing.TB, durable bool) *RedisServer {
 // suite); the caller kills it. A durable server writes every command to its
 // append-only file before answering.
 func StartRedis(dir string, durable bool) (*RedisServer, error) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
+	if _, err := exec.LookPath(RedisServerBin()); err != nil {
 		return nil, fmt.Errorf("redis-server not on PATH (run `make test`, which installs it): %w", err)
 	}
 	s := &RedisServer{dir: dir, durable: durable}
@@ -115,6 +115,15 @@ func StartRedis(dir string, durable bool) (*RedisServer, error) {
 	return nil, fmt.Errorf("start redis-server: %w", err)
 }
 
+// RedisServerBin is the redis-server the tests start: TEST_REDIS_SERVER
+// (a path, to test against another version) or redis-server on PATH.
+func RedisServerBin() string {
+	if bin := os.Getenv("TEST_REDIS_SERVER"); bin != "" {
+		return bin
+	}
+	return "redis-server"
+}
+
 func (s *RedisServer) start() error {
 	aof := []string{"--appendonly", "no"}
 	if s.durable {
@@ -128,7 +137,7 @@ func (s *RedisServer) start() error {
 		args = append([]string{s.conf}, args...)
 	}
 	args = append(args, s.extra...)
-	cmd := exec.Command("redis-server", args...)
+	cmd := exec.Command(RedisServerBin(), args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return err
