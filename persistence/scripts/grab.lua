@@ -17,8 +17,10 @@
 -- Order and user ids stay strings: Lua numbers are doubles, and order ids
 -- exceed 2^53.
 --
--- With no grab it only reads: a sequencer confirms its record of the sales
--- that way (the tally: request ids sold and the load stamp, see
+-- A batch that sold nothing but answered earlier sales of its request ids
+-- counts them in the metadata (replays), a write that makes the WAIT behind
+-- it cover those sales. With no grab it only reads: a sequencer confirms
+-- its record of the sales that way (the tally: request ids sold and the load stamp, see
 -- domain.SalesTally).
 --
 -- KEYS[1] -> {v<ID>}:meta
@@ -76,11 +78,12 @@ if m[6] then
   entry[#entry + 1] = m[6]
 end
 local out = {0, 0, status, begin_ms, end_ms, verdict, 0, m[6] or '', m[8] or ''}
-local sold = 0
+local sold, replayed = 0, 0
 for i = 3, #ARGV, 3 do
   local req, user, oid = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local prev = redis.call('HGET', KEYS[5], req)
   if prev then
+    replayed = replayed + 1
     out[#out + 1] = 0
     out[#out + 1] = prev
   elseif verdict ~= 0 then
@@ -110,6 +113,12 @@ if sold > 0 then
   if m[5] then
     redis.call('PEXPIREAT', KEYS[5], m[5])
   end
+elseif replayed > 0 then
+  -- A batch that only answers earlier sales still writes, so that the WAIT
+  -- behind it waits for those sales: Redis 7.2 and later move a
+  -- connection's replication offset only when its command writes, and a
+  -- WAIT after a script that wrote nothing returns at once.
+  redis.call('HINCRBY', KEYS[1], 'replays', 1)
 end
 out[2] = stock
 out[7] = redis.call('HLEN', KEYS[5])

@@ -38,10 +38,12 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_s = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
 local out = {0, expire, 0}
+local granted, replayed = 0, 0
 for i = 2, #ARGV, 2 do
   local req, user = ARGV[i], ARGV[i + 1]
   local prev = redis.call('HGET', KEYS[3], user)
   if prev then
+    replayed = replayed + 1
     local _, amount, preq = string.match(prev, '^(%d+):(%d+):(.*)$')
     if preq == req then out[#out + 1] = 0 else out[#out + 1] = 2 end
     out[#out + 1] = amount
@@ -62,10 +64,17 @@ for i = 2, #ARGV, 2 do
       redis.call('HINCRBY', KEYS[1], 'left', '-' .. amount)
       redis.call('XADD', KEYS[4], '*', '${EntryRedPacketID}', ARGV[1], '${EntryPacketSeq}', seq,
         '${EntryUserID}', user, '${EntryAmount}', amount, '${EntryTime}', now_s, '${EntryRequestID}', req)
+      granted = granted + 1
       out[#out + 1] = 0
       out[#out + 1] = amount
     end
   end
+end
+if granted == 0 and replayed > 0 then
+  -- So that the WAIT behind a batch that only answers earlier grabs waits
+  -- for them (Redis 7.2 and later move a connection's replication offset
+  -- only when its command writes; see grab.lua).
+  redis.call('HINCRBY', KEYS[1], 'replays', 1)
 end
 out[3] = redis.call('LLEN', KEYS[2])
 return out
