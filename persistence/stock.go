@@ -111,14 +111,16 @@ func (s *Stock) Preheat(ctx context.Context, snap domain.LoadSnapshot, stamp str
 		}
 	}
 	if err != nil {
-		return domain.LoadKept, fmt.Errorf("preheat voucher %d: %w", v.ID, err)
+		// A Redis that did not answer (down, stalled, too slow) is
+		// UNAVAILABLE to the caller, not an internal error.
+		return domain.LoadKept, fmt.Errorf("preheat voucher %d: %w", v.ID, unavailable(err))
 	}
 	// The registry lives outside the voucher's hash slot, so it cannot be
 	// written by the script. Registering after the script, every time
 	// (not only when the stock was written), is what lets a writer's prune
 	// tell that the log came back to life while it looked (see prune).
 	if err := registerLog(ctx, s.rdb, LogKey(v.ID)); err != nil {
-		return domain.LoadKept, fmt.Errorf("preheat voucher %d: %w", v.ID, err)
+		return domain.LoadKept, fmt.Errorf("preheat voucher %d: %w", v.ID, unavailable(err))
 	}
 	switch {
 	case n != 1:

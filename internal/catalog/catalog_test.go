@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"flashsale/domain"
 	"flashsale/internal/catalog"
 	"flashsale/internal/testenv"
@@ -54,5 +56,24 @@ func TestAReloadWhoseStampIsNotRecordedIsTakenBack(t *testing.T) {
 	var recorded string
 	if err := db.NewSelect().Table("tb_voucher_redis_load").Column("life").Where("voucher_id = ?", v.ID).Scan(ctx, &recorded); err != nil || stamp == "" || stamp != recorded {
 		t.Fatalf("load stamp in redis %q, recorded %q (%v)", stamp, recorded, err)
+	}
+}
+
+// A seckill voucher created while Redis does not answer is stored, and the
+// admin hears UNAVAILABLE (retry later), never an internal error: the
+// preheat that follows the insert is what failed.
+func TestCreateWhileRedisIsDownAnswersUnavailable(t *testing.T) {
+	t.Parallel()
+	db, srv := testenv.MustPostgres(t), testenv.MustRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	cat := catalog.New(persistence.NewVouchers(db), persistence.NewStock(rdb), slog.New(slog.DiscardHandler))
+	srv.Kill()
+	stock, limit := 5, 1
+	begin, end := time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
+	_, err := cat.Create(t.Context(), domain.NewVoucher{ShopID: 1, Title: "v", PayValue: 1, ActualValue: 2,
+		Type: domain.VoucherSeckill, Stock: &stock, BeginAt: &begin, EndAt: &end, PerUserLimit: &limit})
+	if code := domain.ErrorCode(err); code != domain.CodeUnavailable {
+		t.Fatalf("create with Redis down: %v (code %q), want %s", err, code, domain.CodeUnavailable)
 	}
 }
