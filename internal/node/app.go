@@ -705,7 +705,19 @@ func (a *app) startGate(ctx context.Context, bg *loops, jwtSecret string) (*gate
 		Difficulty:    a.cfg.PowDifficulty,
 		Refresh:       a.cfg.GateRefresh,
 	})
-	if err := g.Load(ctx); err != nil {
+	// The gate reads through the request path's client, which fails fast
+	// by design (one dial, 200 ms); at start a Redis or sentinel slow to
+	// answer must not stop the node, so the first read is tried for up to
+	// 5 s (measured: nodes failing to start with "i/o timeout" on a
+	// loaded machine).
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if err = g.Load(ctx); err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("blocklist: %w", err)
 	}
 	announcements := persistence.NewGate(a.bg).Subscribe(bg.ctx)
