@@ -55,15 +55,26 @@ case $rc in
   *) exit "$rc" ;;
 esac
 
+# gotestsum runs go test and keeps its event stream, from which the last
+# step prints where the time went (docs/OPERATIONS.md, "The tests").
+mkdir -p artifacts
+# The service binary the process tests run (e2e, the fault suite, the
+# load tool's checks), built once here rather than once per package.
+step "build the service for the process tests"
+go build -o artifacts/flashsale-test .
+export FLASHSALE_SERVICE_BIN=$PWD/artifacts/flashsale-test
 step "go test -race"
-go test -race -count=1 -timeout 20m ./...
+go tool gotestsum --format pkgname --jsonfile artifacts/test-race.json -- -race -count=1 -timeout 20m ./...
 
 # Several cluster members in one process trip a data race inside
 # protoactor-go (remote.Start sets grpc's process-wide logger on every
 # start): those tests are built without -race only (actors/
 # cluster_members_test.go says so), and run here.
 step "cluster members in one process (without -race: a race inside protoactor-go)"
-go test -count=1 -timeout 10m -run 'Members|Duplicate' ./actors/
+go tool gotestsum --format pkgname --jsonfile artifacts/test-members.json -- -count=1 -timeout 10m -run 'Members|Duplicate' ./actors/
 
 step "fuzz targets, 3s each (make fuzz runs them longer)"
 scripts/fuzz.sh 3s
+
+step "test times (slowest first)"
+go run ./cmd/testtimes -min 10s artifacts/test-race.json artifacts/test-members.json
