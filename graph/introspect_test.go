@@ -35,6 +35,39 @@ func answer(tb testing.TB, h http.Handler, token, query string, vars map[string]
 	return rec.Code, rec.Body.Bytes()
 }
 
+// graphiqlIntrospection is GraphiQL's schema query (graphql-js
+// getIntrospectionQuery with every option on): the largest query a
+// legitimate client sends, which the shape check must let through.
+var graphiqlIntrospection = `query IntrospectionQuery {
+  __schema {
+    description
+    queryType { name kind }
+    mutationType { name kind }
+    subscriptionType { name kind }
+    types { ...FullType }
+    directives { name description isRepeatable locations args(includeDeprecated: true) { ...InputValue } }
+  }
+}
+fragment FullType on __Type {
+  kind name description specifiedByURL isOneOf
+  fields(includeDeprecated: true) {
+    name description
+    args(includeDeprecated: true) { ...InputValue }
+    type { ...TypeRef }
+    isDeprecated deprecationReason
+  }
+  inputFields(includeDeprecated: true) { ...InputValue }
+  interfaces { ...TypeRef }
+  enumValues(includeDeprecated: true) { name description isDeprecated deprecationReason }
+  possibleTypes { ...TypeRef }
+}
+fragment InputValue on __InputValue {
+  name description type { ...TypeRef } defaultValue isDeprecated deprecationReason
+}
+fragment TypeRef on __Type {
+  kind name` + strings.Repeat(` ofType { kind name`, 9) + strings.Repeat(` }`, 9) + `
+}`
+
 // introspectionQueries are introspection operations of every shape the
 // model must answer as gqlgen does: GraphiQL's, aliases, merged fields,
 // fragments on each introspection type, @skip and @include from
