@@ -16,6 +16,7 @@ import (
 	"flashsale/graph"
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
+	"flashsale/internal/node/nodetest"
 	"flashsale/internal/testenv"
 )
 
@@ -101,7 +102,7 @@ func TestStockChangedCarriesTheSeckillToCache(t *testing.T) {
 	s, nodes := newLiveNodes(t, 1)
 	v := testenv.MustVoucher(t, s.db, s.rdb, testenv.VoucherSpec{Stock: 5})
 	vid := strconv.FormatInt(v.ID, 10)
-	c := initWS(t, nodes[0].http, s.token(t, 2, auth.RoleUser))
+	c := nodetest.InitWS(t, nodes[0].http, s.token(t, 2, auth.RoleUser))
 	subscribeWS(t, c, "s", `subscription($v: ID!) { stockChanged(voucherId: $v) { id voucherId remaining seckill { __typename id remaining } } }`, map[string]any{"v": vid})
 	type event struct {
 		StockChanged struct {
