@@ -22,20 +22,18 @@ import (
 
 	"flashsale/actors"
 	"flashsale/domain"
-	"flashsale/graph"
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
 	"flashsale/internal/live"
+	"flashsale/internal/node"
 	"flashsale/internal/node/nodetest"
-	"flashsale/internal/orders"
-	"flashsale/internal/seckill"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
 
 // liveNode is one node of a cluster sharing the test's Redis and
-// database: its own voucher actors, order service and live service,
-// served over HTTP (websockets included).
+// database (internal/node, as production builds it), served over HTTP
+// (websockets included).
 type liveNode struct {
 	router *actors.Router
 	client *client.Client
@@ -43,50 +41,30 @@ type liveNode struct {
 }
 
 // newLiveNodes starts n nodes over one Redis and one database; the
-// testServer's order writer persists the orders of all of them. Each node
-// returns once its live watcher is subscribed, so that no change a test
-// makes afterwards is missed.
+// testServer is the first of them. options change each node's /query
+// handler (node.Hooks.HTTP). A node's live watcher may subscribe after
+// the node started: its first announcement (Missed) re-reads what its
+// subscribers watch, so no change made in between is lost.
 func newLiveNodes(tb testing.TB, n int, options ...func(*httpapi.HandlerOptions)) (*testServer, []*liveNode) {
 	tb.Helper()
-	s := newServer(tb)
-	log := slog.New(slog.DiscardHandler)
+	var hooks node.Hooks
+	if len(options) > 0 {
+		hooks.HTTP = func(o *httpapi.HandlerOptions) {
+			for _, opt := range options {
+				opt(o)
+			}
+		}
+	}
+	s := launch(tb, setup{dbURL: testenv.MustPostgresURL(tb), redis: testenv.MustRedis(tb), actors: patient, gate: testGateOptions, hooks: hooks})
 	nodes := make([]*liveNode, n)
 	for i := range nodes {
-		var svc *live.Service
-		router := actors.NewRouter(persistence.NewGrabs(s.rdb), testenv.MustOrderIDs(tb, s.db), s.catalog, log,
-			actors.Options{Sold: func(id int64) { svc.Sold(id) }})
-		ordersSvc := orders.New(persistence.NewOrders(s.db, s.rdb, log), s.catalog, orders.Config{}, log)
-		bus := persistence.NewLive(s.rdb)
-		svc = live.New(s.catalog, ordersSvc, bus, log, live.Options{})
-		ctx, cancel := context.WithCancel(context.Background())
-		// The live subscription is confirmed once its first announcement
-		// (Missed) is read; Follow then reads the rest.
-		subscribed := make(chan struct{})
-		changes := bus.Subscribe(ctx)
-		if an, err := changes.Next(ctx); err != nil || an.Kind != domain.Missed {
-			tb.Fatalf("live subscription: %+v, %v", an, err)
+		ns := s
+		if i > 0 {
+			ns = s.sibling(tb, nil, hooks)
 		}
-		svc.Resync()
-		close(subscribed)
-		events := persistence.NewStock(s.rdb).Subscribe(ctx)
-		var bg sync.WaitGroup
-		bg.Go(func() { svc.Run(ctx) })
-		bg.Go(func() { defer changes.Close(); _ = svc.Follow(ctx, changes) })
-		bg.Go(func() { defer events.Close(); _ = router.Follow(ctx, events) })
-		tb.Cleanup(func() { router.Close(); cancel(); bg.Wait() })
-		opts := httpapi.HandlerOptions{Tokens: s.tokens, Log: log}
-		for _, o := range options {
-			o(&opts)
-		}
-		h := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, router), Orders: ordersSvc, Live: svc}, opts)
-		srv := httptest.NewServer(h)
+		srv := httptest.NewServer(ns.handler)
 		tb.Cleanup(srv.Close)
-		select {
-		case <-subscribed:
-		case <-time.After(5 * time.Second):
-			tb.Fatal("live watcher not subscribed after 5 s")
-		}
-		nodes[i] = &liveNode{router: router, client: client.New(h), http: srv}
+		nodes[i] = &liveNode{router: ns.router, client: ns.client, http: srv}
 	}
 	return s, nodes
 }
@@ -495,11 +473,9 @@ func TestStockSubscriberThatStopsReadingDelaysNoOne(t *testing.T) {
 		t.Fatal("no write to the stuck client blocked: the test proves nothing")
 	}
 	deadline := time.Now().Add(writeTimeout + 3*time.Second)
-	for open.Load() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the stuck client is still connected after the write deadline")
-		}
-		time.Sleep(20 * time.Millisecond)
+	testenv.WaitFor(t, "the stuck client is disconnected", func() bool { return open.Load() == 0 })
+	if time.Now().After(deadline) {
+		t.Fatal("the stuck client was still connected after the write deadline")
 	}
 }
 
