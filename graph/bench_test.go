@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -14,10 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"flashsale/actors"
 	"flashsale/domain"
-	"flashsale/graph"
-	"flashsale/httpapi"
 	"flashsale/internal/auth"
 	"flashsale/internal/seckill"
 	"flashsale/internal/testenv"
@@ -52,42 +49,70 @@ func (p *perRequest) Grab(ctx context.Context, g domain.GrabRequest) domain.Grab
 // in-process (JWT, parsing, resolver, actor, Redis) against a private
 // redis-server, for our batched router and for the per-request reference,
 // while stock lasts and after sell-out. It reports Redis commands per grab.
+// Each implementation is a node of its own over one database and Redis
+// (the reference's grabs replace its router: node.Hooks.Grabber), with
+// gqlgen's executor for every grab (GRAPHQL_COMPILED_GRABS=false), as the
+// figures in docs/BENCHMARKS.md were measured; the grab scripts run on a
+// client that counts them.
 func BenchmarkGrab(b *testing.B) {
 	s := newServer(b)
-	log := slog.New(slog.DiscardHandler)
 	const users = 4096
 	tokens := make([]string, users)
 	for i := range tokens {
 		tokens[i], _ = s.tokens.Issue(auth.Identity{UserID: int64(i + 1), Role: auth.RoleUser}, time.Hour)
 	}
-	impls := []struct {
+	type impl struct {
 		name string
-		make func(rdb *redis.Client) (seckill.Router, func())
-		// tickets: the voucher requires grab tickets, the handler has the
-		// gate and every grab carries its user's ticket.
-		tickets bool
-	}{
-		{"batched", func(rdb *redis.Client) (seckill.Router, func()) {
-			r := actors.NewRouter(persistence.NewGrabs(rdb), testenv.MustOrderIDs(b, s.db), s.catalog, log, actors.Options{})
-			return r, r.Close
-		}, false},
-		{"batched+rate-limits", func(rdb *redis.Client) (seckill.Router, func()) {
-			r := actors.NewRouter(persistence.NewGrabs(rdb), testenv.MustOrderIDs(b, s.db), s.catalog, log, actors.Options{
-				UserRate: 1000,
-			})
-			return r, r.Close
-		}, false},
-		{"batched+tickets", func(rdb *redis.Client) (seckill.Router, func()) {
-			r := actors.NewRouter(persistence.NewGrabs(rdb), testenv.MustOrderIDs(b, s.db), s.catalog, log, actors.Options{})
-			return r, r.Close
-		}, true},
-		{"per-request-reference", func(rdb *redis.Client) (seckill.Router, func()) {
-			return &perRequest{grabs: persistence.NewGrabs(rdb), rdb: rdb}, func() {}
-		}, false},
+		env  map[string]string
+		// tickets: the voucher requires grab tickets and every grab
+		// carries its user's ticket.
+		tickets   bool
+		reference bool
+	}
+	type started struct {
+		node *testServer
+		// grabber sells the sold-out phase's last unit; ref is the
+		// reference, nil for the router.
+		grabber seckill.Router
+		ref     *perRequest
+		cnt     *testenv.Counter
+	}
+	startImpl := func(im impl) started {
+		var cnt testenv.Counter
+		rdb := redis.NewClient(&redis.Options{Addr: s.redis.Addr(), PoolSize: 256})
+		rdb.AddHook(&cnt)
+		b.Cleanup(func() { _ = rdb.Close() })
+		env := map[string]string{"GRAPHQL_COMPILED_GRABS": "false"}
+		maps.Copy(env, im.env)
+		set := setup{dbURL: s.dbURL, redis: s.redis, gate: testGateOptions, env: env}
+		st := started{cnt: &cnt}
+		if im.reference {
+			st.ref = &perRequest{grabs: persistence.NewGrabs(rdb), rdb: rdb}
+			set.hooks.Grabber = func(seckill.Router) seckill.Router { return st.ref }
+		} else {
+			set.grabClient = func(*testServer) redis.UniversalClient { return rdb }
+		}
+		st.node = launch(b, set)
+		st.grabber = st.node.router
+		if st.ref != nil {
+			st.grabber = st.ref
+		}
+		return st
+	}
+	impls := []impl{
+		{name: "batched"},
+		{name: "batched+rate-limits", env: map[string]string{"RATE_USER_PER_SEC": "1000"}},
+		{name: "batched+tickets", tickets: true},
+		{name: "per-request-reference", reference: true},
+	}
+	nodes := map[string]started{}
+	for _, im := range impls {
+		nodes[im.name] = startImpl(im)
 	}
 	for _, phase := range []string{"in-stock", "sold-out"} {
 		for _, impl := range impls {
 			b.Run(phase+"/"+impl.name, func(b *testing.B) {
+				st := nodes[impl.name]
 				in := seckillInput(1, 100_000_000)
 				in["perUserLimit"] = 1000
 				if phase == "sold-out" {
@@ -96,34 +121,24 @@ func BenchmarkGrab(b *testing.B) {
 				in["requireTicket"] = impl.tickets
 				v := s.createVoucher(b, in)
 				vid, _ := strconv.ParseInt(v.ID, 10, 64)
-				var cnt testenv.Counter
-				rdb := redis.NewClient(&redis.Options{Addr: s.redis.Addr(), PoolSize: 256})
-				rdb.AddHook(&cnt)
-				defer rdb.Close()
-				grabber, closeFn := impl.make(rdb)
-				defer closeFn()
-				if p, ok := grabber.(*perRequest); ok {
-					p.fence, _, _ = p.grabs.Claim(context.Background(), vid, 0)
+				if st.ref != nil {
+					st.ref.fence, _, _ = st.ref.grabs.Claim(context.Background(), vid, 0)
 				}
 				if phase == "sold-out" {
-					if res := grabber.Grab(context.Background(), domain.GrabRequest{VoucherID: vid, UserID: 999_999}); res.Code != domain.SeckillOK {
+					if res := st.grabber.Grab(context.Background(), domain.GrabRequest{VoucherID: vid, UserID: 999_999}); res.Code != domain.SeckillOK {
 						b.Fatalf("selling the last unit: %s", res.Code)
 					}
-				}
-				resolver := &graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, grabber)}
-				if impl.tickets {
-					resolver.Gate = s.gate
-					resolver.Seckill = seckill.New(s.gate, grabber)
 				}
 				bodies := make([][]byte, users)
 				for i := range bodies {
 					bodies[i], _ = json.Marshal(map[string]any{"query": grabMutation, "variables": map[string]any{"id": v.ID}})
 					if impl.tickets {
-						ticket := s.gate.Tickets().Issue(int64(i+1), vid, time.Now().Add(time.Hour))
+						ticket := st.node.gate.Tickets().Issue(int64(i+1), vid, time.Now().Add(time.Hour))
 						bodies[i], _ = json.Marshal(map[string]any{"query": ticketGrabMutation, "variables": map[string]any{"id": v.ID, "ticket": ticket}})
 					}
 				}
-				h := httpapi.NewHandler(resolver, httpapi.HandlerOptions{Tokens: s.tokens, Log: log})
+				h := st.node.handler
+				cnt := st.cnt
 				want := map[string]string{"in-stock": `"OK"`, "sold-out": `"SOLD_OUT"`}[phase]
 				var next atomic.Int64
 				start, startTrips := cnt.Commands.Load(), cnt.RoundTrips.Load()

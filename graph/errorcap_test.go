@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"flashsale/internal/auth"
+	"flashsale/internal/node/nodetest"
 )
 
 // errorsOf posts query with token and returns the errors of the answer.
@@ -76,10 +77,10 @@ func TestAnswersReportAtMost50Errors(t *testing.T) {
 	t.Run("validation over a websocket", func(t *testing.T) {
 		h := httptest.NewServer(s.handler)
 		t.Cleanup(h.Close)
-		c := initWS(t, h, user)
+		c := nodetest.InitWS(t, h, user)
 		q, _ := json.Marshal(map[string]any{"query": unknown.String()})
-		sendWS(t, c, `{"id":"1","type":"subscribe","payload":`+string(q)+`}`)
-		m := readUntil(t, c, "next", "error")
+		nodetest.SendWS(t, c, `{"id":"1","type":"subscribe","payload":`+string(q)+`}`)
+		m := nodetest.ReadUntil(t, c, "next", "error")
 		var errs []gqlError
 		if m.Type == "next" {
 			var resp struct{ Errors []gqlError }

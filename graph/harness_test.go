@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -58,15 +59,8 @@ func newServer(tb testing.TB) *testServer {
 	return startServer(tb, patient, nil)
 }
 
-// patientOptions give the router's Redis calls room: these tests assert
-// that every grab is decided (OK, SOLD_OUT, ...), and a call on a machine
-// loaded by the race detector and parallel tests can take longer than the
-// production deadlines (200 ms a call, 400 ms a batch), which would answer
-// UNAVAILABLE by design. Tests of the deadlines set their own.
-var patientOptions = actors.Options{CallTimeout: 2 * time.Second, BatchTimeout: 5 * time.Second}
-
-// patient gives the router patientOptions' room.
-func patient(o *actors.Options) { overlayActors(o, patientOptions) }
+// patient gives the router room for a loaded machine (nodetest.Patient).
+func patient(o *actors.Options) { nodetest.Patient(o) }
 
 // newServerWith lets a test change the router's options (rate limits,
 // ...) after the node set them (node.Hooks.Actors).
@@ -101,22 +95,54 @@ func startServer(tb testing.TB, options func(*actors.Options), grabClient func(*
 // GATE_REFRESH; its key must be the one JWT_SECRET gives.
 func startNode(tb testing.TB, dbURL string, rs *testenv.RedisServer, options func(*actors.Options), grabClient func(*testServer) redis.UniversalClient, gateOpts gate.Options) *testServer {
 	tb.Helper()
-	if gateOpts.Key != nil && !bytes.Equal(gateOpts.Key, gate.KeyFrom(testSecret)) {
+	return launch(tb, setup{dbURL: dbURL, redis: rs, actors: options, grabClient: grabClient, gate: gateOpts})
+}
+
+// sibling starts another node over s's database and Redis, as newServer
+// starts one (patient, the test gate), with env over the test settings
+// and hooks for what no setting says (node.Hooks.HTTP, Grabber).
+func (s *testServer) sibling(tb testing.TB, env map[string]string, hooks node.Hooks) *testServer {
+	tb.Helper()
+	return launch(tb, setup{dbURL: s.dbURL, redis: s.redis, actors: patient, gate: testGateOptions, env: env, hooks: hooks})
+}
+
+// setup is what a test node runs on and what the test changes in it.
+type setup struct {
+	dbURL string
+	redis *testenv.RedisServer
+	// actors and grabClient become node.Hooks.Actors and GrabClient.
+	actors     func(*actors.Options)
+	grabClient func(*testServer) redis.UniversalClient
+	// gate's difficulty and refresh become POW_DIFFICULTY and
+	// GATE_REFRESH; its key must be the one JWT_SECRET gives.
+	gate gate.Options
+	// env are settings over nodetest.Env's and the gate's.
+	env map[string]string
+	// hooks are the node's hooks besides those the fields above give.
+	hooks node.Hooks
+}
+
+// launch starts the node set up.
+func launch(tb testing.TB, set setup) *testServer {
+	tb.Helper()
+	if set.gate.Key != nil && !bytes.Equal(set.gate.Key, gate.KeyFrom(testSecret)) {
 		tb.Fatal("a test node's gate key is the one JWT_SECRET gives")
 	}
-	s := &testServer{dbURL: dbURL, redis: rs, rdb: rs.Client(), gateCalls: new(testenv.Counter)}
+	s := &testServer{dbURL: set.dbURL, redis: set.redis, rdb: set.redis.Client(), gateCalls: new(testenv.Counter)}
 	env := map[string]string{}
-	if gateOpts.Difficulty != 0 {
-		env["POW_DIFFICULTY"] = strconv.Itoa(gateOpts.Difficulty)
+	if set.gate.Difficulty != 0 {
+		env["POW_DIFFICULTY"] = strconv.Itoa(set.gate.Difficulty)
 	}
-	if gateOpts.Refresh != 0 {
-		env["GATE_REFRESH"] = gateOpts.Refresh.String()
+	if set.gate.Refresh != 0 {
+		env["GATE_REFRESH"] = set.gate.Refresh.String()
 	}
-	hooks := node.Hooks{Actors: options, GateRedis: s.gateCalls}
-	if grabClient != nil {
-		hooks.GrabClient = func(redis.UniversalClient) redis.UniversalClient { return grabClient(s) }
+	maps.Copy(env, set.env)
+	hooks := set.hooks
+	hooks.Actors, hooks.GateRedis = set.actors, s.gateCalls
+	if set.grabClient != nil {
+		hooks.GrabClient = func(redis.UniversalClient) redis.UniversalClient { return set.grabClient(s) }
 	}
-	s.node = nodetest.Start(tb, nodetest.Options{DatabaseURL: dbURL, Redis: rs, Env: env, Hooks: hooks})
+	s.node = nodetest.Start(tb, nodetest.Options{DatabaseURL: set.dbURL, Redis: set.redis, Env: env, Hooks: hooks})
 	p := s.node.Parts
 	s.db, s.handler, s.catalog, s.router, s.gate = p.DB, p.GraphQL, p.Catalog, p.Router, p.Gate
 	s.writer, s.rpWriter, s.tokens = p.Orders, p.RedPackets, s.node.Tokens

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"flashsale/graph"
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
+	"flashsale/internal/node"
 )
 
 // answer posts one operation with variables and returns the status and
@@ -34,6 +34,39 @@ func answer(tb testing.TB, h http.Handler, token, query string, vars map[string]
 	h.ServeHTTP(rec, req)
 	return rec.Code, rec.Body.Bytes()
 }
+
+// graphiqlIntrospection is GraphiQL's schema query (graphql-js
+// getIntrospectionQuery with every option on): the largest query a
+// legitimate client sends, which the shape check must let through.
+var graphiqlIntrospection = `query IntrospectionQuery {
+  __schema {
+    description
+    queryType { name kind }
+    mutationType { name kind }
+    subscriptionType { name kind }
+    types { ...FullType }
+    directives { name description isRepeatable locations args(includeDeprecated: true) { ...InputValue } }
+  }
+}
+fragment FullType on __Type {
+  kind name description specifiedByURL isOneOf
+  fields(includeDeprecated: true) {
+    name description
+    args(includeDeprecated: true) { ...InputValue }
+    type { ...TypeRef }
+    isDeprecated deprecationReason
+  }
+  inputFields(includeDeprecated: true) { ...InputValue }
+  interfaces { ...TypeRef }
+  enumValues(includeDeprecated: true) { name description isDeprecated deprecationReason }
+  possibleTypes { ...TypeRef }
+}
+fragment InputValue on __InputValue {
+  name description type { ...TypeRef } defaultValue isDeprecated deprecationReason
+}
+fragment TypeRef on __Type {
+  kind name` + strings.Repeat(` ofType { kind name`, 9) + strings.Repeat(` }`, 9) + `
+}`
 
 // introspectionQueries are introspection operations of every shape the
 // model must answer as gqlgen does: GraphiQL's, aliases, merged fields,
@@ -158,10 +191,8 @@ func TestIntrospectionIsPricedByItsAnswer(t *testing.T) {
 		fmt.Fprintf(&aliases, " a%d: __schema { types { name fields { name args { name } } } }", i)
 	}
 	aliases.WriteString(" }")
-	small := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog}, httpapi.HandlerOptions{
-		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), Introspection: graph.IntrospectionPublic,
-		Limits: httpapi.Limits{MaxIntrospectionFields: 100},
-	})
+	small := s.sibling(t, map[string]string{"INTROSPECTION": string(graph.IntrospectionPublic)},
+		node.Hooks{HTTP: func(o *httpapi.HandlerOptions) { o.Limits.MaxIntrospectionFields = 100 }}).handler
 	for _, tc := range []struct {
 		name, token, query string
 		h                  http.Handler
@@ -195,9 +226,7 @@ func TestIntrospectionModes(t *testing.T) {
 	user := s.token(t, 2, auth.RoleUser)
 	handlers := map[graph.IntrospectionMode]http.Handler{}
 	for _, m := range []graph.IntrospectionMode{graph.IntrospectionOff, graph.IntrospectionToken, graph.IntrospectionPublic} {
-		handlers[m] = httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog}, httpapi.HandlerOptions{
-			Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), Introspection: m,
-		})
+		handlers[m] = s.sibling(t, map[string]string{"INTROSPECTION": string(m)}, node.Hooks{}).handler
 	}
 	const schema = `{ __schema { queryType { name } } }`
 	for _, tc := range []struct {

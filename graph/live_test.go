@@ -22,19 +22,18 @@ import (
 
 	"flashsale/actors"
 	"flashsale/domain"
-	"flashsale/graph"
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
 	"flashsale/internal/live"
-	"flashsale/internal/orders"
-	"flashsale/internal/seckill"
+	"flashsale/internal/node"
+	"flashsale/internal/node/nodetest"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
 
 // liveNode is one node of a cluster sharing the test's Redis and
-// database: its own voucher actors, order service and live service,
-// served over HTTP (websockets included).
+// database (internal/node, as production builds it), served over HTTP
+// (websockets included).
 type liveNode struct {
 	router *actors.Router
 	client *client.Client
@@ -42,50 +41,30 @@ type liveNode struct {
 }
 
 // newLiveNodes starts n nodes over one Redis and one database; the
-// testServer's order writer persists the orders of all of them. Each node
-// returns once its live watcher is subscribed, so that no change a test
-// makes afterwards is missed.
+// testServer is the first of them. options change each node's /query
+// handler (node.Hooks.HTTP). A node's live watcher may subscribe after
+// the node started: its first announcement (Missed) re-reads what its
+// subscribers watch, so no change made in between is lost.
 func newLiveNodes(tb testing.TB, n int, options ...func(*httpapi.HandlerOptions)) (*testServer, []*liveNode) {
 	tb.Helper()
-	s := newServer(tb)
-	log := slog.New(slog.DiscardHandler)
+	var hooks node.Hooks
+	if len(options) > 0 {
+		hooks.HTTP = func(o *httpapi.HandlerOptions) {
+			for _, opt := range options {
+				opt(o)
+			}
+		}
+	}
+	s := launch(tb, setup{dbURL: testenv.MustPostgresURL(tb), redis: testenv.MustRedis(tb), actors: patient, gate: testGateOptions, hooks: hooks})
 	nodes := make([]*liveNode, n)
 	for i := range nodes {
-		var svc *live.Service
-		router := actors.NewRouter(persistence.NewGrabs(s.rdb), testenv.MustOrderIDs(tb, s.db), s.catalog, log,
-			actors.Options{Sold: func(id int64) { svc.Sold(id) }})
-		ordersSvc := orders.New(persistence.NewOrders(s.db, s.rdb, log), s.catalog, orders.Config{}, log)
-		bus := persistence.NewLive(s.rdb)
-		svc = live.New(s.catalog, ordersSvc, bus, log, live.Options{})
-		ctx, cancel := context.WithCancel(context.Background())
-		// The live subscription is confirmed once its first announcement
-		// (Missed) is read; Follow then reads the rest.
-		subscribed := make(chan struct{})
-		changes := bus.Subscribe(ctx)
-		if an, err := changes.Next(ctx); err != nil || an.Kind != domain.Missed {
-			tb.Fatalf("live subscription: %+v, %v", an, err)
+		ns := s
+		if i > 0 {
+			ns = s.sibling(tb, nil, hooks)
 		}
-		svc.Resync()
-		close(subscribed)
-		events := persistence.NewStock(s.rdb).Subscribe(ctx)
-		var bg sync.WaitGroup
-		bg.Go(func() { svc.Run(ctx) })
-		bg.Go(func() { defer changes.Close(); _ = svc.Follow(ctx, changes) })
-		bg.Go(func() { defer events.Close(); _ = router.Follow(ctx, events) })
-		tb.Cleanup(func() { router.Close(); cancel(); bg.Wait() })
-		opts := httpapi.HandlerOptions{Tokens: s.tokens, Log: log}
-		for _, o := range options {
-			o(&opts)
-		}
-		h := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, router), Orders: ordersSvc, Live: svc}, opts)
-		srv := httptest.NewServer(h)
+		srv := httptest.NewServer(ns.handler)
 		tb.Cleanup(srv.Close)
-		select {
-		case <-subscribed:
-		case <-time.After(5 * time.Second):
-			tb.Fatal("live watcher not subscribed after 5 s")
-		}
-		nodes[i] = &liveNode{router: router, client: client.New(h), http: srv}
+		nodes[i] = &liveNode{router: ns.router, client: ns.client, http: srv}
 	}
 	return s, nodes
 }
@@ -99,7 +78,7 @@ const (
 func subscribeWS(tb testing.TB, c *websocket.Conn, id, query string, vars map[string]any) {
 	tb.Helper()
 	payload, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
-	sendWS(tb, c, fmt.Sprintf(`{"id":%q,"type":"subscribe","payload":%s}`, id, payload))
+	nodetest.SendWS(tb, c, fmt.Sprintf(`{"id":%q,"type":"subscribe","payload":%s}`, id, payload))
 }
 
 // nextData waits for the next data of operation id and decodes it into
@@ -108,7 +87,7 @@ func nextData(tb testing.TB, c *websocket.Conn, id string, within time.Duration,
 	tb.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		m, err := readWS(c, time.Until(deadline))
+		m, err := nodetest.ReadWS(c, time.Until(deadline))
 		if err != nil {
 			tb.Fatalf("waiting for operation %s: %v", id, err)
 		}
@@ -162,7 +141,7 @@ func TestStockChangedFollowsSalesOfEveryNode(t *testing.T) {
 
 	var conns []*websocket.Conn
 	for _, n := range nodes {
-		c := initWS(t, n.http, user)
+		c := nodetest.InitWS(t, n.http, user)
 		start := time.Now()
 		subscribeWS(t, c, "s", stockSub, map[string]any{"v": vid})
 		first := nextStock(t, c, "s", time.Second)
@@ -221,7 +200,7 @@ func collectStock(c *websocket.Conn, id string, within time.Duration) ([]stockEv
 	deadline := time.Now().Add(within)
 	var got []stockEvent
 	for {
-		m, err := readWS(c, time.Until(deadline))
+		m, err := nodetest.ReadWS(c, time.Until(deadline))
 		if err != nil {
 			return got, fmt.Errorf("after %d events: %w", len(got), err)
 		}
@@ -293,7 +272,7 @@ func TestOrderChangedFollowsTheOrderAcrossNodes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := initWS(t, nodes[0].http, token)
+			c := nodetest.InitWS(t, nodes[0].http, token)
 			subscribeWS(t, c, "o", orderSub, map[string]any{"id": tc.id})
 			var d struct{ OrderChanged struct{ ID, Status string } }
 			nextData(t, c, "o", time.Second, &d)
@@ -331,9 +310,9 @@ func TestOrderChangedAuthorization(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := initWS(t, nodes[0].http, tc.token)
+			c := nodetest.InitWS(t, nodes[0].http, tc.token)
 			subscribeWS(t, c, "o", orderSub, map[string]any{"id": tc.id})
-			m := readUntil(t, c, "next", "error")
+			m := nodetest.ReadUntil(t, c, "next", "error")
 			if tc.code == "" {
 				if m.Type != "next" || !json.Valid(m.Payload) || string(m.Payload) == "" {
 					t.Fatalf("got %s %s, want the order", m.Type, m.Payload)
@@ -375,12 +354,12 @@ func TestClosingSubscriptionsReturnsGoroutinesAndMemory(t *testing.T) {
 	open := func(subs int) []*websocket.Conn {
 		var conns []*websocket.Conn
 		for i := 0; i < subs; i += perConn {
-			c := initWS(t, nodes[0].http, user)
+			c := nodetest.InitWS(t, nodes[0].http, user)
 			for j := range perConn {
 				subscribeWS(t, c, strconv.Itoa(j), stockSub, map[string]any{"v": vid})
 			}
 			for range perConn {
-				readUntil(t, c, "next")
+				nodetest.ReadUntil(t, c, "next")
 			}
 			conns = append(conns, c)
 		}
@@ -422,34 +401,6 @@ func TestClosingSubscriptionsReturnsGoroutinesAndMemory(t *testing.T) {
 	}
 }
 
-// On shutdown the server cancels its requests' base context: every
-// websocket gets a close frame, not a dropped connection.
-func TestShutdownClosesWebsocketsWithACloseFrame(t *testing.T) {
-	t.Parallel()
-	s, nodes := newLiveNodes(t, 1)
-	v := testenv.MustVoucher(t, s.db, s.rdb, testenv.VoucherSpec{Stock: 10})
-	base, shutdown := context.WithCancel(context.Background())
-	defer shutdown()
-	srv := httptest.NewUnstartedServer(nodes[0].http.Config.Handler)
-	srv.Config.BaseContext = func(net.Listener) context.Context { return base }
-	srv.Start()
-	t.Cleanup(srv.Close)
-	c := initWS(t, srv, s.token(t, 2, auth.RoleUser))
-	subscribeWS(t, c, "s", stockSub, map[string]any{"v": strconv.FormatInt(v.ID, 10)})
-	nextStock(t, c, "s", time.Second)
-	shutdown()
-	for {
-		_, err := readWS(c, 3*time.Second)
-		if err == nil {
-			continue
-		}
-		if status := websocket.CloseStatus(err); status != websocket.StatusNormalClosure {
-			t.Fatalf("connection ended by %v (close status %d), want a normal close frame", err, status)
-		}
-		return
-	}
-}
-
 // A client that stops reading: its connection's writes block (as on a
 // socket whose buffers are full) from the moment it has its first events.
 // The subscribers on other connections still see every change on time,
@@ -473,18 +424,18 @@ func TestStockSubscriberThatStopsReadingDelaysNoOne(t *testing.T) {
 	h.Listener = stall
 	h.Start()
 	t.Cleanup(h.Close)
-	stuck := initWS(t, h, user)
+	stuck := nodetest.InitWS(t, h, user)
 	for i := range httpapi.WebsocketMaxOperationsDefault {
 		subscribeWS(t, stuck, strconv.Itoa(i), stockSub, map[string]any{"v": vid})
 	}
 	for range httpapi.WebsocketMaxOperationsDefault {
-		readUntil(t, stuck, "next")
+		nodetest.ReadUntil(t, stuck, "next")
 	}
 	stall.stalled.Store(true) // from here on nothing reaches the stuck client
 
 	var conns []*websocket.Conn
 	for range 2 {
-		c := initWS(t, nodes[0].http, user)
+		c := nodetest.InitWS(t, nodes[0].http, user)
 		subscribeWS(t, c, "s", stockSub, map[string]any{"v": vid})
 		nextStock(t, c, "s", time.Second)
 		conns = append(conns, c)
@@ -522,11 +473,9 @@ func TestStockSubscriberThatStopsReadingDelaysNoOne(t *testing.T) {
 		t.Fatal("no write to the stuck client blocked: the test proves nothing")
 	}
 	deadline := time.Now().Add(writeTimeout + 3*time.Second)
-	for open.Load() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the stuck client is still connected after the write deadline")
-		}
-		time.Sleep(20 * time.Millisecond)
+	testenv.WaitFor(t, "the stuck client is disconnected", func() bool { return open.Load() == 0 })
+	if time.Now().After(deadline) {
+		t.Fatal("the stuck client was still connected after the write deadline")
 	}
 }
 
@@ -609,7 +558,7 @@ func TestOrderChangedSeesTheOrderRecorded(t *testing.T) {
 		t.Fatalf("grab: %s", res.Code)
 	}
 	id := strconv.FormatInt(res.OrderID, 10)
-	c := initWS(t, nodes[0].http, s.token(t, owner, auth.RoleUser))
+	c := nodetest.InitWS(t, nodes[0].http, s.token(t, owner, auth.RoleUser))
 	subscribeWS(t, c, "o", orderSub, map[string]any{"id": id})
 	var d struct{ OrderChanged struct{ ID, Status string } }
 	nextData(t, c, "o", time.Second, &d)
@@ -626,6 +575,19 @@ func TestOrderChangedSeesTheOrderRecorded(t *testing.T) {
 	nextData(t, c, "o", 3*time.Second, &d)
 	if d.OrderChanged.ID != id || d.OrderChanged.Status != "UNPAID" {
 		t.Fatalf("after recording %+v, want order %s UNPAID", d.OrderChanged, id)
+	}
+}
+
+// waitGoroutines waits until at most want goroutines run, and returns how
+// many run.
+func waitGoroutines(want int, within time.Duration) int {
+	deadline := time.Now().Add(within)
+	for {
+		n := runtime.NumGoroutine()
+		if n <= want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

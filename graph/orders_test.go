@@ -2,42 +2,14 @@ package graph_test
 
 import (
 	"context"
-	"log/slog"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/99designs/gqlgen/client"
-
 	"flashsale/domain"
-	"flashsale/graph"
-	"flashsale/httpapi"
 	"flashsale/internal/auth"
-	"flashsale/internal/lease"
-	"flashsale/internal/orders"
-	"flashsale/internal/seckill"
 	"flashsale/internal/testenv"
-	"flashsale/persistence"
-
-	"github.com/redis/go-redis/v9"
 )
-
-// newOrdersServer is newServer with the order fields wired.
-func newOrdersServer(tb testing.TB) *testServer {
-	tb.Helper()
-	s := newServer(tb)
-	log := slog.New(slog.DiscardHandler)
-	store := persistence.NewOrders(s.db, s.rdb, log)
-	locker := lease.New([]redis.UniversalClient{s.rdb}, 0, log)
-	h := httpapi.NewHandler(&graph.Resolver{
-		Catalog: s.catalog, Seckill: seckill.New(nil, s.router), DeadLetters: persistence.NewDeadLetters(s.db), Reconciler: persistence.NewReconciliations(s.db, s.rdb),
-		Orders:          orders.New(store, s.catalog, orders.Config{}, log),
-		Reconciliations: orders.NewReconciler(persistence.NewReconciliations(s.db, s.rdb), persistence.NewStock(s.rdb), s.catalog, locker, orders.ReconcileConfig{}, log),
-	}, httpapi.HandlerOptions{Tokens: s.tokens, Log: log, Introspection: graph.IntrospectionPublic})
-	s.client = client.New(h)
-	s.handler = h
-	return s
-}
 
 const (
 	orderQuery   = `query($id: ID!) { order(id: $id) { id userId status payDeadline } }`
@@ -52,7 +24,7 @@ const (
 // other user, an admin, and a caller without a token.
 func TestOrderFieldsAuthorizationMatrix(t *testing.T) {
 	t.Parallel()
-	s := newOrdersServer(t)
+	s := newServer(t)
 	ctx := context.Background()
 	v := testenv.MustVoucher(t, s.db, s.rdb, testenv.VoucherSpec{Stock: 10, Limit: 3})
 	const ownerID, otherID = 7, 8
@@ -146,7 +118,7 @@ func TestOrderFieldsAuthorizationMatrix(t *testing.T) {
 // cursors; another user sees none of them.
 func TestMyOrdersPagesNewestFirst(t *testing.T) {
 	t.Parallel()
-	s := newOrdersServer(t)
+	s := newServer(t)
 	ctx := context.Background()
 	v := testenv.MustVoucher(t, s.db, s.rdb, testenv.VoucherSpec{Stock: 10, Limit: 3})
 	var ids []string

@@ -2,9 +2,10 @@ package httpapi
 
 import (
 	"context"
-	"runtime"
 	"testing"
 	"time"
+
+	"flashsale/internal/testenv"
 )
 
 // The rate hands out start times 1/rate apart: after a quiet spell a
@@ -56,7 +57,7 @@ func TestAnonymousSlotsQueueUpToTheirBound(t *testing.T) {
 		}
 		admitted <- r
 	}()
-	waitFor(t, func() bool { return b.waiting.Load() == 1 })
+	testenv.WaitFor(t, "one request waits for the budget", func() bool { return b.waiting.Load() == 1 })
 
 	over, cancelOver := context.WithCancel(ctx)
 	defer cancelOver()
@@ -69,7 +70,7 @@ func TestAnonymousSlotsQueueUpToTheirBound(t *testing.T) {
 			refused <- retry
 		}
 	}()
-	waitFor(t, func() bool { return len(refused) == 1 || b.waiting.Load() > 1 })
+	testenv.WaitFor(t, "the request past the waiting bound is answered or waits", func() bool { return len(refused) == 1 || b.waiting.Load() > 1 })
 	if n := b.waiting.Load(); n > 1 {
 		t.Fatalf("%d waiting: one past the waiting bound waits instead of being refused at once", n)
 	}
@@ -85,7 +86,7 @@ func TestAnonymousSlotsQueueUpToTheirBound(t *testing.T) {
 	gone, cancel := context.WithCancel(ctx)
 	left := make(chan bool, 1)
 	go func() { _, _, ok := b.admit(gone); left <- ok }()
-	waitFor(t, func() bool { return b.waiting.Load() == 1 })
+	testenv.WaitFor(t, "the request whose client leaves waits for the budget", func() bool { return b.waiting.Load() == 1 })
 	cancel()
 	if <-left {
 		t.Fatal("a request whose client left was admitted")
@@ -98,20 +99,5 @@ func TestAnonymousSlotsQueueUpToTheirBound(t *testing.T) {
 		t.Fatal("the slot was not given back")
 	} else {
 		r()
-	}
-}
-
-// waitFor yields until cond holds: a signal from the code under test,
-// not a timed wait.
-func waitFor(tb testing.TB, cond func() bool) {
-	tb.Helper()
-	for i := 0; !cond(); i++ {
-		if i > 1_000_000 {
-			tb.Fatal("condition never held")
-		}
-		runtime.Gosched()
-		if i%1000 == 999 {
-			time.Sleep(time.Millisecond)
-		}
 	}
 }

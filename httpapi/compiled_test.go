@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -295,6 +296,111 @@ func TestCompiledGrabAnswersAsGqlgen(t *testing.T) {
 			t.Errorf("the flood limit did not refuse the compiled path: %s", got.body)
 		}
 	})
+}
+
+// A grab's answer comes on one of two channels, as the contract says:
+// business outcomes as data.seckillVoucher.code, and refusals of the
+// request (UNAUTHENTICATED, FORBIDDEN, RATE_LIMITED with retryAfterMs,
+// BAD_USER_INPUT) as exactly one error with data null. The two sets of
+// codes never overlap for a grab, so a client reads its outcome in one
+// place as errors[0].extensions.code, else data.seckillVoucher.code. The
+// compiled grab path and gqlgen's executor answer every case alike (the
+// twin handlers, over scriptedOutcomes).
+func TestGrabOutcomesComeOnTheirContractChannel(t *testing.T) {
+	t.Parallel()
+	tokens, user := twinUser(t)
+	compiled, executor := twinHandlers(t, tokens, 0)
+	const (
+		plain    = `mutation($id: ID!, $ticket: String, $req: String) { seckillVoucher(voucherId: $id, ticket: $ticket, requestId: $req) { code orderId message } }`
+		fragment = `mutation($id: ID!, $ticket: String, $req: String) { seckillVoucher(voucherId: $id, ticket: $ticket, requestId: $req) { ... on SeckillResult { code orderId message } } }`
+	)
+	type grabError struct {
+		Message    string
+		Extensions map[string]any
+	}
+	type grabAnswer struct {
+		Data *struct {
+			SeckillVoucher *struct {
+				Code    string
+				OrderID *string
+			}
+		}
+		Errors []grabError
+	}
+	code := func(e grabError) string { c, _ := e.Extensions["code"].(string); return c }
+	sendGrab := func(h http.Handler, query, token string, vars map[string]any) (grabAnswer, string) {
+		tr := twinRequest{body: body(query, vars)}
+		if token != "" {
+			tr.authorization = "Bearer " + token
+		}
+		raw := send(h, tr).body
+		var a grabAnswer
+		if err := json.Unmarshal([]byte(raw), &a); err != nil {
+			t.Fatalf("%v: %s", err, raw)
+		}
+		return a, raw
+	}
+	// The error codes a grab may answer: none is a SeckillCode.
+	errorCodes := []string{"UNAUTHENTICATED", "FORBIDDEN", "RATE_LIMITED", "BAD_USER_INPUT", "INTERNAL"}
+	for _, c := range model.AllSeckillCode {
+		if slices.Contains(errorCodes, string(c)) {
+			t.Fatalf("%s is both a SeckillCode and a grab's error code: one place cannot tell them apart", c)
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		token string
+		vars  map[string]any
+		code  string
+		data  bool
+	}{
+		{"OK", user, map[string]any{"id": "1"}, "OK", true},
+		{"SOLD_OUT", user, map[string]any{"id": "2"}, "SOLD_OUT", true},
+		{"NOT_FOUND", user, map[string]any{"id": "3"}, "NOT_FOUND", true},
+		{"NOT_STARTED", user, map[string]any{"id": "4"}, "NOT_STARTED", true},
+		{"ENDED", user, map[string]any{"id": "5"}, "ENDED", true},
+		{"PAUSED", user, map[string]any{"id": "6"}, "PAUSED", true},
+		{"LIMIT_REACHED", user, map[string]any{"id": "7"}, "LIMIT_REACHED", true},
+		{"UNAVAILABLE", user, map[string]any{"id": "8"}, "UNAVAILABLE", true},
+		{"RATE_LIMITED", user, map[string]any{"id": "9"}, "RATE_LIMITED", false},
+		{"the gate's FORBIDDEN", user, map[string]any{"id": "1", "ticket": "forged"}, "FORBIDDEN", false},
+		{"UNAUTHENTICATED", "", map[string]any{"id": "1"}, "UNAUTHENTICATED", false},
+		{"BAD_USER_INPUT", user, map[string]any{"id": "1", "req": ""}, "BAD_USER_INPUT", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var bodies []string
+			for _, h := range []struct {
+				name, query string
+				handler     http.Handler
+			}{
+				{"compiled", plain, compiled},
+				{"executor", plain, executor},
+				{"executor, fragment", fragment, compiled},
+			} {
+				a, raw := sendGrab(h.handler, h.query, tc.token, tc.vars)
+				bodies = append(bodies, raw)
+				if tc.data {
+					if len(a.Errors) != 0 || a.Data == nil || a.Data.SeckillVoucher == nil || a.Data.SeckillVoucher.Code != tc.code {
+						t.Fatalf("%s: %s, want data.seckillVoucher.code %s and no error", h.name, raw, tc.code)
+					}
+					if (tc.code == "OK") != (a.Data.SeckillVoucher.OrderID != nil) {
+						t.Fatalf("%s: %s: orderId must be set exactly when OK", h.name, raw)
+					}
+					continue
+				}
+				if len(a.Errors) != 1 || code(a.Errors[0]) != tc.code || (a.Data != nil && a.Data.SeckillVoucher != nil) {
+					t.Fatalf("%s: %s, want one %s error and no data", h.name, raw, tc.code)
+				}
+				ms, hasRetry := a.Errors[0].Extensions["retryAfterMs"].(float64)
+				if (tc.code == "RATE_LIMITED") != hasRetry || (hasRetry && ms != 1500) {
+					t.Fatalf("%s: %s: retryAfterMs (1500) must come with RATE_LIMITED only", h.name, raw)
+				}
+			}
+			if bodies[0] != bodies[1] {
+				t.Fatalf("compiled and executor answers differ:\n%s\n%s", bodies[0], bodies[1])
+			}
+		})
+	}
 }
 
 var retryAfter = regexp.MustCompile(`"retryAfterMs":\d+`)

@@ -592,8 +592,11 @@ func (a *app) closeGate() {
 
 func (a *app) buildHandler(context.Context, *loops) error {
 	cfg, log := a.cfg, a.log
-	gql := httpapi.NewHandler(&graph.Resolver{Catalog: a.catalog, Seckill: seckill.New(a.gate, a.router), DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: reconciliationQuery{a.orders.reconciler},
-		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live, Gate: a.gate, RedPackets: a.redPkts.service}, httpapi.HandlerOptions{
+	var grabber seckill.Router = a.router
+	if a.hooks.Grabber != nil {
+		grabber = a.hooks.Grabber(grabber)
+	}
+	opts := httpapi.HandlerOptions{
 		Tokens:                 a.tokens,
 		Log:                    log,
 		IPLimit:                a.limits,
@@ -607,7 +610,12 @@ func (a *app) buildHandler(context.Context, *loops) error {
 		WebsocketMaxPerUser:    cfg.WSMaxPerUser,
 		WebsocketMaxPerIP:      cfg.WSMaxPerIP,
 		CORSOrigins:            cfg.CORSOrigins(),
-	})
+	}
+	if a.hooks.HTTP != nil {
+		a.hooks.HTTP(&opts)
+	}
+	gql := httpapi.NewHandler(&graph.Resolver{Catalog: a.catalog, Seckill: seckill.New(a.gate, grabber), DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: reconciliationQuery{a.orders.reconciler},
+		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live, Gate: a.gate, RedPackets: a.redPkts.service}, opts)
 	a.gql = gql
 	mux := http.NewServeMux()
 	mux.Handle("/query", gql)

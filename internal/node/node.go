@@ -16,9 +16,11 @@ import (
 
 	"flashsale/actors"
 	"flashsale/actors/writer"
+	"flashsale/httpapi"
 	"flashsale/internal/catalog"
 	"flashsale/internal/config"
 	"flashsale/internal/gate"
+	"flashsale/internal/seckill"
 )
 
 // Node is one started node: its stores are open, its background work
@@ -50,6 +52,17 @@ type Hooks struct {
 	// to itself, so that a test can count what the gate asks Redis (its
 	// pub/sub watcher keeps the background client).
 	GateRedis redis.Hook
+	// HTTP, if set, changes the /query handler's options after the node
+	// derived them from the configuration: what no setting says (the
+	// websocket ping and write deadlines, the introspection price limit)
+	// or a stand-in the test controls (a per-IP limit that holds
+	// requests).
+	HTTP func(*httpapi.HandlerOptions)
+	// Grabber, if set, is given the router the grab resolver would call
+	// and returns the one it calls instead (a reference design a
+	// benchmark compares the router with). The node's own router runs
+	// all the same.
+	Grabber func(seckill.Router) seckill.Router
 }
 
 // NewWith is New with hooks for tests.

@@ -1,6 +1,6 @@
 //go:build race
 
-package graph_test
+package httpapi_test
 
 // costFactor scales the CPU bounds of cost tests: the race detector makes
 // the same work 5–10 times slower. memFactor scales their allocation

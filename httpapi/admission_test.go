@@ -1,93 +1,19 @@
-package graph_test
+package httpapi_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
-	"net/http"
-	"net/http/httptest"
-	"runtime"
+	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"flashsale/graph"
-	"flashsale/httpapi"
 	"flashsale/internal/auth"
-	"flashsale/internal/seckill"
-	"flashsale/persistence"
+	"flashsale/internal/node"
+	"flashsale/internal/node/nodetest"
+	"flashsale/internal/testenv"
 )
-
-// post runs one POST /query through h from ip and returns the HTTP status
-// and the errors' codes; every RATE_LIMITED error must say when to retry.
-func post(tb testing.TB, h http.Handler, ip, token, query string) (int, []string) {
-	tb.Helper()
-	body, _ := json.Marshal(map[string]any{"query": query})
-	req := httptest.NewRequest(http.MethodPost, "/query", bytes.NewReader(body))
-	req.RemoteAddr = ip + ":4321"
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	var resp struct{ Errors []gqlError }
-	if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
-		tb.Fatalf("%v: %.200s", err, rec.Body.String())
-	}
-	codes := []string{}
-	for _, e := range resp.Errors {
-		codes = append(codes, e.code())
-		if ms, _ := e.Extensions["retryAfterMs"].(float64); e.code() == "RATE_LIMITED" && ms <= 0 {
-			tb.Fatalf("RATE_LIMITED with retryAfterMs %v", e.Extensions["retryAfterMs"])
-		}
-	}
-	return rec.Code, codes
-}
-
-// cost is what one request cost the process on average: CPU time (user
-// and system, every thread: gqlgen and the HTTP plumbing may use other
-// goroutines) and bytes allocated.
-type cost struct {
-	cpu   time.Duration
-	bytes uint64
-}
-
-func (c cost) String() string { return fmt.Sprintf("%v CPU, %d KB", c.cpu, c.bytes>>10) }
-
-// measure runs fn n times, three rounds, and keeps the cheapest round's
-// average: the machine is shared and noisy, and noise only ever adds.
-func measure(tb testing.TB, n int, fn func(i int)) cost {
-	tb.Helper()
-	best := cost{cpu: time.Hour, bytes: 1 << 62}
-	for round := range 3 {
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		alloc := ms.TotalAlloc
-		before := cpuTime(tb)
-		for i := range n {
-			fn(round*n + i)
-		}
-		c := cost{cpu: (cpuTime(tb) - before) / time.Duration(n)}
-		runtime.ReadMemStats(&ms)
-		c.bytes = (ms.TotalAlloc - alloc) / uint64(n)
-		best.cpu, best.bytes = min(best.cpu, c.cpu), min(best.bytes, c.bytes)
-	}
-	return best
-}
-
-func cpuTime(tb testing.TB) time.Duration {
-	tb.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		tb.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // Hostile inputs, each with what it must be refused with: requests that
 // are small on the wire and costly to validate or answer. Before the shape
@@ -151,11 +77,11 @@ const (
 // comment in front so that no cache helps. A trivial query measured in the
 // same run is the reference.
 func TestHostileRequestsAreRefusedCheaply(t *testing.T) {
-	s := newServer(t)
-	user := s.token(t, 2, auth.RoleUser)
+	nd := startNode(t, nil, node.Hooks{})
+	user := nd.Token(t, 2, auth.RoleUser)
 	const n = 20
 	ref := measure(t, n, func(i int) {
-		if _, codes := post(t, s.handler, "198.51.100.1", "", fmt.Sprintf("#%d\n{ __typename }", i)); len(codes) != 0 {
+		if _, codes := post(t, nd.GraphQL, "198.51.100.1", "", fmt.Sprintf("#%d\n{ __typename }", i)); len(codes) != 0 {
 			t.Fatalf("reference query: %v", codes)
 		}
 	})
@@ -165,7 +91,7 @@ func TestHostileRequestsAreRefusedCheaply(t *testing.T) {
 			ip := fmt.Sprintf("198.51.100.%d", 10+j)
 			c := measure(t, n, func(i int) {
 				q := fmt.Sprintf("#%d-%x\n%s", i, rand.Uint64(), in.query)
-				if _, codes := post(t, s.handler, ip, in.token, q); len(codes) != 1 || codes[0] != in.code {
+				if _, codes := post(t, nd.GraphQL, ip, in.token, q); len(codes) != 1 || codes[0] != in.code {
 					t.Fatalf("%d errors, codes %.200v, want [%s]", len(codes), codes, in.code)
 				}
 			})
@@ -182,10 +108,7 @@ func TestHostileRequestsAreRefusedCheaply(t *testing.T) {
 // answer GRAPHQL_PARSE_FAILED, get RATE_LIMITED once the burst is spent,
 // and each refusal stays within the cost bound.
 func TestIPFloodIsRefusedBeforeParsing(t *testing.T) {
-	s := newServer(t)
-	h := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, s.router)}, httpapi.HandlerOptions{
-		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), IPLimit: persistence.NewRateLimits(s.rdb, 0, 2),
-	})
+	h := startNode(t, map[string]string{"RATE_IP_PER_SEC": "2"}, node.Hooks{}).GraphQL
 	const ip = "203.0.113.50"
 	malformed := "{ vouchers { " + strings.Repeat("id ", 1900)
 	limited := 0
@@ -225,12 +148,10 @@ func TestIPFloodIsRefusedBeforeParsing(t *testing.T) {
 // to every request, grabs too, before parsing.
 func TestInProcessFloodLimitNeedsNoRedis(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
-	v := s.createVoucher(t, seckillInput(1, 100))
-	h := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, s.router)}, httpapi.HandlerOptions{
-		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), FloodPerSec: 1,
-	})
-	s.redis.Kill() // the limit must hold without Redis
+	n := startNode(t, map[string]string{"SHED_IP_PER_SEC": "1", "GRAPHQL_COMPILED_GRABS": "false"}, node.Hooks{})
+	v := mustVoucher(t, n, testenv.VoucherSpec{Stock: 100})
+	h := n.GraphQL
+	n.Redis.Kill() // the limit must hold without Redis
 	const ip = "203.0.113.60"
 	var got []string
 	for range 4 {
@@ -240,8 +161,8 @@ func TestInProcessFloodLimitNeedsNoRedis(t *testing.T) {
 	if strings.Join(got, " ") != "BAD_USER_INPUT BAD_USER_INPUT RATE_LIMITED RATE_LIMITED" {
 		t.Fatalf("burst of 2, then limited before parsing; got %v", got)
 	}
-	user := s.token(t, 3, auth.RoleUser)
-	if _, codes := post(t, h, ip, user, `mutation { seckillVoucher(voucherId: "`+v.ID+`") { code } }`); strings.Join(codes, ",") != "RATE_LIMITED" {
+	user := n.Token(t, 3, auth.RoleUser)
+	if _, codes := post(t, h, ip, user, `mutation { seckillVoucher(voucherId: "`+strconv.FormatInt(v.ID, 10)+`") { code } }`); strings.Join(codes, ",") != "RATE_LIMITED" {
 		t.Fatalf("a grab from the flooding address: %v, want RATE_LIMITED", codes)
 	}
 	if _, codes := post(t, h, "203.0.113.61", "", "{ __typename }"); len(codes) != 0 {
@@ -254,18 +175,18 @@ func TestInProcessFloodLimitNeedsNoRedis(t *testing.T) {
 // error. Introspection alone still needs no token.
 func TestOperationsWithoutTokenAreRefusedBeforeValidation(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
+	n := startNode(t, nil, node.Hooks{})
 	for _, tc := range []struct{ name, token, query, code string }{
 		{"unknown field, no token", "", "{ nope }", "UNAUTHENTICATED"},
 		{"unknown field, bad token", "not-a-token", "{ nope }", "UNAUTHENTICATED"},
 		{"unknown field through a fragment, no token", "", "{ ...F } fragment F on Query { nope }", "UNAUTHENTICATED"},
 		{"introspection mixed with a field, no token", "", "{ __typename nope }", "UNAUTHENTICATED"},
-		{"unknown field, user token", s.token(t, 2, auth.RoleUser), "{ nope }", "BAD_USER_INPUT"},
+		{"unknown field, user token", n.Token(t, 2, auth.RoleUser), "{ nope }", "BAD_USER_INPUT"},
 		{"introspection, no token", "", "{ __schema { queryType { name } } }", ""},
 		{"__typename, no token", "", "{ __typename }", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, codes := post(t, s.handler, "198.51.100.200", tc.token, tc.query)
+			_, codes := post(t, n.GraphQL, "198.51.100.200", tc.token, tc.query)
 			if want := []string{}; tc.code != "" {
 				want = []string{tc.code}
 				if strings.Join(codes, ",") != tc.code {
@@ -278,45 +199,12 @@ func TestOperationsWithoutTokenAreRefusedBeforeValidation(t *testing.T) {
 	}
 }
 
-// graphiqlIntrospection is GraphiQL's schema query (graphql-js
-// getIntrospectionQuery with every option on): the largest query a
-// legitimate client sends, which the shape check must let through.
-var graphiqlIntrospection = `query IntrospectionQuery {
-  __schema {
-    description
-    queryType { name kind }
-    mutationType { name kind }
-    subscriptionType { name kind }
-    types { ...FullType }
-    directives { name description isRepeatable locations args(includeDeprecated: true) { ...InputValue } }
-  }
-}
-fragment FullType on __Type {
-  kind name description specifiedByURL isOneOf
-  fields(includeDeprecated: true) {
-    name description
-    args(includeDeprecated: true) { ...InputValue }
-    type { ...TypeRef }
-    isDeprecated deprecationReason
-  }
-  inputFields(includeDeprecated: true) { ...InputValue }
-  interfaces { ...TypeRef }
-  enumValues(includeDeprecated: true) { name description isDeprecated deprecationReason }
-  possibleTypes { ...TypeRef }
-}
-fragment InputValue on __InputValue {
-  name description type { ...TypeRef } defaultValue isDeprecated deprecationReason
-}
-fragment TypeRef on __Type {
-  kind name` + strings.Repeat(` ofType { kind name`, 9) + strings.Repeat(` }`, 9) + `
-}`
-
 // The shape check refuses hostile shapes, not clients: GraphiQL's schema
 // query passes without a token, and so do the contract's widest queries.
 func TestLegitimateQueriesPassTheShapeCheck(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
-	user := s.token(t, 2, auth.RoleUser)
+	n := startNode(t, nil, node.Hooks{})
+	user := n.Token(t, 2, auth.RoleUser)
 	for _, tc := range []struct{ name, token, query string }{
 		{"GraphiQL's schema query", "", graphiqlIntrospection},
 		{"every voucher field", user, `{ vouchers(first: 100) { edges { cursor node { id shopId title subTitle rules payValue actualValue type status createdAt
@@ -325,7 +213,7 @@ func TestLegitimateQueriesPassTheShapeCheck(t *testing.T) {
 			fragment A on Voucher { id title } fragment B on Voucher { id ...A }`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, codes := post(t, s.handler, "198.51.100.201", tc.token, tc.query); len(codes) != 0 {
+			if _, codes := post(t, n.GraphQL, "198.51.100.201", tc.token, tc.query); len(codes) != 0 {
 				t.Fatalf("codes %v", codes)
 			}
 		})
@@ -337,26 +225,24 @@ func TestLegitimateQueriesPassTheShapeCheck(t *testing.T) {
 // stays usable.
 func TestWebsocketOperationsPassAdmission(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
-	h := httptest.NewServer(s.handler)
-	t.Cleanup(h.Close)
-	c := initWS(t, h, s.token(t, 2, auth.RoleUser))
+	n := startNode(t, nil, node.Hooks{})
+	c := nodetest.InitWS(t, serve(t, n.GraphQL), n.Token(t, 2, auth.RoleUser))
 	ids, _ := json.Marshal(map[string]any{"query": "{vouchers{edges{node{" + strings.Repeat("id ", 1985) + "}}}}"})
-	sendWS(t, c, `{"id":"1","type":"subscribe","payload":`+string(ids)+`}`)
-	m := readUntil(t, c, "next", "error")
-	var errs []gqlError
+	nodetest.SendWS(t, c, `{"id":"1","type":"subscribe","payload":`+string(ids)+`}`)
+	m := nodetest.ReadUntil(t, c, "next", "error")
+	var errs []nodetest.Error
 	if m.Type == "next" {
-		var resp struct{ Errors []gqlError }
+		var resp struct{ Errors []nodetest.Error }
 		_ = json.Unmarshal(m.Payload, &resp)
 		errs = resp.Errors
 	} else {
 		_ = json.Unmarshal(m.Payload, &errs)
 	}
-	if len(errs) != 1 || errs[0].code() != "BAD_USER_INPUT" || errs[0].Extensions["reason"] != "SELECTION_TOO_WIDE" {
+	if len(errs) != 1 || errs[0].Code() != "BAD_USER_INPUT" || errs[0].Extensions["reason"] != "SELECTION_TOO_WIDE" {
 		t.Fatalf("%s %s: want one BAD_USER_INPUT error with reason SELECTION_TOO_WIDE", m.Type, m.Payload)
 	}
-	sendWS(t, c, `{"id":"2","type":"subscribe","payload":{"query":"{ __typename }"}}`)
-	if m := readUntil(t, c, "next", "error"); m.Type != "next" || m.ID != "2" {
+	nodetest.SendWS(t, c, `{"id":"2","type":"subscribe","payload":{"query":"{ __typename }"}}`)
+	if m := nodetest.ReadUntil(t, c, "next", "error"); m.Type != "next" || m.ID != "2" {
 		t.Fatalf("after the refusal: %s %s", m.Type, m.Payload)
 	}
 }

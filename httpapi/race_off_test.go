@@ -1,6 +1,6 @@
 //go:build !race
 
-package graph_test
+package httpapi_test
 
 // costFactor and memFactor scale the bounds of cost tests (see
 // race_on_test.go).

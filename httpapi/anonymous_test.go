@@ -1,21 +1,22 @@
-package graph_test
+package httpapi_test
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"flashsale/graph"
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
-	"flashsale/internal/seckill"
+	"flashsale/internal/node"
+	"flashsale/internal/node/nodetest"
+	"flashsale/internal/testenv"
 )
 
 // heldIPLimit stands for RATE_IP_PER_SEC's Redis check, which admission
@@ -60,17 +61,18 @@ func (l *heldIPLimit) callsFrom(ip string) int {
 // slot is free, anonymous requests are served again.
 func TestAnonymousBudgetRefusesAnonymousRequestsAndNotSignedInOnes(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
 	const holder, flooder, shopper = "192.0.2.10", "192.0.2.20", "192.0.2.30"
 	limit := &heldIPLimit{holdIP: holder, entered: make(chan struct{}, 1), release: make(chan struct{}), calls: map[string]int{}}
 	release := sync.OnceFunc(func() { close(limit.release) })
-	t.Cleanup(release)
-	h := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, s.router)}, httpapi.HandlerOptions{
-		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), IPLimit: limit, Introspection: graph.IntrospectionToken,
-		Anonymous: httpapi.AnonymousBudget{InFlight: 1}, // no wait: refused at once
-	})
-	v := s.createVoucher(t, seckillInput(1, 10))
-	user := s.token(t, 7, auth.RoleUser)
+	n := startNode(t, map[string]string{
+		"ANON_MAX_IN_FLIGHT": "1", "ANON_WAIT": "0s", // no wait: refused at once
+		"INTROSPECTION": "token", "GRAPHQL_COMPILED_GRABS": "false",
+	}, node.Hooks{HTTP: func(o *httpapi.HandlerOptions) { o.IPLimit = limit }})
+	t.Cleanup(release) // before the node stops: the holder's request ends
+	h := n.GraphQL
+	v := mustVoucher(t, n, testenv.VoucherSpec{Stock: 10})
+	vid := strconv.FormatInt(v.ID, 10)
+	user := n.Token(t, 7, auth.RoleUser)
 	hostile := "{ __typename" + strings.Repeat(" @x", 990) + " }"
 	if _, codes := post(t, h, flooder, "", hostile); strings.Join(codes, ",") != "BAD_USER_INPUT" {
 		t.Fatalf("the hostile text with the budget free: %v, want the shape check's BAD_USER_INPUT", codes)
@@ -103,13 +105,13 @@ func TestAnonymousBudgetRefusesAnonymousRequestsAndNotSignedInOnes(t *testing.T)
 	var got struct {
 		Voucher struct{ ID string }
 	}
-	if errs := doFrom(t, h, shopper, user, `query($v: ID!) { voucher(id: $v) { id } }`, map[string]any{"v": v.ID}, &got); len(errs) > 0 || got.Voucher.ID != v.ID {
+	if errs := doFrom(t, h, shopper, user, `query($v: ID!) { voucher(id: $v) { id } }`, map[string]any{"v": vid}, &got); len(errs) > 0 || got.Voucher.ID != vid {
 		t.Fatalf("a signed-in query beside the full budget: %v, %+v", errs, got)
 	}
 	var grab struct {
 		SeckillVoucher struct{ Code string }
 	}
-	if errs := doFrom(t, h, shopper, user, `mutation($v: ID!) { seckillVoucher(voucherId: $v) { code } }`, map[string]any{"v": v.ID}, &grab); len(errs) > 0 || grab.SeckillVoucher.Code != "OK" {
+	if errs := doFrom(t, h, shopper, user, `mutation($v: ID!) { seckillVoucher(voucherId: $v) { code } }`, map[string]any{"v": vid}, &grab); len(errs) > 0 || grab.SeckillVoucher.Code != "OK" {
 		t.Fatalf("a signed-in grab beside the full budget: %v, %+v", errs, grab)
 	}
 
@@ -146,8 +148,8 @@ func postRaw(h http.Handler, ip, token, query string) rawAnswer {
 	return rawAnswer{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
 }
 
-func (a rawAnswer) errors() []gqlError {
-	var resp struct{ Errors []gqlError }
+func (a rawAnswer) errors() []nodetest.Error {
+	var resp struct{ Errors []nodetest.Error }
 	_ = json.Unmarshal(a.body, &resp)
 	return resp.Errors
 }
@@ -155,7 +157,7 @@ func (a rawAnswer) errors() []gqlError {
 func (a rawAnswer) codes() string {
 	var out []string
 	for _, e := range a.errors() {
-		out = append(out, e.code())
+		out = append(out, e.Code())
 	}
 	return strings.Join(out, ",")
 }
@@ -170,7 +172,7 @@ func (a rawAnswer) retryAfterMs() float64 {
 }
 
 // doFrom runs one operation with variables from ip and decodes its data.
-func doFrom(tb testing.TB, h http.Handler, ip, token, query string, vars map[string]any, out any) []gqlError {
+func doFrom(tb testing.TB, h http.Handler, ip, token, query string, vars map[string]any, out any) []nodetest.Error {
 	tb.Helper()
 	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
 	req := httptest.NewRequest(http.MethodPost, "/query", bytes.NewReader(body))
@@ -181,7 +183,7 @@ func doFrom(tb testing.TB, h http.Handler, ip, token, query string, vars map[str
 	h.ServeHTTP(rec, req)
 	var resp struct {
 		Data   json.RawMessage
-		Errors []gqlError
+		Errors []nodetest.Error
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
 		tb.Fatalf("%v: %.200s", err, rec.Body.String())

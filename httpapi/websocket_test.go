@@ -1,15 +1,15 @@
-package graph_test
+package httpapi_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -19,83 +19,23 @@ import (
 	"github.com/coder/websocket"
 	"github.com/golang-jwt/jwt/v5"
 
-	"flashsale/graph"
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
-	"flashsale/internal/seckill"
+	"flashsale/internal/node"
+	"flashsale/internal/node/nodetest"
+	"flashsale/internal/testenv"
 )
-
-// wsMessage is one message of either websocket subprotocol.
-type wsMessage struct {
-	ID      string          `json:"id,omitempty"`
-	Type    string          `json:"type"`
-	Payload json.RawMessage `json:"payload,omitempty"`
-}
-
-// dialWS opens a websocket to h's /query with one subprotocol.
-func dialWS(tb testing.TB, h *httptest.Server, subprotocol string) *websocket.Conn {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(h.URL, "http")+"/query", &websocket.DialOptions{Subprotocols: []string{subprotocol}})
-	if err != nil {
-		tb.Fatalf("dial: %v", err)
-	}
-	tb.Cleanup(func() { _ = c.CloseNow() })
-	return c
-}
-
-func sendWS(tb testing.TB, c *websocket.Conn, raw string) {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.Write(ctx, websocket.MessageText, []byte(raw)); err != nil {
-		tb.Fatalf("write %s: %v", raw, err)
-	}
-}
-
-// readWS returns the next message, or the error (a close frame) that
-// ended the read, waiting at most timeout.
-func readWS(c *websocket.Conn, timeout time.Duration) (wsMessage, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	_, raw, err := c.Read(ctx)
-	if err != nil {
-		return wsMessage{}, err
-	}
-	var m wsMessage
-	err = json.Unmarshal(raw, &m)
-	return m, err
-}
-
-// readUntil skips keepalives and pings until a message of one of types.
-func readUntil(tb testing.TB, c *websocket.Conn, types ...string) wsMessage {
-	tb.Helper()
-	for {
-		m, err := readWS(c, 5*time.Second)
-		if err != nil {
-			tb.Fatalf("waiting for %v: %v", types, err)
-		}
-		for _, t := range types {
-			if m.Type == t {
-				return m
-			}
-		}
-	}
-}
 
 func TestMalformedConnectionInitIsClosed(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
-	h := httptest.NewServer(s.handler)
-	t.Cleanup(h.Close)
+	h := serve(t, startNode(t, nil, node.Hooks{}).GraphQL)
 	for _, proto := range []string{"graphql-transport-ws", "graphql-ws"} {
 		for _, payload := range []string{`"Bearer junk"`, `[1]`, `42`} {
 			t.Run(proto+" closes on payload "+payload, func(t *testing.T) {
-				c := dialWS(t, h, proto)
-				sendWS(t, c, `{"type":"connection_init","payload":`+payload+`}`)
+				c := nodetest.DialWS(t, h, proto)
+				nodetest.SendWS(t, c, `{"type":"connection_init","payload":`+payload+`}`)
 				for {
-					m, err := readWS(c, 3*time.Second)
+					m, err := nodetest.ReadWS(c, 3*time.Second)
 					if err == nil {
 						if m.Type == "connection_ack" {
 							t.Fatal("acknowledged a connection without a token")
@@ -117,41 +57,40 @@ func TestMalformedConnectionInitIsClosed(t *testing.T) {
 
 func TestWebsocketOperationsRecheckTokenExpiry(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
-	h := httptest.NewServer(s.handler)
-	t.Cleanup(h.Close)
+	n := startNode(t, nil, node.Hooks{})
+	h := serve(t, n.GraphQL)
 	// A token a second past its exp is still inside the verifier's
 	// five-second leeway: accepted at connection_init, expired 3 to 4 s
 	// later (exp is whole seconds), which leaves a slow machine time for
 	// the first operation.
 	issued := time.Now()
-	tok, err := s.tokens.Issue(auth.Identity{UserID: 9, Role: auth.RoleUser}, -time.Second)
+	tok, err := n.Tokens.Issue(auth.Identity{UserID: 9, Role: auth.RoleUser}, -time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := dialWS(t, h, "graphql-transport-ws")
-	sendWS(t, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+tok+`"}}`)
-	readUntil(t, c, "connection_ack")
+	c := nodetest.DialWS(t, h, "graphql-transport-ws")
+	nodetest.SendWS(t, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+tok+`"}}`)
+	nodetest.ReadUntil(t, c, "connection_ack")
 
 	const op = `{"query":"{ vouchers(first: 1) { pageInfo { hasNextPage } } }"}`
-	sendWS(t, c, `{"id":"1","type":"subscribe","payload":`+op+`}`)
-	if m := readUntil(t, c, "next", "error"); m.Type != "next" || strings.Contains(string(m.Payload), `"errors"`) {
+	nodetest.SendWS(t, c, `{"id":"1","type":"subscribe","payload":`+op+`}`)
+	if m := nodetest.ReadUntil(t, c, "next", "error"); m.Type != "next" || strings.Contains(string(m.Payload), `"errors"`) {
 		t.Fatalf("first operation: %s %s", m.Type, m.Payload)
 	}
 
 	time.Sleep(time.Until(issued.Add(-time.Second).Truncate(time.Second).Add(5*time.Second + 300*time.Millisecond)))
-	sendWS(t, c, `{"id":"2","type":"subscribe","payload":`+op+`}`)
-	m := readUntil(t, c, "next", "error")
+	nodetest.SendWS(t, c, `{"id":"2","type":"subscribe","payload":`+op+`}`)
+	m := nodetest.ReadUntil(t, c, "next", "error")
 	var resp struct {
 		Data   json.RawMessage
-		Errors []gqlError
+		Errors []nodetest.Error
 	}
 	if m.Type == "next" {
 		_ = json.Unmarshal(m.Payload, &resp)
 	} else {
 		_ = json.Unmarshal(m.Payload, &resp.Errors)
 	}
-	e := wantCode(t, resp.Errors, "UNAUTHENTICATED")
+	e := nodetest.WantCode(t, resp.Errors, "UNAUTHENTICATED")
 	if string(resp.Data) != "" && string(resp.Data) != "null" {
 		t.Fatalf("an expired token's operation ran: data %s (%s)", resp.Data, e.Message)
 	}
@@ -159,17 +98,14 @@ func TestWebsocketOperationsRecheckTokenExpiry(t *testing.T) {
 
 func TestLegacyGraphQLWSGetsKeepalives(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
-	h := httptest.NewServer(httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, s.router)}, httpapi.HandlerOptions{
-		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), PingInterval: 100 * time.Millisecond,
-	}))
-	t.Cleanup(h.Close)
-	c := dialWS(t, h, "graphql-ws")
-	sendWS(t, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+s.token(t, 3, auth.RoleUser)+`"}}`)
-	readUntil(t, c, "connection_ack")
+	n := startNode(t, nil, node.Hooks{HTTP: func(o *httpapi.HandlerOptions) { o.PingInterval = 100 * time.Millisecond }})
+	h := serve(t, n.GraphQL)
+	c := nodetest.DialWS(t, h, "graphql-ws")
+	nodetest.SendWS(t, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+n.Token(t, 3, auth.RoleUser)+`"}}`)
+	nodetest.ReadUntil(t, c, "connection_ack")
 	kas := 0
 	for kas < 3 { // the first follows the ack at once; the others only on a timer
-		m, err := readWS(c, 2*time.Second)
+		m, err := nodetest.ReadWS(c, 2*time.Second)
 		if err != nil {
 			t.Fatalf("after %d keepalives: %v", kas, err)
 		}
@@ -182,9 +118,9 @@ func TestLegacyGraphQLWSGetsKeepalives(t *testing.T) {
 // holdVoucherReads locks the voucher table until the test ends, so that
 // every voucher query stays in flight: operations that keep a goroutine
 // without needing a subscription.
-func holdVoucherReads(tb testing.TB, s *testServer) {
+func holdVoucherReads(tb testing.TB, n *nodetest.Node) {
 	tb.Helper()
-	tx, err := s.db.BeginTx(context.Background(), nil)
+	tx, err := n.DB.BeginTx(context.Background(), nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -195,62 +131,39 @@ func holdVoucherReads(tb testing.TB, s *testServer) {
 }
 
 // newHeldServer is a server over HTTP whose voucher reads stay in flight.
-func newHeldServer(tb testing.TB) (*testServer, *httptest.Server) {
+func newHeldServer(tb testing.TB) (*nodetest.Node, *httptest.Server) {
 	tb.Helper()
-	s := newServer(tb)
-	h := httptest.NewServer(s.handler)
-	tb.Cleanup(h.Close)
-	holdVoucherReads(tb, s)
-	return s, h
-}
-
-// initWS opens a graphql-transport-ws connection and waits for its ack.
-func initWS(tb testing.TB, h *httptest.Server, token string) *websocket.Conn {
-	tb.Helper()
-	c := dialWS(tb, h, "graphql-transport-ws")
-	sendWS(tb, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+token+`"}}`)
-	readUntil(tb, c, "connection_ack")
-	return c
+	n := startNode(tb, nil, node.Hooks{})
+	h := serve(tb, n.GraphQL)
+	holdVoucherReads(tb, n)
+	return n, h
 }
 
 const heldQuery = `{"query":"{ voucher(id: \"1\") { id } }"}`
 
-// waitGoroutines waits until at most want goroutines run, and returns how
-// many run.
-func waitGoroutines(want int, within time.Duration) int {
-	deadline := time.Now().Add(within)
-	for {
-		n := runtime.NumGoroutine()
-		if n <= want || time.Now().After(deadline) {
-			return n
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // Not parallel: it counts the process's goroutines.
 func TestWebsocketOperationsAreBoundedAndFreed(t *testing.T) {
-	s, h := newHeldServer(t)
-	user := s.token(t, 2, auth.RoleUser)
+	n, h := newHeldServer(t)
+	user := n.Token(t, 2, auth.RoleUser)
 	baseline := runtime.NumGoroutine()
 
 	// Far more subscribes than the bound on each of 3 connections.
 	const conns, sent, bound = 3, 200, httpapi.WebsocketMaxOperationsDefault
 	var cs []*websocket.Conn
 	for range conns {
-		c := initWS(t, h, user)
+		c := nodetest.InitWS(t, h, user)
 		for i := range sent {
-			sendWS(t, c, fmt.Sprintf(`{"id":"%d","type":"subscribe","payload":%s}`, i, heldQuery))
+			nodetest.SendWS(t, c, fmt.Sprintf(`{"id":"%d","type":"subscribe","payload":%s}`, i, heldQuery))
 		}
 		refused := 0
 		for refused < sent-bound {
-			m := readUntil(t, c, "next", "error")
+			m := nodetest.ReadUntil(t, c, "next", "error")
 			if m.Type == "next" {
 				t.Fatalf("operation %s answered while the table is locked: %s", m.ID, m.Payload)
 			}
-			var errs []gqlError
+			var errs []nodetest.Error
 			_ = json.Unmarshal(m.Payload, &errs)
-			e := wantCode(t, errs, "RATE_LIMITED")
+			e := nodetest.WantCode(t, errs, "RATE_LIMITED")
 			if e.Extensions["retryAfterMs"] == nil {
 				t.Fatalf("no retryAfterMs: %+v", e)
 			}
@@ -267,15 +180,14 @@ func TestWebsocketOperationsAreBoundedAndFreed(t *testing.T) {
 	for _, c := range cs {
 		_ = c.CloseNow()
 	}
-	if n := waitGoroutines(baseline+5, 10*time.Second); n > baseline+5 {
-		t.Fatalf("after closing the connections %d goroutines, baseline %d", n, baseline)
-	}
+	testenv.WaitFor(t, fmt.Sprintf("at most 5 goroutines more than the baseline %d after closing the connections", baseline),
+		func() bool { return runtime.NumGoroutine() <= baseline+5 })
 }
 
 func TestWebsocketFollowsGraphQLTransportWS(t *testing.T) {
 	t.Parallel()
-	s, h := newHeldServer(t)
-	user := s.token(t, 2, auth.RoleUser)
+	n, h := newHeldServer(t)
+	user := n.Token(t, 2, auth.RoleUser)
 
 	for _, tc := range []struct {
 		name      string
@@ -300,15 +212,15 @@ func TestWebsocketFollowsGraphQLTransportWS(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var c *websocket.Conn
 			if tc.initFirst {
-				c = initWS(t, h, user)
+				c = nodetest.InitWS(t, h, user)
 			} else {
-				c = dialWS(t, h, "graphql-transport-ws")
+				c = nodetest.DialWS(t, h, "graphql-transport-ws")
 			}
 			for _, m := range tc.send {
-				sendWS(t, c, m)
+				nodetest.SendWS(t, c, m)
 			}
 			for {
-				_, err := readWS(c, 3*time.Second)
+				_, err := nodetest.ReadWS(c, 3*time.Second)
 				if err == nil {
 					continue
 				}
@@ -321,23 +233,23 @@ func TestWebsocketFollowsGraphQLTransportWS(t *testing.T) {
 	}
 
 	t.Run("a ping before connection_init gets a pong", func(t *testing.T) {
-		c := dialWS(t, h, "graphql-transport-ws")
-		sendWS(t, c, `{"type":"ping"}`)
-		readUntil(t, c, "pong")
-		sendWS(t, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+user+`"}}`)
-		readUntil(t, c, "connection_ack")
+		c := nodetest.DialWS(t, h, "graphql-transport-ws")
+		nodetest.SendWS(t, c, `{"type":"ping"}`)
+		nodetest.ReadUntil(t, c, "pong")
+		nodetest.SendWS(t, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+user+`"}}`)
+		nodetest.ReadUntil(t, c, "connection_ack")
 	})
 
 	t.Run("an id is free again once its operation completes", func(t *testing.T) {
-		c := initWS(t, h, user)
-		sendWS(t, c, `{"type":"ping"}`)
-		readUntil(t, c, "pong")
+		c := nodetest.InitWS(t, h, user)
+		nodetest.SendWS(t, c, `{"type":"ping"}`)
+		nodetest.ReadUntil(t, c, "pong")
 		for range 3 {
-			sendWS(t, c, `{"id":"b","type":"subscribe","payload":{"query":"{ __typename }"}}`)
-			if m := readUntil(t, c, "next", "error"); m.Type != "next" || m.ID != "b" {
+			nodetest.SendWS(t, c, `{"id":"b","type":"subscribe","payload":{"query":"{ __typename }"}}`)
+			if m := nodetest.ReadUntil(t, c, "next", "error"); m.Type != "next" || m.ID != "b" {
 				t.Fatalf("%s %s %s", m.ID, m.Type, m.Payload)
 			}
-			readUntil(t, c, "complete")
+			nodetest.ReadUntil(t, c, "complete")
 		}
 	})
 }
@@ -356,12 +268,10 @@ func (l smallBuffers) Accept() (net.Conn, error) {
 
 func TestWebsocketClientThatStopsReadingIsDropped(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
-	withLongTexts(t, s, 100)
+	n := startNode(t, nil, node.Hooks{HTTP: func(o *httpapi.HandlerOptions) { o.WebsocketWriteTimeout = 300 * time.Millisecond }})
+	withLongTexts(t, n, 100)
 	var open atomic.Int32
-	gql := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, s.router)}, httpapi.HandlerOptions{
-		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), WebsocketWriteTimeout: 300 * time.Millisecond,
-	})
+	gql := n.GraphQL
 	h := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		open.Add(1)
 		defer open.Add(-1)
@@ -384,58 +294,54 @@ func TestWebsocketClientThatStopsReadingIsDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.CloseNow() })
-	sendWS(t, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+s.token(t, 2, auth.RoleUser)+`"}}`)
-	readUntil(t, c, "connection_ack")
+	nodetest.SendWS(t, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+n.Token(t, 2, auth.RoleUser)+`"}}`)
+	nodetest.ReadUntil(t, c, "connection_ack")
 	// 16 answers of 0.8 MB each, and the client reads none of them.
 	for i := range 16 {
-		sendWS(t, c, fmt.Sprintf(`{"id":"%d","type":"subscribe","payload":{"query":"{ vouchers(first: 100) { edges { node { subTitle rules } } } }"}}`, i))
+		nodetest.SendWS(t, c, fmt.Sprintf(`{"id":"%d","type":"subscribe","payload":{"query":"{ vouchers(first: 100) { edges { node { subTitle rules } } } }"}}`, i))
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for open.Load() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the connection of a client that stopped reading is still served after 5 s")
-		}
-		time.Sleep(20 * time.Millisecond)
+	testenv.WaitFor(t, "the connection of a client that stopped reading is dropped", func() bool { return open.Load() == 0 })
+	if time.Now().After(deadline) {
+		t.Fatal("the connection of a client that stopped reading was still served after 5 s")
 	}
 }
 
 func TestLegacyGraphQLWSOperationsAreBounded(t *testing.T) {
 	t.Parallel()
-	s, h := newHeldServer(t)
-	c := dialWS(t, h, "graphql-ws")
-	sendWS(t, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+s.token(t, 2, auth.RoleUser)+`"}}`)
-	readUntil(t, c, "connection_ack")
+	n, h := newHeldServer(t)
+	c := nodetest.DialWS(t, h, "graphql-ws")
+	nodetest.SendWS(t, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+n.Token(t, 2, auth.RoleUser)+`"}}`)
+	nodetest.ReadUntil(t, c, "connection_ack")
 	const bound = httpapi.WebsocketMaxOperationsDefault
 	for i := range bound + 8 {
-		sendWS(t, c, fmt.Sprintf(`{"id":"%d","type":"start","payload":%s}`, i, heldQuery))
+		nodetest.SendWS(t, c, fmt.Sprintf(`{"id":"%d","type":"start","payload":%s}`, i, heldQuery))
 	}
 	for range 8 {
-		m := readUntil(t, c, "data", "error")
-		var errs []gqlError
+		m := nodetest.ReadUntil(t, c, "data", "error")
+		var errs []nodetest.Error
 		_ = json.Unmarshal(m.Payload, &errs)
 		if m.Type != "error" {
 			t.Fatalf("operation %s answered while the table is locked: %s", m.ID, m.Payload)
 		}
-		wantCode(t, errs, "RATE_LIMITED")
+		nodetest.WantCode(t, errs, "RATE_LIMITED")
 	}
 	// A running id is refused for itself; the connection stays.
-	sendWS(t, c, `{"id":"0","type":"start","payload":`+heldQuery+`}`)
-	m := readUntil(t, c, "data", "error")
-	var errs []gqlError
+	nodetest.SendWS(t, c, `{"id":"0","type":"start","payload":`+heldQuery+`}`)
+	m := nodetest.ReadUntil(t, c, "data", "error")
+	var errs []nodetest.Error
 	_ = json.Unmarshal(m.Payload, &errs)
 	if m.ID != "0" || m.Type != "error" {
 		t.Fatalf("%s %s %s", m.ID, m.Type, m.Payload)
 	}
-	wantCode(t, errs, "BAD_USER_INPUT")
+	nodetest.WantCode(t, errs, "BAD_USER_INPUT")
 }
 
 // A socket refused for its token closes with 4401 and a reason that says
 // what was wrong, missing, expired or invalid, and no more.
 func TestRefusedTokenClosesWith4401AndWhy(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
-	h := httptest.NewServer(s.handler)
-	t.Cleanup(h.Close)
+	h := serve(t, startNode(t, nil, node.Hooks{}).GraphQL)
 	sign := func(secret string, exp time.Time) string {
 		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
 			"sub": "2", "role": "user", "exp": exp.Unix(), "iat": exp.Add(-time.Hour).Unix(),
@@ -448,15 +354,15 @@ func TestRefusedTokenClosesWith4401AndWhy(t *testing.T) {
 	for _, tc := range []struct{ name, payload, reason string }{
 		{"no Authorization", `{}`, "missing token"},
 		{"not a bearer token", `{"Authorization":"Basic dTpw"}`, "missing token"},
-		{"expired", `{"Authorization":"Bearer ` + sign(testSecret, time.Now().Add(-time.Minute)) + `"}`, "token expired"},
+		{"expired", `{"Authorization":"Bearer ` + sign(nodetest.Secret, time.Now().Add(-time.Minute)) + `"}`, "token expired"},
 		{"another secret's", `{"Authorization":"Bearer ` + sign("another-secret-0123456789abcdef0123", time.Now().Add(time.Minute)) + `"}`, "invalid token"},
 		{"not a JWT", `{"Authorization":"Bearer nope"}`, "invalid token"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := dialWS(t, h, "graphql-transport-ws")
-			sendWS(t, c, `{"type":"connection_init","payload":`+tc.payload+`}`)
+			c := nodetest.DialWS(t, h, "graphql-transport-ws")
+			nodetest.SendWS(t, c, `{"type":"connection_init","payload":`+tc.payload+`}`)
 			for {
-				_, err := readWS(c, 3*time.Second)
+				_, err := nodetest.ReadWS(c, 3*time.Second)
 				if err == nil {
 					continue
 				}
@@ -467,5 +373,46 @@ func TestRefusedTokenClosesWith4401AndWhy(t *testing.T) {
 				return
 			}
 		})
+	}
+}
+
+// On shutdown the server cancels its requests' base context: every
+// websocket gets a close frame, not a dropped connection.
+func TestShutdownClosesWebsocketsWithACloseFrame(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, nil, node.Hooks{})
+	v := mustVoucher(t, n, testenv.VoucherSpec{Stock: 10})
+	base, shutdown := context.WithCancel(context.Background())
+	defer shutdown()
+	srv := httptest.NewUnstartedServer(n.GraphQL)
+	srv.Config.BaseContext = func(net.Listener) context.Context { return base }
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c := nodetest.InitWS(t, srv, n.Token(t, 2, auth.RoleUser))
+	nodetest.SendWS(t, c, `{"id":"s","type":"subscribe","payload":{"query":"subscription($v: ID!) { stockChanged(voucherId: $v) { remaining soldOut } }","variables":{"v":"`+strconv.FormatInt(v.ID, 10)+`"}}}`)
+	// The subscription's first event comes at once.
+	for deadline := time.Now().Add(time.Second); ; {
+		m, err := nodetest.ReadWS(c, time.Until(deadline))
+		if err != nil {
+			t.Fatalf("waiting for the first stock event: %v", err)
+		}
+		if m.ID != "s" {
+			continue
+		}
+		if m.Type != "next" || strings.Contains(string(m.Payload), `"errors"`) {
+			t.Fatalf("the first stock event: %s %s", m.Type, m.Payload)
+		}
+		break
+	}
+	shutdown()
+	for {
+		_, err := nodetest.ReadWS(c, 3*time.Second)
+		if err == nil {
+			continue
+		}
+		if status := websocket.CloseStatus(err); status != websocket.StatusNormalClosure {
+			t.Fatalf("connection ended by %v (close status %d), want a normal close frame", err, status)
+		}
+		return
 	}
 }

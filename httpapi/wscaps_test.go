@@ -1,14 +1,14 @@
-package graph_test
+package httpapi_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,11 +18,10 @@ import (
 
 	"github.com/coder/websocket"
 
-	"flashsale/graph"
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
-	"flashsale/internal/seckill"
-	"flashsale/persistence"
+	"flashsale/internal/node"
+	"flashsale/internal/node/nodetest"
 )
 
 // countingListener counts the server's connections that are open: a
@@ -125,7 +124,7 @@ func (h *capServer) dialFrom(local string) (*websocket.Conn, error) {
 // error (nil if it stays open for a second: not closed).
 func closedWith(c *websocket.Conn) error {
 	for {
-		_, err := readWS(c, time.Second)
+		_, err := nodetest.ReadWS(c, time.Second)
 		if errors.Is(err, context.DeadlineExceeded) {
 			return nil
 		}
@@ -161,7 +160,7 @@ func openSocket(tb testing.TB, h *capServer, local, token string) (*websocket.Co
 	// the read says why.
 	_ = c.Write(ctx, websocket.MessageText, []byte(`{"type":"connection_init","payload":{"Authorization":"Bearer `+token+`"}}`))
 	for {
-		m, err := readWS(c, 5*time.Second)
+		m, err := nodetest.ReadWS(c, 5*time.Second)
 		if err != nil {
 			return nil, err
 		}
@@ -207,11 +206,11 @@ var endings = []struct {
 	{"the client closes with 1000", func(_ testing.TB, c *websocket.Conn) { _ = c.Close(websocket.StatusNormalClosure, "") }},
 	{"the client drops the connection", func(_ testing.TB, c *websocket.Conn) { _ = c.CloseNow() }},
 	{"the server closes an invalid message with 4400", func(tb testing.TB, c *websocket.Conn) {
-		sendWS(tb, c, `nope`)
+		nodetest.SendWS(tb, c, `nope`)
 		wantClosed(tb, c, 4400, "")
 	}},
 	{"the server closes a second connection_init with 4429", func(tb testing.TB, c *websocket.Conn) {
-		sendWS(tb, c, `{"type":"connection_init","payload":{}}`)
+		nodetest.SendWS(tb, c, `{"type":"connection_init","payload":{}}`)
 		wantClosed(tb, c, 4429, "initialisation")
 	}},
 	{"the server drops a client that stops reading", func(tb testing.TB, c *websocket.Conn) {
@@ -219,7 +218,7 @@ var endings = []struct {
 		// reads: a write times out, the server closes the connection, and
 		// the websocket library closes it again.
 		for i := range 16 {
-			sendWS(tb, c, fmt.Sprintf(`{"id":"%d","type":"subscribe","payload":{"query":"{ vouchers(first: 100) { edges { node { subTitle rules } } } }"}}`, i))
+			nodetest.SendWS(tb, c, fmt.Sprintf(`{"id":"%d","type":"subscribe","payload":{"query":"{ vouchers(first: 100) { edges { node { subTitle rules } } } }"}}`, i))
 		}
 	}},
 	{"the server closes a message over the limit with 1009", func(tb testing.TB, c *websocket.Conn) {
@@ -233,16 +232,16 @@ var endings = []struct {
 	}},
 }
 
-// capHandler is the handler with the caps given, over a catalogue of
-// long texts and a short write timeout, so that a client that stops
-// reading is dropped soon (see endings).
-func capHandler(tb testing.TB, s *testServer, perIP, perUser int) *capServer {
+// capNode is a node with the caps given (WS_MAX_PER_IP,
+// WS_MAX_PER_USER), over a catalogue of long texts and a short write
+// timeout, so that a client that stops reading is dropped soon (see
+// endings), served over a counting listener.
+func capNode(tb testing.TB, perIP, perUser int) (*nodetest.Node, *capServer) {
 	tb.Helper()
-	withLongTexts(tb, s, 100)
-	return newCapServer(tb, httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, s.router)}, httpapi.HandlerOptions{
-		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), WebsocketWriteTimeout: 300 * time.Millisecond,
-		WebsocketMaxPerIP: perIP, WebsocketMaxPerUser: perUser,
-	}))
+	n := startNode(tb, map[string]string{"WS_MAX_PER_IP": strconv.Itoa(perIP), "WS_MAX_PER_USER": strconv.Itoa(perUser)},
+		node.Hooks{HTTP: func(o *httpapi.HandlerOptions) { o.WebsocketWriteTimeout = 300 * time.Millisecond }})
+	withLongTexts(tb, n, 100)
+	return n, newCapServer(tb, n.GraphQL)
 }
 
 // TestWebsocketsAreCappedPerUserAndGivenBackOnce: a user's third socket
@@ -253,9 +252,8 @@ func capHandler(tb testing.TB, s *testServer, perIP, perUser int) *capServer {
 // none).
 func TestWebsocketsAreCappedPerUserAndGivenBackOnce(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
-	h := capHandler(t, s, 100, 2)
-	user, other := s.token(t, 2, auth.RoleUser), s.token(t, 3, auth.RoleUser)
+	n, h := capNode(t, 100, 2)
+	user, other := n.Token(t, 2, auth.RoleUser), n.Token(t, 3, auth.RoleUser)
 
 	held := fill(t, h, "127.0.0.1", user, perUser)
 	if len(held) != 2 {
@@ -286,9 +284,8 @@ func TestWebsocketsAreCappedPerUserAndGivenBackOnce(t *testing.T) {
 // slot comes back when a socket ends, exactly once.
 func TestWebsocketsAreCappedPerAddress(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
-	h := capHandler(t, s, 3, 100)
-	user := s.token(t, 2, auth.RoleUser)
+	n, h := capNode(t, 3, 100)
+	user := n.Token(t, 2, auth.RoleUser)
 	held := fill(t, h, "127.0.0.1", user, perAddress)
 	if len(held) != 3 {
 		t.Fatalf("%d sockets from one address, want 3", len(held))
@@ -319,9 +316,9 @@ func TestWebsocketsAreCappedPerAddress(t *testing.T) {
 // bounded by the cap, in connections and goroutines.
 // Not parallel: it counts the process's goroutines.
 func TestOneUserCannotHoldManySockets(t *testing.T) {
-	s := newServer(t)
-	h := newCapServer(t, s.handler)
-	user := s.token(t, 5, auth.RoleUser)
+	n := startNode(t, nil, node.Hooks{})
+	h := newCapServer(t, n.GraphQL)
+	user := n.Token(t, 5, auth.RoleUser)
 	baseline := runtime.NumGoroutine()
 
 	const tries, capUser = 40, httpapi.WebsocketMaxPerUserDefault
@@ -357,20 +354,19 @@ func TestOneUserCannotHoldManySockets(t *testing.T) {
 // mutation in a message just under the limit runs.
 func TestAWebsocketMessageOverTheBodyLimitIsNeverRun(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
-	h := httptest.NewServer(s.handler)
-	t.Cleanup(h.Close)
-	admin := s.admin(t)
+	n := startNode(t, nil, node.Hooks{})
+	h := serve(t, n.GraphQL)
+	admin := n.Token(t, 1, auth.RoleAdmin)
 	message := func(shop, size int) string {
 		m := fmt.Sprintf(`{"id":"1","type":"subscribe","payload":{"query":"mutation { createVoucher(input: {shopId: \"%d\", title: \"t\", payValue: 1, actualValue: 2, type: NORMAL}) { id } }"}`, shop)
 		return m + strings.Repeat(" ", size-len(m)-1) + "}"
 	}
 	vouchers := func(shop int) int64 {
-		n, err := s.db.NewSelect().Table("tb_voucher").Where("shop_id = ?", shop).Count(context.Background())
+		count, err := n.DB.NewSelect().Table("tb_voucher").Where("shop_id = ?", shop).Count(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		return n
+		return int64(count)
 	}
 
 	send := func(c *websocket.Conn, m string) {
@@ -380,7 +376,7 @@ func TestAWebsocketMessageOverTheBodyLimitIsNeverRun(t *testing.T) {
 			t.Fatalf("write %d bytes: %v", len(m), err)
 		}
 	}
-	c := initWS(t, h, admin)
+	c := nodetest.InitWS(t, h, admin)
 	send(c, message(9101, 70<<10))
 	closed := closedWith(c)
 	if n := vouchers(9101); n != 0 {
@@ -390,9 +386,9 @@ func TestAWebsocketMessageOverTheBodyLimitIsNeverRun(t *testing.T) {
 		t.Fatalf("closed with %v, want 1009", closed)
 	}
 
-	c = initWS(t, h, admin)
+	c = nodetest.InitWS(t, h, admin)
 	send(c, message(9102, 64<<10))
-	if m := readUntil(t, c, "next", "error"); m.Type != "next" || strings.Contains(string(m.Payload), `"errors"`) {
+	if m := nodetest.ReadUntil(t, c, "next", "error"); m.Type != "next" || strings.Contains(string(m.Payload), `"errors"`) {
 		t.Fatalf("a message of exactly 64 KiB: %s %s", m.Type, m.Payload)
 	}
 	if n := vouchers(9102); n != 1 {
@@ -405,19 +401,16 @@ func TestAWebsocketMessageOverTheBodyLimitIsNeverRun(t *testing.T) {
 // upgrade is answered 429 with Retry-After and nothing is accepted.
 func TestAWebsocketHandshakeDrawsOnThePerIPLimits(t *testing.T) {
 	t.Parallel()
-	s := newServer(t)
 	for _, tc := range []struct {
 		name  string
-		opts  httpapi.HandlerOptions
+		env   map[string]string
 		burst int
 	}{
-		{"SHED_IP_PER_SEC 1", httpapi.HandlerOptions{FloodPerSec: 1}, 2},
-		{"RATE_IP_PER_SEC 1", httpapi.HandlerOptions{IPLimit: persistence.NewRateLimits(s.rdb, 0, 1)}, 1},
+		{"SHED_IP_PER_SEC 1", map[string]string{"SHED_IP_PER_SEC": "1"}, 2},
+		{"RATE_IP_PER_SEC 1", map[string]string{"RATE_IP_PER_SEC": "1"}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			opts := tc.opts
-			opts.Tokens, opts.Log = s.tokens, slog.New(slog.DiscardHandler)
-			h := newCapServer(t, httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, s.router)}, opts))
+			h := newCapServer(t, startNode(t, tc.env, node.Hooks{}).GraphQL)
 			handshake := func() *http.Response {
 				req, _ := http.NewRequest(http.MethodGet, h.URL+"/query", nil)
 				for k, v := range map[string]string{"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="} {

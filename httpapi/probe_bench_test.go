@@ -1,4 +1,4 @@
-package graph_test
+package httpapi_test
 
 import (
 	"bufio"
@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -26,10 +25,10 @@ import (
 
 	"github.com/coder/websocket"
 
-	"flashsale/graph"
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
-	"flashsale/internal/seckill"
+	"flashsale/internal/node"
+	"flashsale/internal/node/nodetest"
 )
 
 // The transport probes: requests that cost a node before any GraphQL is
@@ -70,18 +69,15 @@ func TestProbeServer(t *testing.T) {
 	if os.Getenv(probeServerEnv) == "" {
 		t.Skip("the probe node of BenchmarkTransportProbes; not a test")
 	}
-	s := newServer(t)
-	h := httpapi.NewHandler(&graph.Resolver{Catalog: s.catalog, Seckill: seckill.New(nil, s.router)}, httpapi.HandlerOptions{
-		Tokens: s.tokens, Log: slog.New(slog.DiscardHandler), WebsocketMaxPerIP: rigAddressCap,
-	})
-	srv := httptest.NewUnstartedServer(h)
+	n := startNode(t, map[string]string{"WS_MAX_PER_IP": strconv.Itoa(rigAddressCap)}, node.Hooks{})
+	srv := httptest.NewUnstartedServer(n.GraphQL)
 	srv.Config.MaxHeaderBytes = httpapi.MaxHeaderBytesDefault
 	srv.Config.ReadHeaderTimeout = 5 * time.Second
 	srv.Start()
 	t.Cleanup(srv.Close)
-	hello := probeHello{Addr: srv.Listener.Addr().String(), Capped: s.token(t, 1000, auth.RoleUser)}
+	hello := probeHello{Addr: srv.Listener.Addr().String(), Capped: n.Token(t, 1000, auth.RoleUser)}
 	for i := range 64 {
-		hello.Users = append(hello.Users, s.token(t, int64(2000+i), auth.RoleUser))
+		hello.Users = append(hello.Users, n.Token(t, int64(2000+i), auth.RoleUser))
 	}
 	// The sockets at the caps, opened from here: they are the node's
 	// state, not the probes'.
@@ -196,7 +192,7 @@ func (r *probeRig) open(local, token string) (*websocket.Conn, error) {
 	defer cancel()
 	_ = c.Write(ctx, websocket.MessageText, []byte(`{"type":"connection_init","payload":{"Authorization":"Bearer `+token+`"}}`))
 	for {
-		m, err := readWS(c, 5*time.Second)
+		m, err := nodetest.ReadWS(c, 5*time.Second)
 		switch {
 		case err == nil && m.Type == "connection_ack":
 			return c, nil
@@ -215,7 +211,7 @@ func (r *probeRig) open(local, token string) (*websocket.Conn, error) {
 func wantClose(c *websocket.Conn, code websocket.StatusCode) error {
 	defer c.CloseNow()
 	for {
-		_, err := readWS(c, 5*time.Second)
+		_, err := nodetest.ReadWS(c, 5*time.Second)
 		if err == nil {
 			continue
 		}

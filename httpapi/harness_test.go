@@ -1,0 +1,74 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"flashsale/domain"
+	"flashsale/internal/node"
+	"flashsale/internal/node/nodetest"
+	"flashsale/internal/testenv"
+)
+
+// The tests of this package's external half run the edge as production
+// builds it: a node (internal/node, through nodetest) over stores of the
+// test's own, its settings saying what a test changes, node.Hooks.HTTP
+// only what no setting says.
+
+// startNode starts a node over a database and a Redis of its own, with
+// env over the test settings (nodetest.Env) and hooks; its router has
+// room for a loaded machine (nodetest.Patient) unless hooks.Actors says
+// otherwise.
+func startNode(tb testing.TB, env map[string]string, hooks node.Hooks) *nodetest.Node {
+	tb.Helper()
+	if hooks.Actors == nil {
+		hooks.Actors = nodetest.Patient
+	}
+	return nodetest.Start(tb, nodetest.Options{Env: env, Hooks: hooks})
+}
+
+// serve serves h over a listener of the test's own (websockets need
+// one), closed when the test ends.
+func serve(tb testing.TB, h http.Handler) *httptest.Server {
+	tb.Helper()
+	srv := httptest.NewServer(h)
+	tb.Cleanup(srv.Close)
+	return srv
+}
+
+// mustVoucher stores a seckill voucher in n's database and preheats it
+// into n's Redis (testenv.MustVoucher).
+func mustVoucher(tb testing.TB, n *nodetest.Node, spec testenv.VoucherSpec) domain.Voucher {
+	tb.Helper()
+	return testenv.MustVoucher(tb, n.DB, n.Redis.Client(), spec)
+}
+
+// post runs one POST /query through h from ip and returns the HTTP status
+// and the errors' codes; every RATE_LIMITED error must say when to retry.
+func post(tb testing.TB, h http.Handler, ip, token, query string) (int, []string) {
+	tb.Helper()
+	body, _ := json.Marshal(map[string]any{"query": query})
+	req := httptest.NewRequest(http.MethodPost, "/query", bytes.NewReader(body))
+	req.RemoteAddr = ip + ":4321"
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	var resp struct{ Errors []nodetest.Error }
+	if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
+		tb.Fatalf("%v: %.200s", err, rec.Body.String())
+	}
+	codes := []string{}
+	for _, e := range resp.Errors {
+		codes = append(codes, e.Code())
+		if ms, _ := e.Extensions["retryAfterMs"].(float64); e.Code() == "RATE_LIMITED" && ms <= 0 {
+			tb.Fatalf("RATE_LIMITED with retryAfterMs %v", e.Extensions["retryAfterMs"])
+		}
+	}
+	return rec.Code, codes
+}
