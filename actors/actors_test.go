@@ -3,7 +3,6 @@ package actors_test
 import (
 	"cmp"
 	"context"
-	"log/slog"
 	"maps"
 	"net/url"
 	"slices"
@@ -25,7 +24,7 @@ import (
 	"flashsale/persistence"
 )
 
-var quiet = slog.New(slog.DiscardHandler)
+var quiet = testenv.QuietLogger()
 
 type env struct {
 	db      *bun.DB
@@ -88,15 +87,6 @@ func (e *env) router(tb testing.TB, cnt *testenv.Counter, opts actors.Options) *
 func (e *env) writer(tb testing.TB) *writer.Writer {
 	tb.Helper()
 	return testenv.StartOrderWriter(tb, e.db, e.rdb, writer.Options{MaxBackoff: 200 * time.Millisecond})
-}
-
-func drained(tb testing.TB, w *writer.Writer) {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := w.WaitDrained(ctx); err != nil {
-		tb.Fatal(err)
-	}
 }
 
 // voucher creates and preheats a seckill voucher (the tests' one fixture).
@@ -178,13 +168,7 @@ func TestCachedAnswersFollowStatusChanges(t *testing.T) {
 	if _, err := e.catalog.SetStatus(ctx, id, domain.StatusActive); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for grab(4) != domain.SeckillOK {
-		if time.Now().After(deadline) {
-			t.Fatal("resumed voucher still refused")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, "the resumed voucher to sell", func() bool { return grab(4) == domain.SeckillOK })
 	if _, err := e.catalog.SetStatus(ctx, id, domain.StatusEnded); err != nil {
 		t.Fatal(err)
 	}
@@ -330,13 +314,9 @@ func TestRedisDownAnswersUnavailableInBoundedTime(t *testing.T) {
 		t.Fatalf("answer took %s", d)
 	}
 	proxy.Up()
-	deadline := time.Now().Add(5 * time.Second)
-	for r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 3}).Code != domain.SeckillOK {
-		if time.Now().After(deadline) {
-			t.Fatal("grabs did not recover after redis came back")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testenv.WaitFor(t, "grabs to recover after redis came back", func() bool {
+		return r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 3}).Code == domain.SeckillOK
+	})
 }
 
 // Redis restarts empty in the middle of a sale (stock 10, one per user;
@@ -352,7 +332,7 @@ func TestRedisLosingItsDataReactivatesTheVoucher(t *testing.T) {
 	w := e.writer(t)
 	follow(t, r, e.rdb)
 	mustSell(t, r, id, 1, 2, 3, 4)
-	drained(t, w)
+	testenv.Drained(t, w, 30*time.Second)
 	e.redis.Restart() // empty: the voucher is gone from Redis
 
 	// Grabs until the reload sells (it holds its sales for a moment).
@@ -375,7 +355,7 @@ func TestRedisLosingItsDataReactivatesTheVoucher(t *testing.T) {
 	if !maps.Equal(answers, want) {
 		t.Fatalf("after the reload: %v, want %v", answers, want)
 	}
-	drained(t, w)
+	testenv.Drained(t, w, 30*time.Second)
 	var perUser []int
 	err := e.db.NewSelect().Table("tb_voucher_order").ColumnExpr("count(*)").Where("voucher_id = ?", id).
 		Group("user_id").Scan(t.Context(), &perUser)
@@ -396,7 +376,7 @@ func TestRedisLosingTheVoucherButNotItsFenceReactivatesIt(t *testing.T) {
 	r := e.router(t, nil, actors.Options{})
 	w := e.writer(t)
 	mustSell(t, r, id, 1, 2, 3, 4)
-	drained(t, w)
+	testenv.Drained(t, w, 30*time.Second)
 	keys, err := e.rdb.Keys(t.Context(), "{v"+strconv.FormatInt(id, 10)+"}*").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -583,7 +563,7 @@ func TestRedisKilledMidSaleLosesAndOversellsNothing(t *testing.T) {
 	if len(okOrders) != stock {
 		t.Fatalf("%d OK for a stock of %d", len(okOrders), stock)
 	}
-	drained(t, w)
+	testenv.Drained(t, w, 30*time.Second)
 	var ids []int64
 	if err := e.db.NewSelect().Table("tb_voucher_order").Column("id").Where("voucher_id = ?", id).Scan(t.Context(), &ids); err != nil {
 		t.Fatal(err)
@@ -608,13 +588,7 @@ func TestIdleActorsArePassivated(t *testing.T) {
 	if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 1}).Code; c != domain.SeckillOK || !r.Active(id) {
 		t.Fatalf("grab %s, active %v", c, r.Active(id))
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for r.Active(id) {
-		if time.Now().After(deadline) {
-			t.Fatal("idle actor never passivated")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, "the idle actor to passivate", func() bool { return !r.Active(id) })
 	// A new activation picks up where the old one left off.
 	if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 1}).Code; c != domain.SeckillLimitReached {
 		t.Fatalf("after passivation: %s", c)
@@ -674,7 +648,7 @@ func TestPostgresOutageMidSale(t *testing.T) {
 	if len(ok) != stock {
 		t.Fatalf("%d OK for a stock of %d", len(ok), stock)
 	}
-	drained(t, w)
+	testenv.Drained(t, w, 30*time.Second)
 	var ids []int64
 	if err := direct.NewSelect().Table("tb_voucher_order").Column("id").Where("voucher_id = ?", id).Scan(t.Context(), &ids); err != nil {
 		t.Fatal(err)
@@ -712,13 +686,7 @@ func TestSoldOutLiftsWhenStockComesBack(t *testing.T) {
 	if err := stock.Announce(t.Context(), id); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for grab(3) != domain.SeckillOK {
-		if time.Now().After(deadline) {
-			t.Fatal("the actor still answers SOLD_OUT from memory")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.WaitFor(t, "the actor to stop answering SOLD_OUT from memory", func() bool { return grab(3) == domain.SeckillOK })
 }
 
 func TestAFullQueueAnswersUnavailableAtOnce(t *testing.T) {

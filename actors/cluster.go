@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,7 +18,6 @@ import (
 	"github.com/asynkron/protoactor-go/eventstream"
 	"github.com/asynkron/protoactor-go/remote"
 	"github.com/cespare/xxhash/v2"
-	"google.golang.org/grpc"
 
 	"flashsale/actors/clusterpb"
 	"flashsale/domain"
@@ -36,10 +34,6 @@ type ClusterOptions struct {
 	// any free port).
 	Host string
 	Port int
-
-	// dial, if set, opens this member's outgoing remoting connections:
-	// tests cut a member off with it, as a kill would.
-	dial func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // segmentKind is the cluster kind of a voucher segment.
@@ -101,9 +95,6 @@ func NewClusteredRouter(store Store, ids OrderIDs, preheater Preheater, log *slo
 		return nil, fmt.Errorf("start the cluster entry actor: %w", err)
 	}
 	rc := remote.Configure(co.Host, co.Port)
-	if co.dial != nil {
-		rc.DialOptions = append(rc.DialOptions, grpc.WithContextDialer(co.dial))
-	}
 	cfg := cluster.Configure(co.Name, co.Provider, &placement{c: c}, rc,
 		cluster.WithKinds(cluster.NewKind(segmentKind, actor.PropsFromProducer(func() actor.Actor { return &entryActor{r: r} }))))
 	c.c = cluster.New(r.system, cfg)

@@ -191,7 +191,7 @@ func TestThreeMembersSellExactlyWithOneOwnerPerSegment(t *testing.T) {
 	w := e.writer(t)
 	s := newSale()
 	s.fire(t, id, 1, 6001, 2, 48, func(u int64) *actors.Router { return ms[u%3] })
-	drained(t, w)
+	testenv.Drained(t, w, 30*time.Second)
 	s.check(t, e, id, stock)
 
 	hosts := map[string]int{}
@@ -253,7 +253,7 @@ func TestMembersJoiningAndLeavingMidSaleKeepTheSaleExact(t *testing.T) {
 	waitMembers(t, 2, a, c)
 	entry = []*actors.Router{a, c}
 	s.fire(t, id, 601, 3001, 2, 16, func(u int64) *actors.Router { return entry[u%2] })
-	drained(t, w)
+	testenv.Drained(t, w, 30*time.Second)
 	s.check(t, e, id, stock)
 	if s.codes[domain.SeckillUnavailable] > 100 {
 		t.Errorf("%d UNAVAILABLE: segments were not served elsewhere in time", s.codes[domain.SeckillUnavailable])
@@ -333,7 +333,7 @@ func TestDuplicateActivationIsFencedOff(t *testing.T) {
 		}
 	})
 	wg.Wait()
-	drained(t, w)
+	testenv.Drained(t, w, 30*time.Second)
 	s.check(t, e, id, stock)
 	if f := fences(t, e.rdb, id, 1)[0]; f != 2 {
 		t.Errorf("fencing token %d: an activation without the lease claimed one", f)
@@ -566,7 +566,7 @@ func TestMembersChangingNeverHandOnAGrabItsCallerGaveUp(t *testing.T) {
 	_, moved := e.joinAndTake(t, agent, name, lk, a, ids)
 	held.open()
 	inFlight.Wait()
-	drained(t, w)
+	testenv.Drained(t, w, 30*time.Second)
 	for _, id := range ids {
 		if res := second[id]; res.Code != domain.SeckillOK {
 			t.Errorf("voucher %d: user 2's grab in the held call got %s, want OK", id, res.Code)

@@ -1,10 +1,6 @@
 package actors
 
 import (
-	"context"
-	"errors"
-	"net"
-	"sync"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -81,54 +77,6 @@ func SaleMemoryDrops() float64 {
 		panic(err)
 	}
 	return m.GetCounter().GetValue()
-}
-
-// Cut stands in for a cluster member's death as the other members see it
-// (kill -9): Kill stops the member's remoting server, so that the others'
-// connections to it break and new ones are refused, and closes every
-// connection the member opened to them, opening none after. The member's
-// goroutines go on, talking to nobody; its Redis clients are the test's
-// to cut.
-type Cut struct {
-	mu     sync.Mutex
-	conns  []net.Conn
-	killed bool
-}
-
-// WithCut makes co's member open its connections through cut.
-func WithCut(co ClusterOptions, cut *Cut) ClusterOptions {
-	co.dial = cut.dial
-	return co
-}
-
-func (cut *Cut) dial(ctx context.Context, addr string) (net.Conn, error) {
-	cut.mu.Lock()
-	defer cut.mu.Unlock()
-	if cut.killed {
-		return nil, errors.New("member killed")
-	}
-	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-	if err == nil {
-		cut.conns = append(cut.conns, conn)
-	}
-	return conn, err
-}
-
-// Kill cuts the member off (see Cut).
-func (cut *Cut) Kill(r *Router) {
-	r.cluster.c.Remote.Shutdown(false)
-	cut.mu.Lock()
-	defer cut.mu.Unlock()
-	cut.killed = true
-	for _, c := range cut.conns {
-		_ = c.Close()
-	}
-}
-
-// Unregister removes the member from its cluster provider without a
-// graceful leave: what the provider's health checks do when a member died.
-func Unregister(r *Router) {
-	_ = r.cluster.c.Config.ClusterProvider.Shutdown(false)
 }
 
 // ProtoactorLoggerAt is ProtoactorLogger on a given clock.

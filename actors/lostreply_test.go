@@ -82,7 +82,7 @@ func TestAReroutedGrabThatSoldIsNotAnsweredSoldOut(t *testing.T) {
 	a.grabs.Proxy.Resume() // a's retried batch is now refused as stale and re-routed
 
 	got := <-res
-	drained(t, w)
+	testenv.Drained(t, w, 30*time.Second)
 	orders := e.ordersOf(t, id, 1)
 	if len(orders) != 1 {
 		t.Fatalf("user 1 holds %d orders in the database, want 1", len(orders))

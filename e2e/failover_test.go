@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"flashsale/actors"
 	"flashsale/internal/auth"
 )
 
@@ -20,11 +21,13 @@ import (
 // health check; the segment leases lapse after SEGMENT_LEASE_TTL, its 3 s
 // default here): every grab entering at the two others is answered
 // within GRAB_TIMEOUT (5 s; a margin for HTTP on a loaded machine),
-// UNAVAILABLE being a fine answer, a late one not; the sale sells out
-// exactly (one order per user and request id, all in Postgres,
-// reconciliation balanced); and the survivors log each protoactor
-// failure about the dead member once, where automanaged's health check
-// alone logged an ERROR every second.
+// UNAVAILABLE being a fine answer, a late one not; every user, retrying
+// with its request id, gets a decided answer; every segment, the dead
+// member's among them, sells after the kill; the sale sells out exactly
+// (one order per user and request id, no order answered to two users,
+// all in Postgres, reconciliation balanced); and the survivors log each
+// protoactor failure about the dead member once, where automanaged's
+// health check alone logged an ERROR every second.
 func TestClusterMemberKilledEveryGrabAnsweredWithinGrabTimeout(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -46,6 +49,7 @@ func TestClusterMemberKilledEveryGrabAnsweredWithinGrabTimeout(t *testing.T) {
 	var (
 		mu       sync.Mutex
 		attempts []timedGrab
+		final    = map[int64]timedGrab{} // user -> decided answer (or the last, given up)
 		killedAt atomic.Pointer[time.Time]
 		entries  atomic.Pointer[[]*process]
 	)
@@ -65,7 +69,7 @@ func TestClusterMemberKilledEveryGrabAnsweredWithinGrabTimeout(t *testing.T) {
 			if err != nil {
 				code = "ERROR " + err.Error()
 			}
-			a := timedGrab{user: u, took: took, code: code, at: -time.Hour}
+			a := timedGrab{user: u, seg: actors.SegmentOf(u, segs), took: took, code: code, orderID: orderID, at: -time.Hour}
 			if k := killedAt.Load(); k != nil {
 				a.at = start.Sub(*k)
 			}
@@ -73,6 +77,9 @@ func TestClusterMemberKilledEveryGrabAnsweredWithinGrabTimeout(t *testing.T) {
 			attempts = append(attempts, a)
 			mu.Unlock()
 			if err == nil && code != "UNAVAILABLE" || time.Now().After(giveUp) {
+				mu.Lock()
+				final[u] = a
+				mu.Unlock()
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -81,9 +88,11 @@ func TestClusterMemberKilledEveryGrabAnsweredWithinGrabTimeout(t *testing.T) {
 		defer s.mu.Unlock()
 		s.codes[code]++
 		if code == "OK" {
-			if _, seen := s.ok[orderID]; !seen {
+			if prev, seen := s.ok[orderID]; !seen {
 				s.perUser[u]++
 				s.ok[orderID] = u
+			} else if prev != u {
+				t.Errorf("order %s answered OK to users %d and %d", orderID, prev, u)
 			}
 		}
 	}
@@ -160,6 +169,27 @@ func TestClusterMemberKilledEveryGrabAnsweredWithinGrabTimeout(t *testing.T) {
 			t.Logf("sent %+.1fs after the kill: slowest %v (%s)", float64(i)/2-1, a.took.Round(time.Millisecond), a.code)
 		}
 	}
+	// Decided answers only, and a request id answered OK keeps its order.
+	soldAfterKill := map[int]bool{}
+	for _, a := range attempts {
+		if f := final[a.user]; a.code == "OK" && (f.code != "OK" || f.orderID != a.orderID) {
+			t.Errorf("user %d's request id was answered OK with order %s, then %s with order %s", a.user, a.orderID, f.code, f.orderID)
+		}
+		if a.at > 0 && a.code == "OK" {
+			soldAfterKill[a.seg] = true
+		}
+	}
+	for u, a := range final {
+		if a.code == "UNAVAILABLE" || strings.HasPrefix(a.code, "ERROR") {
+			t.Errorf("user %d got no decided answer in 30 s: %s", u, a.code)
+		}
+	}
+	// The dead member's segments were served again by the others.
+	for seg := range segs {
+		if !soldAfterKill[seg] {
+			t.Errorf("segment %d sold nothing after the kill", seg)
+		}
+	}
 	rig.verify(s, id, stock, segs, 6, survivors[0])
 
 	for _, p := range survivors {
@@ -169,13 +199,15 @@ func TestClusterMemberKilledEveryGrabAnsweredWithinGrabTimeout(t *testing.T) {
 	}
 }
 
-// timedGrab is one grab attempt: when it was sent (since the kill), how
-// long its answer took, and the answer.
+// timedGrab is one grab attempt: the user and its segment, when it was
+// sent (since the kill), how long its answer took, and the answer.
 type timedGrab struct {
-	user int64
-	at   time.Duration
-	took time.Duration
-	code string
+	user    int64
+	seg     int
+	at      time.Duration
+	took    time.Duration
+	code    string
+	orderID string
 }
 
 // protoactorRepeats counts a member's protoactor warnings and errors (its

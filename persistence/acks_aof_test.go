@@ -68,7 +68,7 @@ func aofGrabs(t *testing.T, primary *testenv.RedisServer) func(user int64) error
 	}
 	return func(user int64) error {
 		t.Helper()
-		_, err := g.Grab(call(t), v.ID, 0, fence, grabs(t, ids, user))
+		_, err := g.Grab(call(t), v.ID, 0, fence, testenv.Grabs(t, ids, user))
 		return err
 	}
 }

@@ -67,7 +67,7 @@ func ackBenchSale(b *testing.B, primary *testenv.RedisServer, db *bun.DB, ids *p
 		for j := range users {
 			users[j] = user.Add(1)
 		}
-		batches[i] = grabs(b, ids, users...)
+		batches[i] = testenv.Grabs(b, ids, users...)
 	}
 	return g, v, fence, batches
 }

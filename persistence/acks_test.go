@@ -65,7 +65,7 @@ func TestGrabAnswersOnlyWhatTheReplicasHold(t *testing.T) {
 	onReplica := replica.Client()
 	reqKey := fmt.Sprintf("{v%d}:req", v.ID)
 
-	first := grabs(t, ids, 1, 2)
+	first := testenv.Grabs(t, ids, 1, 2)
 	out, err := g.Grab(call(t), v.ID, 0, fence, first)
 	if err != nil || fmt.Sprint(codes(out)) != "[OK OK]" {
 		t.Fatalf("acknowledged batch: %v %v", codes(out), err)
@@ -83,7 +83,7 @@ func TestGrabAnswersOnlyWhatTheReplicasHold(t *testing.T) {
 			replica.Continue()
 		}
 	}()
-	second := grabs(t, ids, 3, 4)
+	second := testenv.Grabs(t, ids, 3, 4)
 	for attempt := range 2 {
 		began := time.Now()
 		_, err = g.Grab(call(t), v.ID, 0, fence, second)
@@ -130,7 +130,7 @@ func TestARetryOnAnotherConnectionWaitsForTheFirstSale(t *testing.T) {
 	}
 	replica.Pause()
 	defer replica.Continue()
-	batch := grabs(t, ids, 1)
+	batch := testenv.Grabs(t, ids, 1)
 	if out, err := first.Grab(call(t), v.ID, 0, fence, batch); err != nil || out.Results[0].Code != domain.SeckillOK {
 		t.Fatalf("sale: %v %v", codes(out), err)
 	}
@@ -150,11 +150,11 @@ func TestRedPacketGrabAnswersOnlyWhatTheReplicasHold(t *testing.T) {
 	db := testenv.MustPostgres(t)
 	r := persistence.NewRedPacketRedis(ackClient(t, primary))
 	r.Acks = persistence.Acks{Replicas: 1, Timeout: ackTimeout}
-	newRedPacket(t, persistence.NewRedPacketStore(db, r), 1, []int64{5, 3, 2}, time.Hour)
+	testenv.MustRedPacket(t, persistence.NewRedPacketStore(db, r), 1, []int64{5, 3, 2}, time.Hour)
 
 	out, err := r.Grab(call(t), 1, []domain.RedPacketGrab{{RequestID: "a", UserID: 1}})
-	if err != nil || rpCodes(out) != "OK:5 " {
-		t.Fatalf("acknowledged grab: %s %v", rpCodes(out), err)
+	if err != nil || testenv.RedPacketCodes(out) != "OK:5 " {
+		t.Fatalf("acknowledged grab: %s %v", testenv.RedPacketCodes(out), err)
 	}
 	replica.Pause()
 	paused := true
@@ -176,7 +176,7 @@ func TestRedPacketGrabAnswersOnlyWhatTheReplicasHold(t *testing.T) {
 	replica.Continue()
 	paused = false
 	out, err = other.Grab(call(t), 1, batch)
-	if err != nil || rpCodes(out) != "OK:3 " || out.State.Left != 1 {
-		t.Fatalf("retry after the replica is back: %s left %d %v, want OK:3 left 1", rpCodes(out), out.State.Left, err)
+	if err != nil || testenv.RedPacketCodes(out) != "OK:3 " || out.State.Left != 1 {
+		t.Fatalf("retry after the replica is back: %s left %d %v, want OK:3 left 1", testenv.RedPacketCodes(out), out.State.Left, err)
 	}
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"flashsale/actors/writer"
 	"flashsale/domain"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
@@ -44,9 +43,9 @@ func primaryOf(tb testing.TB, rdb redis.UniversalClient, key string) string {
 // On a real three-primary Redis Cluster, each voucher's keys share its
 // hash tag, so its preheat, claim and grab scripts run on one node, and
 // six vouchers spread over the primaries each sell exactly their stock;
-// the order writer reads their logs, one hash slot at a time, and stores
+// their logs, read one hash slot at a time, give the order log's store
 // every order sold. Red packets on several primaries reach the database
-// alike through their writer.
+// alike through theirs.
 func TestOnARedisClusterEveryOrderSoldReachesTheDatabase(t *testing.T) {
 	t.Parallel()
 	url := testenv.ClusterURL(testenv.MustRedisCluster(t, 3)...)
@@ -63,7 +62,7 @@ func TestOnARedisClusterEveryOrderSoldReachesTheDatabase(t *testing.T) {
 		for i := range users {
 			users[i] = int64(i + 1)
 		}
-		got := sell(t, db, rdb, v.ID, users)
+		got := testenv.Sell(t, db, rdb, v.ID, users)
 		if len(got) != stock {
 			t.Fatalf("voucher %d sold %d of %d", v.ID, len(got), stock)
 		}
@@ -73,8 +72,7 @@ func TestOnARedisClusterEveryOrderSoldReachesTheDatabase(t *testing.T) {
 		t.Fatalf("the vouchers all live on %v: want them spread over at least two primaries", primaries)
 	}
 
-	w := runWriter(t, db, bg, writer.Options{})
-	drained(t, w, 30*time.Second)
+	drainOrders(t, db, bg)
 	var stored []int64
 	if err := db.NewSelect().Table("tb_voucher_order").Column("id").Order("id").Scan(t.Context(), &stored); err != nil {
 		t.Fatal(err)
@@ -88,18 +86,17 @@ func TestOnARedisClusterEveryOrderSoldReachesTheDatabase(t *testing.T) {
 	store := persistence.NewRedPacketStore(db, r)
 	rpPrimaries := map[string]bool{}
 	for id := int64(1); id <= 4; id++ {
-		newRedPacket(t, store, id, []int64{30, 20, 10}, time.Minute)
+		testenv.MustRedPacket(t, store, id, []int64{30, 20, 10}, time.Minute)
 		rpPrimaries[primaryOf(t, rdb, persistence.RedPacketLogKey(id))] = true
 		out, err := r.Grab(t.Context(), id, []domain.RedPacketGrab{{RequestID: "a", UserID: 1}, {RequestID: "b", UserID: 2}})
-		if err != nil || rpCodes(out) != "OK:30 OK:20 " {
-			t.Fatalf("red packet %d: %v %s", id, err, rpCodes(out))
+		if err != nil || testenv.RedPacketCodes(out) != "OK:30 OK:20 " {
+			t.Fatalf("red packet %d: %v %s", id, err, testenv.RedPacketCodes(out))
 		}
 	}
 	if len(rpPrimaries) < 2 {
 		t.Fatalf("the red packets all live on %v: want them spread over at least two primaries", rpPrimaries)
 	}
-	rw := testenv.StartRedPacketWriter(t, db, bg, writer.Options{})
-	drained(t, rw, 30*time.Second)
+	drainRedPackets(t, db, bg)
 	var grabbed int
 	if err := db.NewSelect().Model((*persistence.GrabRow)(nil)).ColumnExpr("count(*)").Scan(t.Context(), &grabbed); err != nil {
 		t.Fatal(err)
@@ -163,12 +160,12 @@ func TestOnARedisClusterAGrabIsAcknowledgedByItsOwnShardsReplicas(t *testing.T) 
 			}
 		}
 	}()
-	held := grabs(t, ids, 1, 2)
+	held := testenv.Grabs(t, ids, 1, 2)
 	out, err := g.Grab(call(t), stalled.ID, 0, fences[stalled.ID], held)
 	if !errors.Is(err, persistence.ErrNotAcknowledged) || errors.Is(err, domain.ErrNotSent) {
 		t.Fatalf("batch on the shard whose replica is stopped: %v %v, want ErrNotAcknowledged", codes(out), err)
 	}
-	out, err = g.Grab(call(t), other.ID, 0, fences[other.ID], grabs(t, ids, 1, 2))
+	out, err = g.Grab(call(t), other.ID, 0, fences[other.ID], testenv.Grabs(t, ids, 1, 2))
 	if err != nil || fmt.Sprint(codes(out)) != "[OK OK]" {
 		t.Fatalf("batch on a shard with its replica: %v %v, want acknowledged", codes(out), err)
 	}
@@ -219,7 +216,7 @@ func TestOnARedisClusterARefusedGrabIsNotSent(t *testing.T) {
 	ids := testenv.MustOrderIDs(t, db)
 	grabOn := func(n *testenv.RedisServer) error {
 		g := persistence.NewGrabs(persistence.SingleTarget(redis.Options{Addr: n.Addr()}).Client(persistence.RequestTuning(time.Second)))
-		_, err := g.Grab(t.Context(), v.ID, 0, 1, grabs(t, ids, 1))
+		_, err := g.Grab(t.Context(), v.ID, 0, 1, testenv.Grabs(t, ids, 1))
 		return err
 	}
 
@@ -330,7 +327,7 @@ func TestOnARedisClusterHooksSeeTheCallsMadeOnTheKeysPrimary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.Grab(call(t), v.ID, 0, fence, grabs(t, testenv.MustOrderIDs(t, db), 1)); !errors.Is(err, persistence.ErrNotAcknowledged) {
+	if _, err := g.Grab(call(t), v.ID, 0, fence, testenv.Grabs(t, testenv.MustOrderIDs(t, db), 1)); !errors.Is(err, persistence.ErrNotAcknowledged) {
 		t.Fatalf("grab without replicas: %v, want ErrNotAcknowledged", err)
 	}
 	if seen.count("wait") == 0 || seen.count("evalsha")+seen.count("eval") < 2 {

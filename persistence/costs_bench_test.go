@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"flashsale/actors/writer"
 	"flashsale/bench/sale"
 	"flashsale/domain"
 	"flashsale/internal/testenv"
@@ -21,10 +20,11 @@ import (
 // BenchmarkOrderCosts measures the CPU one sold order costs the machine
 // outside the service's request handling, as docs/BENCHMARKS.md uses it
 // for the floor of an in-stock grab: the grab script's Redis CPU per grab
-// at a rush's batch size, and the order writer's CPU per stored order in
-// Redis (reading, acknowledging and deleting the log), in Postgres (the
-// order, the live-order counter and the ledger row, batched) and in this
-// process. Redis is a private redis-server with the append-only file on,
+// at a rush's batch size, and the CPU per stored order of the order log's
+// store, driven as the persistence actor drives it (drain, in the actor's
+// batches of 500), in Redis (reading, acknowledging and deleting the
+// log), in Postgres (the order, the live-order counter and the ledger
+// row, batched) and in this process. Redis is a private redis-server with the append-only file on,
 // as in the load tool's runs; Postgres is the test server, whose
 // processes' CPU is read from /proc, so it must run on this machine and
 // nothing else should use it meanwhile. One op is one order.
@@ -55,7 +55,7 @@ func BenchmarkOrderCosts(b *testing.B) {
 				user++
 				users[i] = user
 			}
-			out, err := g.Grab(ctx, v.ID, 0, fence, grabs(b, ids, users...))
+			out, err := g.Grab(ctx, v.ID, 0, fence, testenv.Grabs(b, ids, users...))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -68,20 +68,19 @@ func BenchmarkOrderCosts(b *testing.B) {
 	})
 	b.Run("order-writer", func(b *testing.B) {
 		v := testenv.MustVoucher(b, db, rdb, testenv.VoucherSpec{Stock: b.N, Limit: 1})
-		sold := sell(b, db, rdb, v.ID, users(int(user)+1, b.N))
+		sold := testenv.Sell(b, db, rdb, v.ID, testenv.Users(int(user)+1, b.N))
 		user += int64(b.N)
 		if len(sold) != b.N {
 			b.Fatalf("sold %d of %d", len(sold), b.N)
 		}
 		r0, p0, s0 := redisCPU(b, rdb), postgresCPU(b), selfCPU(b)
 		b.ResetTimer()
-		w := runWriter(b, db, rdb, writer.Options{})
-		drained(b, w, 5*time.Minute)
+		drain(b, persistence.NewOrderLogs(rdb), orderStore(db, rdb), writerBatch, 5*time.Minute)
 		b.StopTimer()
 		b.ReportMetric(perOp(redisCPU(b, rdb)-r0, b.N), "redis-µs/order")
 		b.ReportMetric(perOp(postgresCPU(b)-p0, b.N), "postgres-µs/order")
 		b.ReportMetric(perOp(selfCPU(b)-s0, b.N), "writer-µs/order")
-		assertPersisted(b, db, v, sold)
+		testenv.AssertPersisted(b, db, v, sold)
 	})
 }
 

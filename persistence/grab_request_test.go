@@ -19,7 +19,7 @@ func TestOrderLogEntriesCarryTheRequestID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch := grabs(t, ids, 1, 2)
+	batch := testenv.Grabs(t, ids, 1, 2)
 	batch[1].RequestID = "u2:client key ~!"
 	if _, err := g.Grab(t.Context(), v.ID, 0, fence, batch); err != nil {
 		t.Fatal(err)

@@ -12,19 +12,6 @@ import (
 	"flashsale/persistence"
 )
 
-func grabs(tb testing.TB, ids *persistence.OrderIDs, users ...int64) []domain.Grab {
-	tb.Helper()
-	oids, err := ids.Take(context.Background(), len(users))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	out := make([]domain.Grab, len(users))
-	for i, u := range users {
-		out[i] = domain.Grab{RequestID: fmt.Sprintf("req-%d-%d", u, oids[i]), UserID: u, OrderID: oids[i]}
-	}
-	return out
-}
-
 func codes(out domain.BatchOutcome) []domain.SeckillCode {
 	cs := make([]domain.SeckillCode, len(out.Results))
 	for i, r := range out.Results {
@@ -44,7 +31,7 @@ func TestGrabScriptSellsInOrderWithinStockAndLimit(t *testing.T) {
 	}
 	// User 2 comes back after the sell-out: at their limit, they hear
 	// that, not SOLD_OUT.
-	out, err := g.Grab(t.Context(), v.ID, 0, fence, grabs(t, ids, 1, 2, 1, 3, 4, 5, 2))
+	out, err := g.Grab(t.Context(), v.ID, 0, fence, testenv.Grabs(t, ids, 1, 2, 1, 3, 4, 5, 2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +50,7 @@ func TestGrabScriptIsIdempotentPerRequest(t *testing.T) {
 	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10, Limit: 5})
 	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
 	fence, _, _ := g.Claim(t.Context(), v.ID, 0)
-	batch := grabs(t, ids, 7, 7, 8)
+	batch := testenv.Grabs(t, ids, 7, 7, 8)
 	first, err := g.Grab(t.Context(), v.ID, 0, fence, batch)
 	if err != nil {
 		t.Fatal(err)
@@ -94,14 +81,14 @@ func TestGrabScriptRefusesAStaleFence(t *testing.T) {
 	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
 	old, _, _ := g.Claim(t.Context(), v.ID, 0)
 	newer, _, _ := g.Claim(t.Context(), v.ID, 0)
-	out, err := g.Grab(t.Context(), v.ID, 0, old, grabs(t, ids, 1))
+	out, err := g.Grab(t.Context(), v.ID, 0, old, testenv.Grabs(t, ids, 1))
 	if err != nil || !out.Stale {
 		t.Fatalf("old fence: stale=%v err=%v", out.Stale, err)
 	}
 	if got, _ := rdb.Get(t.Context(), fmt.Sprintf("{v%d}:stock", v.ID)).Int(); got != 10 {
 		t.Fatalf("a stale batch changed stock to %d", got)
 	}
-	if out, err := g.Grab(t.Context(), v.ID, 0, newer, grabs(t, ids, 1)); err != nil || out.Stale || out.Results[0].Code != domain.SeckillOK {
+	if out, err := g.Grab(t.Context(), v.ID, 0, newer, testenv.Grabs(t, ids, 1)); err != nil || out.Stale || out.Results[0].Code != domain.SeckillOK {
 		t.Fatalf("newest fence: %+v %v", out, err)
 	}
 }
@@ -129,7 +116,7 @@ func TestGrabScriptChecksWindowAndStatus(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fence, _, _ := g.Claim(t.Context(), tc.id, 0)
-			out, err := g.Grab(t.Context(), tc.id, 0, fence, grabs(t, ids, 1, 2))
+			out, err := g.Grab(t.Context(), tc.id, 0, fence, testenv.Grabs(t, ids, 1, 2))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -176,7 +163,7 @@ func TestGrabScriptSurvivesRedisLosingItsScripts(t *testing.T) {
 	if err := rdb.ScriptFlush(t.Context()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	out, err := g.Grab(t.Context(), v.ID, 0, fence, grabs(t, ids, 1))
+	out, err := g.Grab(t.Context(), v.ID, 0, fence, testenv.Grabs(t, ids, 1))
 	if err != nil || out.Results[0].Code != domain.SeckillOK {
 		t.Fatalf("after SCRIPT FLUSH: %+v %v", out, err)
 	}
@@ -206,10 +193,10 @@ func TestRefenceTakesANewFenceOnlyForTheNewestActivation(t *testing.T) {
 	if err != nil || superseded || f <= newest || !st.Found || st.Remaining != 3 {
 		t.Fatalf("refence of the newest fence: %d %+v superseded %v, %v; want a newer fence and the state", f, st, superseded, err)
 	}
-	if out, err := g.Grab(t.Context(), v.ID, 0, newest, grabs(t, ids, 1)); err != nil || !out.Stale {
+	if out, err := g.Grab(t.Context(), v.ID, 0, newest, testenv.Grabs(t, ids, 1)); err != nil || !out.Stale {
 		t.Fatalf("a call under the fence before the refence: %+v %v; want stale", out, err)
 	}
-	if out, err := g.Grab(t.Context(), v.ID, 0, f, grabs(t, ids, 1)); err != nil || out.Stale || codes(out)[0] != domain.SeckillOK {
+	if out, err := g.Grab(t.Context(), v.ID, 0, f, testenv.Grabs(t, ids, 1)); err != nil || out.Stale || codes(out)[0] != domain.SeckillOK {
 		t.Fatalf("a call under the new fence: %+v %v; want OK", out, err)
 	}
 }
@@ -231,12 +218,12 @@ func TestGrabSellsOnlyFromALoadVerifiedOnTheRunningServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := grabs(t, ids, 1)
+	first := testenv.Grabs(t, ids, 1)
 	if out, err := g.Grab(ctx, v.ID, 0, fence, first); err != nil || out.Results[0].Code != domain.SeckillOK {
 		t.Fatalf("before the restart: %+v %v", out, err)
 	}
 	srv.Restart() // SIGKILL, then the same files: nothing lost, a new process
-	out, err := g.Grab(ctx, v.ID, 0, fence, grabs(t, ids, 2))
+	out, err := g.Grab(ctx, v.ID, 0, fence, testenv.Grabs(t, ids, 2))
 	if err != nil || out.State.Found || out.Results[0].Code != domain.SeckillNotFound {
 		t.Fatalf("after the restart, the grab: %+v %v; want the voucher treated as not held", out, err)
 	}
@@ -260,7 +247,7 @@ func TestGrabSellsOnlyFromALoadVerifiedOnTheRunningServer(t *testing.T) {
 	if err != nil || !st.Found || st.Remaining != 2 {
 		t.Fatalf("claim after the rebuild: %+v %v; want 2 left (the order in the log counted)", st, err)
 	}
-	out, err = g.Grab(ctx, v.ID, 0, fence, append(first, grabs(t, ids, 2, 3, 4)...))
+	out, err = g.Grab(ctx, v.ID, 0, fence, append(first, testenv.Grabs(t, ids, 2, 3, 4)...))
 	want := []domain.SeckillCode{"OK", "OK", "OK", "SOLD_OUT"}
 	if err != nil || fmt.Sprint(codes(out)) != fmt.Sprint(want) || out.Results[0].OrderID != first[0].OrderID {
 		t.Fatalf("after the rebuild: %v %+v %v; want %v, the first request answered with its order %d", codes(out), out.Results, err, want, first[0].OrderID)

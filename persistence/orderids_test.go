@@ -201,7 +201,7 @@ func TestOrderIDsOfSalesNeverRepeatAcrossRedisLosses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := g.Grab(t.Context(), v.ID, 0, fence, grabs(t, ids, user, user, user))
+		out, err := g.Grab(t.Context(), v.ID, 0, fence, testenv.Grabs(t, ids, user, user, user))
 		if err != nil {
 			t.Fatal(err)
 		}

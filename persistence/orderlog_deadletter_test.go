@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"flashsale/actors/writer"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -18,7 +17,7 @@ func TestOrderWriterDeadLettersImpossibleOrders(t *testing.T) {
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	ctx := t.Context()
 	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 3, Limit: 1})
-	sold := sell(t, db, rdb, v.ID, users(1, 2)) // two real orders, one unit left
+	sold := testenv.Sell(t, db, rdb, v.ID, testenv.Users(1, 2)) // two real orders, one unit left
 	entry := func(values ...any) {
 		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: persistence.LogKey(v.ID), Values: values}).Err(); err != nil {
 			t.Fatal(err)
@@ -29,14 +28,13 @@ func TestOrderWriterDeadLettersImpossibleOrders(t *testing.T) {
 	// order for user 1 (limit 1), an id already used by another order, and
 	// two more orders than the stock left, an order of a voucher the
 	// database does not know; plus a malformed entry.
-	entry(entryValues(9_000_001, 1, v.ID, now, 1)...)
-	entry(entryValues(9_000_004, 60, 987_654_321, now, 1)...)
-	entry(entryValues(sold[0], 777, v.ID, now, 1)...)
-	entry(entryValues(9_000_002, 50, v.ID, now, 1)...)
-	entry(entryValues(9_000_003, 51, v.ID, now, 1)...)
+	entry(testenv.OrderEntry(9_000_001, 1, v.ID, now, 1)...)
+	entry(testenv.OrderEntry(9_000_004, 60, 987_654_321, now, 1)...)
+	entry(testenv.OrderEntry(sold[0], 777, v.ID, now, 1)...)
+	entry(testenv.OrderEntry(9_000_002, 50, v.ID, now, 1)...)
+	entry(testenv.OrderEntry(9_000_003, 51, v.ID, now, 1)...)
 	entry("garbage", "yes")
-	w := runWriter(t, db, rdb, writer.Options{})
-	drained(t, w, 20*time.Second)
+	drainOrders(t, db, rdb)
 
 	dead, _, err := persistence.NewDeadLetters(db).List(ctx, nil, 100, "")
 	if err != nil {
@@ -74,8 +72,8 @@ func TestOrderWriterDeadLettersImpossibleOrders(t *testing.T) {
 	}
 
 	t.Run("an order under a stored order's id is dead-lettered", func(t *testing.T) {
-		entry(entryValues(sold[1], 888, v.ID, now, 1)...)
-		drained(t, w, 20*time.Second)
+		entry(testenv.OrderEntry(sold[1], 888, v.ID, now, 1)...)
+		drainOrders(t, db, rdb)
 		if n := deadLetters(t, db, v.ID); n != 5 {
 			t.Fatalf("%d dead letters, want 5", n)
 		}
@@ -95,18 +93,17 @@ func TestDatabaseRefusesOrdersPastAUsersLimit(t *testing.T) {
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	ctx := t.Context()
 	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 20, Limit: 3})
-	sold := sell(t, db, rdb, v.ID, users(7, 1)) // user 7 holds one order
+	sold := testenv.Sell(t, db, rdb, v.ID, testenv.Users(7, 1)) // user 7 holds one order
 	for i := range 4 {                          // four more for user 7, limit 3
 		err := rdb.XAdd(ctx, &redis.XAddArgs{
-			Stream: persistence.LogKey(v.ID), Values: entryValues(9_100_000+i, 7, v.ID, time.Now(), 0),
+			Stream: persistence.LogKey(v.ID), Values: testenv.OrderEntry(9_100_000+i, 7, v.ID, time.Now(), 0),
 		}).Err()
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	w := runWriter(t, db, rdb, writer.Options{})
-	drained(t, w, 20*time.Second)
-	assertPersisted(t, db, v, append(sold, 9_100_000, 9_100_001))
+	drainOrders(t, db, rdb)
+	testenv.AssertPersisted(t, db, v, append(sold, 9_100_000, 9_100_001))
 	dead, _, err := persistence.NewDeadLetters(db).List(ctx, &v.ID, 10, "")
 	if err != nil {
 		t.Fatal(err)

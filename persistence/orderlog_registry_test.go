@@ -9,16 +9,15 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"flashsale/actors/writer"
 	"flashsale/internal/catalog"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
 
-// pauseAfterFinished holds the writer right after its prune has found a
-// voucher's order log finished, before it unregisters the log, until the
-// test releases it: the moment at which another node may bring the log
-// back to life.
+// pauseAfterFinished holds a prune right after it has found a voucher's
+// order log finished, before it unregisters the log, until the test
+// releases it: the moment at which another node may bring the log back to
+// life.
 type pauseAfterFinished struct {
 	meta, log string
 	fired     atomic.Bool
@@ -49,7 +48,7 @@ func (p *pauseAfterFinished) ProcessHook(next redis.ProcessHook) redis.ProcessHo
 		select {
 		case <-p.release:
 		case <-ctx.Done():
-		case <-time.After(20 * time.Second): // the test failed; never hang the writer
+		case <-time.After(20 * time.Second): // the test failed; never hang the prune
 		}
 		return err
 	}
@@ -68,12 +67,12 @@ func (p *pauseAfterFinished) ProcessPipelineHook(next redis.ProcessPipelineHook)
 	return next
 }
 
-// TestPruneKeepsALogThatCameBackToLife: a writer's prune finds a log
+// TestPruneKeepsALogThatCameBackToLife: the order log's prune finds a log
 // finished (its voucher was unloaded from Redis and the log is empty), and
 // before it unregisters the log the voucher is preheated again and sells.
 // The log must stay registered and its orders must reach the database;
-// unregistered, nothing would read them until a restart, and WaitDrained
-// would report drained at once.
+// unregistered, no writer would read them until a restart, and
+// WaitDrained would report drained at once.
 func TestPruneKeepsALogThatCameBackToLife(t *testing.T) {
 	t.Parallel()
 	db, srv := testenv.MustPostgres(t), testenv.MustRedis(t)
@@ -94,23 +93,33 @@ func TestPruneKeepsALogThatCameBackToLife(t *testing.T) {
 	pause := newPauseAfterFinished(v.ID)
 	wrdb := srv.Client()
 	wrdb.AddHook(pause)
-	w := runWriter(t, db, wrdb, writer.Options{ClaimIdle: 150 * time.Millisecond, ClaimEvery: 50 * time.Millisecond})
+	logs, err := persistence.NewOrderLogs(rdb).List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pruned := make(chan int, 1)
+	go func() { pruned <- orderStore(db, wrdb).Prune(ctx, logs) }()
 	select {
 	case <-pause.checked:
+	case n := <-pruned:
+		t.Fatalf("the prune never found the log finished (%d dropped); the test proves nothing", n)
 	case <-time.After(10 * time.Second):
-		t.Fatal("the writer never found the log finished; the test proves nothing")
+		t.Fatal("the prune never found the log finished; the test proves nothing")
 	}
 	// Between the check and the unregistering: another node preheats the
 	// voucher again (which registers its log) and sells from it.
 	if found, err := catalog.New(persistence.NewVouchers(db), persistence.NewStock(rdb), quiet).EnsurePreheated(ctx, v.ID); err != nil || !found {
 		t.Fatalf("preheat again: found %v, %v", found, err)
 	}
-	sold := sell(t, db, rdb, v.ID, users(1, 5))
+	sold := testenv.Sell(t, db, rdb, v.ID, testenv.Users(1, 5))
 	close(pause.release)
+	if n := <-pruned; n != 0 {
+		t.Errorf("the prune dropped %d logs, want none", n)
+	}
 
-	drained(t, w, 10*time.Second)
+	drainOrders(t, db, rdb)
 	if ok, err := rdb.SIsMember(ctx, "flashsale:order-logs", persistence.LogKey(v.ID)).Result(); err != nil || !ok {
 		t.Errorf("the log of a selling voucher is unregistered (%v)", err)
 	}
-	assertPersisted(t, db, v, sold)
+	testenv.AssertPersisted(t, db, v, sold)
 }

@@ -4,13 +4,10 @@ import (
 	"context"
 	"strconv"
 	"testing"
-	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 
-	"flashsale/actors/writer"
 	"flashsale/domain"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
@@ -49,7 +46,7 @@ func TestReconciliationBalancesAndCatchesDisagreement(t *testing.T) {
 		}
 	}
 	check("before any sale", domain.Reconciliation{Remaining: 10})
-	sold := sell(t, db, rdb, v.ID, users(1, 4))
+	sold := testenv.Sell(t, db, rdb, v.ID, testenv.Users(1, 4))
 	check("four orders in the log", domain.Reconciliation{Remaining: 6, InFlight: 4})
 
 	// User 9 already holds his limit in the database's guard (as after a
@@ -57,14 +54,9 @@ func TestReconciliationBalancesAndCatchesDisagreement(t *testing.T) {
 	if _, err := db.ExecContext(ctx, "INSERT INTO tb_voucher_user (voucher_id, user_id, live, per_user_limit) VALUES (?, 9, 2, 2)", v.ID); err != nil {
 		t.Fatal(err)
 	}
-	sell(t, db, rdb, v.ID, users(9, 1))
-	w := writer.New(writer.Orders(db, rdb, quiet, writer.Options{}), quiet, writer.Options{})
-	system := actor.NewActorSystem()
-	w.Start(system)
-	drained(t, w, 20*time.Second)
-	w.Stop()
-	system.Shutdown()
-	assertPersisted(t, db, v, sold)
+	testenv.Sell(t, db, rdb, v.ID, testenv.Users(9, 1))
+	drainOrders(t, db, rdb)
+	testenv.AssertPersisted(t, db, v, sold)
 	check("persisted, one dead-lettered", domain.Reconciliation{Remaining: 5, Live: 4, DeadLettered: 1})
 
 	// Committed but not yet acknowledged (a writer that died in between):

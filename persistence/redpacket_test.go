@@ -3,7 +3,6 @@ package persistence_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -14,27 +13,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 
-	"flashsale/actors/writer"
 	"flashsale/domain"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
-
-// newRedPacket creates a red packet of the given amounts directly in the
-// store, expiring after ttl.
-func newRedPacket(tb testing.TB, store *persistence.RedPacketStore, id int64, amounts []int64, ttl time.Duration) domain.RedPacket {
-	tb.Helper()
-	var total int64
-	for _, a := range amounts {
-		total += a
-	}
-	now := time.Now()
-	rp := domain.RedPacket{ID: id, CreatorID: 7, TotalCents: total, Count: len(amounts), ExpiresAt: now.Add(ttl), CreatedAt: now}
-	if err := store.Create(context.Background(), rp, amounts); err != nil {
-		tb.Fatal(err)
-	}
-	return rp
-}
 
 // redPacketStores gives a test its own database and Redis, and the red
 // packets' stores on them.
@@ -45,18 +27,10 @@ func redPacketStores(tb testing.TB) (*bun.DB, *redis.Client, *persistence.RedPac
 	return db, rdb, r, persistence.NewRedPacketStore(db, r)
 }
 
-func rpCodes(b domain.RedPacketBatch) string {
-	s := ""
-	for _, r := range b.Results {
-		s += fmt.Sprintf("%s:%d ", r.Code, r.AmountCents)
-	}
-	return s
-}
-
 func TestRedPacketScriptHandsOutEachPacketOncePerUser(t *testing.T) {
 	t.Parallel()
 	_, _, r, store := redPacketStores(t)
-	newRedPacket(t, store, 1, []int64{5, 3, 2}, time.Hour)
+	testenv.MustRedPacket(t, store, 1, []int64{5, 3, 2}, time.Hour)
 	// User 1 grabs, retries the same request (OK again, same packet), and
 	// tries again with a new request (ALREADY_GRABBED with what they got).
 	out, err := r.Grab(t.Context(), 1, []domain.RedPacketGrab{
@@ -67,12 +41,12 @@ func TestRedPacketScriptHandsOutEachPacketOncePerUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "OK:5 OK:5 ALREADY_GRABBED:5 OK:3 OK:2 EMPTY:0 "
-	if got := rpCodes(out); got != want || out.State.Left != 0 {
+	if got := testenv.RedPacketCodes(out); got != want || out.State.Left != 0 {
 		t.Fatalf("got %s left %d, want %s left 0", got, out.State.Left, want)
 	}
 	out, err = r.Grab(t.Context(), 99, []domain.RedPacketGrab{{RequestID: "x", UserID: 1}})
-	if err != nil || rpCodes(out) != "NOT_FOUND:0 " {
-		t.Fatalf("unknown red packet: %v %s", err, rpCodes(out))
+	if err != nil || testenv.RedPacketCodes(out) != "NOT_FOUND:0 " {
+		t.Fatalf("unknown red packet: %v %s", err, testenv.RedPacketCodes(out))
 	}
 	if n, cents, found, err := r.Live(t.Context(), 1); err != nil || !found || n != 0 || cents != 0 {
 		t.Fatalf("live: %d packets %d cents found %v err %v", n, cents, found, err)
@@ -84,41 +58,30 @@ func TestRedPacketScriptRefusesAfterExpiry(t *testing.T) {
 	_, _, r, store := redPacketStores(t)
 	// The expiry leaves room for the setup and the first grab on a busy
 	// machine; the test then sleeps until it.
-	rp := newRedPacket(t, store, 2, []int64{5, 3}, 2*time.Second)
+	rp := testenv.MustRedPacket(t, store, 2, []int64{5, 3}, 2*time.Second)
 	if out, err := r.Grab(t.Context(), 2, []domain.RedPacketGrab{{RequestID: "a", UserID: 1}}); err != nil || out.Results[0].Code != domain.RedPacketOK {
-		t.Fatalf("before expiry: %v %s", err, rpCodes(out))
+		t.Fatalf("before expiry: %v %s", err, testenv.RedPacketCodes(out))
 	}
 	time.Sleep(time.Until(rp.ExpiresAt) + 100*time.Millisecond)
 	out, err := r.Grab(t.Context(), 2, []domain.RedPacketGrab{{RequestID: "b", UserID: 2}, {RequestID: "a", UserID: 1}})
-	if err != nil || rpCodes(out) != "EXPIRED:0 OK:5 " {
-		t.Fatalf("after expiry: %v %s, want EXPIRED for a new user and the retry's OK", err, rpCodes(out))
+	if err != nil || testenv.RedPacketCodes(out) != "EXPIRED:0 OK:5 " {
+		t.Fatalf("after expiry: %v %s, want EXPIRED for a new user and the retry's OK", err, testenv.RedPacketCodes(out))
 	}
-}
-
-// startRedPacketWriter runs a red-packet writer until the test ends.
-func startRedPacketWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient) *writer.Writer {
-	tb.Helper()
-	return testenv.StartRedPacketWriter(tb, db, rdb, writer.Options{})
 }
 
 func TestRedPacketGrabsReachTheDatabaseAndTheRefundHappensOnce(t *testing.T) {
 	t.Parallel()
 	db, rdb, r, store := redPacketStores(t)
-	w := startRedPacketWriter(t, db, rdb)
-	created := newRedPacket(t, store, 3, []int64{40, 30, 20, 10}, 2*time.Second)
+	created := testenv.MustRedPacket(t, store, 3, []int64{40, 30, 20, 10}, 2*time.Second)
 	out, err := r.Grab(t.Context(), 3, []domain.RedPacketGrab{{RequestID: "a", UserID: 1}, {RequestID: "b", UserID: 2}})
-	if err != nil || rpCodes(out) != "OK:40 OK:30 " {
-		t.Fatalf("grab: %v %s", err, rpCodes(out))
+	if err != nil || testenv.RedPacketCodes(out) != "OK:40 OK:30 " {
+		t.Fatalf("grab: %v %s", err, testenv.RedPacketCodes(out))
 	}
 	// Not expired yet: nothing to refund.
 	if done, _, _, err := store.Refund(t.Context(), 3, time.Now()); err != nil || done {
 		t.Fatalf("refund before expiry: done %v err %v", done, err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := w.WaitDrained(ctx); err != nil {
-		t.Fatal(err)
-	}
+	drainRedPackets(t, db, rdb)
 	var grabs []persistence.GrabRow
 	if err := db.NewSelect().Model(&grabs).Where("red_packet_id = 3").Order("seq").Scan(t.Context()); err != nil {
 		t.Fatal(err)
@@ -168,16 +131,11 @@ func TestRedPacketLoadRestoresWhatRedisLost(t *testing.T) {
 	t.Parallel()
 	db, rdb, r, store := redPacketStores(t)
 	store.ReloadHold = 300 * time.Millisecond
-	w := startRedPacketWriter(t, db, rdb)
-	newRedPacket(t, store, 4, []int64{4, 3, 2, 1}, time.Hour)
+	testenv.MustRedPacket(t, store, 4, []int64{4, 3, 2, 1}, time.Hour)
 	if _, err := r.Grab(t.Context(), 4, []domain.RedPacketGrab{{RequestID: "a", UserID: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	if err := w.WaitDrained(ctx); err != nil {
-		t.Fatal(err)
-	}
+	drainRedPackets(t, db, rdb)
 	if err := rdb.FlushDB(t.Context()).Err(); err != nil { // the test's own redis-server
 		t.Fatal(err)
 	}
@@ -188,12 +146,12 @@ func TestRedPacketLoadRestoresWhatRedisLost(t *testing.T) {
 	// While the reload holds grabs, a user who has a packet hears so and
 	// a user without one hears UNAVAILABLE; after it, they get one.
 	out, err := r.Grab(t.Context(), 4, []domain.RedPacketGrab{{RequestID: "b", UserID: 1}, {RequestID: "c", UserID: 2}})
-	if err != nil || (rpCodes(out) != "ALREADY_GRABBED:4 UNAVAILABLE:0 " && time.Since(loaded) < 300*time.Millisecond) {
-		t.Fatalf("during the hold: %v %s", err, rpCodes(out))
+	if err != nil || (testenv.RedPacketCodes(out) != "ALREADY_GRABBED:4 UNAVAILABLE:0 " && time.Since(loaded) < 300*time.Millisecond) {
+		t.Fatalf("during the hold: %v %s", err, testenv.RedPacketCodes(out))
 	}
 	out, err = afterHold(t, r, 4, []domain.RedPacketGrab{{RequestID: "b", UserID: 1}, {RequestID: "c", UserID: 2}})
-	if err != nil || rpCodes(out) != "ALREADY_GRABBED:4 OK:3 " {
-		t.Fatalf("after the hold: %v %s", err, rpCodes(out))
+	if err != nil || testenv.RedPacketCodes(out) != "ALREADY_GRABBED:4 OK:3 " {
+		t.Fatalf("after the hold: %v %s", err, testenv.RedPacketCodes(out))
 	}
 	if st, err := store.Load(t.Context(), 99); err != nil || st.Found {
 		t.Fatalf("load of an unknown id: %+v %v", st, err)
@@ -206,7 +164,7 @@ func afterHold(tb testing.TB, r *persistence.RedPacketRedis, id int64, grabs []d
 	tb.Helper()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		out, err := r.Grab(tb.Context(), id, grabs)
-		if err != nil || !strings.Contains(rpCodes(out), "UNAVAILABLE") || time.Now().After(deadline) {
+		if err != nil || !strings.Contains(testenv.RedPacketCodes(out), "UNAVAILABLE") || time.Now().After(deadline) {
 			return out, err
 		}
 	}
@@ -218,8 +176,8 @@ func afterHold(tb testing.TB, r *persistence.RedPacketRedis, id int64, grabs []d
 func heldGrab(tb testing.TB, rdb *redis.Client, r *persistence.RedPacketRedis, id int64) persistence.LogEntry {
 	tb.Helper()
 	ctx := tb.Context()
-	if out, err := r.Grab(ctx, id, []domain.RedPacketGrab{{RequestID: "a", UserID: 1}}); err != nil || rpCodes(out) != "OK:40 " {
-		tb.Fatalf("user 1: %v %s", err, rpCodes(out))
+	if out, err := r.Grab(ctx, id, []domain.RedPacketGrab{{RequestID: "a", UserID: 1}}); err != nil || testenv.RedPacketCodes(out) != "OK:40 " {
+		tb.Fatalf("user 1: %v %s", err, testenv.RedPacketCodes(out))
 	}
 	held, err := rdb.XRange(ctx, persistence.RedPacketLogKey(id), "-", "+").Result()
 	if err != nil || len(held) != 1 {
@@ -237,12 +195,7 @@ func heldGrab(tb testing.TB, rdb *redis.Client, r *persistence.RedPacketRedis, i
 func redPacketSettles(tb testing.TB, db *bun.DB, rdb *redis.Client, id int64, inDB map[int64]int64, redisCents int64, dead []string) {
 	tb.Helper()
 	ctx := tb.Context()
-	w := startRedPacketWriter(tb, db, rdb)
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := w.WaitDrained(wctx); err != nil {
-		tb.Fatal(err)
-	}
+	drainRedPackets(tb, db, rdb)
 	var rows []persistence.GrabRow
 	if err := db.NewSelect().Model(&rows).Where("red_packet_id = ?", id).Scan(ctx); err != nil {
 		tb.Fatal(err)
@@ -274,7 +227,7 @@ func redPacketTag(id int64) string { return fmt.Sprintf("{rp%d}", id) }
 func TestHeldRedPacketGrabIsAdoptedByTheReload(t *testing.T) {
 	t.Parallel()
 	db, rdb, r, store := redPacketStores(t)
-	newRedPacket(t, store, 5, []int64{40, 30, 20, 10}, time.Hour)
+	testenv.MustRedPacket(t, store, 5, []int64{40, 30, 20, 10}, time.Hour)
 	ctx := t.Context()
 	held := heldGrab(t, rdb, r, 5)
 	store.ReloadHold = 400 * time.Millisecond
@@ -283,17 +236,17 @@ func TestHeldRedPacketGrabIsAdoptedByTheReload(t *testing.T) {
 		t.Fatalf("reload: %+v %v", st, err)
 	}
 	out, err := r.Grab(ctx, 5, []domain.RedPacketGrab{{RequestID: "b", UserID: 2}})
-	if err != nil || (rpCodes(out) != "UNAVAILABLE:0 " && time.Since(loaded) < 400*time.Millisecond) {
-		t.Fatalf("a grab during the hold: %v %s", err, rpCodes(out))
+	if err != nil || (testenv.RedPacketCodes(out) != "UNAVAILABLE:0 " && time.Since(loaded) < 400*time.Millisecond) {
+		t.Fatalf("a grab during the hold: %v %s", err, testenv.RedPacketCodes(out))
 	}
 	// The database is back: the writer commits the held grab.
-	w := persistence.NewRedPacketWriter(db, rdb, slog.New(slog.DiscardHandler), persistence.BatchOptions{Consumer: "test-writer"})
+	w := persistence.NewRedPacketWriter(db, rdb, quiet, persistence.BatchOptions{Consumer: "test-writer"})
 	if refused, err := w.Handle(ctx, []persistence.LogEntry{held}); err != nil || len(refused) != 0 {
 		t.Fatalf("the held grab: refused %v, %v", refused, err)
 	}
 	out, err = afterHold(t, r, 5, []domain.RedPacketGrab{{RequestID: "b", UserID: 2}, {RequestID: "c", UserID: 1}})
-	if err != nil || rpCodes(out) != "OK:30 ALREADY_GRABBED:40 " {
-		t.Fatalf("grabs after the hold: %v %s", err, rpCodes(out))
+	if err != nil || testenv.RedPacketCodes(out) != "OK:30 ALREADY_GRABBED:40 " {
+		t.Fatalf("grabs after the hold: %v %s", err, testenv.RedPacketCodes(out))
 	}
 	redPacketSettles(t, db, rdb, 5, map[int64]int64{40: 1, 30: 2}, 30, nil)
 }
@@ -305,17 +258,17 @@ func TestHeldRedPacketGrabIsAdoptedByTheReload(t *testing.T) {
 func TestHeldRedPacketGrabPastTheHoldIsDeadLetteredNotPaidTwice(t *testing.T) {
 	t.Parallel()
 	db, rdb, r, store := redPacketStores(t)
-	newRedPacket(t, store, 6, []int64{40, 30, 20, 10}, time.Hour)
+	testenv.MustRedPacket(t, store, 6, []int64{40, 30, 20, 10}, time.Hour)
 	ctx := t.Context()
 	held := heldGrab(t, rdb, r, 6)
 	store.ReloadHold = time.Nanosecond // no hold
 	if st, err := store.Load(ctx, 6); err != nil || st.Left != 4 {
 		t.Fatalf("reload: %+v %v", st, err)
 	}
-	if out, err := r.Grab(ctx, 6, []domain.RedPacketGrab{{RequestID: "b", UserID: 2}}); err != nil || rpCodes(out) != "OK:40 " {
-		t.Fatalf("user 2 after the reload: %v %s", err, rpCodes(out))
+	if out, err := r.Grab(ctx, 6, []domain.RedPacketGrab{{RequestID: "b", UserID: 2}}); err != nil || testenv.RedPacketCodes(out) != "OK:40 " {
+		t.Fatalf("user 2 after the reload: %v %s", err, testenv.RedPacketCodes(out))
 	}
-	w := persistence.NewRedPacketWriter(db, rdb, slog.New(slog.DiscardHandler), persistence.BatchOptions{Consumer: "test-writer"})
+	w := persistence.NewRedPacketWriter(db, rdb, quiet, persistence.BatchOptions{Consumer: "test-writer"})
 	refused, err := w.Handle(ctx, []persistence.LogEntry{held})
 	if err != nil || len(refused) != 1 || refused[0].Reason != persistence.DeadLostLoad {
 		t.Fatalf("the held grab: refused %v, %v; want it lost_load", refused, err)
@@ -333,22 +286,17 @@ func TestHeldRedPacketGrabPastTheHoldIsDeadLetteredNotPaidTwice(t *testing.T) {
 func TestRefusedGrabsPacketGoesBackToItsRedPacket(t *testing.T) {
 	t.Parallel()
 	db, rdb, r, store := redPacketStores(t)
-	newRedPacket(t, store, 7, []int64{40, 30, 20, 10}, time.Hour)
+	testenv.MustRedPacket(t, store, 7, []int64{40, 30, 20, 10}, time.Hour)
 	ctx := t.Context()
-	w := startRedPacketWriter(t, db, rdb)
-	if out, err := r.Grab(ctx, 7, []domain.RedPacketGrab{{RequestID: "a", UserID: 1}}); err != nil || rpCodes(out) != "OK:40 " {
-		t.Fatalf("user 1: %v %s", err, rpCodes(out))
+	if out, err := r.Grab(ctx, 7, []domain.RedPacketGrab{{RequestID: "a", UserID: 1}}); err != nil || testenv.RedPacketCodes(out) != "OK:40 " {
+		t.Fatalf("user 1: %v %s", err, testenv.RedPacketCodes(out))
 	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := w.WaitDrained(wctx); err != nil {
-		t.Fatal(err)
-	}
+	drainRedPackets(t, db, rdb)
 	if err := rdb.HDel(ctx, redPacketTag(7)+":users", "1").Err(); err != nil { // Redis forgets user 1
 		t.Fatal(err)
 	}
-	if out, err := r.Grab(ctx, 7, []domain.RedPacketGrab{{RequestID: "c", UserID: 1}}); err != nil || rpCodes(out) != "OK:30 " {
-		t.Fatalf("user 1 again: %v %s", err, rpCodes(out))
+	if out, err := r.Grab(ctx, 7, []domain.RedPacketGrab{{RequestID: "c", UserID: 1}}); err != nil || testenv.RedPacketCodes(out) != "OK:30 " {
+		t.Fatalf("user 1 again: %v %s", err, testenv.RedPacketCodes(out))
 	}
 	redPacketSettles(t, db, rdb, 7, map[int64]int64{40: 1}, 60, []string{persistence.DeadRefused})
 }
@@ -360,7 +308,7 @@ func TestRefusedGrabsPacketGoesBackToItsRedPacket(t *testing.T) {
 func TestRedPacketReloadWaitsForAWritersCommit(t *testing.T) {
 	t.Parallel()
 	db, rdb, _, store := redPacketStores(t)
-	newRedPacket(t, store, 8, []int64{40, 30}, time.Hour)
+	testenv.MustRedPacket(t, store, 8, []int64{40, 30}, time.Hour)
 	ctx := t.Context()
 	if err := rdb.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -400,7 +348,7 @@ func TestRedPacketReloadWaitsForAWritersCommit(t *testing.T) {
 func TestRedPacketWriterAdoptsAfterAReload(t *testing.T) {
 	t.Parallel()
 	db, rdb, r, store := redPacketStores(t)
-	rp := newRedPacket(t, store, 9, []int64{40, 30}, time.Hour)
+	rp := testenv.MustRedPacket(t, store, 9, []int64{40, 30}, time.Hour)
 	ctx := t.Context()
 	held := heldGrab(t, rdb, r, 9)
 	tx, err := db.BeginTx(ctx, nil)
@@ -411,7 +359,7 @@ func TestRedPacketWriterAdoptsAfterAReload(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, "SELECT id FROM tb_red_packet WHERE id = 9 FOR UPDATE"); err != nil { // a reload's lock
 		t.Fatal(err)
 	}
-	w := persistence.NewRedPacketWriter(db, rdb, slog.New(slog.DiscardHandler), persistence.BatchOptions{Consumer: "test-writer"})
+	w := persistence.NewRedPacketWriter(db, rdb, quiet, persistence.BatchOptions{Consumer: "test-writer"})
 	done := make(chan error, 1)
 	go func() { _, err := w.Handle(ctx, []persistence.LogEntry{held}); done <- err }()
 	select {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strconv"
 	"testing"
@@ -13,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 
-	"flashsale/actors/writer"
 	"flashsale/domain"
 	"flashsale/internal/catalog"
 	"flashsale/internal/testenv"
@@ -22,42 +20,43 @@ import (
 
 // heldOrders is the scene of a Redis data loss with orders in flight: a
 // voucher of stock 10 sold to users 1..5 (limit orders each), those
-// orders read by an order writer that cannot reach the database (its
-// proxy is down), then Redis restarted empty.
+// orders read by an order writer that cannot reach the database yet, then
+// Redis restarted empty. The test decides when the writer comes back
+// (write).
 type heldOrders struct {
-	direct *bun.DB // the database, reached directly (the writer goes through proxy)
-	rdb    *redis.Client
-	proxy  *testenv.Proxy
-	writer *writer.Writer
-	v      domain.Voucher
-	limit  int
-	first  []int64 // the orders the writer holds
+	db    *bun.DB
+	rdb   *redis.Client
+	v     domain.Voucher
+	limit int
+	first []int64                // the orders the writer holds
+	batch []persistence.LogEntry // the same, as the writer read them
 }
 
 const heldStock = 10
 
 func holdOrdersAcrossRedisLoss(t *testing.T, limit int) *heldOrders {
 	t.Helper()
-	dbURL := testenv.MustPostgresURL(t)
 	srv := testenv.MustRedis(t) // no persistence: a restart loses everything
-	h := &heldOrders{direct: testenv.MustOpen(t, dbURL), rdb: srv.Client(), limit: limit}
-	u, _ := url.Parse(dbURL)
-	h.proxy = testenv.MustProxy(t, u.Host)
-	u.Host = h.proxy.Addr()
-	viaProxy := testenv.MustOpen(t, u.String())
-
-	h.v = testenv.MustVoucher(t, h.direct, h.rdb, testenv.VoucherSpec{Stock: heldStock, Limit: limit})
+	h := &heldOrders{db: testenv.MustPostgres(t), rdb: srv.Client(), limit: limit}
+	h.v = testenv.MustVoucher(t, h.db, h.rdb, testenv.VoucherSpec{Stock: heldStock, Limit: limit})
 	for range limit {
-		h.first = append(h.first, sell(t, h.direct, h.rdb, h.v.ID, users(1, 5))...)
+		h.first = append(h.first, testenv.Sell(t, h.db, h.rdb, h.v.ID, testenv.Users(1, 5))...)
 	}
-	h.proxy.Down()
-	h.writer = runWriter(t, viaProxy, h.rdb, writer.Options{MaxBackoff: 50 * time.Millisecond})
-	waitFor(t, "the writer to read the orders", func() bool {
-		pending, err := h.rdb.XPending(context.Background(), persistence.LogKey(h.v.ID), persistence.OrderLogGroup).Result()
-		return err == nil && pending.Count == int64(len(h.first))
-	})
+	var err error
+	h.batch, err = persistence.NewOrderLogs(h.rdb).Read(t.Context(), "held-writer", []string{persistence.LogKey(h.v.ID)}, ">", 1000, 0)
+	if err != nil || len(h.batch) != len(h.first) {
+		t.Fatalf("the writer read %d of the %d orders: %v", len(h.batch), len(h.first), err)
+	}
 	srv.Restart()
 	return h
+}
+
+// write is the writer that holds the orders reaching the database: it
+// hands them to the order log's store, dead-letters what the store
+// refuses and acknowledges them, as the persistence actor does with a
+// batch it holds.
+func (h *heldOrders) write(ctx context.Context) error {
+	return handOver(ctx, persistence.NewOrderLogs(h.rdb), orderStore(h.db, h.rdb), h.batch)
 }
 
 // reload loads the voucher again from the database, as the next grab's
@@ -66,19 +65,19 @@ func (h *heldOrders) reload(t *testing.T, hold time.Duration) {
 	t.Helper()
 	stock := persistence.NewStock(h.rdb)
 	stock.ReloadHold = hold
-	if _, err := catalog.New(persistence.NewVouchers(h.direct), stock, quiet).EnsurePreheated(context.Background(), h.v.ID); err != nil {
+	if _, err := catalog.New(persistence.NewVouchers(h.db), stock, quiet).EnsurePreheated(context.Background(), h.v.ID); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// committed waits until the held orders are in the database.
+// committed checks that the held orders are in the database.
 func (h *heldOrders) committed(t *testing.T) {
 	t.Helper()
-	waitFor(t, "the held orders to be committed", func() bool {
-		var n int
-		err := h.direct.NewSelect().Table("tb_voucher_order").ColumnExpr("count(*)").Where("voucher_id = ?", h.v.ID).Scan(context.Background(), &n)
-		return err == nil && n == len(h.first)
-	})
+	var n int
+	err := h.db.NewSelect().Table("tb_voucher_order").ColumnExpr("count(*)").Where("voucher_id = ?", h.v.ID).Scan(context.Background(), &n)
+	if err != nil || n != len(h.first) {
+		t.Fatalf("%d orders in the database (%v), want the %d held", n, err, len(h.first))
+	}
 }
 
 // sellOut offers the voucher to users 1..10 up to limit times once the
@@ -86,21 +85,21 @@ func (h *heldOrders) committed(t *testing.T) {
 // database must end with exactly the OK'd orders.
 func (h *heldOrders) sellOut(t *testing.T) {
 	t.Helper()
-	waitFor(t, "the reload to sell", func() bool {
+	testenv.WaitFor(t, "the reload to sell", func() bool {
 		st, err := persistence.NewGrabs(h.rdb).State(context.Background(), h.v.ID)
 		return err == nil && !held(t, h.rdb, h.v.ID) && st.Found
 	})
 	var second []int64
 	for range h.limit + 1 {
-		second = append(second, sell(t, h.direct, h.rdb, h.v.ID, users(1, 10))...)
+		second = append(second, testenv.Sell(t, h.db, h.rdb, h.v.ID, testenv.Users(1, 10))...)
 	}
 	if len(h.first)+len(second) != heldStock {
 		t.Fatalf("%d + %d grabs answered OK for a stock of %d", len(h.first), len(second), heldStock)
 	}
-	drained(t, h.writer, 20*time.Second)
-	assertPersisted(t, h.direct, h.v, append(h.first, second...))
-	assertWithinLimit(t, h.direct, h.v.ID, h.limit)
-	if n := deadLetters(t, h.direct, h.v.ID); n != 0 {
+	drainOrders(t, h.db, h.rdb)
+	testenv.AssertPersisted(t, h.db, h.v, append(h.first, second...))
+	assertWithinLimit(t, h.db, h.v.ID, h.limit)
+	if n := deadLetters(t, h.db, h.v.ID); n != 0 {
 		t.Fatalf("%d orders dead-lettered", n)
 	}
 	if st, _ := persistence.NewGrabs(h.rdb).State(context.Background(), h.v.ID); st.Remaining != 0 {
@@ -163,23 +162,25 @@ func TestOrdersHeldAcrossARedisReloadAreNotSoldAgain(t *testing.T) {
 			t.Parallel()
 			h := holdOrdersAcrossRedisLoss(t, limit)
 			h.reload(t, 3*time.Second)
-			if early, answers := sellCounting(t, h.direct, h.rdb, h.v.ID, users(1, 10)); len(early) > 0 {
+			if early, answers := testenv.SellCounting(t, h.db, h.rdb, h.v.ID, testenv.Users(1, 10)); len(early) > 0 {
 				t.Fatalf("the reload sold %d units before the held orders were accounted for: %v", len(early), answers)
 			}
-			h.proxy.Up()
+			if err := h.write(t.Context()); err != nil {
+				t.Fatal(err)
+			}
 			h.committed(t)
 
 			// A replay of orders already committed (a writer that crashed
 			// before its acknowledgement) returns nothing to Redis twice.
-			for _, o := range storedOrders(t, h.direct, h.first) {
+			for _, o := range storedOrders(t, h.db, h.first) {
 				err := h.rdb.XAdd(context.Background(), &redis.XAddArgs{
-					Stream: persistence.LogKey(h.v.ID), Values: entryValues(o.ID, o.UserID, h.v.ID, o.CreateTime, 1, persistence.EntryLoadStamp, "an-earlier-load"),
+					Stream: persistence.LogKey(h.v.ID), Values: testenv.OrderEntry(o.ID, o.UserID, h.v.ID, o.CreateTime, 1, persistence.EntryLoadStamp, "an-earlier-load"),
 				}).Err()
 				if err != nil {
 					t.Fatal(err)
 				}
 			}
-			drained(t, h.writer, 20*time.Second)
+			drainOrders(t, h.db, h.rdb)
 			h.sellOut(t)
 		})
 	}
@@ -194,17 +195,21 @@ func TestOrdersHeldPastTheReloadHoldAreDeadLetteredNotSoldTwice(t *testing.T) {
 	t.Parallel()
 	h := holdOrdersAcrossRedisLoss(t, 1)
 	h.reload(t, 200*time.Millisecond)
-	waitFor(t, "the hold to end", func() bool { return !held(t, h.rdb, h.v.ID) })
-	second := sell(t, h.direct, h.rdb, h.v.ID, users(1, 5))
+	testenv.WaitFor(t, "the hold to end", func() bool { return !held(t, h.rdb, h.v.ID) })
+	second := testenv.Sell(t, h.db, h.rdb, h.v.ID, testenv.Users(1, 5))
 	if len(second) != 5 {
 		t.Fatalf("the reload sold %d of 5", len(second))
 	}
-	h.proxy.Up()
-	waitFor(t, "the held orders to be dead-lettered", func() bool { return deadLetters(t, h.direct, h.v.ID) == int64(len(h.first)) })
-	drained(t, h.writer, 20*time.Second)
-	assertPersisted(t, h.direct, h.v, second)
-	assertWithinLimit(t, h.direct, h.v.ID, 1)
-	list, _, err := persistence.NewDeadLetters(h.direct).List(context.Background(), &h.v.ID, 100, "")
+	if err := h.write(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := deadLetters(t, h.db, h.v.ID); n != int64(len(h.first)) {
+		t.Fatalf("%d orders dead-lettered, want the %d held", n, len(h.first))
+	}
+	drainOrders(t, h.db, h.rdb)
+	testenv.AssertPersisted(t, h.db, h.v, second)
+	assertWithinLimit(t, h.db, h.v.ID, 1)
+	list, _, err := persistence.NewDeadLetters(h.db).List(context.Background(), &h.v.ID, 100, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +229,7 @@ func TestAReloadCountsTheOrdersStillInTheLog(t *testing.T) {
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	ctx := context.Background()
 	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: heldStock, Limit: 1})
-	first := sell(t, db, rdb, v.ID, users(1, 5)) // no writer yet: all in the log
+	first := testenv.Sell(t, db, rdb, v.ID, testenv.Users(1, 5)) // no writer yet: all in the log
 	if err := rdb.Del(ctx, "{v"+strconv.FormatInt(v.ID, 10)+"}:meta", "{v"+strconv.FormatInt(v.ID, 10)+"}:stock",
 		"{v"+strconv.FormatInt(v.ID, 10)+"}:users", "{v"+strconv.FormatInt(v.ID, 10)+"}:req").Err(); err != nil {
 		t.Fatal(err)
@@ -234,17 +239,16 @@ func TestAReloadCountsTheOrdersStillInTheLog(t *testing.T) {
 	if _, err := catalog.New(persistence.NewVouchers(db), stock, quiet).EnsurePreheated(ctx, v.ID); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Millisecond) // past the hold
+	testenv.WaitFor(t, "the reload's hold to end", func() bool { return !held(t, rdb, v.ID) })
 	if st, _ := persistence.NewGrabs(rdb).State(ctx, v.ID); st.Remaining != heldStock-len(first) {
 		t.Fatalf("reloaded remaining %d, want %d", st.Remaining, heldStock-len(first))
 	}
-	second, answers := sellCounting(t, db, rdb, v.ID, users(1, 10))
+	second, answers := testenv.SellCounting(t, db, rdb, v.ID, testenv.Users(1, 10))
 	if len(second) != heldStock-len(first) || answers[domain.SeckillLimitReached] != 5 {
 		t.Fatalf("after the reload: %d sold, answers %v", len(second), answers)
 	}
-	w := runWriter(t, db, rdb, writer.Options{})
-	drained(t, w, 20*time.Second)
-	assertPersisted(t, db, v, append(first, second...))
+	drainOrders(t, db, rdb)
+	testenv.AssertPersisted(t, db, v, append(first, second...))
 	if n := deadLetters(t, db, v.ID); n != 0 {
 		t.Fatalf("%d dead letters", n)
 	}
@@ -267,7 +271,7 @@ func TestAWriterWaitingOnAReloadSeesItsStamp(t *testing.T) {
 		life := domain.NewLoadStamp()
 		stock := persistence.NewStock(h.rdb)
 		stock.ReloadHold = 3 * time.Second
-		done <- persistence.NewVouchers(h.direct).Preload(ctx, h.v.ID, func(ctx context.Context, snap domain.LoadSnapshot) (string, error) {
+		done <- persistence.NewVouchers(h.db).Preload(ctx, h.v.ID, func(ctx context.Context, snap domain.LoadSnapshot) (string, error) {
 			if _, err := stock.Preheat(ctx, snap, life); err != nil {
 				return "", err
 			}
@@ -277,10 +281,11 @@ func TestAWriterWaitingOnAReloadSeesItsStamp(t *testing.T) {
 		})
 	}()
 	<-loaded
-	h.proxy.Up()
-	waitFor(t, "the writer to wait for the row lock", func() bool {
+	written := make(chan error, 1)
+	go func() { written <- h.write(ctx) }()
+	testenv.WaitFor(t, "the writer to wait for the row lock", func() bool {
 		var n int
-		err := h.direct.NewSelect().TableExpr("pg_stat_activity").ColumnExpr("count(*)").
+		err := h.db.NewSelect().TableExpr("pg_stat_activity").ColumnExpr("count(*)").
 			Where("datname = current_database() AND wait_event_type = 'Lock'").Scan(ctx, &n)
 		return err == nil && n > 0
 	})
@@ -288,17 +293,9 @@ func TestAWriterWaitingOnAReloadSeesItsStamp(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	if err := <-written; err != nil {
+		t.Fatal(err)
+	}
 	h.committed(t)
 	h.sellOut(t)
-}
-
-func waitFor(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -18,8 +18,6 @@ import (
 	"flashsale/persistence"
 )
 
-var quiet = slog.New(slog.DiscardHandler)
-
 // tally is a third, trivial family of logs for the persistence actor: entries
 // carry a number "n"; the handler sums them, fails its first attempts, and
 // refuses odd numbers marked "bad". It records what it saw so the test can
@@ -95,11 +93,12 @@ func (t *tally) Persisted() int64 {
 // ends, under a lease on its name.
 func startTally(tb testing.TB, rdb redis.UniversalClient, h writer.Handler, opts writer.Options) *writer.Writer {
 	tb.Helper()
-	w := writer.New(writer.Family{Name: "tally", Logs: persistence.NewLogs(rdb, "tally:logs", "tally", "tally:consumer:"), Handler: h}, quiet, opts)
+	log := testenv.QuietLogger()
+	w := writer.New(writer.Family{Name: "tally", Logs: persistence.NewLogs(rdb, "tally:logs", "tally", "tally:consumer:"), Handler: h}, log, opts)
 	if err := w.Acquire(tb.Context()); err != nil {
 		tb.Fatal(err)
 	}
-	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return quiet }))
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
 	w.Start(system)
 	tb.Cleanup(func() { w.Stop(); system.Shutdown() })
 	return w
@@ -211,7 +210,8 @@ func TestWriterGuaranteesHoldForAnyHandler(t *testing.T) {
 // batch, rather than one transaction each.
 func TestWriterLingersOnlyAfterABatchThatDidNotFill(t *testing.T) {
 	t.Parallel()
-	rdb := testenv.MustRedis(t).Client()
+	srv := testenv.MustRedis(t)
+	rdb := srv.Client()
 	ctx := t.Context()
 	const log = "tally:linger"
 	if err := rdb.XGroupCreateMkStream(ctx, log, "tally", "0").Err(); err != nil {
@@ -222,9 +222,16 @@ func TestWriterLingersOnlyAfterABatchThatDidNotFill(t *testing.T) {
 	}
 	h := newTally(rdb, 0)
 	const linger = time.Second
-	startTally(t, rdb, h, writer.Options{Batch: 50, Linger: linger})
-	// The consumer's first read finds the log empty and blocks in it.
-	time.Sleep(300 * time.Millisecond)
+	// The consumer's own client tells when it waits for new entries.
+	var blocked atomic.Bool
+	wrdb := srv.Client()
+	wrdb.AddHook(testenv.CommandHook(func(cmd redis.Cmder) {
+		if cmd.Name() == "xreadgroup" && slices.Contains(cmd.Args(), any("block")) {
+			blocked.Store(true)
+		}
+	}))
+	startTally(t, wrdb, h, writer.Options{Batch: 50, Linger: linger})
+	testenv.WaitFor(t, "the consumer to find the log empty and wait in a read", blocked.Load)
 	add := func(n int) {
 		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: log, Values: []any{"n", n}}).Err(); err != nil {
 			t.Fatal(err)
@@ -250,6 +257,8 @@ func TestWriterLingersOnlyAfterABatchThatDidNotFill(t *testing.T) {
 		t.Fatalf("the first entry after a quiet spell waited %v: the consumer lingered before reading it", took)
 	}
 	add(2) // the consumer lingers now, after a batch of one
+	// Entries that arrive apart during the linger: the sleep is the
+	// behaviour under test, not a wait for a state.
 	time.Sleep(50 * time.Millisecond)
 	add(3)
 	wait(3, 5*time.Second)
@@ -290,17 +299,15 @@ func TestWriterStopsAtOnceWhileTheStoreIsDown(t *testing.T) {
 	}
 	h := &down{}
 	w := startTally(t, rdb, h, writer.Options{MaxBackoff: time.Minute})
-	for deadline := time.Now().Add(10 * time.Second); h.calls.Load() < 6; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d attempts in 10 s", h.calls.Load())
-		}
-	}
+	testenv.WaitFor(t, "six attempts", func() bool { return h.calls.Load() >= 6 })
 	began := time.Now()
 	w.Stop()
 	if took := time.Since(began); took > time.Second {
 		t.Fatalf("stop took %v", took)
 	}
 	calls := h.calls.Load()
+	// Nothing may happen after Stop: a check of an absence needs a
+	// window, and this sleep is it.
 	time.Sleep(300 * time.Millisecond)
 	if h.calls.Load() != calls {
 		t.Fatal("the handler was called after Stop returned")

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"flashsale/internal/testenv"
 )
 
 // server is a real listener wrapped by the limiter, with an accept loop
@@ -118,7 +120,7 @@ func TestAnotherAddressIsServedWhileAFloodWaits(t *testing.T) {
 	if got := s.next(t); got != "flood0" {
 		t.Fatalf("first passed on %q, want flood0 (within the burst)", got)
 	}
-	waitFor(t, func() bool { return s.l.(*Listener).waiting() == 3 })
+	testenv.WaitFor(t, "three connections held", func() bool { return s.l.(*Listener).waiting() == 3 })
 	s.dial(t, "127.0.0.2", "user")
 	if got := s.next(t); got != "user" {
 		t.Fatalf("passed on %q while the other address waited, want user at once", got)
@@ -174,7 +176,7 @@ func TestConnectionsBeyondTheWaitOrTheBoundAreClosedAtOnce(t *testing.T) {
 				t.Fatalf("passed on %q, want first", got)
 			}
 			second := s.dial(t, "127.0.0.1", "second")
-			waitFor(t, func() bool { return s.l.(*Listener).waiting() == 1 })
+			testenv.WaitFor(t, "the second connection held", func() bool { return s.l.(*Listener).waiting() == 1 })
 			start := time.Now()
 			third, err := s.tryDial(t, "127.0.0.1", "third")
 			if err == nil && answered(t, third) {
@@ -237,7 +239,7 @@ func TestHeldConnectionsCostNoGoroutineAndCloseWithTheListener(t *testing.T) {
 	}
 	s.next(t)
 	l := s.l.(*Listener)
-	waitFor(t, func() bool { return l.waiting() == held })
+	testenv.WaitFor(t, "every connection past the first held", func() bool { return l.waiting() == held })
 	// The server's accept loop and whatever the runtime runs beside it;
 	// one goroutine per held connection would be 50 more.
 	if n := runtime.NumGoroutine(); n > before+5 {
@@ -255,7 +257,7 @@ func TestHeldConnectionsCostNoGoroutineAndCloseWithTheListener(t *testing.T) {
 	if n := l.waiting(); n != 0 {
 		t.Errorf("%d connections still held after Close", n)
 	}
-	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })
+	testenv.WaitFor(t, "the goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 }
 
 func TestPeerKey(t *testing.T) {
@@ -277,13 +279,3 @@ func TestPeerKey(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds (10s at most): the listener's state
-// follows the kernel's accept queue, which tests cannot signal on.
-func waitFor(tb testing.TB, cond func() bool) {
-	tb.Helper()
-	for end := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(end) {
-			tb.Fatal("condition not reached within 10s")
-		}
-	}
-}

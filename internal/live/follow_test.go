@@ -44,10 +44,10 @@ func TestFollowPassesAnnouncementsToSubscribers(t *testing.T) {
 
 	stock.set(30)
 	f <- domain.Announcement{Kind: domain.StockChanged, IDs: []int64{1}}
-	waitFor(t, events, 30, 2*time.Second)
+	readUntil(t, events, 30, 2*time.Second)
 	stock.set(20)
 	f <- domain.Announcement{Kind: domain.Missed}
-	waitFor(t, events, 20, 2*time.Second)
+	readUntil(t, events, 20, 2*time.Second)
 
 	cancel()
 	if err := <-followed; err != nil {

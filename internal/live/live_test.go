@@ -86,8 +86,8 @@ func subscribe(tb testing.TB, ctx context.Context, svc *live.Service) <-chan eve
 	return out
 }
 
-// waitFor reads events until one with remaining want, and returns them.
-func waitFor(tb testing.TB, events <-chan event, want int, within time.Duration) []event {
+// readUntil reads events until one with remaining want, and returns them.
+func readUntil(tb testing.TB, events <-chan event, want int, within time.Duration) []event {
 	tb.Helper()
 	var got []event
 	timeout := time.After(within)
@@ -124,7 +124,7 @@ func TestStockEventsAreCoalescedAndEndOnTheLatest(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	salesSpan := time.Since(salesBegan)
-	got := append([]event{first}, waitFor(t, events, 0, 2*time.Second)...)
+	got := append([]event{first}, readUntil(t, events, 0, 2*time.Second)...)
 	span := got[len(got)-1].at.Sub(got[0].at)
 	t.Logf("40 changes: %d events over %s, %d announcements", len(got), span, bus.published.Load())
 	if limit := int(span/live.StockIntervalDefault) + 2; len(got) > limit || len(got) > 41 {
@@ -188,7 +188,7 @@ func TestSubscriberThatStopsReadingDelaysNoOne(t *testing.T) {
 	}
 	changed := time.Now()
 	for _, events := range others {
-		got := waitFor(t, events, 0, 2*time.Second)
+		got := readUntil(t, events, 0, 2*time.Second)
 		if late := got[len(got)-1].at.Sub(changed); late > 2*live.StockIntervalDefault {
 			t.Fatalf("last event %s after the last change", late)
 		}

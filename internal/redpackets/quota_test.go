@@ -172,23 +172,16 @@ func TestAClosedRedPacketFreesItsSlot(t *testing.T) {
 		for i := range rps {
 			rps[i] = mustCreate(t, s, 7, 2, time.Hour)
 		}
-		writer := testenv.StartRedPacketWriter(t, g.db, g.rdb, writer.Options{})
-		drained := func() {
-			wctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-			defer cancel()
-			if err := writer.WaitDrained(wctx); err != nil {
-				t.Fatal(err)
-			}
-		}
+		w := testenv.StartRedPacketWriter(t, g.db, g.rdb, writer.Options{})
 
 		// One packet of two taken: still open.
 		g.grab(t, rps[1].ID, 20)
-		drained()
+		testenv.Drained(t, w, time.Minute)
 		_, err := create(t.Context(), s, 7, 2, time.Hour)
 		refused(t, err)
 		// Both taken: closed.
 		g.grab(t, rps[1].ID, 21)
-		drained()
+		testenv.Drained(t, w, time.Minute)
 		mustCreate(t, s, 7, 2, time.Hour)
 		_, err = create(t.Context(), s, 7, 2, time.Hour)
 		refused(t, err)

@@ -349,7 +349,7 @@ func MustOpen(tb testing.TB, dbURL string) *bun.DB {
 // renewed under lease.KeepSlot) and releases it when the test ends.
 func MustOrderIDs(tb testing.TB, db *bun.DB) *persistence.OrderIDs {
 	tb.Helper()
-	log := slog.New(slog.DiscardHandler)
+	log := QuietLogger()
 	ids := persistence.NewOrderIDs(db, log, persistence.OrderIDOptions{})
 	if err := ids.Acquire(context.Background()); err != nil {
 		tb.Fatalf("start the order-id allocator: %v", err)
@@ -363,7 +363,7 @@ func MustOrderIDs(tb testing.TB, db *bun.DB) *persistence.OrderIDs {
 // consumer name (Writer.Acquire).
 func StartWriter(tb testing.TB, fam writer.Family, opts writer.Options) *writer.Writer {
 	tb.Helper()
-	log := slog.New(slog.DiscardHandler)
+	log := QuietLogger()
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
 	w := writer.New(fam, log, opts)
 	w.Start(system)
@@ -378,15 +378,20 @@ func StartWriter(tb testing.TB, fam writer.Family, opts writer.Options) *writer.
 // ends.
 func StartOrderWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts writer.Options) *writer.Writer {
 	tb.Helper()
-	return StartWriter(tb, writer.Orders(db, rdb, slog.New(slog.DiscardHandler), opts), opts)
+	return StartWriter(tb, writer.Orders(db, rdb, QuietLogger(), opts), opts)
 }
 
 // StartRedPacketWriter runs the red-packet logs' persistence actor until
 // the test ends.
 func StartRedPacketWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts writer.Options) *writer.Writer {
 	tb.Helper()
-	return StartWriter(tb, writer.RedPackets(db, rdb, slog.New(slog.DiscardHandler), opts), opts)
+	return StartWriter(tb, writer.RedPackets(db, rdb, QuietLogger(), opts), opts)
 }
+
+// QuietLogger drops every record: for the services a test builds, whose
+// logs would bury the test's own output (the test checks what they do,
+// not what they say).
+func QuietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func randomHex(n int) string {
 	b := make([]byte, n)

@@ -1,8 +1,11 @@
 package testenv
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"flashsale/actors/writer"
 )
 
 // WaitFor waits until cond holds, checking every millisecond, and fails
@@ -17,5 +20,17 @@ func WaitFor(tb testing.TB, what string, cond func() bool) {
 			tb.Fatalf("timed out waiting until %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// Drained waits until the persistence actor w has handled and
+// acknowledged every entry of its family's logs (Writer.WaitDrained), and
+// fails the test if that takes longer than within.
+func Drained(tb testing.TB, w *writer.Writer, within time.Duration) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if err := w.WaitDrained(ctx); err != nil {
+		tb.Fatalf("logs not drained within %v: %v", within, err)
 	}
 }

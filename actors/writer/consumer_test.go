@@ -1,4 +1,4 @@
-package persistence_test
+package writer_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func startWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts writ
 
 // orderWriter is a persistence actor of the order log, not started.
 func orderWriter(db *bun.DB, rdb redis.UniversalClient, opts writer.Options) *writer.Writer {
-	return writer.New(writer.Orders(db, rdb, quiet, opts), quiet, opts)
+	return writer.New(writer.Orders(db, rdb, testenv.QuietLogger(), opts), testenv.QuietLogger(), opts)
 }
 
 // consumers returns the pending count of each consumer of a log's group.
@@ -129,7 +130,7 @@ func TestOrderWriterRestartedUnderItsNameResumesAtOnce(t *testing.T) {
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	ctx := t.Context()
 	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 100, Limit: 1})
-	sold := sell(t, db, rdb, v.ID, users(1, 40))
+	sold := testenv.Sell(t, db, rdb, v.ID, testenv.Users(1, 40))
 	res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group: persistence.OrderLogGroup, Consumer: "node-a", Streams: []string{persistence.LogKey(v.ID), ">"}, Count: 1000,
 	}).Result()
@@ -144,11 +145,11 @@ func TestOrderWriterRestartedUnderItsNameResumesAtOnce(t *testing.T) {
 
 	began := time.Now()
 	w, _ := startWriter(t, db, rdb, writer.Options{Consumer: "node-a", ClaimIdle: time.Hour})
-	drained(t, w, 5*time.Second)
+	testenv.Drained(t, w, 5*time.Second)
 	if took := time.Since(began); took > 3*time.Second {
 		t.Errorf("resumed after %v", took)
 	}
-	assertPersisted(t, db, v, sold)
+	testenv.AssertPersisted(t, db, v, sold)
 }
 
 // Consumers holding no entry and idle past DeadConsumerIdle are deleted
@@ -156,11 +157,12 @@ func TestOrderWriterRestartedUnderItsNameResumesAtOnce(t *testing.T) {
 // claimed them (after ClaimIdle), and is deleted then.
 func TestOrderWriterRemovesDeadConsumers(t *testing.T) {
 	t.Parallel()
-	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	db, srv := testenv.MustPostgres(t), testenv.MustRedis(t)
+	rdb := srv.Client()
 	ctx := t.Context()
 	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 100, Limit: 1})
 	log := persistence.LogKey(v.ID)
-	sold := sell(t, db, rdb, v.ID, users(1, 10))
+	sold := testenv.Sell(t, db, rdb, v.ID, testenv.Users(1, 10))
 	if err := rdb.XGroupCreateConsumer(ctx, log, persistence.OrderLogGroup, "gone-empty").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -170,18 +172,22 @@ func TestOrderWriterRemovesDeadConsumers(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := writer.Options{Consumer: "first", ClaimIdle: time.Hour, ClaimEvery: 50 * time.Millisecond, DeadConsumerIdle: 300 * time.Millisecond}
-	_, stop := startWriter(t, db, rdb, opts)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, ok := consumers(t, rdb, log)["gone-empty"]; !ok {
-			break
+	// Each pass over the dead consumers follows a claim (XAUTOCLAIM) of
+	// the writer's, on its own client: counting the claims counts passes.
+	var claims atomic.Int64
+	wrdb := srv.Client()
+	wrdb.AddHook(testenv.CommandHook(func(cmd redis.Cmder) {
+		if cmd.Name() == "xautoclaim" {
+			claims.Add(1)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("an idle consumer holding nothing was kept: %v", consumers(t, rdb, log))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	time.Sleep(500 * time.Millisecond) // ten more passes
+	}))
+	_, stop := startWriter(t, db, wrdb, opts)
+	testenv.WaitFor(t, "the idle consumer holding nothing to be deleted", func() bool {
+		_, ok := consumers(t, rdb, log)["gone-empty"]
+		return !ok
+	})
+	passes := claims.Load()
+	testenv.WaitFor(t, "ten more passes", func() bool { return claims.Load() > passes+10 })
 	if got := consumers(t, rdb, log); got["gone-holding"] != 3 {
 		t.Fatalf("a consumer holding 3 entries was deleted or robbed: %v", got)
 	}
@@ -190,19 +196,14 @@ func TestOrderWriterRemovesDeadConsumers(t *testing.T) {
 	t.Run("a consumer holding entries is deleted once they are claimed", func(t *testing.T) {
 		opts.Consumer, opts.ClaimIdle = "second", 200*time.Millisecond
 		w, _ := startWriter(t, db, rdb, opts)
-		drained(t, w, 10*time.Second)
-		assertPersisted(t, db, v, sold)
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		testenv.Drained(t, w, 10*time.Second)
+		testenv.AssertPersisted(t, db, v, sold)
+		// "first", stopped, is gone too.
+		testenv.WaitFor(t, "only the live consumer to be left", func() bool {
 			got := consumers(t, rdb, log)
-			if _, ok := got["gone-holding"]; !ok && len(got) == 1 && got["second"] == 0 {
-				break // "first", stopped, is gone too
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("consumers left: %v", got)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			_, ok := got["gone-holding"]
+			return !ok && len(got) == 1 && got["second"] == 0
+		})
 	})
 }
 
@@ -249,13 +250,13 @@ func TestOrderLogReclaimRunsUnderTheRedlockSingleton(t *testing.T) {
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
 	ctx := t.Context()
 	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 100, Limit: 1})
-	sold := sell(t, db, rdb, v.ID, users(1, 20))
+	sold := testenv.Sell(t, db, rdb, v.ID, testenv.Users(1, 20))
 	if _, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 		Group: persistence.OrderLogGroup, Consumer: "dead-node", Streams: []string{persistence.LogKey(v.ID), ">"}, Count: 1000,
 	}).Result(); err != nil {
 		t.Fatal(err)
 	}
-	locks := lease.New([]redis.UniversalClient{rdb}, 2*time.Second, quiet)
+	locks := lease.New([]redis.UniversalClient{rdb}, 2*time.Second, testenv.QuietLogger())
 	held := make(chan struct{})
 	release := make(chan struct{})
 	go func() { // another node reclaims (and never finishes) meanwhile
@@ -266,17 +267,20 @@ func TestOrderLogReclaimRunsUnderTheRedlockSingleton(t *testing.T) {
 		})
 	}()
 	<-held
+	var turns atomic.Int64 // the writer's turns at reclaiming
 	w, _ := startWriter(t, db, rdb, writer.Options{
 		Consumer: "live-node", ClaimIdle: 50 * time.Millisecond, ClaimEvery: 50 * time.Millisecond,
 		Reclaim: func(ctx context.Context, fn func(context.Context) error) (bool, error) {
-			return locks.Do(ctx, "order-log-reclaim", fn)
+			ran, err := locks.Do(ctx, "order-log-reclaim", fn)
+			turns.Add(1)
+			return ran, err
 		},
 	})
-	time.Sleep(time.Second)
+	testenv.WaitFor(t, "ten turns at reclaiming while the lease is held", func() bool { return turns.Load() >= 10 })
 	if n := consumers(t, rdb, persistence.LogKey(v.ID))["dead-node"]; n != 20 {
 		t.Fatalf("the dead node holds %d entries while another node held the reclaim lease, want 20", n)
 	}
 	close(release)
-	drained(t, w, 10*time.Second)
-	assertPersisted(t, db, v, sold)
+	testenv.Drained(t, w, 10*time.Second)
+	testenv.AssertPersisted(t, db, v, sold)
 }
