@@ -2,8 +2,10 @@ package graph_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -164,5 +166,55 @@ func TestARetryAfterALostReplyGetsTheOriginalOrder(t *testing.T) {
 	again := orderOf(t, s.keyedGrab(t, 1, v.ID, "buy-1"))
 	if rows := s.orderRows(t, v.ID); len(rows) != 2 || rows[again] != 1 {
 		t.Fatalf("orders in the database %v, want one of user 2 and the retry's %s of user 1", rows, again)
+	}
+}
+
+// One order per request id holds for a key sent many times at once, as a
+// client retrying on a timeout while its first grab still queues does:
+// the copies land in the same batch or in batches one after another.
+// Every OK for a key names the same order, the database holds exactly one
+// order per key, and the stock fell by exactly the number of keys, though
+// the user's limit would allow every copy to buy.
+func TestARequestIDSentManyTimesAtOnceSellsOnce(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	const keys, copies, stock = 12, 6, 100
+	in := seckillInput(1, stock)
+	in["perUserLimit"] = keys * copies
+	v := s.createVoucher(t, in)
+	const user = 42
+	orders := make([][]string, keys) // per key, the order of every OK
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for k := range keys {
+		key := fmt.Sprintf("retry-%d", k)
+		for range copies {
+			wg.Go(func() {
+				got := s.keyedGrab(t, user, v.ID, key)
+				if got.Code != "OK" || got.OrderID == nil {
+					t.Errorf("key %s answered %s, want OK", key, got.Code)
+					return
+				}
+				mu.Lock()
+				orders[k] = append(orders[k], *got.OrderID)
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	rows := s.orderRows(t, v.ID)
+	for k, got := range orders {
+		for _, id := range got {
+			if id != got[0] {
+				t.Errorf("key retry-%d answered two orders: %v", k, got)
+				break
+			}
+		}
+	}
+	if len(rows) != keys {
+		t.Errorf("%d orders in the database for %d keys: %v", len(rows), keys, rows)
+	}
+	if left, _ := s.rdb.Get(t.Context(), "{v"+v.ID+"}:stock").Int(); left != stock-keys {
+		t.Errorf("%d units left of %d after %d keys sold, want %d", left, stock, keys, stock-keys)
 	}
 }
