@@ -38,6 +38,13 @@ ROUNDS ?= 200
 chaos:
 	eval "$$(scripts/test-services.sh)" && go run ./cmd/chaos -seed $(SEED) -rounds $(ROUNDS) $(CHAOS_FLAGS)
 
+# The soak-length versions of the tests that have one (the three-member
+# cluster's 60,000 grabs, a member joining and dying in a 12,000-grab
+# sale): the test command runs their short versions.
+.PHONY: long
+long:
+	eval "$$(scripts/test-services.sh)" && FLASHSALE_LONG=1 go test -race -count=1 -timeout 30m -run 'TestClusterOfThreeProcessesSellsExactly|TestClusterMembersJoinAndDieMidSale' ./e2e/
+
 # Every fuzz target (docs/RELIABILITY.md) for FUZZTIME each: make fuzz
 # FUZZTIME=30m. The test command runs them 3s each.
 FUZZTIME ?= 10m

@@ -346,16 +346,18 @@ func threeMembers(t *testing.T) (rig *clusterRig, a, b, c *process) {
 	return rig, a, b, c
 }
 
-// Three members, one voucher of four segments, 3,000 units, 30,000 users
-// grabbing twice each through all three members: exactly 3,000 sold, one
-// per user, all in Postgres, reconciliation balanced, and each segment's
-// fencing token taken a handful of times (one owner per segment; the
-// single-node design measured 338 for a 3-node sale).
+// Three members, one voucher of four segments, 600 units, 3,000 users
+// grabbing twice each through all three members (3,000 units and 30,000
+// users under make long): exactly the stock sold, one per user, all in
+// Postgres, reconciliation balanced, and each segment's fencing token
+// taken a handful of times (one owner per segment; the single-node design
+// measured 338 for a 3-node sale).
 func TestClusterOfThreeProcessesSellsExactly(t *testing.T) {
 	rig, a, b, c := threeMembers(t)
-	const stock, segs = 3000, 4
+	// 6,000 grabs; 60,000 under make long.
+	stock, segs := testenv.Size(600, 3000), 4
 	id := rig.voucher(a, stock, segs)
-	s := rig.sale(id, 30_000, 2, []*process{a, b, c}, nil)
+	s := rig.sale(id, testenv.Size(3000, 30_000), 2, []*process{a, b, c}, nil)
 	rig.verify(s, id, stock, segs, 3, a)
 }
 
@@ -366,16 +368,19 @@ func TestClusterOfThreeProcessesSellsExactly(t *testing.T) {
 // sells out).
 func TestClusterMembersJoinAndDieMidSale(t *testing.T) {
 	rig, a, b, c := threeMembers(t)
-	const stock, segs = 3000, 8
+	// The member joins after a sixth of the stock is sold and another dies
+	// before two thirds are: 5,000 grabs; 12,000 under make long.
+	stock, segs := testenv.Size(1500, 3000), 8
 	id := rig.voucher(a, stock, segs)
 	var d *process
-	s := rig.sale(id, 12_000, 1, []*process{a, b, c}, map[int64]func(*clusterSale){
-		800: func(s *clusterSale) {
+	join, kill := int64(stock/6), int64(stock*3/5)
+	s := rig.sale(id, testenv.Size(5000, 12_000), 1, []*process{a, b, c}, map[int64]func(*clusterSale){
+		join: func(s *clusterSale) {
 			d = rig.start(3) // joins
 			waitClusterMembers(t, 4, a, b, c, d)
 			s.setEntries([]*process{a, b, c, d})
 		},
-		1800: func(s *clusterSale) {
+		kill: func(s *clusterSale) {
 			b.Kill() // SIGKILL mid-sale
 			s.setEntries([]*process{a, c, d})
 		},

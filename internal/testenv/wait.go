@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -33,4 +34,20 @@ func Drained(tb testing.TB, w *writer.Writer, within time.Duration) {
 	if err := w.WaitDrained(ctx); err != nil {
 		tb.Fatalf("logs not drained within %v: %v", within, err)
 	}
+}
+
+// LongEnv, set to 1, makes the tests that have a soak-length version run
+// it (`make long`); the test command runs their short versions.
+const LongEnv = "FLASHSALE_LONG"
+
+// Long reports whether the soak-length versions run: size picks between a
+// test's short and long figures with it.
+func Long() bool { return os.Getenv(LongEnv) == "1" }
+
+// Size is short, or long under `make long` (LongEnv).
+func Size(short, long int) int {
+	if Long() {
+		return long
+	}
+	return short
 }
