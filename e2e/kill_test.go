@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -42,6 +43,16 @@ func buildBinary(tb testing.TB) string {
 }
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	// The process tests mostly wait (for a failover, an outage to end, a
+	// node to restart), so three at a time share two cores better than
+	// go test's default of one per core; -parallel on the command line
+	// still decides.
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", "3")
+	}
 	code := m.Run()
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)

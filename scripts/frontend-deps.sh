@@ -55,5 +55,14 @@ command -v chromium >/dev/null || missing+=(chromium)
 major=$(node_major)
 [ "${major:-0}" -ge 20 ] || too_old "node $(node --version)"
 
-echo "== npm ci in e2e/frontend (the pinned clients)"
-(cd e2e/frontend && npm ci --ignore-scripts --no-audit --no-fund)
+# npm ci wipes node_modules and installs again (10-20 s); a stamp of the
+# lock file it installed from skips that while the lock is unchanged.
+stamp=e2e/frontend/node_modules/.flashsale-lock.sha256
+want=$(sha256sum e2e/frontend/package-lock.json | cut -d' ' -f1)
+if [ -r "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  echo "== npm clients in e2e/frontend already installed from this package-lock.json"
+else
+  echo "== npm ci in e2e/frontend (the pinned clients)"
+  (cd e2e/frontend && npm ci --ignore-scripts --no-audit --no-fund)
+  echo "$want" > "$stamp"
+fi
