@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"flashsale/internal/auth"
+	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
 
@@ -52,7 +53,7 @@ func TestAdminListsDeadLetteredOrders(t *testing.T) {
 	if res.SeckillVoucher.Code != "OK" {
 		t.Fatalf("grab: %+v", res)
 	}
-	s.drained(t)
+	testenv.Drained(t, s.writer, time.Minute)
 	for i := range 3 { // impossible orders: user 42 holds one already
 		err := s.rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: persistence.LogKey(vid), Values: []any{
 			persistence.EntryOrderID, 9_000_000 + i, persistence.EntryUserID, 42, persistence.EntryVoucherID, vid,
@@ -62,7 +63,7 @@ func TestAdminListsDeadLetteredOrders(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.drained(t)
+	testenv.Drained(t, s.writer, time.Minute)
 
 	var seen []string
 	var after *string
@@ -114,7 +115,7 @@ func TestAdminReadsAVouchersReconciliation(t *testing.T) {
 			t.Fatalf("grab: %+v", res)
 		}
 	}
-	s.drained(t)
+	testenv.Drained(t, s.writer, time.Minute)
 	var out struct {
 		Reconciliation struct {
 			VoucherID                                                               string

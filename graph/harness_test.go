@@ -2,7 +2,6 @@ package graph_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"maps"
 	"net/http"
@@ -167,16 +166,6 @@ func overlayActors(o *actors.Options, t actors.Options) {
 	}
 	if t.UserRate != 0 {
 		o.UserRate = t.UserRate
-	}
-}
-
-// drained waits until every accepted order is in the database.
-func (s *testServer) drained(tb testing.TB) {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := s.writer.WaitDrained(ctx); err != nil {
-		tb.Fatalf("order log not drained: %v", err)
 	}
 }
 

@@ -241,7 +241,7 @@ func TestOrderChangedFollowsTheOrderAcrossNodes(t *testing.T) {
 		}
 		ids = append(ids, strconv.FormatInt(res.OrderID, 10))
 	}
-	s.drained(t)
+	testenv.Drained(t, s.writer, time.Minute)
 	token := s.token(t, owner, auth.RoleUser)
 	timeouts := persistence.NewOrders(s.db, s.rdb, slog.New(slog.DiscardHandler))
 

@@ -36,7 +36,7 @@ func TestOrderFieldsAuthorizationMatrix(t *testing.T) {
 		}
 		ids = append(ids, strconv.FormatInt(res.OrderID, 10))
 	}
-	s.drained(t)
+	testenv.Drained(t, s.writer, time.Minute)
 	owner, other, admin := s.token(t, ownerID, auth.RoleUser), s.token(t, otherID, auth.RoleUser), s.admin(t)
 	vid := strconv.FormatInt(v.ID, 10)
 
@@ -129,7 +129,7 @@ func TestMyOrdersPagesNewestFirst(t *testing.T) {
 		}
 		ids = append(ids, strconv.FormatInt(res.OrderID, 10))
 	}
-	s.drained(t)
+	testenv.Drained(t, s.writer, time.Minute)
 	type page struct {
 		MyOrders struct {
 			Edges []struct {

@@ -11,6 +11,7 @@ import (
 
 	"flashsale/actors"
 	"flashsale/internal/auth"
+	"flashsale/internal/testenv"
 )
 
 const keyedGrab = `mutation($id: ID!, $key: String) { seckillVoucher(voucherId: $id, requestId: $key) { code orderId message } }`
@@ -36,7 +37,7 @@ func (s *testServer) keyedGrab(tb testing.TB, user int64, voucherID, key string)
 // user id, once every accepted order is there.
 func (s *testServer) orderRows(tb testing.TB, voucherID string) map[string]int64 {
 	tb.Helper()
-	s.drained(tb)
+	testenv.Drained(tb, s.writer, time.Minute)
 	var rows []struct {
 		ID     int64 `bun:"id"`
 		UserID int64 `bun:"user_id"`

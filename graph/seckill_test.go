@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"flashsale/internal/auth"
+	"flashsale/internal/testenv"
 )
 
 const grabMutation = `mutation($id: ID!) { seckillVoucher(voucherId: $id) { code orderId message } }`
@@ -113,7 +114,7 @@ func (s *testServer) checkSale(tb testing.TB, voucherID string, stock, limit int
 			tb.Fatalf("user %d holds %d orders, limit %d", u, n, limit)
 		}
 	}
-	s.drained(tb)
+	testenv.Drained(tb, s.writer, time.Minute)
 	ctx := context.Background()
 	var ids []int64
 	if err := s.db.NewSelect().Table("tb_voucher_order").Column("id").Where("voucher_id = ?", voucherID).Scan(ctx, &ids); err != nil {
