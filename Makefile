@@ -45,6 +45,13 @@ chaos:
 long:
 	eval "$$(scripts/test-services.sh)" && FLASHSALE_LONG=1 go test -race -count=1 -timeout 30m -run 'TestClusterOfThreeProcessesSellsExactly|TestClusterMembersJoinAndDieMidSale' ./e2e/
 
+# Each promise's guard broken in turn, the listed invariant tests run
+# against it (scripts/mutants.sh; MUTANT_PACKAGES widens the packages):
+# make mutants [MUTANTS="oversell limit"]
+.PHONY: mutants
+mutants:
+	./scripts/mutants.sh $(MUTANTS)
+
 # Every fuzz target (docs/RELIABILITY.md) for FUZZTIME each: make fuzz
 # FUZZTIME=30m. The test command runs them 3s each.
 FUZZTIME ?= 10m
