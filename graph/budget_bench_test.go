@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"flashsale/internal/auth"
+	"flashsale/internal/testenv"
 )
 
 // BenchmarkBudgetProbes measures what each hostile probe of the request
@@ -39,8 +40,8 @@ func BenchmarkBudgetProbes(b *testing.B) {
 		query       func(i int) string
 		apq         bool
 	}{
-		{"GraphiQL introspection, no token", "", func(i int) string { return fmt.Sprintf("#%d\n%s", i, graphiqlIntrospection) }, false},
-		{"GraphiQL introspection, the same text", "", func(int) string { return graphiqlIntrospection }, false},
+		{"GraphiQL introspection, no token", "", func(i int) string { return fmt.Sprintf("#%d\n%s", i, testenv.GraphiQLIntrospection) }, false},
+		{"GraphiQL introspection, the same text", "", func(int) string { return testenv.GraphiQLIntrospection }, false},
 		{"100 aliases of __schema types fields args, no token", "", func(i int) string { return fmt.Sprintf("#%d\n%s", i, aliases.String()) }, false},
 		{"990 unknown directives, no token", "", func(i int) string { return fmt.Sprintf("#%d\n{ __typename%s }", i, strings.Repeat(" @x", 990)) }, false},
 		{"660 unknown arguments, user token", user, func(i int) string {
@@ -53,7 +54,7 @@ func BenchmarkBudgetProbes(b *testing.B) {
 	for _, p := range probes {
 		b.Run(p.name, func(b *testing.B) {
 			b.ReportAllocs()
-			start := cpuTime(b)
+			start := testenv.CPUTime(b)
 			n := 0
 			for b.Loop() {
 				q := p.query(n)
@@ -64,7 +65,7 @@ func BenchmarkBudgetProbes(b *testing.B) {
 				}
 				n++
 			}
-			b.ReportMetric(float64(cpuTime(b)-start)/float64(time.Millisecond)/float64(n), "cpu-ms/op")
+			b.ReportMetric(float64(testenv.CPUTime(b)-start)/float64(time.Millisecond)/float64(n), "cpu-ms/op")
 		})
 	}
 }

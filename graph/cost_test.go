@@ -7,9 +7,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"flashsale/domain"
 	"flashsale/internal/auth"
@@ -29,47 +27,6 @@ func withLongTexts(tb testing.TB, s *testServer, n int) {
 			tb.Fatal(err)
 		}
 	}
-}
-
-// cost is what one request cost the process on average: CPU time (user
-// and system, every thread: gqlgen and the HTTP plumbing may use other
-// goroutines) and bytes allocated.
-type cost struct {
-	cpu   time.Duration
-	bytes uint64
-}
-
-func (c cost) String() string { return fmt.Sprintf("%v CPU, %d KB", c.cpu, c.bytes>>10) }
-
-// measure runs fn n times, three rounds, and keeps the cheapest round's
-// average: the machine is shared and noisy, and noise only ever adds.
-func measure(tb testing.TB, n int, fn func(i int)) cost {
-	tb.Helper()
-	best := cost{cpu: time.Hour, bytes: 1 << 62}
-	for round := range 3 {
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		alloc := ms.TotalAlloc
-		before := cpuTime(tb)
-		for i := range n {
-			fn(round*n + i)
-		}
-		c := cost{cpu: (cpuTime(tb) - before) / time.Duration(n)}
-		runtime.ReadMemStats(&ms)
-		c.bytes = (ms.TotalAlloc - alloc) / uint64(n)
-		best.cpu, best.bytes = min(best.cpu, c.cpu), min(best.bytes, c.bytes)
-	}
-	return best
-}
-
-func cpuTime(tb testing.TB) time.Duration {
-	tb.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		tb.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // aliases repeats one root field under n aliases.

@@ -18,6 +18,7 @@ import (
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
 	"flashsale/internal/node"
+	"flashsale/internal/testenv"
 )
 
 // answer posts one operation with variables and returns the status and
@@ -35,39 +36,6 @@ func answer(tb testing.TB, h http.Handler, token, query string, vars map[string]
 	return rec.Code, rec.Body.Bytes()
 }
 
-// graphiqlIntrospection is GraphiQL's schema query (graphql-js
-// getIntrospectionQuery with every option on): the largest query a
-// legitimate client sends, which the shape check must let through.
-var graphiqlIntrospection = `query IntrospectionQuery {
-  __schema {
-    description
-    queryType { name kind }
-    mutationType { name kind }
-    subscriptionType { name kind }
-    types { ...FullType }
-    directives { name description isRepeatable locations args(includeDeprecated: true) { ...InputValue } }
-  }
-}
-fragment FullType on __Type {
-  kind name description specifiedByURL isOneOf
-  fields(includeDeprecated: true) {
-    name description
-    args(includeDeprecated: true) { ...InputValue }
-    type { ...TypeRef }
-    isDeprecated deprecationReason
-  }
-  inputFields(includeDeprecated: true) { ...InputValue }
-  interfaces { ...TypeRef }
-  enumValues(includeDeprecated: true) { name description isDeprecated deprecationReason }
-  possibleTypes { ...TypeRef }
-}
-fragment InputValue on __InputValue {
-  name description type { ...TypeRef } defaultValue isDeprecated deprecationReason
-}
-fragment TypeRef on __Type {
-  kind name` + strings.Repeat(` ofType { kind name`, 9) + strings.Repeat(` }`, 9) + `
-}`
-
 // introspectionQueries are introspection operations of every shape the
 // model must answer as gqlgen does: GraphiQL's, aliases, merged fields,
 // fragments on each introspection type, @skip and @include from
@@ -77,7 +45,7 @@ var introspectionQueries = []struct {
 	name, query string
 	vars        map[string]any
 }{
-	{"GraphiQL", graphiqlIntrospection, nil},
+	{"GraphiQL", testenv.GraphiQLIntrospection, nil},
 	{"types, fields and args", `{ __schema { types { name fields { name args { name } } } } }`, nil},
 	{"aliases and merged fields", `{ a: __schema { queryType { name } } a: __schema { queryType { kind fields { name } } } b: __schema { types { n: name k: kind } } }`, nil},
 	{"typenames everywhere", `{ __typename __schema { __typename types { __typename name fields(includeDeprecated: true) { __typename args { __typename type { __typename ofType { __typename name } } } } enumValues { __typename name } } directives { __typename name locations args { __typename name defaultValue } } } }`, nil},
@@ -124,8 +92,8 @@ func TestIntrospectionAnswersAsGqlgen(t *testing.T) {
 	t.Run("the same text again: the answer kept", func(t *testing.T) {
 		kept := introspectionCounter("kept")
 		before, keptBefore := answered.value(t), kept.value(t)
-		_, want := answer(t, ref, "", graphiqlIntrospection, nil)
-		if _, got := answer(t, s.handler, "", graphiqlIntrospection, nil); !bytes.Equal(got, want) {
+		_, want := answer(t, ref, "", testenv.GraphiQLIntrospection, nil)
+		if _, got := answer(t, s.handler, "", testenv.GraphiQLIntrospection, nil); !bytes.Equal(got, want) {
 			t.Fatalf("got  %.400s\nwant %.400s", got, want)
 		}
 		if a, k := answered.value(t)-before, kept.value(t)-keptBefore; a != 0 || k != 1 {
@@ -200,7 +168,7 @@ func TestIntrospectionIsPricedByItsAnswer(t *testing.T) {
 	}{
 		{"100 aliases, no token", "", aliases.String(), s.handler, true},
 		{"100 aliases, user token", user, aliases.String(), s.handler, true},
-		{"GraphiQL's query", "", graphiqlIntrospection, s.handler, false},
+		{"GraphiQL's query", "", testenv.GraphiQLIntrospection, s.handler, false},
 		{"one selection, within a limit of 100", "", `{ __schema { types { name } } }`, small, false},
 		{"one selection over a limit of 100 once its lists are counted", "", `{ __schema { types { name fields { name } } } }`, small, true},
 	} {

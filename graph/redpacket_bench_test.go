@@ -17,6 +17,7 @@ import (
 
 	"flashsale/domain"
 	"flashsale/internal/auth"
+	"flashsale/internal/testenv"
 )
 
 // BenchmarkGrabKinds measures both kinds of sale through the whole
@@ -117,7 +118,7 @@ func BenchmarkCreateRedPacket(b *testing.B) {
 			vars := map[string]any{"in": map[string]any{"totalCents": 100 * count, "count": count, "expiresInSeconds": 3600}}
 			runtime.GC()
 			r0, m0, pg0 := redisCPU(b, s.rdb), redisMemory(b, s.rdb), redPacketTables(b, s.db)
-			start := cpuTime(b)
+			start := testenv.CPUTime(b)
 			b.ResetTimer()
 			for i := range b.N {
 				var out struct{ CreateRedPacket redPacketData }
@@ -125,7 +126,7 @@ func BenchmarkCreateRedPacket(b *testing.B) {
 			}
 			b.StopTimer()
 			n := float64(b.N)
-			b.ReportMetric(float64(cpuTime(b)-start)/float64(time.Millisecond)/n, "cpu-ms/op")
+			b.ReportMetric(float64(testenv.CPUTime(b)-start)/float64(time.Millisecond)/n, "cpu-ms/op")
 			b.ReportMetric(float64(redisCPU(b, s.rdb)-r0)/float64(time.Millisecond)/n, "redis-cpu-ms/op")
 			b.ReportMetric((redisMemory(b, s.rdb)-m0)/1024/n, "redis-KB/op")
 			b.ReportMetric(float64(redPacketTables(b, s.db)-pg0)/1024/n, "pg-KB/op")

@@ -80,7 +80,7 @@ func TestHostileRequestsAreRefusedCheaply(t *testing.T) {
 	nd := startNode(t, nil, node.Hooks{})
 	user := nd.Token(t, 2, auth.RoleUser)
 	const n = 20
-	ref := measure(t, n, func(i int) {
+	ref := testenv.Measure(t, n, func(i int) {
 		if _, codes := post(t, nd.GraphQL, "198.51.100.1", "", fmt.Sprintf("#%d\n{ __typename }", i)); len(codes) != 0 {
 			t.Fatalf("reference query: %v", codes)
 		}
@@ -89,14 +89,14 @@ func TestHostileRequestsAreRefusedCheaply(t *testing.T) {
 	for j, in := range hostileInputs(user) {
 		t.Run(in.name, func(t *testing.T) {
 			ip := fmt.Sprintf("198.51.100.%d", 10+j)
-			c := measure(t, n, func(i int) {
+			c := testenv.Measure(t, n, func(i int) {
 				q := fmt.Sprintf("#%d-%x\n%s", i, rand.Uint64(), in.query)
 				if _, codes := post(t, nd.GraphQL, ip, in.token, q); len(codes) != 1 || codes[0] != in.code {
 					t.Fatalf("%d errors, codes %.200v, want [%s]", len(codes), codes, in.code)
 				}
 			})
-			t.Logf("%d bytes: %v per request (%.1fx the reference's CPU)", len(in.query), c, float64(c.cpu)/float64(max(ref.cpu, 1)))
-			if c.cpu > costFactor*maxHostileCPU || c.bytes > memFactor*maxHostileBytes {
+			t.Logf("%d bytes: %v per request (%.1fx the reference's CPU)", len(in.query), c, float64(c.CPU)/float64(max(ref.CPU, 1)))
+			if c.CPU > costFactor*maxHostileCPU || c.Bytes > memFactor*maxHostileBytes {
 				t.Fatalf("%v per request; the bound is %v and %d KB", c, costFactor*maxHostileCPU, memFactor*maxHostileBytes>>10)
 			}
 		})
@@ -125,7 +125,7 @@ func TestIPFloodIsRefusedBeforeParsing(t *testing.T) {
 	// The bucket refills at 2 a second while this runs: the few admitted
 	// are refused by the shape check, the rest by the limit.
 	limited = 0
-	c := measure(t, 20, func(i int) {
+	c := testenv.Measure(t, 20, func(i int) {
 		q := fmt.Sprintf("#%d-%x\n%s", i, rand.Uint64(), ids)
 		switch _, codes := post(t, h, ip, "", q); strings.Join(codes, ",") {
 		case "RATE_LIMITED":
@@ -139,7 +139,7 @@ func TestIPFloodIsRefusedBeforeParsing(t *testing.T) {
 		t.Fatalf("%d of 60 requests rate-limited", limited)
 	}
 	t.Logf("flood of 1985 repeated ids from one address, RATE_IP_PER_SEC=2: %v per request", c)
-	if c.cpu > costFactor*maxHostileCPU || c.bytes > memFactor*maxHostileBytes {
+	if c.CPU > costFactor*maxHostileCPU || c.Bytes > memFactor*maxHostileBytes {
 		t.Fatalf("%v per refused request; the bound is %v and %d KB", c, costFactor*maxHostileCPU, memFactor*maxHostileBytes>>10)
 	}
 }
@@ -206,7 +206,7 @@ func TestLegitimateQueriesPassTheShapeCheck(t *testing.T) {
 	n := startNode(t, nil, node.Hooks{})
 	user := n.Token(t, 2, auth.RoleUser)
 	for _, tc := range []struct{ name, token, query string }{
-		{"GraphiQL's schema query", "", graphiqlIntrospection},
+		{"GraphiQL's schema query", "", testenv.GraphiQLIntrospection},
 		{"every voucher field", user, `{ vouchers(first: 100) { edges { cursor node { id shopId title subTitle rules payValue actualValue type status createdAt
 			seckill { initialStock remaining perUserLimit beginAt endAt } } } pageInfo { hasNextPage endCursor } } }`},
 		{"ids repeated through fragments", user, `{ vouchers { edges { node { id ...A ...B } } } }
