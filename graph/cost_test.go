@@ -1,7 +1,6 @@
 package graph_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -9,25 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"flashsale/domain"
 	"flashsale/internal/auth"
 )
-
-// withLongTexts fills the catalog with n vouchers whose subTitle and
-// rules are as long as allowed: the worst case for an answer's size.
-func withLongTexts(tb testing.TB, s *testServer, n int) {
-	tb.Helper()
-	text := strings.Repeat("x", domain.MaxTextLen)
-	for i := range n {
-		_, err := s.catalog.Create(context.Background(), domain.NewVoucher{
-			ShopID: 7, Title: fmt.Sprintf("voucher %d", i), SubTitle: &text, Rules: &text,
-			PayValue: 100, ActualValue: 500, Type: domain.VoucherNormal,
-		})
-		if err != nil {
-			tb.Fatal(err)
-		}
-	}
-}
 
 // aliases repeats one root field under n aliases.
 func aliases(n int, field string) string {
@@ -69,7 +51,7 @@ func allocatedBy(tb testing.TB, h http.Handler, token, query string) uint64 {
 // Not parallel: it measures the process's allocation while it runs.
 func TestListsCostTheirPageSize(t *testing.T) {
 	s := newServer(t)
-	withLongTexts(t, s, 100)
+	s.node.WithLongTexts(t, 100)
 	user := s.token(t, 2, auth.RoleUser)
 
 	// 100 aliases of a full page of long texts: a 63 MB answer if served.
@@ -113,7 +95,7 @@ func TestListsCostTheirPageSize(t *testing.T) {
 func TestAnswersOverTheCapAreRefused(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
-	withLongTexts(t, s, 100)
+	s.node.WithLongTexts(t, 100)
 	user := s.token(t, 2, auth.RoleUser)
 
 	// Six full pages of long texts cost little (2406) but answer 4.8 MB.

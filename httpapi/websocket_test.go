@@ -269,7 +269,7 @@ func (l smallBuffers) Accept() (net.Conn, error) {
 func TestWebsocketClientThatStopsReadingIsDropped(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, nil, node.Hooks{HTTP: func(o *httpapi.HandlerOptions) { o.WebsocketWriteTimeout = 300 * time.Millisecond }})
-	withLongTexts(t, n, 100)
+	n.WithLongTexts(t, 100)
 	var open atomic.Int32
 	gql := n.GraphQL
 	h := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

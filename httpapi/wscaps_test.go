@@ -240,7 +240,7 @@ func capNode(tb testing.TB, perIP, perUser int) (*nodetest.Node, *capServer) {
 	tb.Helper()
 	n := startNode(tb, map[string]string{"WS_MAX_PER_IP": strconv.Itoa(perIP), "WS_MAX_PER_USER": strconv.Itoa(perUser)},
 		node.Hooks{HTTP: func(o *httpapi.HandlerOptions) { o.WebsocketWriteTimeout = 300 * time.Millisecond }})
-	withLongTexts(tb, n, 100)
+	n.WithLongTexts(tb, 100)
 	return n, newCapServer(tb, n.GraphQL)
 }
 

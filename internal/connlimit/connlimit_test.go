@@ -278,4 +278,3 @@ func TestPeerKey(t *testing.T) {
 		t.Error("a Unix socket's address was given a key")
 	}
 }
-

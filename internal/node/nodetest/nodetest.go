@@ -22,6 +22,7 @@ import (
 	"github.com/99designs/gqlgen/client"
 
 	"flashsale/actors"
+	"flashsale/domain"
 	"flashsale/internal/auth"
 	"flashsale/internal/config"
 	"flashsale/internal/node"
@@ -232,4 +233,21 @@ func (r Response) WantCode(tb testing.TB, status int, code string) Error {
 		tb.Fatalf("status %d, want %d: %s", r.Status, status, r.Body)
 	}
 	return WantCode(tb, r.Errors, code)
+}
+
+// WithLongTexts fills the node's catalog with count vouchers whose
+// subTitle and rules are as long as allowed: the worst case for the size
+// of an answer.
+func (n *Node) WithLongTexts(tb testing.TB, count int) {
+	tb.Helper()
+	text := strings.Repeat("x", domain.MaxTextLen)
+	for i := range count {
+		_, err := n.Catalog.Create(context.Background(), domain.NewVoucher{
+			ShopID: 7, Title: fmt.Sprintf("voucher %d", i), SubTitle: &text, Rules: &text,
+			PayValue: 100, ActualValue: 500, Type: domain.VoucherNormal,
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
 }
