@@ -53,12 +53,24 @@ func New(nodes []redis.UniversalClient, ttl time.Duration, log *slog.Logger) *Re
 	return &Redlock{rs: redsync.New(pools...), ttl: cmp.Or(ttl, TTLDefault), log: log}
 }
 
+// nodeTimeout is the least a take waits for each lock node: redsync's own
+// bound is 5 % of the TTL, 15 ms for a 300 ms lease, which a busy machine
+// exceeds without anything being wrong.
+const nodeTimeout = 100 * time.Millisecond
+
+// timeoutFactor is redsync's per-node timeout as a share of ttl: 5 %, or
+// nodeTimeout when that is more, and never more than a third of the TTL.
+func timeoutFactor(ttl time.Duration) float64 {
+	return min(max(0.05, float64(nodeTimeout)/float64(ttl)), 1.0/3)
+}
+
 // Do runs fn if it can take the lease name at once (ran = false when
 // another node holds it), extends the lease every TTL/3 while fn runs, and
 // releases it when fn returns. If an extension fails, fn's context is
 // cancelled: another node may hold the lease from then on.
 func (l *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Context) error) (ran bool, err error) {
-	m := l.rs.NewMutex("flashsale:lease:"+name, redsync.WithExpiry(l.ttl), redsync.WithTries(1))
+	m := l.rs.NewMutex("flashsale:lease:"+name, redsync.WithExpiry(l.ttl), redsync.WithTries(1),
+		redsync.WithTimeoutFactor(timeoutFactor(l.ttl)))
 	if err := m.TryLockContext(ctx); err != nil {
 		var taken *redsync.ErrTaken
 		if errors.Is(err, redsync.ErrFailed) || errors.As(err, &taken) {
@@ -84,7 +96,8 @@ func (l *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 func (l *Redlock) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
 	ttl = cmp.Or(ttl, l.ttl)
 	m := l.rs.NewMutex("flashsale:lease:"+name, redsync.WithExpiry(ttl),
-		redsync.WithTries(math.MaxInt32), redsync.WithRetryDelay(50*time.Millisecond))
+		redsync.WithTries(math.MaxInt32), redsync.WithRetryDelay(50*time.Millisecond),
+		redsync.WithTimeoutFactor(timeoutFactor(ttl)))
 	if err := m.LockContext(ctx); err != nil {
 		return nil, fmt.Errorf("take lease %s: %w", name, err)
 	}
