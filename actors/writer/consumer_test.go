@@ -214,7 +214,9 @@ func TestOrderWriterRemovesDeadConsumers(t *testing.T) {
 func TestOrderWriterRefusesANameInUse(t *testing.T) {
 	t.Parallel()
 	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
-	opts := writer.Options{Consumer: "twin", ConsumerLease: time.Second}
+	// The holder renews at a third of the lease: 3 s leaves a loaded
+	// machine (the race detector, two cores) a second between renewals.
+	opts := writer.Options{Consumer: "twin", ConsumerLease: 3 * time.Second}
 	_, stop := startWriter(t, db, rdb, opts)
 
 	began := time.Now()

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -42,9 +43,11 @@ func TestOneHolderAtATimeEvenPastTheTTL(t *testing.T) {
 					}
 					return nil
 				})
-				if err != nil && ctx.Err() == nil {
+				if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
 					t.Errorf("do: %v", err)
 				}
+				// A take that timed out (a loaded machine) only skips a
+				// turn: the promise is that runs never overlap.
 				time.Sleep(10 * time.Millisecond)
 			}
 		})
