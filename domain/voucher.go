@@ -223,6 +223,29 @@ func (s StockLevel) Sold() int { return s.Initial - s.Remaining }
 type Page struct {
 	First int
 	After int64
+	// OmitTexts leaves a voucher's subTitle and rules out of a list (nil):
+	// the caller selected neither, and a page of long texts is most of
+	// what reading it costs.
+	OmitTexts bool
+}
+
+// TextSizes are the byte lengths of the longest title, subTitle and rules
+// stored: what one voucher's texts may add to an answer, known before it
+// is read (see the request cost in graph.Complexity).
+type TextSizes struct {
+	Title, SubTitle, Rules int
+}
+
+// Raise returns the longest of s and the texts of v.
+func (s TextSizes) Raise(v NewVoucher) TextSizes {
+	s.Title = max(s.Title, len(v.Title))
+	if v.SubTitle != nil {
+		s.SubTitle = max(s.SubTitle, len(*v.SubTitle))
+	}
+	if v.Rules != nil {
+		s.Rules = max(s.Rules, len(*v.Rules))
+	}
+	return s
 }
 
 // Page bounds.

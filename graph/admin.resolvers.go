@@ -36,6 +36,7 @@ func (r *queryResolver) DeadLetteredOrders(ctx context.Context, voucherID *int64
 		return nil, err
 	}
 	list, more, err := r.DeadLetters.List(ctx, voucherID, n, key)
+	countRows(ctx, len(list))
 	if err != nil {
 		return nil, err
 	}

@@ -26,16 +26,42 @@ const cutReason = "TOO_MANY_ERRORS"
 // CappedValidationRules returns gqlparser's default rules, each wrapped so
 // that one validation builds at most maxErrors errors and one that counts
 // the rest: an error past the bound is counted, never built (its message,
-// which quotes names and suggestions, is never formatted). It is called
-// once per validation (gqlgen's validation rules hook), so the count is
-// that document's.
-func CappedValidationRules() *rules.Rules {
-	c := &validationCap{}
-	out := rules.NewRules()
-	for name, fn := range rules.NewDefaultRules().GetInner() {
-		out.AddRule(name, c.wrap(fn))
+// which quotes names, is never formatted). The returned function is
+// called once per validation (gqlgen's validation rules hook), so the
+// count is that document's.
+//
+// Without suggestions, the rules that would add "Did you mean ...?" to an
+// unknown name's error are gqlparser's variants without them: a
+// suggestion is an edit distance from the unknown name to every known
+// one, and a document of long unknown names made each validation cost
+// tens of milliseconds. Suggestions are for a developer at a local
+// playground (embedded mode), never for anyone who can reach a real node.
+func CappedValidationRules(suggestions bool) func() *rules.Rules {
+	return func() *rules.Rules {
+		c := &validationCap{}
+		out := rules.NewRules()
+		for name, fn := range rules.NewDefaultRules().GetInner() {
+			if !suggestions {
+				if quiet, ok := withoutSuggestions[name]; ok {
+					fn = quiet.RuleFunc
+				}
+			}
+			out.AddRule(name, c.wrap(fn))
+		}
+		return out
 	}
-	return out
+}
+
+// withoutSuggestions are gqlparser's rules that suggest names, by the
+// name of the default rule each replaces. gqlgen's executor puts the
+// default rule back only where no rule of that name is present, so these
+// stay in place under the default names.
+var withoutSuggestions = map[string]core.Rule{
+	rules.FieldsOnCorrectTypeRule.Name: rules.FieldsOnCorrectTypeRuleWithoutSuggestions,
+	rules.KnownArgumentNamesRule.Name:  rules.KnownArgumentNamesRuleWithoutSuggestions,
+	rules.KnownTypeNamesRule.Name:      rules.KnownTypeNamesRuleWithoutSuggestions,
+	rules.ScalarLeafsRule.Name:         rules.ScalarLeafsRuleWithoutSuggestions,
+	rules.ValuesOfCorrectTypeRule.Name: rules.ValuesOfCorrectTypeRuleWithoutSuggestions,
 }
 
 // validationCap counts one validation's errors.

@@ -66,6 +66,7 @@ func (r *Resolver) myOrders(ctx context.Context, first *int, after *string) (*mo
 		return nil, err
 	}
 	os, more, err := r.Orders.Mine(ctx, c, page)
+	countRows(ctx, len(os))
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,9 @@ type Catalog interface {
 	SetStatus(ctx context.Context, id int64, status domain.VoucherStatus) (domain.Voucher, error)
 	SetSegments(ctx context.Context, id int64, segments int) (domain.Voucher, error)
 	Stock(ctx context.Context, id int64) (domain.StockLevel, error)
+	// TextSizes are the longest texts stored, which the request cost
+	// prices (Complexity).
+	TextSizes() domain.TextSizes
 }
 
 // Seckill is the grab use case, the gate then the router (implemented by

@@ -68,7 +68,9 @@ func (r *queryResolver) Vouchers(ctx context.Context, shopID *int64, first *int,
 	if err != nil {
 		return nil, err
 	}
+	page.OmitTexts = !selectsLongTexts(ctx)
 	vs, more, err := r.Catalog.List(ctx, shopID, page)
+	countRows(ctx, len(vs))
 	if err != nil {
 		return nil, err
 	}

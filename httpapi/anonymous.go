@@ -2,18 +2,14 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
-	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"flashsale/domain"
-	"flashsale/graph"
 	"flashsale/internal/auth"
 )
 
@@ -89,16 +85,11 @@ func (g anonymousGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.next.ServeHTTP(w, r)
 }
 
-// refuse answers 429 with Retry-After (whole seconds, rounded up) and
-// the RATE_LIMITED error a POST would get.
+// refuse answers 429 with Retry-After and the RATE_LIMITED error a POST
+// would get.
 func (g anonymousGate) refuse(w http.ResponseWriter, r *http.Request, retry time.Duration) {
-	de := &domain.Error{Code: domain.CodeRateLimited, RetryAfter: retry,
-		Message: "too many requests without a token on this node; retry later, or sign in"}
-	b, _ := json.Marshal(graphql.Response{Errors: gqlerror.List{g.present(r.Context(), graph.OperationError(de))}})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Retry-After", strconv.Itoa(int((retry+time.Second-1)/time.Second)))
-	w.WriteHeader(http.StatusTooManyRequests)
-	_, _ = w.Write(b)
+	writeRateLimited(w, r, g.present, &domain.Error{Code: domain.CodeRateLimited, RetryAfter: retry,
+		Message: "too many requests without a token on this node; retry later, or sign in"})
 }
 
 // anonymousBudget admits anonymous requests: a pacing of PerSecond (a

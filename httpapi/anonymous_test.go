@@ -174,13 +174,8 @@ func (a rawAnswer) retryAfterMs() float64 {
 // doFrom runs one operation with variables from ip and decodes its data.
 func doFrom(tb testing.TB, h http.Handler, ip, token, query string, vars map[string]any, out any) []nodetest.Error {
 	tb.Helper()
-	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
-	req := httptest.NewRequest(http.MethodPost, "/query", bytes.NewReader(body))
-	req.RemoteAddr = ip + ":4321"
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
+	h.ServeHTTP(rec, postRequest(ip, token, map[string]any{"query": query, "variables": vars}))
 	var resp struct {
 		Data   json.RawMessage
 		Errors []nodetest.Error

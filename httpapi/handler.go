@@ -10,6 +10,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 
+	"flashsale/domain"
 	"flashsale/graph"
 	"flashsale/internal/auth"
 )
@@ -21,9 +22,10 @@ type Limits struct {
 	MaxBodyBytes int64
 	// MaxTokens caps the lexer's token count before parsing.
 	MaxTokens int
-	// MaxComplexity bounds an operation's cost, checked before it runs:
-	// 1 per field, lists (connections) times their page size (see
-	// graph.Complexity), so that the cost follows the answer's size.
+	// MaxComplexity bounds an operation's cost in points, checked before
+	// it runs (MAX_REQUEST_COST): 1 per field, lists (connections) times
+	// their page size, texts by the longest stored (see graph.Complexity),
+	// so that the cost follows the work and the answer's size.
 	MaxComplexity int
 	// MaxAnswerBytes caps one answer (MAX_RESPONSE_BYTES): an answer
 	// that would be larger is replaced by one BAD_USER_INPUT error and
@@ -40,6 +42,12 @@ type Limits struct {
 	MaxIntrospectionFields int
 }
 
+// MaxComplexityDefault is the default cap of one request's cost: what
+// one request may cost the node, at most about 5 ms of CPU and 1 MB
+// allocated (BenchmarkRequestCosts): a page of 75 vouchers with every
+// field and short texts, or of 100 with ten fields.
+const MaxComplexityDefault = 2500
+
 // MaxAnswerBytesDefault is the default answer-size cap: a page of 100
 // vouchers with texts of the longest allowed is about 0.8 MB, so five such
 // pages fit.
@@ -53,7 +61,7 @@ func (l Limits) withDefaults() Limits {
 		l.MaxTokens = 2000
 	}
 	if l.MaxComplexity <= 0 {
-		l.MaxComplexity = 5000
+		l.MaxComplexity = MaxComplexityDefault
 	}
 	if l.MaxAnswerBytes <= 0 {
 		l.MaxAnswerBytes = MaxAnswerBytesDefault
@@ -103,6 +111,12 @@ type HandlerOptions struct {
 	// Anonymous bounds the requests without a valid token (see
 	// AnonymousBudget); the zero value is off.
 	Anonymous AnonymousBudget
+	// Suggestions adds "Did you mean ...?" to the errors of unknown names
+	// (embedded mode only: see graph.CappedValidationRules).
+	Suggestions bool
+	// Budget, if set, is each caller's budget of request cost (see
+	// CostBudget).
+	Budget CostBudget
 	// Shed configures shedding non-core operations under grab load.
 	Shed LoadShedding
 	// CORSOrigins are the origins whose pages may call /query
@@ -128,7 +142,7 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 		opts.PingInterval = 10 * time.Second
 	}
 	present := graph.PresentErrors(opts.Log)
-	es := graph.NewExecutableSchema(graph.Config{Resolvers: r, Complexity: graph.Complexity()})
+	es := graph.NewExecutableSchema(graph.Config{Resolvers: r, Complexity: graph.Complexity(func() domain.TextSizes { return r.Catalog.TextSizes() })})
 	srv := handler.New(es)
 	flood := newFloodShedder(opts.FloodPerSec)
 	policy := newCORS(opts.CORSOrigins)
@@ -161,7 +175,7 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 	srv.SetQueryCache(queries)
 	srv.SetParserTokenLimit(lim.MaxTokens)
 	srv.SetErrorPresenter(present)
-	srv.SetValidationRulesFn(graph.CappedValidationRules)
+	srv.SetValidationRulesFn(graph.CappedValidationRules(opts.Suggestions))
 	srv.SetRecoverFunc(graph.RecoverPanic(opts.Log))
 	persisted := newPersistedCache()
 	srv.Use(extension.AutomaticPersistedQuery{Cache: persisted})
@@ -181,6 +195,12 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 	srv.Use(&graph.StrictEnums{})
 	srv.Use(graph.OperationPolicy{})
 	srv.Use(extension.FixedComplexityLimit(lim.MaxComplexity))
+	refused := newRefusedCallers()
+	if opts.Budget != nil {
+		// After the complexity limit, which prices the operation; before
+		// the answer cap, which counts what the answer actually cost.
+		srv.Use(costCharge{budget: opts.Budget, refused: refused, log: opts.Log})
+	}
 	srv.Use(depthLimit{max: lim.MaxDepth, introspectionMax: lim.MaxIntrospectionDepth})
 	srv.Use(graph.NewIntrospectionAnswers(lim.MaxIntrospectionFields, cmp.Or(opts.Introspection, graph.IntrospectionOff)))
 	srv.Use(graph.NewAnswerCap(lim.MaxAnswerBytes))
@@ -190,8 +210,8 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 		fast = newCompiledGrabs(es, r.Seckill, opts.Tokens, present, graph.RecoverPanic(opts.Log), flood, lim, persisted)
 	}
 	var h http.Handler = requestGuard{
-		next: http.MaxBytesHandler(withClientIP(opts.Tokens.Middleware(
-			anonymousGate{next: srv, budget: newAnonymousBudget(opts.Anonymous), present: present})), lim.MaxBodyBytes),
+		next: http.MaxBytesHandler(withClientIP(opts.Tokens.Middleware(budgetGate{refused: refused, present: present,
+			next: anonymousGate{next: srv, budget: newAnonymousBudget(opts.Anonymous), present: present}})), lim.MaxBodyBytes),
 		fast:        fast,
 		present:     present,
 		maxURLQuery: int(lim.MaxBodyBytes),

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -30,6 +31,19 @@ func startNode(tb testing.TB, env map[string]string, hooks node.Hooks) *nodetest
 	return nodetest.Start(tb, nodetest.Options{Env: env, Hooks: hooks})
 }
 
+// postRequest is a POST /query of body (JSON-encoded) from ip (v4 or
+// v6), with token when not empty.
+func postRequest(ip, token string, body any) *http.Request {
+	b, _ := json.Marshal(body)
+	req := httptest.NewRequest(http.MethodPost, "/query", bytes.NewReader(b))
+	req.RemoteAddr = net.JoinHostPort(ip, "4321")
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return req
+}
+
 // serve serves h over a listener of the test's own (websockets need
 // one), closed when the test ends.
 func serve(tb testing.TB, h http.Handler) *httptest.Server {
@@ -50,14 +64,8 @@ func mustVoucher(tb testing.TB, n *nodetest.Node, spec testenv.VoucherSpec) doma
 // and the errors' codes; every RATE_LIMITED error must say when to retry.
 func post(tb testing.TB, h http.Handler, ip, token, query string) (int, []string) {
 	tb.Helper()
-	body, _ := json.Marshal(map[string]any{"query": query})
-	req := httptest.NewRequest(http.MethodPost, "/query", bytes.NewReader(body))
-	req.RemoteAddr = ip + ":4321"
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
 	rec := httptest.NewRecorder()
+	req := postRequest(ip, token, map[string]any{"query": query})
 	h.ServeHTTP(rec, req)
 	var resp struct{ Errors []nodetest.Error }
 	if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {

@@ -93,6 +93,9 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		if bytes.Contains(body, grabFieldName) {
+			r = r.WithContext(withMayGrab(r.Context()))
+		}
 	case r.Method == http.MethodGet:
 		if status, msg := checkGET(r.Context(), r.URL.RawQuery, g.maxTokens, g.persisted); status != 0 {
 			if status == http.StatusMethodNotAllowed {
@@ -111,6 +114,10 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	g.next.ServeHTTP(w, r)
 }
+
+// grabFieldName is the grab's field, as a body that may hold a grab names
+// it.
+var grabFieldName = []byte(graph.GrabField)
 
 // MaxHeaderBytesDefault is the server's MaxHeaderBytes
 // (HTTP_MAX_HEADER_BYTES): net/http reads a request line and headers up

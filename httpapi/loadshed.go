@@ -67,7 +67,7 @@ var (
 	})
 	shedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "flashsale", Name: "shed_total",
-		Help: "Operations refused before parsing, by reason: load (non-core while shedding), flood (SHED_IP_PER_SEC), anonymous (without a valid token, over ANON_MAX_IN_FLIGHT or ANON_PER_SEC after ANON_WAIT).",
+		Help: "Operations refused before parsing, by reason: load (non-core while shedding), flood (SHED_IP_PER_SEC), anonymous (without a valid token, over ANON_MAX_IN_FLIGHT or ANON_PER_SEC after ANON_WAIT), budget (a caller asking again while its budget of request cost refuses it).",
 	}, []string{"reason"})
 )
 

@@ -296,9 +296,9 @@ func TestWebsocketClientThatStopsReadingIsDropped(t *testing.T) {
 	t.Cleanup(func() { _ = c.CloseNow() })
 	nodetest.SendWS(t, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+n.Token(t, 2, auth.RoleUser)+`"}}`)
 	nodetest.ReadUntil(t, c, "connection_ack")
-	// 16 answers of 0.8 MB each, and the client reads none of them.
+	// 16 answers of 80 KB each, and the client reads none of them.
 	for i := range 16 {
-		nodetest.SendWS(t, c, fmt.Sprintf(`{"id":"%d","type":"subscribe","payload":{"query":"{ vouchers(first: 100) { edges { node { subTitle rules } } } }"}}`, i))
+		nodetest.SendWS(t, c, fmt.Sprintf(`{"id":"%d","type":"subscribe","payload":{"query":"{ vouchers(first: 10) { edges { node { subTitle rules } } } }"}}`, i))
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	testenv.WaitFor(t, "the connection of a client that stopped reading is dropped", func() bool { return open.Load() == 0 })

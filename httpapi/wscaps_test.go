@@ -214,11 +214,11 @@ var endings = []struct {
 		wantClosed(tb, c, 4429, "initialisation")
 	}},
 	{"the server drops a client that stops reading", func(tb testing.TB, c *websocket.Conn) {
-		// Answers of 0.8 MB each (see capHandler) that the client never
+		// Answers of 80 KB each (see capNode) that the client never
 		// reads: a write times out, the server closes the connection, and
 		// the websocket library closes it again.
 		for i := range 16 {
-			nodetest.SendWS(tb, c, fmt.Sprintf(`{"id":"%d","type":"subscribe","payload":{"query":"{ vouchers(first: 100) { edges { node { subTitle rules } } } }"}}`, i))
+			nodetest.SendWS(tb, c, fmt.Sprintf(`{"id":"%d","type":"subscribe","payload":{"query":"{ vouchers(first: 10) { edges { node { subTitle rules } } } }"}}`, i))
 		}
 	}},
 	{"the server closes a message over the limit with 1009", func(tb testing.TB, c *websocket.Conn) {

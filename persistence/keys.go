@@ -235,5 +235,9 @@ func usedChallengeKey(digest string) string { return "flashsale:pow-used:" + dig
 // rateIPKey is the key of the per-IP limit.
 func rateIPKey(ip string) string { return "ip:" + ip }
 
+// rateCostKey is the key of a caller's budget of request cost: "u:<user
+// id>" or "a:<address>" (an IPv6 address's /64), as the caller gives it.
+func rateCostKey(caller string) string { return "cost:" + caller }
+
 // rateVoucherKey is the key of the per-voucher limit.
 func rateVoucherKey(id int64) string { return "v:" + strconv.FormatInt(id, 10) }

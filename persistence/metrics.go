@@ -52,7 +52,7 @@ var (
 	}, []string{"op"})
 	rateLimited = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "flashsale", Name: "rate_limit_refusals_total",
-		Help: "Grabs or requests turned away by a rate limit shared in Redis, by the limit: ip, voucher, ip_request (before parsing). The per-user limit counts in user_rate_limit_refusals_total.",
+		Help: "Grabs or requests turned away by a rate limit shared in Redis, by the limit: ip, voucher, ip_request (before parsing), cost (a caller's budget of request cost). The per-user limit counts in user_rate_limit_refusals_total.",
 	}, []string{"kind"})
 	loadsRebuilt = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "flashsale", Name: "redis_loads_rebuilt_total",

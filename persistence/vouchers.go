@@ -112,6 +112,9 @@ func (s *Vouchers) List(ctx context.Context, shopID *int64, page domain.Page) ([
 	if shopID != nil {
 		q = q.Where("v.shop_id = ?", *shopID)
 	}
+	if page.OmitTexts {
+		q = q.ExcludeColumn("sub_title", "rules")
+	}
 	if err := q.Scan(ctx); err != nil {
 		return nil, false, fmt.Errorf("list vouchers: %w", err)
 	}
@@ -124,6 +127,21 @@ func (s *Vouchers) List(ctx context.Context, shopID *int64, page domain.Page) ([
 		out[i] = r.toDomain()
 	}
 	return out, more, nil
+}
+
+// TextSizes returns the byte lengths of the longest texts stored (one
+// scan of tb_voucher: the catalog reads it at start and now and then).
+func (s *Vouchers) TextSizes(ctx context.Context) (domain.TextSizes, error) {
+	var out domain.TextSizes
+	err := s.db.NewSelect().TableExpr("tb_voucher").
+		ColumnExpr("coalesce(max(octet_length(title)), 0)").
+		ColumnExpr("coalesce(max(octet_length(sub_title)), 0)").
+		ColumnExpr("coalesce(max(octet_length(rules)), 0)").
+		Scan(ctx, &out.Title, &out.SubTitle, &out.Rules)
+	if err != nil {
+		return out, fmt.Errorf("longest voucher texts: %w", err)
+	}
+	return out, nil
 }
 
 // SetStatus changes a voucher's status and returns the updated voucher.

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"flashsale/bench/sale"
+	"flashsale/domain"
 	"flashsale/internal/auth"
 	"flashsale/internal/testenv"
 )
@@ -293,6 +294,9 @@ func startTarget(ctx context.Context, o floodOptions, bin, dir string, v variant
 	}
 	t.legit = newLegitUser(t.addr, t.tokens)
 	if t.voucher, err = t.legit.createVoucher(ctx, admin); err != nil {
+		return nil, cleanup, err
+	}
+	if err := t.legit.createLongTexts(ctx, admin, 100); err != nil {
 		return nil, cleanup, err
 	}
 	return t, cleanup, nil
@@ -731,6 +735,25 @@ func (u *legitUser) createVoucher(ctx context.Context, admin string) (string, er
 		return "", fmt.Errorf("create voucher: %s", body)
 	}
 	return out.Data.CreateVoucher.ID, nil
+}
+
+// createLongTexts stores n vouchers whose subTitle and rules are as long
+// as allowed, four bytes a character: the pages the user-token probes
+// ask for are then the costliest a catalog can make them.
+func (u *legitUser) createLongTexts(ctx context.Context, admin string, n int) error {
+	text := strings.Repeat("\U0001F600", domain.MaxTextLen)
+	for i := range n {
+		in := map[string]any{"shopId": "2", "title": fmt.Sprint("long ", i), "subTitle": text, "rules": text,
+			"payValue": 100, "actualValue": 1000, "type": "NORMAL"}
+		body, err := u.do(ctx, admin, `mutation($in: CreateVoucherInput!) { createVoucher(input: $in) { id } }`, map[string]any{"in": in})
+		if err != nil {
+			return err
+		}
+		if !bytes.Contains(body, []byte(`"id"`)) {
+			return fmt.Errorf("create a voucher of long texts: %s", body)
+		}
+	}
+	return nil
 }
 
 func (u *legitUser) do(ctx context.Context, token, query string, vars map[string]any) ([]byte, error) {

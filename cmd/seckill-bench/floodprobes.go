@@ -84,6 +84,27 @@ var floodProbes = []floodProbe{
 		send: func(ctx context.Context, f *flooder, i int) (string, error) {
 			return f.graphql(ctx, f.forged, fmt.Sprintf("#%d\n{ __typename }", i))
 		}},
+	// One user's token, four clients: what any signed-in user can send.
+	{name: "user-pages", about: "`vouchers(first: 100)` of long texts with one user's token",
+		send: func(ctx context.Context, f *flooder, i int) (string, error) {
+			return f.graphql(ctx, f.userTokens[0], fmt.Sprintf("#%d\n{ vouchers(first: 100) { edges { node { id title subTitle rules } } } }", i))
+		}},
+	{name: "user-page-aliases", about: "5 aliases of that page with one user's token",
+		send: func(ctx context.Context, f *flooder, i int) (string, error) {
+			return f.graphql(ctx, f.userTokens[0], fmt.Sprintf("#%d\n{%s }", i, pageAliases5))
+		}},
+	{name: "user-unknown-60k", about: "60 KB of unknown 600-character field names with one user's token",
+		send: func(ctx context.Context, f *flooder, i int) (string, error) {
+			return f.graphql(ctx, f.userTokens[0], fmt.Sprintf("#%d\n%s", i, unknownFields60k))
+		}},
+	{name: "user-schema-aliases", about: "13 aliases of `__schema { types { name fields { name args { name type { name } } } } }` with one user's token",
+		send: func(ctx context.Context, f *flooder, i int) (string, error) {
+			return f.graphql(ctx, f.userTokens[0], fmt.Sprintf("#%d\n{%s }", i, schemaAliases13))
+		}},
+	{name: "anon-unknown-types", about: "100 variables of unknown 600-character types, no token",
+		send: func(ctx context.Context, f *flooder, i int) (string, error) {
+			return f.graphql(ctx, "", fmt.Sprintf("#%d\n%s", i, unknownTypes100))
+		}},
 	{name: "header-100k", about: "100 KiB of headers",
 		send: func(ctx context.Context, f *flooder, _ int) (string, error) {
 			return f.raw(ctx, bigHeaderRequest)
@@ -137,6 +158,40 @@ func probeNamed(name string) (floodProbe, bool) {
 	}
 	return floodProbe{}, false
 }
+
+// The documents of the user-token probes and of unknown types.
+var (
+	unknownFields60k = func() string {
+		var b strings.Builder
+		b.WriteString("{")
+		for j := 0; b.Len() < 60<<10; j++ {
+			fmt.Fprintf(&b, " f%d_%s", j, strings.Repeat("q", 600))
+		}
+		return b.String() + " }"
+	}()
+	unknownTypes100 = func() string {
+		var b strings.Builder
+		b.WriteString("query(")
+		for j := range 100 {
+			fmt.Fprintf(&b, "$v%d: T%d_%s ", j, j, strings.Repeat("q", 600))
+		}
+		return b.String() + ") { __typename }"
+	}()
+	pageAliases5 = func() string {
+		var b strings.Builder
+		for j := range 5 {
+			fmt.Fprintf(&b, " p%d: vouchers(first: 100) { edges { node { id title subTitle rules } } }", j)
+		}
+		return b.String()
+	}()
+	schemaAliases13 = func() string {
+		var b strings.Builder
+		for j := range 13 {
+			fmt.Fprintf(&b, " s%d: __schema { types { name fields { name args { name type { name } } } } }", j)
+		}
+		return b.String()
+	}()
+)
 
 // spin keeps this goroutine's core busy for d.
 func spin(d time.Duration) {

@@ -8,6 +8,7 @@ import {
   Steps, settings, check, json, sha256, grabTwice, apqProbe, recordingFetch, checkApqWire,
   wsClient, expiredSocket, stockEventUpdatesCache, captureWarnings, VOUCHERS, VOUCHER, GRAB, STOCK, MY_ORDERS,
 } from './lib.mjs';
+import { map } from 'rxjs';
 
 // v: { ApolloClient, InMemoryCache, HttpLink, ApolloLink, gql, GraphQLWsLink,
 //      persistedQueries(opts) -> link, errorLink(hook) -> link },
@@ -20,7 +21,8 @@ export async function runApolloStory(story, v) {
   const steps = new Steps(story);
   const warnings = captureWarnings();
 
-  const { client, wire, close } = makeClient(v, s, () => s.token, () => {});
+  const costs = [];
+  const { client, wire, close } = makeClient(v, s, () => s.token, () => {}, (c) => costs.push(c));
   const voucher = v.gql(VOUCHER);
   let before;
 
@@ -29,6 +31,15 @@ export async function runApolloStory(story, v) {
     const ids = data.vouchers.edges.map((e) => e.node.id);
     check(ids.includes(s.voucherId), `voucher ${s.voucherId} not in the list ${json(ids)}`);
     return `${ids.length} vouchers`;
+  });
+
+  await steps.step('each answer tells its cost and the budget left (extensions.cost)', async () => {
+    costs.length = 0;
+    await client.query({ query: v.gql(VOUCHERS), fetchPolicy: 'network-only' });
+    const c = costs.at(-1);
+    check(c && c.requested >= c.actual && c.actual > 0 && c.capacity > 0 && c.restoreRate > 0 &&
+      c.remaining >= 0 && c.remaining <= c.capacity, `extensions.cost ${json(c)}`);
+    return `cost ${json(c)}`;
   });
 
   await steps.step("query a voucher's seckill info", async () => {
@@ -92,19 +103,27 @@ export async function runApolloStory(story, v) {
   steps.done();
 }
 
-// makeClient is the client of the docs: [error link, auth, persisted
-// queries, HTTP] for queries and mutations, GraphQLWsLink for
+// makeClient is the client of the docs: [error link, auth, cost,
+// persisted queries, HTTP] for queries and mutations, GraphQLWsLink for
 // subscriptions. onAuthError(hookArgs) returns true when it refreshed the
-// token, and the operation is then sent again.
-function makeClient(v, s, token, onAuthError) {
+// token, and the operation is then sent again; onCost gets each answer's
+// extensions.cost.
+function makeClient(v, s, token, onAuthError, onCost = () => {}) {
   const { fetchFn, log } = recordingFetch();
   const auth = new v.ApolloLink((operation, forward) => {
     operation.setContext(({ headers = {} }) => ({ headers: { ...headers, Authorization: `Bearer ${token()}` } }));
     return forward(operation);
   });
+  // Apollo 4's links return rxjs Observables, 3.14's zen-observable ones.
+  const cost = new v.ApolloLink((operation, forward) => {
+    const seen = (result) => { if (result.extensions?.cost) onCost(result.extensions.cost); return result; };
+    const answers = forward(operation);
+    return answers.pipe ? answers.pipe(map(seen)) : answers.map(seen);
+  });
   const http = v.ApolloLink.from([
     v.errorLink((e) => (onAuthError(e) ? e.forward(e.operation) : undefined)),
     auth,
+    cost,
     v.persistedQueries({ sha256 }),
     new v.HttpLink({ uri: s.api, fetch: fetchFn }),
   ]);

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"flashsale/domain"
@@ -33,6 +34,8 @@ type VoucherStore interface {
 	// DBSoldVouchers lists the vouchers the database fallback sold since
 	// Redis last loaded them.
 	DBSoldVouchers(ctx context.Context) ([]int64, error)
+	// TextSizes returns the lengths of the longest texts stored.
+	TextSizes(ctx context.Context) (domain.TextSizes, error)
 }
 
 // StockStore is the live stock in Redis (persistence.Stock, wired by main),
@@ -64,6 +67,11 @@ type Service struct {
 	// be down by then.
 	mu       sync.Mutex
 	uncopied map[int64]statusCopy
+
+	// texts are the longest texts stored, as this node knows them: read
+	// by RefreshTextSizes, raised by this node's creations at once.
+	texts     atomic.Pointer[domain.TextSizes]
+	textsRead atomic.Int64 // when RefreshTextSizes last read them (Unix ns)
 }
 
 // statusCopy is a status with its version, the row's update time: read
@@ -76,7 +84,47 @@ type statusCopy struct {
 
 // New returns a catalog over the voucher record and the live stock.
 func New(vouchers VoucherStore, stock StockStore, log *slog.Logger) *Service {
-	return &Service{vouchers: vouchers, stock: stock, log: log, now: time.Now, uncopied: map[int64]statusCopy{}}
+	s := &Service{vouchers: vouchers, stock: stock, log: log, now: time.Now, uncopied: map[int64]statusCopy{}}
+	s.texts.Store(&domain.TextSizes{})
+	return s
+}
+
+// TextSizes are the longest texts stored as this node knows them: a
+// creation on this node counts at once, one on another node once
+// RefreshTextSizes has run (the status sync runs it every
+// TextSizesEvery).
+func (s *Service) TextSizes() domain.TextSizes { return *s.texts.Load() }
+
+// TextSizesEvery is how often the status sync reads the longest texts
+// stored: a voucher created on another node with longer texts is priced
+// by them on this one within about this long.
+const TextSizesEvery = 10 * time.Second
+
+// RefreshTextSizes reads the longest texts stored, if they were last read
+// longer than TextSizesEvery ago (force: in any case).
+func (s *Service) RefreshTextSizes(ctx context.Context, force bool) error {
+	now := s.now()
+	if !force && now.Sub(time.Unix(0, s.textsRead.Load())) < TextSizesEvery {
+		return nil
+	}
+	t, err := s.vouchers.TextSizes(ctx)
+	if err != nil {
+		return err
+	}
+	s.textsRead.Store(now.UnixNano())
+	s.raiseTexts(t)
+	return nil
+}
+
+// raiseTexts keeps the longest of what is known and t.
+func (s *Service) raiseTexts(t domain.TextSizes) {
+	for {
+		old := s.texts.Load()
+		next := domain.TextSizes{Title: max(old.Title, t.Title), SubTitle: max(old.SubTitle, t.SubTitle), Rules: max(old.Rules, t.Rules)}
+		if next == *old || s.texts.CompareAndSwap(old, &next) {
+			return
+		}
+	}
 }
 
 // Create validates and stores a voucher. A seckill voucher is written to
@@ -91,6 +139,7 @@ func (s *Service) Create(ctx context.Context, in domain.NewVoucher) (domain.Vouc
 	if err != nil {
 		return domain.Voucher{}, err
 	}
+	s.raiseTexts(domain.TextSizes{}.Raise(in))
 	if v.Seckill == nil {
 		return v, nil
 	}

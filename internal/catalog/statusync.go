@@ -103,8 +103,13 @@ func NewStatusSync(c *Service, interval time.Duration, log *slog.Logger) *Status
 	return j
 }
 
-// RunOnce is one run; it reports how many statuses it copied.
+// RunOnce is one run; it reports how many statuses it copied. Every
+// TextSizesEvery it also reads the longest texts stored (the request
+// cost's text sizes), as every node must and under no lease either.
 func (j *StatusSync) RunOnce(ctx context.Context) (int, error) {
+	if err := j.catalog.RefreshTextSizes(ctx, false); err != nil {
+		j.log.WarnContext(ctx, "the longest voucher texts could not be read; the request cost prices them as last read", "err", err)
+	}
 	n, err := j.catalog.SyncStatuses(ctx)
 	if n > 0 {
 		j.log.WarnContext(ctx, "voucher statuses redis had missed were copied to it", "vouchers", n)

@@ -132,6 +132,13 @@ type Config struct {
 	// an error, so that no request makes the node buffer an answer of
 	// hundreds of MB.
 	MaxResponseBytes int
+	// MaxRequestCost caps one request's cost in points, known before it
+	// runs; CostBudget and CostRestorePerSec are each caller's budget of
+	// request cost (a bucket of CostBudget points refilled at
+	// CostRestorePerSec; 0 = no budget). See httpapi.CostBudget.
+	MaxRequestCost    int
+	CostBudget        int
+	CostRestorePerSec int
 	// WSMaxOperations bounds the operations running at once on one
 	// websocket connection; one more gets a RATE_LIMITED error for itself.
 	WSMaxOperations int

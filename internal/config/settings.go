@@ -339,6 +339,15 @@ var settings = []setting{
 	durationVar("ANON_WAIT", httpapi.AnonymousWaitDefault, "how long a request without a valid token waits for the anonymous budget (ANON_MAX_IN_FLIGHT, ANON_PER_SEC) before it is answered 429 (0 = not at all)", func(c *Config) *time.Duration { return &c.AnonWait }).
 		checked(nonNegative(func(c Config) time.Duration { return c.AnonWait })),
 	intVar("MAX_RESPONSE_BYTES", strconv.Itoa(httpapi.MaxAnswerBytesDefault), "largest GraphQL answer in bytes; a larger one is refused with an error", func(c *Config) *int { return &c.MaxResponseBytes }, positive),
+	intVar("MAX_REQUEST_COST", strconv.Itoa(httpapi.MaxComplexityDefault), "largest cost of one GraphQL request, in points (a field 1, a list its page size times an item and 10 for its row, a text 1 more per 128 bytes of the longest stored), known before it runs; a costlier one is refused with BAD_USER_INPUT (COMPLEXITY_LIMIT_EXCEEDED)", func(c *Config) *int { return &c.MaxRequestCost }, positive),
+	intVar("COST_BUDGET", strconv.Itoa(httpapi.CostBudgetDefault), "each caller's budget of request cost in points, per user and per address (IPv6: its /64) without a token, shared by every node; a request it cannot pay is refused with RATE_LIMITED and retryAfterMs; grabs are never charged (0 = no budget)", func(c *Config) *int { return &c.CostBudget }, rate).
+		checked(func(c Config) string {
+			if c.CostBudget > 0 && c.CostBudget < c.MaxRequestCost {
+				return "must be 0 or at least MAX_REQUEST_COST: a budget smaller than one request refuses that request for ever"
+			}
+			return ""
+		}),
+	intVar("COST_RESTORE_PER_SEC", strconv.Itoa(httpapi.CostRestorePerSecDefault), "points each caller's budget (COST_BUDGET) gets back a second", func(c *Config) *int { return &c.CostRestorePerSec }, positive),
 	intVar("WS_MAX_OPERATIONS", strconv.Itoa(httpapi.WebsocketMaxOperationsDefault), "operations running at once on one websocket; one more gets an error", func(c *Config) *int { return &c.WSMaxOperations }, positive),
 	intVar("WS_MAX_PER_USER", strconv.Itoa(httpapi.WebsocketMaxPerUserDefault), "websockets one user holds open at once on this node; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerUser }, positive),
 	intVar("WS_MAX_PER_IP", strconv.Itoa(httpapi.WebsocketMaxPerIPDefault), "websockets open at once from one client address on this node, tokens or not; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerIP }, positive),

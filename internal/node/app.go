@@ -398,6 +398,10 @@ func (a *app) openCatalog(ctx context.Context, _ *loops) error {
 		return fmt.Errorf("preheat vouchers: %w", err)
 	}
 	log.Info("seckill vouchers ready in redis", "vouchers", n)
+	// The request cost prices texts by the longest stored (graph.Complexity).
+	if err := a.catalog.RefreshTextSizes(ctx, true); err != nil {
+		return fmt.Errorf("read the longest voucher texts: %w", err)
+	}
 	return nil
 }
 
@@ -605,11 +609,16 @@ func (a *app) buildHandler(context.Context, *loops) error {
 		Shed:                   httpapi.LoadShedding{Gauge: a.router, QueueDepth: cfg.ShedQueueDepth, GrabLatency: cfg.ShedGrabLatency},
 		Introspection:          cfg.Introspection,
 		CompiledGrabs:          cfg.CompiledGrabs,
-		Limits:                 httpapi.Limits{MaxAnswerBytes: int64(cfg.MaxResponseBytes)},
+		Limits:                 httpapi.Limits{MaxAnswerBytes: int64(cfg.MaxResponseBytes), MaxComplexity: cfg.MaxRequestCost},
 		WebsocketMaxOperations: cfg.WSMaxOperations,
 		WebsocketMaxPerUser:    cfg.WSMaxPerUser,
 		WebsocketMaxPerIP:      cfg.WSMaxPerIP,
 		CORSOrigins:            cfg.CORSOrigins(),
+		// Embedded mode serves local Hosts only, so a developer's own.
+		Suggestions: cfg.Embedded(),
+	}
+	if b := persistence.NewCostBudgets(a.rdb, cfg.CostBudget, cfg.CostRestorePerSec); b != nil {
+		opts.Budget = b
 	}
 	if a.hooks.HTTP != nil {
 		a.hooks.HTTP(&opts)

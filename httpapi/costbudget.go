@@ -1,0 +1,317 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler/extension"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"flashsale/domain"
+	"flashsale/graph"
+	"flashsale/internal/auth"
+)
+
+// CostBudget is each caller's budget of request cost, shared by every
+// node (persistence.CostBudgets): a bucket of Capacity points, refilled at
+// RestorePerSec, per user, and per address (an IPv6 address's /64) for
+// requests without a valid token. An operation is charged its price (see
+// graph.Complexity) after validation and before it runs, and given back
+// what it did not use once answered; grabs are never charged: they have
+// their own limits (RATE_USER_PER_SEC, the gate), and a caller's reads
+// must never starve its grabs.
+type CostBudget interface {
+	Capacity() int
+	RestorePerSec() int
+	// Charge takes n points; retry > 0 when the bucket holds fewer
+	// (nothing is taken then).
+	Charge(ctx context.Context, caller string, n int) (remaining int, retry time.Duration, err error)
+	// Refund gives n points back.
+	Refund(ctx context.Context, caller string, n int) (remaining int, err error)
+}
+
+// Defaults of the budget (COST_BUDGET, COST_RESTORE_PER_SEC). A point is
+// about a field's work (2 µs of CPU, 500 bytes allocated), so a caller
+// who spends the restore rate steadily costs the node about 1 % of a
+// core. The capacity holds ten of the largest requests one may send
+// (MaxComplexity), so a shop's frontend loading its heaviest page, a
+// list of 75 vouchers with every field, passes with room to spare; the
+// restore rate refills a default page (20 vouchers, about 500 points)
+// every 100 ms.
+const (
+	CostBudgetDefault        = 10 * MaxComplexityDefault
+	CostRestorePerSecDefault = 5000
+)
+
+// costRefundMin is the least unused cost given back: a refund is one more
+// Redis round trip, worth it for a page that came back short, not for a
+// few points.
+const costRefundMin = 10
+
+// costExtension is the name of the operation's charge in its stats, and
+// of the answer's extensions entry.
+const costExtension = "cost"
+
+// costCharge charges each operation to its caller's budget
+// (MutateOperationContext, after gqlgen's complexity limit has priced
+// it), and reports the charge in the answer's extensions.cost
+// (InterceptResponse), after giving back what the answer did not use.
+type costCharge struct {
+	budget  CostBudget
+	refused *refusedCallers
+	log     *slog.Logger
+}
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.OperationContextMutator
+	graphql.OperationInterceptor
+	graphql.ResponseInterceptor
+} = costCharge{}
+
+func (costCharge) ExtensionName() string                   { return "CostBudget" }
+func (costCharge) Validate(graphql.ExecutableSchema) error { return nil }
+
+// charge is one operation's: its caller, its price and what was left.
+type charge struct {
+	caller    string
+	requested int
+	remaining int
+	charged   bool // false: the budget could not be reached, nothing was taken
+}
+
+// CostReport is an answer's extensions.cost: what the operation was
+// priced before it ran (requested), what its answer cost (actual), and
+// the caller's budget after it (remaining of capacity, restoreRate points
+// back a second). Shopify's and GitHub's GraphQL APIs report the same.
+type CostReport struct {
+	Requested   int `json:"requested"`
+	Actual      int `json:"actual"`
+	Remaining   int `json:"remaining"`
+	Capacity    int `json:"capacity"`
+	RestoreRate int `json:"restoreRate"`
+}
+
+func (c costCharge) MutateOperationContext(ctx context.Context, rc *graphql.OperationContext) *gqlerror.Error {
+	if rc.Operation == nil || isGrab(rc.Operation) {
+		return nil
+	}
+	stats, _ := rc.Stats.GetExtension("ComplexityLimit").(*extension.ComplexityStats)
+	if stats == nil {
+		return nil
+	}
+	caller := costCaller(ctx)
+	now := time.Now()
+	if wait := c.refused.until(caller, now); wait > 0 {
+		return graph.OperationError(overBudget(wait))
+	}
+	ch := &charge{caller: caller, requested: max(stats.Complexity, 1)}
+	remaining, retry, err := c.budget.Charge(ctx, caller, ch.requested)
+	switch {
+	case err != nil:
+		// The budget protects the node, and refusing everyone while Redis
+		// is away protects nothing: the per-request cap still holds.
+		c.log.WarnContext(ctx, "cost budget unavailable; request admitted", "err", err)
+	case retry > 0:
+		c.refused.add(caller, now.Add(retry))
+		return graph.OperationError(overBudget(retry))
+	default:
+		ch.remaining, ch.charged = remaining, true
+	}
+	rc.Stats.SetExtension(costExtension, ch)
+	return nil
+}
+
+// overBudget is the refusal of an operation its caller's budget cannot
+// pay for now.
+func overBudget(retry time.Duration) *domain.Error {
+	return &domain.Error{Code: domain.CodeRateLimited, RetryAfter: retry,
+		Message: "this request costs more than your budget holds now; retry after retryAfterMs, or ask for fewer items or fields (extensions.cost tells what each request costs)"}
+}
+
+// chargeOf is the operation's charge, nil when it was not charged (a
+// grab, no budget reached) or is a subscription (charged once, at its
+// start; its events report nothing).
+func chargeOf(ctx context.Context) *charge {
+	rc := graphql.GetOperationContext(ctx)
+	ch, _ := rc.Stats.GetExtension(costExtension).(*charge)
+	if ch == nil || !ch.charged || rc.Operation.Operation == ast.Subscription {
+		return nil
+	}
+	return ch
+}
+
+// InterceptResponse counts what the answer cost (graph.CostMeter, which
+// the answer cap feeds field by field), gives back the unused points and
+// reports the charge.
+func (c costCharge) InterceptResponse(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
+	ch := chargeOf(ctx)
+	if ch == nil {
+		return next(ctx)
+	}
+	meter := &graph.CostMeter{}
+	resp := next(graph.WithCostMeter(ctx, meter))
+	if resp == nil {
+		return resp
+	}
+	actual := meter.Points()
+	remaining := ch.remaining
+	if unused := ch.requested - actual; unused >= costRefundMin {
+		if r, err := c.budget.Refund(ctx, ch.caller, unused); err != nil {
+			c.log.WarnContext(ctx, "unused cost not given back", "err", err)
+		} else {
+			remaining = r
+		}
+	}
+	c.report(resp, ch, actual, remaining)
+	return resp
+}
+
+// InterceptOperation reports the charge of an operation answered without
+// running its fields (introspection, answered from the schema's model by
+// graph.NewIntrospectionAnswers): it cost what it was priced.
+func (c costCharge) InterceptOperation(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+	h := next(ctx)
+	return func(ctx context.Context) *graphql.Response {
+		resp := h(ctx)
+		if resp == nil {
+			return resp
+		}
+		if _, done := resp.Extensions[costExtension]; !done {
+			if ch := chargeOf(ctx); ch != nil {
+				c.report(resp, ch, ch.requested, ch.remaining)
+			}
+		}
+		return resp
+	}
+}
+
+func (c costCharge) report(resp *graphql.Response, ch *charge, actual, remaining int) {
+	if resp.Extensions == nil {
+		resp.Extensions = map[string]any{}
+	}
+	resp.Extensions[costExtension] = CostReport{Requested: ch.requested, Actual: actual, Remaining: remaining,
+		Capacity: c.budget.Capacity(), RestoreRate: c.budget.RestorePerSec()}
+}
+
+// costCaller is whose budget a request draws on: its user, or without a
+// valid token its address (addressKey).
+func costCaller(ctx context.Context) string {
+	if id, err := auth.FromContext(ctx); err == nil {
+		return "u:" + strconv.FormatInt(id.UserID, 10)
+	}
+	return "a:" + addressKey(auth.ClientIP(ctx))
+}
+
+// addressKey is the part of an address one client holds: an IPv4 address
+// whole, an IPv6 address's /64 (one host or one customer usually gets a
+// /64, and every address in it for nothing).
+func addressKey(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ip
+	}
+	a = a.Unmap()
+	if a.Is4() {
+		return a.String()
+	}
+	p, _ := a.Prefix(64)
+	return p.String()
+}
+
+// refusedCallers remembers, per caller, until when its budget refused it,
+// so that a caller who goes on asking meanwhile is refused from memory:
+// before its request is decoded (budgetGate) and without a Redis round
+// trip. At most refusedCallersMax callers are remembered; past that a
+// refusal is not remembered, and the next request asks Redis again.
+type refusedCallers struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+const refusedCallersMax = 1 << 16
+
+func newRefusedCallers() *refusedCallers { return &refusedCallers{m: map[string]time.Time{}} }
+
+// until is how long caller stays refused after now; 0 when it is not.
+func (r *refusedCallers) until(caller string, now time.Time) time.Duration {
+	r.mu.Lock()
+	t, ok := r.m[caller]
+	if ok && !t.After(now) {
+		delete(r.m, caller)
+	}
+	r.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	return max(t.Sub(now), 0)
+}
+
+func (r *refusedCallers) add(caller string, until time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.m) >= refusedCallersMax {
+		now := time.Now()
+		for k, t := range r.m {
+			if !t.After(now) {
+				delete(r.m, k)
+			}
+		}
+		if len(r.m) >= refusedCallersMax {
+			return
+		}
+	}
+	r.m[caller] = until
+}
+
+// budgetGate answers 429 at once, before gqlgen decodes the request, to
+// a caller its budget refused a moment ago and who asks again before
+// retryAfterMs: the refusal costs a map lookup and a short write. A
+// request that may be a grab passes (mayGrab): grabs are never charged.
+type budgetGate struct {
+	next    http.Handler
+	refused *refusedCallers
+	present graphql.ErrorPresenterFunc
+}
+
+func (g budgetGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodOptions || r.Header.Get("Upgrade") != "" || mayGrab(r.Context()) {
+		g.next.ServeHTTP(w, r)
+		return
+	}
+	if wait := g.refused.until(costCaller(r.Context()), time.Now()); wait > 0 {
+		shedTotal.WithLabelValues("budget").Inc()
+		writeRateLimited(w, r, g.present, overBudget(wait))
+		return
+	}
+	g.next.ServeHTTP(w, r)
+}
+
+// writeRateLimited answers 429 with Retry-After (whole seconds, rounded
+// up) and the RATE_LIMITED error de, as a POST would get it.
+func writeRateLimited(w http.ResponseWriter, r *http.Request, present graphql.ErrorPresenterFunc, de *domain.Error) {
+	b, _ := json.Marshal(graphql.Response{Errors: gqlerror.List{present(r.Context(), graph.OperationError(de))}})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", strconv.Itoa(int((de.RetryAfter+time.Second-1)/time.Second)))
+	w.WriteHeader(http.StatusTooManyRequests)
+	_, _ = w.Write(b)
+}
+
+type mayGrabKey struct{}
+
+// withMayGrab marks a request whose body names the grab field: it may be
+// a grab, which budgetGate lets through (admission and costCharge tell
+// once it is parsed).
+func withMayGrab(ctx context.Context) context.Context {
+	return context.WithValue(ctx, mayGrabKey{}, true)
+}
+
+func mayGrab(ctx context.Context) bool { ok, _ := ctx.Value(mayGrabKey{}).(bool); return ok }
