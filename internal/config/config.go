@@ -143,6 +143,9 @@ type Config struct {
 	// open its websocket); ["none"] or empty: the service's own only.
 	// See CORSOrigins.
 	CORSAllowedOrigins []string
+	// EmbeddedAllowedHosts are the Hosts embedded mode answers besides
+	// localhost and the loopback addresses (httpapi.LocalHosts).
+	EmbeddedAllowedHosts []string
 	// HTTPMaxHeaderBytes is the server's MaxHeaderBytes: a larger request
 	// line and headers are answered 431 before they are read whole.
 	HTTPMaxHeaderBytes int

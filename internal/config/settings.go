@@ -369,6 +369,17 @@ var settings = []setting{
 			}
 			return slog.StringValue(strings.Join(c.CORSAllowedOrigins, ","))
 		}),
+	// Embedded mode's playground page holds an admin token: a page on a
+	// name rebound to this machine must get nothing from it.
+	listVar("EMBEDDED_ALLOWED_HOSTS", "embedded mode answers only requests whose Host is localhost, a loopback address (127.0.0.1, [::1]) or one of these comma-separated names or addresses (port ignored); any other gets 421 and nothing else, so a page on a name rebound to this machine (DNS rebinding) gets no token; ignored in real mode", func(c *Config) *[]string { return &c.EmbeddedAllowedHosts }).
+		checked(func(c Config) string {
+			for _, h := range c.EmbeddedAllowedHosts {
+				if err := httpapi.CheckAllowedHost(h); err != nil {
+					return err.Error()
+				}
+			}
+			return ""
+		}),
 	intVar("HTTP_MAX_HEADER_BYTES", strconv.Itoa(httpapi.MaxHeaderBytesDefault), "largest request line plus headers in bytes (net/http reads up to 4 KiB past it); more is answered 431", func(c *Config) *int { return &c.HTTPMaxHeaderBytes }, positive).
 		checked(func(c Config) string {
 			if c.HTTPMaxHeaderBytes > 1<<20 {
