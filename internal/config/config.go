@@ -73,6 +73,9 @@ type Config struct {
 	// RedPacketMaxOpenPerUser is how many open red packets (neither
 	// refunded nor fully grabbed) one user may have at once.
 	RedPacketMaxOpenPerUser int
+	// RedPacketMaxPerUserPerDay is how many red packets one user may
+	// create within any 24 hours.
+	RedPacketMaxPerUserPerDay int
 
 	ClusterProvider        string // test, automanaged, etcd
 	ClusterName            string

@@ -25,3 +25,20 @@ func TestRedPacketQuotaIsSettable(t *testing.T) {
 		}
 	}
 }
+
+// The daily bound of red packets per user is 50 unless set to a whole
+// number of at least 1.
+func TestRedPacketDailyLimitIsSettable(t *testing.T) {
+	if c, err := load(nil); err != nil || c.RedPacketMaxPerUserPerDay != 50 {
+		t.Fatalf("default: %d (%v), want 50", c.RedPacketMaxPerUserPerDay, err)
+	}
+	if c, err := load(map[string]string{"RED_PACKET_MAX_PER_USER_PER_DAY": "7"}); err != nil || c.RedPacketMaxPerUserPerDay != 7 {
+		t.Fatalf("variable: %d (%v), want 7", c.RedPacketMaxPerUserPerDay, err)
+	}
+	for _, bad := range []string{"0", "-1", "many"} {
+		_, err := load(map[string]string{"RED_PACKET_MAX_PER_USER_PER_DAY": bad})
+		if err == nil || !strings.Contains(err.Error(), "RED_PACKET_MAX_PER_USER_PER_DAY") {
+			t.Errorf("%q: %v, want an error naming the variable", bad, err)
+		}
+	}
+}

@@ -200,6 +200,7 @@ var settings = []setting{
 	durationVar("RED_PACKET_REFUND_INTERVAL", redpackets.RefundIntervalDefault, "how often one node refunds expired red packets", func(c *Config) *time.Duration { return &c.RedPacketRefundInterval }),
 	durationVar("RED_PACKET_REFUND_GRACE", redpackets.RefundGraceDefault, "how long after its expiry a red packet is refunded (room for clock skew)", func(c *Config) *time.Duration { return &c.RedPacketRefundGrace }),
 	intVar("RED_PACKET_MAX_OPEN_PER_USER", strconv.Itoa(redpackets.MaxOpenPerUserDefault), "open red packets (neither refunded nor fully grabbed) one user may have at once; one more is RATE_LIMITED", func(c *Config) *int { return &c.RedPacketMaxOpenPerUser }, positive),
+	intVar("RED_PACKET_MAX_PER_USER_PER_DAY", strconv.Itoa(redpackets.MaxPerUserPerDayDefault), "red packets one user may create within any 24 hours (a rolling day); one more is RATE_LIMITED, retryAfterMs until the oldest of them is 24 hours old", func(c *Config) *int { return &c.RedPacketMaxPerUserPerDay }, positive),
 
 	stringVar("CLUSTER_PROVIDER", "test", "test, automanaged or etcd", func(c *Config) *string { return &c.ClusterProvider }).
 		checked(func(c Config) string {

@@ -44,8 +44,9 @@ func (a *app) startRedPackets(ctx context.Context, bg *loops) (*redPacketsPart, 
 		store.ReloadHold = time.Millisecond // as the vouchers' (app.go): nobody to wait for
 	}
 	p.service = redpackets.New(store, a.ids, a.router.RedPackets(rds, store), redpackets.Config{
-		MaxOpenPerUser: a.cfg.RedPacketMaxOpenPerUser,
-		RefundLag:      a.cfg.RedPacketRefundGrace + a.cfg.RedPacketRefundInterval,
+		MaxOpenPerUser:   a.cfg.RedPacketMaxOpenPerUser,
+		MaxPerUserPerDay: a.cfg.RedPacketMaxPerUserPerDay,
+		RefundLag:        a.cfg.RedPacketRefundGrace + a.cfg.RedPacketRefundInterval,
 	})
 	opts := logConsumerOptions(a.cfg)
 	p.writer = writer.New(writer.RedPackets(a.db, a.bg, a.log, opts), a.log, opts)

@@ -19,12 +19,13 @@ import (
 // Storer keeps red packets (persistence.RedPacketStore).
 type Storer interface {
 	// CreateWithin commits the red packet and its packets, then loads it
-	// into Redis; unless its creator has maxOpen open red packets (not
-	// refunded, and not fully grabbed in the database) already: then it
-	// stores nothing and returns their expiries, earliest first. The
-	// count and the commit hold the creator's lock: two creates at the
-	// limit never both pass.
-	CreateWithin(ctx context.Context, rp domain.RedPacket, amounts []int64, maxOpen int) (open []time.Time, err error)
+	// into Redis; unless its creator has reached a bound of the quota
+	// (q.MaxOpen open red packets: not refunded, and not fully grabbed in
+	// the database; q.MaxPerDay created within domain.RedPacketDay before
+	// rp.CreatedAt): then it stores nothing and says which. The counts and
+	// the commit hold the creator's lock: two creates at a limit never
+	// both pass.
+	CreateWithin(ctx context.Context, rp domain.RedPacket, amounts []int64, q domain.RedPacketQuota) (*domain.RedPacketOverQuota, error)
 	Get(ctx context.Context, id int64) (domain.RedPacket, error)
 	// Due lists red packets expired before cutoff and not refunded.
 	Due(ctx context.Context, cutoff time.Time, limit int) ([]int64, error)
@@ -54,6 +55,12 @@ type Config struct {
 	// times domain.RedPacketMaxCount packets nobody has taken, in Redis
 	// and in cents.
 	MaxOpenPerUser int
+	// MaxPerUserPerDay is how many red packets one user may create within
+	// any 24 hours (MaxPerUserPerDayDefault when 0). The open count alone
+	// can be cycled: a red packet of one second is refunded, and frees
+	// its slot, a few seconds later, and each leaves its rows in the
+	// database until it is pruned (Pruning).
+	MaxPerUserPerDay int
 	// RefundLag is how long after its expiry a red packet is refunded at
 	// the latest (the refunds' Grace plus their Interval): when an expired
 	// red packet frees its creator's slot. It only shapes the answer to a
@@ -62,8 +69,11 @@ type Config struct {
 	RefundLag time.Duration
 }
 
-// MaxOpenPerUserDefault is the default quota of open red packets per user.
-const MaxOpenPerUserDefault = 10
+// Defaults of the quota per user.
+const (
+	MaxOpenPerUserDefault   = 10
+	MaxPerUserPerDayDefault = 50
+)
 
 // Service is the red-packet use case.
 type Service struct {
@@ -77,14 +87,16 @@ type Service struct {
 // New returns the service.
 func New(store Storer, ids IDs, grabber Grabber, cfg Config) *Service {
 	cfg.MaxOpenPerUser = cmp.Or(cfg.MaxOpenPerUser, MaxOpenPerUserDefault)
+	cfg.MaxPerUserPerDay = cmp.Or(cfg.MaxPerUserPerDay, MaxPerUserPerDayDefault)
 	cfg.RefundLag = cmp.Or(cfg.RefundLag, RefundGraceDefault+RefundIntervalDefault)
 	return &Service{cfg: cfg, store: store, ids: ids, grabber: grabber, now: time.Now}
 }
 
 // Create checks the request, splits the sum (domain.SplitRedPacket) and
 // stores the red packet; its packets are in Redis when it returns. A
-// creator with MaxOpenPerUser open red packets gets a RATE_LIMITED error
-// (overQuota) and nothing is stored.
+// creator with MaxOpenPerUser open red packets, or MaxPerUserPerDay
+// created within the last 24 hours, gets a RATE_LIMITED error (overQuota)
+// and nothing is stored.
 //
 // The service moves no money: it records who created how many cents, who
 // grabbed which packet and what was refunded (tb_red_packet,
@@ -103,12 +115,12 @@ func (s *Service) Create(ctx context.Context, in domain.NewRedPacket) (domain.Re
 	rp := domain.RedPacket{ID: ids[0], CreatorID: in.CreatorID, TotalCents: in.TotalCents, Count: in.Count,
 		RemainingCount: in.Count, RemainingCents: in.TotalCents, ExpiresAt: now.Add(in.Expiry), CreatedAt: now}
 	amounts := domain.SplitRedPacket(in.TotalCents, in.Count, rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())))
-	open, err := s.store.CreateWithin(ctx, rp, amounts, s.cfg.MaxOpenPerUser)
+	over, err := s.store.CreateWithin(ctx, rp, amounts, domain.RedPacketQuota{MaxOpen: s.cfg.MaxOpenPerUser, MaxPerDay: s.cfg.MaxPerUserPerDay})
 	if err != nil {
 		return domain.RedPacket{}, err
 	}
-	if len(open) > 0 {
-		return domain.RedPacket{}, s.overQuota(open, now)
+	if over != nil {
+		return domain.RedPacket{}, s.overQuota(*over, now)
 	}
 	return rp, nil
 }
@@ -116,17 +128,25 @@ func (s *Service) Create(ctx context.Context, in domain.NewRedPacket) (domain.Re
 // overQuota is the answer to a create over the quota: RATE_LIMITED, as
 // the contract has it for "not now, later" (the request is valid, and the
 // same request passes once a slot frees), retryAfterMs until the latest
-// moment a slot frees for sure (the earliest expiry's refund), and a
-// message that says how many are open, the limit, and what frees one.
-func (s *Service) overQuota(open []time.Time, now time.Time) *domain.Error {
-	freed := open[0].Add(s.cfg.RefundLag)
-	return &domain.Error{
-		Code: domain.CodeRateLimited,
-		Message: fmt.Sprintf("you have %d open red packets, the limit per user is %d: "+
+// moment the create passes for sure (the earliest expiry's refund, the
+// day's oldest create leaving the window; the later of the two when both
+// bounds are reached), and a message that names the bound that frees
+// last, the limit, and what frees it.
+func (s *Service) overQuota(over domain.RedPacketOverQuota, now time.Time) *domain.Error {
+	var freed time.Time
+	var msg string
+	if len(over.Open) > 0 {
+		freed = over.Open[0].Add(s.cfg.RefundLag)
+		msg = fmt.Sprintf("you have %d open red packets, the limit per user is %d: "+
 			"one frees up once it is fully grabbed, or at the latest when the earliest expires (%s) and its rest is refunded to you",
-			len(open), s.cfg.MaxOpenPerUser, open[0].UTC().Format(time.RFC3339)),
-		RetryAfter: max(freed.Sub(now), time.Millisecond),
+			len(over.Open), s.cfg.MaxOpenPerUser, over.Open[0].UTC().Format(time.RFC3339))
 	}
+	if !over.DayFreesAt.IsZero() && over.DayFreesAt.After(freed) {
+		freed = over.DayFreesAt
+		msg = fmt.Sprintf("you created %d red packets in the last 24 hours, the limit per user is %d a day: "+
+			"the next one can be created at %s", s.cfg.MaxPerUserPerDay, s.cfg.MaxPerUserPerDay, over.DayFreesAt.UTC().Format(time.RFC3339))
+	}
+	return &domain.Error{Code: domain.CodeRateLimited, Message: msg, RetryAfter: max(freed.Sub(now), time.Millisecond)}
 }
 
 // Get reads a red packet with its live remaining packets and cents.
