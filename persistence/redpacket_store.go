@@ -475,3 +475,77 @@ func (s *RedPacketStore) Refund(ctx context.Context, id int64, now time.Time) (d
 	}
 	return true, refunded, cents, nil
 }
+
+// settledBefore is the one condition of a red packet PruneSettled may
+// delete, on tb_red_packet's columns: refunded (refund_time set, which is
+// final: Refund records it once no grab can still arrive, and a writer
+// refuses every grab of a refunded red packet, see adopt) before the
+// cutoff (its one argument). Every statement of a prune repeats it, so a
+// red packet that is not settled loses no row, whatever was listed.
+const settledBefore = "refund_time IS NOT NULL AND refund_time < ?"
+
+// PruneSettled deletes, in one transaction, red packets settled before
+// cutoff (settledBefore) with their packets, their grabs and their quota
+// row: whole red packets, the earliest refunded first, until their
+// packets reach maxPackets (always at least one red packet). It returns
+// how many red packets it deleted; 0 when none is due. On Postgres the
+// red packets are locked first (SKIP LOCKED: one another prune holds is
+// left to it). Dead letters of their grabs stay: they are the record of
+// what was refused.
+//
+// The cutoff must be at least domain.RedPacketDay ago: the daily quota
+// counts the red packets created within it (CreateWithin), and a red
+// packet is refunded after it was created.
+func (s *RedPacketStore) PruneSettled(ctx context.Context, cutoff time.Time, maxPackets int) (int, error) {
+	cutoff = cutoff.UTC()
+	var ids []int64
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		ids = nil
+		var due []struct {
+			ID    int64 `bun:"id"`
+			Count int   `bun:"count"`
+		}
+		q := tx.NewSelect().Model((*redPacketRow)(nil)).Column("id", "count").
+			Where(settledBefore, cutoff).OrderExpr("refund_time, id").Limit(int64(min(maxPackets, pruneListMax)))
+		if IsPostgres(tx) {
+			q = q.For("UPDATE SKIP LOCKED")
+		}
+		if err := q.Scan(ctx, &due); err != nil {
+			return fmt.Errorf("list settled red packets: %w", err)
+		}
+		packets := 0
+		for _, d := range due {
+			if len(ids) > 0 && packets+d.Count > maxPackets {
+				break
+			}
+			ids, packets = append(ids, d.ID), packets+d.Count
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		// Children first (their keys reference tb_red_packet), each
+		// limited to the settled red packets among ids.
+		settled := tx.NewSelect().Model((*redPacketRow)(nil)).Column("id").Where("id IN (?)", bun.In(ids)).Where(settledBefore, cutoff)
+		for _, child := range []any{(*GrabRow)(nil), (*PacketRow)(nil), (*openRedPacketRow)(nil)} {
+			if _, err := tx.NewDelete().Model(child).Where("red_packet_id IN (?)", settled).Exec(ctx); err != nil {
+				return fmt.Errorf("prune rows of settled red packets: %w", err)
+			}
+		}
+		res, err := tx.NewDelete().Model((*redPacketRow)(nil)).Where("id IN (?)", bun.In(ids)).Where(settledBefore, cutoff).Exec(ctx)
+		if err != nil {
+			return fmt.Errorf("prune settled red packets: %w", err)
+		}
+		if n, err := res.RowsAffected(); err == nil && int(n) != len(ids) {
+			return fmt.Errorf("prune settled red packets: %d of %d listed were deleted", n, len(ids))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return len(ids), nil
+}
+
+// pruneListMax bounds the red packets one prune lists (each has at least
+// one packet, so maxPackets bounds them too).
+const pruneListMax = 1000

@@ -76,6 +76,9 @@ type Config struct {
 	// RedPacketMaxPerUserPerDay is how many red packets one user may
 	// create within any 24 hours.
 	RedPacketMaxPerUserPerDay int
+	// RedPacketRetention is how long a settled (refunded) red packet stays
+	// in the database after its refund.
+	RedPacketRetention time.Duration
 
 	ClusterProvider        string // test, automanaged, etcd
 	ClusterName            string

@@ -1,7 +1,8 @@
 // Package redpackets is the red-packet use case: creating a red
 // packet (split up front, committed, then pushed into Redis), grabbing a
-// packet (through the router's red-packet sequencer), reading one, and
-// refunding what nobody grabbed once it expires, on one node at a time.
+// packet (through the router's red-packet sequencer), reading one,
+// refunding what nobody grabbed once it expires, and pruning the settled
+// ones after a retention, each job on one node at a time.
 package redpackets
 
 import (
@@ -218,4 +219,88 @@ func (r *Refunds) RunOnce(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// Pruner deletes settled red packets (persistence.RedPacketStore).
+type Pruner interface {
+	// PruneSettled deletes, in one transaction, red packets refunded
+	// before cutoff with every row of theirs, the earliest refunded
+	// first, whole red packets until their packets reach maxPackets (at
+	// least one); it returns how many it deleted, 0 when none is due.
+	PruneSettled(ctx context.Context, cutoff time.Time, maxPackets int) (int, error)
+}
+
+// PruneConfig tunes the pruning of settled red packets.
+type PruneConfig struct {
+	// Retention is how long a red packet is kept after it settled (its
+	// refund, which every red packet gets once it expired and no grab of
+	// it can still arrive): RetentionDefault when 0, and never less than
+	// domain.RedPacketDay, whose creations the daily quota counts.
+	Retention time.Duration
+	// Interval is how often the pruning runs (PruneIntervalDefault when 0).
+	Interval time.Duration
+	// BatchPackets bounds one transaction by the packets of the red
+	// packets it deletes (PruneBatchPacketsDefault when 0); Batches the
+	// transactions of one run (PruneBatchesDefault when 0), the rest
+	// waiting for the next run.
+	BatchPackets int
+	Batches      int
+}
+
+// Pruning defaults: a month of history, and at most a million packets'
+// rows deleted a minute, ten thousand a transaction.
+const (
+	RetentionDefault         = 30 * 24 * time.Hour
+	PruneIntervalDefault     = time.Minute
+	PruneBatchPacketsDefault = 10_000
+	PruneBatchesDefault      = 100
+)
+
+// Pruning deletes settled red packets past their retention from the
+// database, with their packets and grabs, on one node at a time (lease
+// "red-packet-prune"). Without it every red packet's rows stay for good:
+// a packet row per packet and a grab row per grab, 409 KB of Postgres for
+// a red packet of 5,000 packets (docs/BENCHMARKS.md).
+type Pruning struct {
+	// Job runs RunOnce every interval under the lease (Start, Stop).
+	*maintenance.Job[int]
+	cfg   PruneConfig
+	store Pruner
+	log   *slog.Logger
+	now   func() time.Time
+}
+
+// NewPruning returns the pruning job.
+func NewPruning(store Pruner, locker maintenance.Locker, cfg PruneConfig, log *slog.Logger) *Pruning {
+	cfg.Retention = max(cmp.Or(cfg.Retention, RetentionDefault), domain.RedPacketDay)
+	cfg.Interval = cmp.Or(cfg.Interval, PruneIntervalDefault)
+	cfg.BatchPackets = cmp.Or(cfg.BatchPackets, PruneBatchPacketsDefault)
+	cfg.Batches = cmp.Or(cfg.Batches, PruneBatchesDefault)
+	p := &Pruning{cfg: cfg, store: store, log: log, now: time.Now}
+	p.Job = maintenance.New(maintenance.Config{Name: "red-packet-prune", Interval: cfg.Interval, Locker: locker, FirstAfterInterval: true}, log, p.RunOnce)
+	return p
+}
+
+// RunOnce deletes the red packets settled before the retention, a batch
+// per transaction, until none is left or Batches are done, and returns
+// how many it deleted.
+func (p *Pruning) RunOnce(ctx context.Context) (int, error) {
+	cutoff := p.now().Add(-p.cfg.Retention)
+	total := 0
+	for range p.cfg.Batches {
+		n, err := p.store.PruneSettled(ctx, cutoff, p.cfg.BatchPackets)
+		total += n
+		if err != nil || n == 0 {
+			p.logPruned(ctx, total, cutoff)
+			return total, err
+		}
+	}
+	p.logPruned(ctx, total, cutoff)
+	return total, nil
+}
+
+func (p *Pruning) logPruned(ctx context.Context, n int, cutoff time.Time) {
+	if n > 0 {
+		p.log.InfoContext(ctx, "settled red packets pruned", "red_packets", n, "refunded_before", cutoff.UTC().Format(time.RFC3339))
+	}
 }
