@@ -59,6 +59,31 @@ type RedPacket struct {
 	Refunded *time.Time
 }
 
+// RedPacketQuota bounds the red packets of one creator; 0 is no bound.
+type RedPacketQuota struct {
+	// MaxOpen is how many open red packets (neither refunded nor fully
+	// grabbed) the creator may have at once.
+	MaxOpen int
+	// MaxPerDay is how many red packets the creator may create within
+	// RedPacketDay (a rolling day, not a calendar day).
+	MaxPerDay int
+}
+
+// RedPacketDay is the window of RedPacketQuota.MaxPerDay.
+const RedPacketDay = 24 * time.Hour
+
+// RedPacketOverQuota is why a create was refused: each field is set for
+// the bound that was reached.
+type RedPacketOverQuota struct {
+	// Open are the expiries of the creator's open red packets, earliest
+	// first, when MaxOpen of them are open.
+	Open []time.Time
+	// DayFreesAt, when MaxPerDay red packets were created within
+	// RedPacketDay, is when the one whose leaving the window lets the
+	// next create pass leaves it.
+	DayFreesAt time.Time
+}
+
 // RedPacketNotFound reports an unknown red packet.
 func RedPacketNotFound(id int64) *Error { return NotFound("red packet", id) }
 

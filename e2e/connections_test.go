@@ -31,7 +31,7 @@ func TestNewConnectionsAreAdmittedPerClientAddress(t *testing.T) {
 		}
 		defer conn.Close()
 		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: flashsale\r\nConnection: close\r\n\r\n"); err != nil {
+		if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"); err != nil {
 			return 0, err
 		}
 		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)

@@ -28,7 +28,7 @@ func TestASlowBodyIsCutAtTheBodyTimeout(t *testing.T) {
 	}
 	defer conn.Close()
 	began := time.Now()
-	if _, err := io.WriteString(conn, "POST /query HTTP/1.1\r\nHost: flashsale\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"); err != nil {
+	if _, err := io.WriteString(conn, "POST /query HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{"); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())

@@ -1,7 +1,6 @@
 package persistence_test
 
 import (
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -19,16 +18,10 @@ import (
 // one is not (a packet returned to the back of the queue).
 func TestCreateWithinCountsTheCreatorsOpenRedPackets(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		db   func(tb testing.TB) *bun.DB
-	}{
-		{"postgres", testenv.MustPostgres},
-		{"sqlite", func(tb testing.TB) *bun.DB { return testenv.MustOpen(tb, filepath.Join(tb.TempDir(), "quota.db")) }},
-	} {
+	for _, tc := range dialects {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			db := tc.db(t)
+			db := tc.open(t)
 			store := persistence.NewRedPacketStore(db, persistence.NewRedPacketRedis(testenv.MustRedis(t).Client()))
 			now := time.Now().Truncate(time.Millisecond)
 			create := func(id int64, count int, ttl time.Duration) []time.Time {
@@ -38,11 +31,14 @@ func TestCreateWithinCountsTheCreatorsOpenRedPackets(t *testing.T) {
 					amounts[i] = 1
 				}
 				rp := domain.RedPacket{ID: id, CreatorID: 7, TotalCents: int64(count), Count: count, ExpiresAt: now.Add(ttl), CreatedAt: now}
-				open, err := store.CreateWithin(t.Context(), rp, amounts, 2)
+				over, err := store.CreateWithin(t.Context(), rp, amounts, domain.RedPacketQuota{MaxOpen: 2})
 				if err != nil {
 					t.Fatal(err)
 				}
-				return open
+				if over == nil {
+					return nil
+				}
+				return over.Open
 			}
 			grabbed := func(id int64, seq int) {
 				t.Helper()
@@ -51,14 +47,7 @@ func TestCreateWithinCountsTheCreatorsOpenRedPackets(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			exists := func(id int64) bool {
-				t.Helper()
-				ok, err := db.NewSelect().Table("tb_red_packet").Where("id = ?", id).Exists(t.Context())
-				if err != nil {
-					t.Fatal(err)
-				}
-				return ok
-			}
+			exists := func(id int64) bool { return redPacketStored(t, db, id) }
 
 			if open := create(1, 2, 2*time.Hour); open != nil {
 				t.Fatalf("first: refused with %v open", open)
@@ -84,4 +73,14 @@ func TestCreateWithinCountsTheCreatorsOpenRedPackets(t *testing.T) {
 			}
 		})
 	}
+}
+
+// redPacketStored reports whether tb_red_packet holds red packet id.
+func redPacketStored(tb testing.TB, db bun.IDB, id int64) bool {
+	tb.Helper()
+	ok, err := db.NewSelect().Table("tb_red_packet").Where("id = ?", id).Exists(tb.Context())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ok
 }

@@ -72,36 +72,33 @@ func NewRedPacketStore(db *bun.DB, rdb *RedPacketRedis) *RedPacketStore {
 // Create commits the red packet and its packets (amounts[i] is packet i),
 // then loads it into Redis; no quota applies (see CreateWithin).
 func (s *RedPacketStore) Create(ctx context.Context, rp domain.RedPacket, amounts []int64) error {
-	_, err := s.CreateWithin(ctx, rp, amounts, 0)
+	_, err := s.CreateWithin(ctx, rp, amounts, domain.RedPacketQuota{})
 	return err
 }
 
 // CreateWithin commits the red packet and its packets (amounts[i] is
 // packet i) and marks it open for its creator, then loads it into Redis;
-// unless maxOpen > 0 and the creator has maxOpen open red packets already
-// (openRedPackets): then it stores nothing and returns their expiries,
-// earliest first (nil when it created the red packet).
+// unless the creator has reached a bound of q: q.MaxOpen open red packets
+// (openRedPackets), or q.MaxPerDay created within domain.RedPacketDay
+// before rp.CreatedAt (createdWithinDay). Then it stores nothing and says
+// which (nil when it created the red packet).
 //
-// The count and the insert are one transaction that holds the creator's
-// lock (creatorLock) from before the count to the commit, so two creates
+// The counts and the insert are one transaction that holds the creator's
+// lock (creatorLock) from before the counts to the commit, so two creates
 // of one creator take turns: the second counts the first's red packet,
-// and no two creates at the limit both pass, on any number of nodes.
-func (s *RedPacketStore) CreateWithin(ctx context.Context, rp domain.RedPacket, amounts []int64, maxOpen int) (open []time.Time, err error) {
+// and no two creates at a limit both pass, on any number of nodes.
+func (s *RedPacketStore) CreateWithin(ctx context.Context, rp domain.RedPacket, amounts []int64, q domain.RedPacketQuota) (over *domain.RedPacketOverQuota, err error) {
 	row := redPacketRow{ID: rp.ID, CreatorID: rp.CreatorID, TotalCents: rp.TotalCents, Count: rp.Count,
 		ExpireTime: rp.ExpiresAt.UTC(), CreateTime: rp.CreatedAt.UTC()}
 	err = s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
-		open = nil
-		if maxOpen > 0 {
+		over = nil
+		if q.MaxOpen > 0 || q.MaxPerDay > 0 {
 			if err := creatorLock(ctx, tx, rp.CreatorID); err != nil {
 				return err
 			}
-			expiries, err := openRedPackets(ctx, tx, rp.CreatorID)
-			if err != nil {
-				return err
-			}
-			if len(expiries) >= maxOpen {
-				open = expiries
-				return nil // commits the closed red packets' removal
+			var err error
+			if over, err = quotaReached(ctx, tx, rp, q); err != nil || over != nil {
+				return err // commits the closed red packets' removal
 			}
 		}
 		if _, err := tx.NewInsert().Model(&row).Exec(ctx); err != nil {
@@ -116,11 +113,57 @@ func (s *RedPacketStore) CreateWithin(ctx context.Context, rp domain.RedPacket, 
 	if err != nil {
 		return nil, fmt.Errorf("create red packet %d: %w", rp.ID, err)
 	}
-	if open != nil {
-		return open, nil
+	if over != nil {
+		return over, nil
 	}
 	_, err = s.redis.Load(ctx, RedPacketLoad{ID: rp.ID, ExpiresAt: rp.ExpiresAt, Amounts: amounts})
 	return nil, err
+}
+
+// quotaReached counts the creator's red packets against q, under the
+// creator's lock, and says which bounds the create would pass (nil: none).
+// Both are counted, so that the answer says when the create passes.
+func quotaReached(ctx context.Context, tx bun.Tx, rp domain.RedPacket, q domain.RedPacketQuota) (*domain.RedPacketOverQuota, error) {
+	var over domain.RedPacketOverQuota
+	if q.MaxPerDay > 0 {
+		created, err := createdWithinDay(ctx, tx, rp.CreatorID, rp.CreatedAt, q.MaxPerDay)
+		if err != nil {
+			return nil, err
+		}
+		if len(created) >= q.MaxPerDay {
+			over.DayFreesAt = created[q.MaxPerDay-1].Add(domain.RedPacketDay)
+		}
+	}
+	if q.MaxOpen > 0 {
+		expiries, err := openRedPackets(ctx, tx, rp.CreatorID)
+		if err != nil {
+			return nil, err
+		}
+		if len(expiries) >= q.MaxOpen {
+			over.Open = expiries
+		}
+	}
+	if over.Open == nil && over.DayFreesAt.IsZero() {
+		return nil, nil
+	}
+	return &over, nil
+}
+
+// createdWithinDay returns the creation times of the creator's newest red
+// packets created after now less domain.RedPacketDay, newest first, at
+// most limit of them: with limit found, the last is the one whose leaving
+// the window lets one more create pass. One range scan of
+// ix_red_packet_creator, at most limit rows; pruning never removes a red
+// packet this young (see PruneSettled).
+func createdWithinDay(ctx context.Context, tx bun.Tx, creatorID int64, now time.Time, limit int) ([]time.Time, error) {
+	var created []time.Time
+	err := tx.NewSelect().Model((*redPacketRow)(nil)).Column("create_time").
+		Where("creator_id = ?", creatorID).Where("create_time > ?", now.Add(-domain.RedPacketDay).UTC()).
+		OrderExpr("create_time DESC").Limit(int64(limit)).Scan(ctx, &created)
+	if err != nil {
+		return nil, fmt.Errorf("count red packets of creator %d created within a day: %w", creatorID, err)
+	}
+	return created, nil
 }
 
 // insertPackets inserts a new red packet's packets (amounts[i] is packet
@@ -432,3 +475,77 @@ func (s *RedPacketStore) Refund(ctx context.Context, id int64, now time.Time) (d
 	}
 	return true, refunded, cents, nil
 }
+
+// settledBefore is the one condition of a red packet PruneSettled may
+// delete, on tb_red_packet's columns: refunded (refund_time set, which is
+// final: Refund records it once no grab can still arrive, and a writer
+// refuses every grab of a refunded red packet, see adopt) before the
+// cutoff (its one argument). Every statement of a prune repeats it, so a
+// red packet that is not settled loses no row, whatever was listed.
+const settledBefore = "refund_time IS NOT NULL AND refund_time < ?"
+
+// PruneSettled deletes, in one transaction, red packets settled before
+// cutoff (settledBefore) with their packets, their grabs and their quota
+// row: whole red packets, the earliest refunded first, until their
+// packets reach maxPackets (always at least one red packet). It returns
+// how many red packets it deleted; 0 when none is due. On Postgres the
+// red packets are locked first (SKIP LOCKED: one another prune holds is
+// left to it). Dead letters of their grabs stay: they are the record of
+// what was refused.
+//
+// The cutoff must be at least domain.RedPacketDay ago: the daily quota
+// counts the red packets created within it (CreateWithin), and a red
+// packet is refunded after it was created.
+func (s *RedPacketStore) PruneSettled(ctx context.Context, cutoff time.Time, maxPackets int) (int, error) {
+	cutoff = cutoff.UTC()
+	var ids []int64
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		ids = nil
+		var due []struct {
+			ID    int64 `bun:"id"`
+			Count int   `bun:"count"`
+		}
+		q := tx.NewSelect().Model((*redPacketRow)(nil)).Column("id", "count").
+			Where(settledBefore, cutoff).OrderExpr("refund_time, id").Limit(int64(min(maxPackets, pruneListMax)))
+		if IsPostgres(tx) {
+			q = q.For("UPDATE SKIP LOCKED")
+		}
+		if err := q.Scan(ctx, &due); err != nil {
+			return fmt.Errorf("list settled red packets: %w", err)
+		}
+		packets := 0
+		for _, d := range due {
+			if len(ids) > 0 && packets+d.Count > maxPackets {
+				break
+			}
+			ids, packets = append(ids, d.ID), packets+d.Count
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		// Children first (their keys reference tb_red_packet), each
+		// limited to the settled red packets among ids.
+		settled := tx.NewSelect().Model((*redPacketRow)(nil)).Column("id").Where("id IN (?)", bun.In(ids)).Where(settledBefore, cutoff)
+		for _, child := range []any{(*GrabRow)(nil), (*PacketRow)(nil), (*openRedPacketRow)(nil)} {
+			if _, err := tx.NewDelete().Model(child).Where("red_packet_id IN (?)", settled).Exec(ctx); err != nil {
+				return fmt.Errorf("prune rows of settled red packets: %w", err)
+			}
+		}
+		res, err := tx.NewDelete().Model((*redPacketRow)(nil)).Where("id IN (?)", bun.In(ids)).Where(settledBefore, cutoff).Exec(ctx)
+		if err != nil {
+			return fmt.Errorf("prune settled red packets: %w", err)
+		}
+		if n, err := res.RowsAffected(); err == nil && int(n) != len(ids) {
+			return fmt.Errorf("prune settled red packets: %d of %d listed were deleted", n, len(ids))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return len(ids), nil
+}
+
+// pruneListMax bounds the red packets one prune lists (each has at least
+// one packet, so maxPackets bounds them too).
+const pruneListMax = 1000

@@ -401,8 +401,11 @@ func (w *RedPacketWriter) DeadLetter(ctx context.Context, dead []DeadEntry) erro
 }
 
 // Prune drops from the registry the logs of red packets that are
-// refunded (the database says so), gone from Redis and hold no entry.
-// Nothing appends to them again: a refunded red packet is never loaded.
+// refunded or pruned (the database has no row of theirs that is not
+// refunded), gone from Redis and hold no entry. Nothing appends to them
+// again: a refunded red packet is never loaded, nor one the database
+// lacks; and a log is registered only after its red packet's row is
+// committed.
 func (w *RedPacketWriter) Prune(ctx context.Context, logs []string) int {
 	n := 0
 	for _, s := range logs {
@@ -416,8 +419,8 @@ func (w *RedPacketWriter) Prune(ctx context.Context, logs []string) int {
 		if l, err := w.rdb.XLen(ctx, s).Result(); err != nil || l > 0 {
 			continue
 		}
-		refunded, err := w.db.NewSelect().Model((*redPacketRow)(nil)).Where("id = ? AND refund_time IS NOT NULL", id).Exists(ctx)
-		if err != nil || !refunded {
+		open, err := w.db.NewSelect().Model((*redPacketRow)(nil)).Where("id = ? AND refund_time IS NULL", id).Exists(ctx)
+		if err != nil || open {
 			continue
 		}
 		if err := w.rdb.SRem(ctx, redPacketLogsKey, s).Err(); err == nil {

@@ -73,6 +73,12 @@ type Config struct {
 	// RedPacketMaxOpenPerUser is how many open red packets (neither
 	// refunded nor fully grabbed) one user may have at once.
 	RedPacketMaxOpenPerUser int
+	// RedPacketMaxPerUserPerDay is how many red packets one user may
+	// create within any 24 hours.
+	RedPacketMaxPerUserPerDay int
+	// RedPacketRetention is how long a settled (refunded) red packet stays
+	// in the database after its refund.
+	RedPacketRetention time.Duration
 
 	ClusterProvider        string // test, automanaged, etcd
 	ClusterName            string
@@ -150,6 +156,9 @@ type Config struct {
 	// open its websocket); ["none"] or empty: the service's own only.
 	// See CORSOrigins.
 	CORSAllowedOrigins []string
+	// EmbeddedAllowedHosts are the Hosts embedded mode answers besides
+	// localhost and the loopback addresses (httpapi.LocalHosts).
+	EmbeddedAllowedHosts []string
 	// HTTPMaxHeaderBytes is the server's MaxHeaderBytes: a larger request
 	// line and headers are answered 431 before they are read whole.
 	HTTPMaxHeaderBytes int

@@ -13,6 +13,7 @@ import (
 
 	"flashsale/actors"
 	"flashsale/actors/writer"
+	"flashsale/domain"
 	"flashsale/graph"
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
@@ -200,6 +201,14 @@ var settings = []setting{
 	durationVar("RED_PACKET_REFUND_INTERVAL", redpackets.RefundIntervalDefault, "how often one node refunds expired red packets", func(c *Config) *time.Duration { return &c.RedPacketRefundInterval }),
 	durationVar("RED_PACKET_REFUND_GRACE", redpackets.RefundGraceDefault, "how long after its expiry a red packet is refunded (room for clock skew)", func(c *Config) *time.Duration { return &c.RedPacketRefundGrace }),
 	intVar("RED_PACKET_MAX_OPEN_PER_USER", strconv.Itoa(redpackets.MaxOpenPerUserDefault), "open red packets (neither refunded nor fully grabbed) one user may have at once; one more is RATE_LIMITED", func(c *Config) *int { return &c.RedPacketMaxOpenPerUser }, positive),
+	intVar("RED_PACKET_MAX_PER_USER_PER_DAY", strconv.Itoa(redpackets.MaxPerUserPerDayDefault), "red packets one user may create within any 24 hours (a rolling day); one more is RATE_LIMITED, retryAfterMs until the oldest of them is 24 hours old", func(c *Config) *int { return &c.RedPacketMaxPerUserPerDay }, positive),
+	durationVar("RED_PACKET_RETENTION", redpackets.RetentionDefault, "how long a settled red packet (refunded: expired, and no grab of it can still arrive) stays in the database after its refund; then one node deletes it with its packets and grabs; at least 24h, the window of RED_PACKET_MAX_PER_USER_PER_DAY (set a large value to keep them longer)", func(c *Config) *time.Duration { return &c.RedPacketRetention }).
+		checked(func(c Config) string {
+			if c.RedPacketRetention < domain.RedPacketDay {
+				return "want 24h or more: RED_PACKET_MAX_PER_USER_PER_DAY counts the red packets created within the last 24h"
+			}
+			return ""
+		}),
 
 	stringVar("CLUSTER_PROVIDER", "test", "test, automanaged or etcd", func(c *Config) *string { return &c.ClusterProvider }).
 		checked(func(c Config) string {
@@ -377,6 +386,17 @@ var settings = []setting{
 				return slog.StringValue("none")
 			}
 			return slog.StringValue(strings.Join(c.CORSAllowedOrigins, ","))
+		}),
+	// Embedded mode's playground page holds an admin token: a page on a
+	// name rebound to this machine must get nothing from it.
+	listVar("EMBEDDED_ALLOWED_HOSTS", "embedded mode answers only requests whose Host is localhost, a loopback address (127.0.0.1, [::1]) or one of these comma-separated names or addresses (port ignored); any other gets 421 and nothing else, so a page on a name rebound to this machine (DNS rebinding) gets no token; ignored in real mode", func(c *Config) *[]string { return &c.EmbeddedAllowedHosts }).
+		checked(func(c Config) string {
+			for _, h := range c.EmbeddedAllowedHosts {
+				if err := httpapi.CheckAllowedHost(h); err != nil {
+					return err.Error()
+				}
+			}
+			return ""
 		}),
 	intVar("HTTP_MAX_HEADER_BYTES", strconv.Itoa(httpapi.MaxHeaderBytesDefault), "largest request line plus headers in bytes (net/http reads up to 4 KiB past it); more is answered 431", func(c *Config) *int { return &c.HTTPMaxHeaderBytes }, positive).
 		checked(func(c Config) string {

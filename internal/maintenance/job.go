@@ -1,7 +1,8 @@
 // Package maintenance is the one shape of the node's background jobs (the
 // pay timeout, the pending-stock sweeper, reconciliation, red-packet
-// refunds, the voucher status sync): a Config with defaults, a run that
-// returns what it did, an optional cluster-wide lease, and Start/Stop.
+// refunds and pruning, the voucher status sync): a Config with defaults, a
+// run that returns what it did, an optional cluster-wide lease, and
+// Start/Stop.
 //
 // The rules of each job stay with its use case (orders, redpackets,
 // catalog), which hands its run to New; this package only decides when a

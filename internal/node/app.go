@@ -100,7 +100,10 @@ type app struct {
 	gate     *gate.Service
 	gateRdb  redis.UniversalClient // the gate's own client, with Hooks.GateRedis only
 	gql      http.Handler          // /query
-	mux      *http.ServeMux
+	mux      http.Handler          // every route, behind hosts in embedded mode
+	// hosts, in embedded mode, refuses requests to other Hosts than this
+	// machine's (DNS rebinding); nil in real mode.
+	hosts *httpapi.LocalHosts
 	// prober (the breaker's probe) and statusSync are this node's own
 	// maintenance jobs, run on every node.
 	prober, statusSync maintenance.Service
@@ -638,6 +641,15 @@ func (a *app) buildHandler(context.Context, *loops) error {
 	mux.Handle("GET /readyz", a.ready)
 	mux.Handle("GET /metrics", promhttp.Handler())
 	a.mux = mux
+	if cfg.Embedded() {
+		// Every route, before anything reads the request: see
+		// httpapi.LocalHosts.
+		a.hosts, err = httpapi.NewLocalHosts(cfg.EmbeddedAllowedHosts)
+		if err != nil {
+			return &config.Error{Var: "EMBEDDED_ALLOWED_HOSTS", Msg: err.Error()}
+		}
+		a.mux = a.hosts.Guard(mux)
+	}
 	return nil
 }
 
@@ -667,7 +679,7 @@ func (a *app) closeListener() {
 }
 
 func (a *app) startProfilerStep(context.Context, *loops) (err error) {
-	a.profiler, err = startProfiler(a.cfg.PprofAddr, a.log)
+	a.profiler, err = startProfiler(a.cfg.PprofAddr, a.hosts, a.log)
 	return err
 }
 

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"flashsale/httpapi"
 	"flashsale/internal/config"
 )
 
@@ -23,8 +24,9 @@ type profiler struct {
 }
 
 // startProfiler listens on addr and serves until close; nil when addr is
-// empty.
-func startProfiler(addr string, log *slog.Logger) (*profiler, error) {
+// empty. With hosts (embedded mode) it answers the same Hosts as the
+// node's own routes: a profile shows the command line.
+func startProfiler(addr string, hosts *httpapi.LocalHosts, log *slog.Logger) (*profiler, error) {
 	if addr == "" {
 		return nil, nil
 	}
@@ -38,7 +40,11 @@ func startProfiler(addr string, log *slog.Logger) (*profiler, error) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	p := &profiler{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+	var h http.Handler = mux
+	if hosts != nil {
+		h = hosts.Guard(mux)
+	}
+	p := &profiler{srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}}
 	p.done.Add(1)
 	go func() {
 		defer p.done.Done()

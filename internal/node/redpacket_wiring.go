@@ -18,6 +18,7 @@ import (
 var (
 	_ graph.RedPackets       = (*redpackets.Service)(nil)
 	_ redpackets.Storer      = (*persistence.RedPacketStore)(nil)
+	_ redpackets.Pruner      = (*persistence.RedPacketStore)(nil)
 	_ redpackets.IDs         = (*persistence.OrderIDs)(nil)
 	_ redpackets.Grabber     = (*actors.RedPackets)(nil)
 	_ actors.RedPacketStore  = (*persistence.RedPacketRedis)(nil)
@@ -26,15 +27,18 @@ var (
 
 // redPacketsPart is the wiring of red packets: the red-packet service, its
 // sequencer in the router's actor system, the writer of the red-packet
-// order logs and the refunds (a singleton under the orders' Redlock).
+// order logs, the refunds and the pruning (singletons under the orders'
+// Redlock).
 type redPacketsPart struct {
 	service *redpackets.Service
 	writer  *writer.Writer
 	refunds *redpackets.Refunds
+	pruning *redpackets.Pruning
 }
 
 // startRedPackets wires the red packets, starts their persistence actor
-// in the router's actor system and their refunds (stop stops both).
+// in the router's actor system, their refunds and their pruning (stop
+// stops them).
 func (a *app) startRedPackets(ctx context.Context, bg *loops) (*redPacketsPart, error) {
 	p := &redPacketsPart{}
 	rds := persistence.NewRedPacketRedis(a.acked)
@@ -44,8 +48,9 @@ func (a *app) startRedPackets(ctx context.Context, bg *loops) (*redPacketsPart, 
 		store.ReloadHold = time.Millisecond // as the vouchers' (app.go): nobody to wait for
 	}
 	p.service = redpackets.New(store, a.ids, a.router.RedPackets(rds, store), redpackets.Config{
-		MaxOpenPerUser: a.cfg.RedPacketMaxOpenPerUser,
-		RefundLag:      a.cfg.RedPacketRefundGrace + a.cfg.RedPacketRefundInterval,
+		MaxOpenPerUser:   a.cfg.RedPacketMaxOpenPerUser,
+		MaxPerUserPerDay: a.cfg.RedPacketMaxPerUserPerDay,
+		RefundLag:        a.cfg.RedPacketRefundGrace + a.cfg.RedPacketRefundInterval,
 	})
 	opts := logConsumerOptions(a.cfg)
 	p.writer = writer.New(writer.RedPackets(a.db, a.bg, a.log, opts), a.log, opts)
@@ -61,14 +66,22 @@ func (a *app) startRedPackets(ctx context.Context, bg *loops) (*redPacketsPart, 
 	if err := p.refunds.Start(bg.ctx); err != nil {
 		return p, err
 	}
+	p.pruning = redpackets.NewPruning(store, a.orders.locker, redpackets.PruneConfig{Retention: a.cfg.RedPacketRetention}, a.log)
+	if err := p.pruning.Start(bg.ctx); err != nil {
+		return p, err
+	}
 	return p, nil
 }
 
-// stop stops the refunds, after their run under way returned, then the
-// persistence actor (the shutdown drained the red-packet logs already).
+// stop stops the pruning and the refunds, each after its run under way
+// returned, then the persistence actor (the shutdown drained the
+// red-packet logs already).
 func (p *redPacketsPart) stop() {
 	if p == nil {
 		return
+	}
+	if p.pruning != nil {
+		p.pruning.Stop()
 	}
 	if p.refunds != nil {
 		p.refunds.Stop()
