@@ -1,14 +1,18 @@
 package httpapi
 
 import (
+	"net/netip"
 	"sync"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+
+	"flashsale/domain"
 )
 
 // floodShedder is the in-process per-IP limit (SHED_IP_PER_SEC): a token
-// bucket per client address, refilled at rate per second up to burst,
+// bucket per client key (domain.ClientKey: an IPv4 address, an IPv6
+// /64), refilled at rate per second up to burst,
 // kept in memory only. It needs no Redis round trip, so it holds when
 // Redis is slow or down and costs a map lookup; it is per node, so a
 // cluster of N nodes admits up to N times the rate from one address
@@ -26,7 +30,7 @@ type floodShedder struct {
 	// A flood from more addresses than the cache holds evicts buckets
 	// early and so admits more; the cache is sized for far more addresses
 	// than one node serves at once.
-	buckets *lru.Cache[string, *bucket]
+	buckets *lru.Cache[netip.Addr, *bucket]
 }
 
 type bucket struct {
@@ -43,20 +47,21 @@ func newFloodShedder(perSec int) *floodShedder {
 	if perSec <= 0 {
 		return nil
 	}
-	c, _ := lru.New[string, *bucket](floodBuckets) // errors only for size <= 0
+	c, _ := lru.New[netip.Addr, *bucket](floodBuckets) // errors only for size <= 0
 	return &floodShedder{rate: float64(perSec), burst: 2 * float64(perSec), now: time.Now, buckets: c}
 }
 
-// allow takes one token from ip's bucket, or reports how long until one
-// is there.
+// allow takes one token from the bucket of ip's client key, or reports
+// how long until one is there.
 func (f *floodShedder) allow(ip string) (bool, time.Duration) {
+	key := domain.ParseClientKey(ip)
 	now := f.now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	b, ok := f.buckets.Get(ip)
+	b, ok := f.buckets.Get(key)
 	if !ok {
 		b = &bucket{tokens: f.burst, at: now}
-		f.buckets.Add(ip, b)
+		f.buckets.Add(key, b)
 	}
 	b.tokens = min(f.burst, b.tokens+now.Sub(b.at).Seconds()*f.rate)
 	b.at = now

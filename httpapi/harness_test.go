@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -46,13 +47,13 @@ func mustVoucher(tb testing.TB, n *nodetest.Node, spec testenv.VoucherSpec) doma
 	return testenv.MustVoucher(tb, n.DB, n.Redis.Client(), spec)
 }
 
-// post runs one POST /query through h from ip and returns the HTTP status
+// post runs one POST /query through h from ip (IPv4 or IPv6) and returns the HTTP status
 // and the errors' codes; every RATE_LIMITED error must say when to retry.
 func post(tb testing.TB, h http.Handler, ip, token, query string) (int, []string) {
 	tb.Helper()
 	body, _ := json.Marshal(map[string]any{"query": query})
 	req := httptest.NewRequest(http.MethodPost, "/query", bytes.NewReader(body))
-	req.RemoteAddr = ip + ":4321"
+	req.RemoteAddr = net.JoinHostPort(ip, "4321")
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -39,8 +40,9 @@ const (
 // (another attempt can only succeed once one of its sockets closes).
 const closeTooManyRequests = 4429
 
-// socketCaps counts the websockets open per client address and per user
-// and refuses one over either cap. The address is known at the upgrade,
+// socketCaps counts the websockets open per client address (its client
+// key, domain.ClientKey: an IPv4 address, an IPv6 /64) and per user and
+// refuses one over either cap. The address is known at the upgrade,
 // the user only at connection_init, so a socket takes its address's slot
 // when it is accepted and its user's once authenticated; both are given
 // back once, when the socket's connection closes (socketSlots).
@@ -51,19 +53,21 @@ type socketCaps struct {
 	perIP, perUser int
 
 	mu    sync.Mutex
-	ips   map[string]int
+	ips   map[netip.Addr]int
 	users map[int64]int
 }
 
 func newSocketCaps(perIP, perUser int) *socketCaps {
-	return &socketCaps{perIP: perIP, perUser: perUser, ips: map[string]int{}, users: map[int64]int{}}
+	return &socketCaps{perIP: perIP, perUser: perUser, ips: map[netip.Addr]int{}, users: map[int64]int{}}
 }
 
-// takeIP takes one of ip's slots, or reports the cap is reached.
-func (c *socketCaps) takeIP(ip string) bool {
+// takeIP takes one of the slots of ip's client key and returns the key,
+// or reports the cap is reached.
+func (c *socketCaps) takeIP(ip string) (netip.Addr, bool) {
+	key := domain.ParseClientKey(ip)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return take(c.ips, ip, c.perIP)
+	return key, take(c.ips, key, c.perIP)
 }
 
 // take counts one more holder of key, unless limit are counted already.
@@ -90,7 +94,7 @@ func give[K comparable](m map[K]int, key K) {
 // them back once, however many paths report the socket closed.
 type socketSlots struct {
 	caps *socketCaps
-	ip   string
+	ip   netip.Addr // the client key
 
 	mu       sync.Mutex
 	user     int64
@@ -184,12 +188,13 @@ func (h handshakeAdmission) admit(w http.ResponseWriter, r *http.Request) (slots
 			return nil, true
 		}
 	}
-	if !h.caps.takeIP(ip) {
+	key, ok := h.caps.takeIP(ip)
+	if !ok {
 		websocketsRefused.WithLabelValues("ip").Inc()
 		return nil, false
 	}
 	websocketsOpen.Inc()
-	return &socketSlots{caps: h.caps, ip: ip}, false
+	return &socketSlots{caps: h.caps, ip: key}, false
 }
 
 // refuseHandshake answers a handshake over a rate with 429, Retry-After
