@@ -5,7 +5,7 @@ import "testing"
 // The per-address socket cap counts an IPv6 /64 as one client: its
 // addresses share the cap, and a slot given back by one serves another.
 func TestSocketCapsCountA64AsOneClient(t *testing.T) {
-	c := newSocketCaps(2, 100)
+	c := newSocketCaps(2, 100, 100)
 	a, ok := c.takeIP("2001:db8:1:2::a")
 	if !ok {
 		t.Fatal("the first socket was refused")

@@ -342,6 +342,8 @@ var settings = []setting{
 	intVar("WS_MAX_OPERATIONS", strconv.Itoa(httpapi.WebsocketMaxOperationsDefault), "operations running at once on one websocket; one more gets an error", func(c *Config) *int { return &c.WSMaxOperations }, positive),
 	intVar("WS_MAX_PER_USER", strconv.Itoa(httpapi.WebsocketMaxPerUserDefault), "websockets one user holds open at once on this node; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerUser }, positive),
 	intVar("WS_MAX_PER_IP", strconv.Itoa(httpapi.WebsocketMaxPerIPDefault), "websockets open at once from one client address (an IPv6 /64) on this node, tokens or not; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerIP }, positive),
+	intVar("WS_SUBSCRIBES_PER_SEC", strconv.Itoa(httpapi.WebsocketSubscribesPerSecDefault), "operations (subscribe messages) one websocket may start per second, after a burst of WS_MAX_OPERATIONS or a second's worth, the larger; one more gets RATE_LIMITED with retryAfterMs, and a socket that sends as many again without waiting is closed with 4429", func(c *Config) *int { return &c.WSSubscribesPerSec }, positive),
+	intVar("WS_MAX_UNINITIALIZED", strconv.Itoa(httpapi.WebsocketMaxUninitializedDefault), "websockets on this node accepted but not yet sent connection_init, every address together; one more handshake is answered 503 with Retry-After before the upgrade", func(c *Config) *int { return &c.WSMaxUninitialized }, positive),
 	// A page on another origin (a frontend's dev server, the shop's site)
 	// may call /query only if its origin is listed; embedded mode, which
 	// listens on the loopback interface, lets local dev servers in.

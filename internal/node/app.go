@@ -610,6 +610,9 @@ func (a *app) buildHandler(context.Context, *loops) error {
 		WebsocketMaxPerUser:    cfg.WSMaxPerUser,
 		WebsocketMaxPerIP:      cfg.WSMaxPerIP,
 		CORSOrigins:            cfg.CORSOrigins(),
+
+		WebsocketSubscribesPerSec: cfg.WSSubscribesPerSec,
+		WebsocketMaxUninitialized: cfg.WSMaxUninitialized,
 	}
 	if a.hooks.HTTP != nil {
 		a.hooks.HTTP(&opts)
