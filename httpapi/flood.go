@@ -63,11 +63,38 @@ func (f *floodShedder) allow(ip string) (bool, time.Duration) {
 		b = &bucket{tokens: f.burst, at: now}
 		f.buckets.Add(key, b)
 	}
-	b.tokens = min(f.burst, b.tokens+now.Sub(b.at).Seconds()*f.rate)
+	b.tokens = f.level(b, now)
 	b.at = now
 	if b.tokens >= 1 {
 		b.tokens--
 		return true, 0
 	}
-	return false, time.Duration((1 - b.tokens) / f.rate * float64(time.Second))
+	return false, f.until(b.tokens)
+}
+
+// refusing reports whether key's bucket is empty now, and how long until
+// it has a token, taking nothing and changing nothing: what allow would
+// answer, for a refusal made before anything else is read (refusalEdge).
+func (f *floodShedder) refusing(key netip.Addr) (time.Duration, bool) {
+	now := f.now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.buckets.Peek(key)
+	if !ok {
+		return 0, false
+	}
+	if tokens := f.level(b, now); tokens < 1 {
+		return f.until(tokens), true
+	}
+	return 0, false
+}
+
+// level is b's tokens at now.
+func (f *floodShedder) level(b *bucket, now time.Time) float64 {
+	return min(f.burst, b.tokens+now.Sub(b.at).Seconds()*f.rate)
+}
+
+// until is how long a bucket of tokens (fewer than 1) takes to hold one.
+func (f *floodShedder) until(tokens float64) time.Duration {
+	return time.Duration((1 - tokens) / f.rate * float64(time.Second))
 }

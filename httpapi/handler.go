@@ -129,7 +129,10 @@ type HandlerOptions struct {
 // never mistaken for a GET query), then POST and GET, behind a guard that
 // answers unsupported requests itself; every operation is authorized as a
 // whole before it runs, bounded, and its errors presented by
-// graph.PresentErrors. In front of all, when origins are configured, the
+// graph.PresentErrors. In front of the guard, a client over its
+// in-process allowance is refused before anything is read, and a
+// connection collecting refusals is closed (refusalEdge: serve /query with
+// ConnContext for that). In front of all, when origins are configured, the
 // CORS policy answers preflights and marks every answer (corsEdge).
 func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 	lim := opts.Limits.withDefaults()
@@ -210,6 +213,7 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 		maxTokens:   lim.MaxTokens,
 		persisted:   persisted,
 	}
+	h = refusalEdge{next: h, flood: flood}
 	if policy != nil {
 		h = corsEdge{policy: policy, next: h, flood: flood}
 	}

@@ -679,6 +679,9 @@ func (a *app) buildServer(ctx context.Context, _ *loops) error {
 		WriteTimeout: cfg.HTTPWriteTimeout,
 		IdleTimeout:  2 * time.Minute,
 		BaseContext:  func(net.Listener) context.Context { return requests },
+		// Per-connection state of /query: it closes a connection that
+		// collects refusals (httpapi.ConnContext).
+		ConnContext: httpapi.ConnContext,
 	}
 	return nil
 }
