@@ -38,6 +38,17 @@ type bucket struct {
 	at     time.Time
 }
 
+// FloodPerSecDefault is SHED_IP_PER_SEC's default: what one client
+// address may send one node a second, after a burst of two seconds'
+// worth. A shop's frontend sends a few operations when a page opens and
+// a grab or two a second while a sale runs (RATE_USER_PER_SEC caps a
+// user at 10), so an office or a home network behind one NAT with a few
+// hundred shoppers stays well under it; four clients of one address once
+// ran a trivial query 5,384 times a second. A proxy or load balancer in
+// front puts every client behind one address: set 0 there, as for
+// CONN_PER_IP_PER_SEC.
+const FloodPerSecDefault = 1000
+
 // floodBuckets bounds the addresses remembered (about 100 bytes each).
 const floodBuckets = 65536
 

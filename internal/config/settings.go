@@ -321,7 +321,7 @@ var settings = []setting{
 	durationVar("CONN_PER_IP_WAIT", connlimit.WaitDefault, "longest a connection over its address's rate waits, unread, for its turn; one whose turn is later is closed at once (0 = no wait)", func(c *Config) *time.Duration { return &c.ConnPerIPWait }).
 		checked(nonNegative(func(c Config) time.Duration { return c.ConnPerIPWait })),
 	intVar("CONN_MAX_WAITING", strconv.Itoa(connlimit.MaxWaitingDefault), "connections waiting for their turn at once, every address together; one more over its rate is closed at once (0 = none wait)", func(c *Config) *int { return &c.ConnMaxWaiting }, rate),
-	intVar("SHED_IP_PER_SEC", "0", "in-process limit of requests per second per client address (an IPv6 /64), checked before parsing, no Redis (0 = off)", func(c *Config) *int { return &c.ShedIPPerSec }, rate),
+	intVar("SHED_IP_PER_SEC", strconv.Itoa(httpapi.FloodPerSecDefault), "in-process limit of requests (and websocket operations) per second per client address (an IPv6 /64) on this node, burst two seconds' worth, checked before anything is parsed, no Redis; over it: 429 RATE_LIMITED; 0 = off (set 0 behind a proxy or load balancer: every client then has its address)", func(c *Config) *int { return &c.ShedIPPerSec }, rate),
 	intVar("SHED_QUEUE_DEPTH", strconv.Itoa(httpapi.ShedQueueDepthDefault), "grabs waiting on this node at which non-core operations are shed (0 = off)", func(c *Config) *int { return &c.ShedQueueDepth }, rate),
 	durationVar("SHED_GRAB_LATENCY", httpapi.ShedGrabLatencyDefault, "recent average grab latency at which non-core operations are shed (0 = off)", func(c *Config) *time.Duration { return &c.ShedGrabLatency }).
 		checked(func(c Config) string {
