@@ -90,8 +90,9 @@ type HandlerOptions struct {
 	WebsocketWriteTimeout  time.Duration
 	// WebsocketSubscribesPerSec is the rate of operations one websocket
 	// may start (WS_SUBSCRIBES_PER_SEC), after a burst of
-	// WebsocketMaxOperations or a second's worth; over it an operation gets RATE_LIMITED, and
-	// a socket that goes on is closed with 4429 (see subscribeRate).
+	// WebsocketMaxOperations or a second's worth; over it an operation
+	// gets RATE_LIMITED, and a socket that goes on is closed with 4429
+	// (see subscribeRate).
 	WebsocketSubscribesPerSec int
 	// WebsocketMaxUninitialized caps the websockets accepted on this node
 	// that have not sent connection_init (WS_MAX_UNINITIALIZED); one more
