@@ -62,6 +62,7 @@ func newClusterRig(t *testing.T) *clusterRig {
 		"JWT_SECRET": secret, "ORDER_LOG_CLAIM_IDLE": "1s", "LOG_LEVEL": "warn",
 		"CLUSTER_PROVIDER": "automanaged", "CLUSTER_NAME": "c" + strconv.FormatInt(time.Now().UnixNano(), 36),
 		"CLUSTER_SEEDS": strings.Join(rig.seeds, ","), "SEGMENT_LEASE_TTL": "2s",
+		"SHED_IP_PER_SEC": "0", // one address stands for every buyer of the sale
 	}
 	rig.tokens = auth.NewTokens(secret)
 	rig.admin, _ = rig.tokens.Issue(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, time.Hour)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -203,28 +202,12 @@ func (c costCharge) report(resp *graphql.Response, ch *charge, actual, remaining
 }
 
 // costCaller is whose budget a request draws on: its user, or without a
-// valid token its address (addressKey).
+// valid token its address (domain.ClientKey: an IPv6 address's /64).
 func costCaller(ctx context.Context) string {
 	if id, err := auth.FromContext(ctx); err == nil {
 		return "u:" + strconv.FormatInt(id.UserID, 10)
 	}
-	return "a:" + addressKey(auth.ClientIP(ctx))
-}
-
-// addressKey is the part of an address one client holds: an IPv4 address
-// whole, an IPv6 address's /64 (one host or one customer usually gets a
-// /64, and every address in it for nothing).
-func addressKey(ip string) string {
-	a, err := netip.ParseAddr(ip)
-	if err != nil {
-		return ip
-	}
-	a = a.Unmap()
-	if a.Is4() {
-		return a.String()
-	}
-	p, _ := a.Prefix(64)
-	return p.String()
+	return "a:" + domain.ParseClientKey(auth.ClientIP(ctx)).String()
 }
 
 // refusedCallers remembers, per caller, until when its budget refused it,

@@ -96,6 +96,16 @@ type HandlerOptions struct {
 	// websocket; a client that does not read in time is disconnected.
 	WebsocketMaxOperations int
 	WebsocketWriteTimeout  time.Duration
+	// WebsocketSubscribesPerSec is the rate of operations one websocket
+	// may start (WS_SUBSCRIBES_PER_SEC), after a burst of
+	// WebsocketMaxOperations or a second's worth; over it an operation
+	// gets RATE_LIMITED, and a socket that goes on is closed with 4429
+	// (see subscribeRate).
+	WebsocketSubscribesPerSec int
+	// WebsocketMaxUninitialized caps the websockets accepted on this node
+	// that have not sent connection_init (WS_MAX_UNINITIALIZED); one more
+	// handshake is answered 503 before the upgrade.
+	WebsocketMaxUninitialized int
 	// WebsocketMaxPerUser and WebsocketMaxPerIP cap the websockets open at
 	// once per user (WS_MAX_PER_USER) and per client address
 	// (WS_MAX_PER_IP); one more is closed with 4429. See socketCaps.
@@ -134,7 +144,10 @@ type HandlerOptions struct {
 // never mistaken for a GET query), then POST and GET, behind a guard that
 // answers unsupported requests itself; every operation is authorized as a
 // whole before it runs, bounded, and its errors presented by
-// graph.PresentErrors. In front of all, when origins are configured, the
+// graph.PresentErrors. In front of the guard, a client over its
+// in-process allowance is refused before anything is read, and a
+// connection collecting refusals is closed (refusalEdge: serve /query with
+// ConnContext for that). In front of all, when origins are configured, the
 // CORS policy answers preflights and marks every answer (corsEdge).
 func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 	lim := opts.Limits.withDefaults()
@@ -159,10 +172,12 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 			PayloadReadLimit: &lim.MaxBodyBytes,
 		},
 		maxOps:       cmp.Or(max(opts.WebsocketMaxOperations, 0), WebsocketMaxOperationsDefault),
+		subscribes:   cmp.Or(max(opts.WebsocketSubscribesPerSec, 0), WebsocketSubscribesPerSecDefault),
 		writeTimeout: cmp.Or(max(opts.WebsocketWriteTimeout, 0), WebsocketWriteTimeoutDefault),
 		handshake: handshakeAdmission{
 			caps: newSocketCaps(cmp.Or(max(opts.WebsocketMaxPerIP, 0), WebsocketMaxPerIPDefault),
-				cmp.Or(max(opts.WebsocketMaxPerUser, 0), WebsocketMaxPerUserDefault)),
+				cmp.Or(max(opts.WebsocketMaxPerUser, 0), WebsocketMaxPerUserDefault),
+				cmp.Or(max(opts.WebsocketMaxUninitialized, 0), WebsocketMaxUninitializedDefault)),
 			flood:   flood,
 			ipLimit: opts.IPLimit,
 			log:     opts.Log,
@@ -219,6 +234,7 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 		maxTokens:   lim.MaxTokens,
 		persisted:   persisted,
 	}
+	h = refusalEdge{next: h, flood: flood}
 	if policy != nil {
 		h = corsEdge{policy: policy, next: h, flood: flood}
 	}

@@ -60,7 +60,7 @@ func mustVoucher(tb testing.TB, n *nodetest.Node, spec testenv.VoucherSpec) doma
 	return testenv.MustVoucher(tb, n.DB, n.Redis.Client(), spec)
 }
 
-// post runs one POST /query through h from ip and returns the HTTP status
+// post runs one POST /query through h from ip (IPv4 or IPv6) and returns the HTTP status
 // and the errors' codes; every RATE_LIMITED error must say when to retry.
 func post(tb testing.TB, h http.Handler, ip, token, query string) (int, []string) {
 	tb.Helper()

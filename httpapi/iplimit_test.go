@@ -84,3 +84,33 @@ func TestRequestsOverTheIPRateAreRateLimited(t *testing.T) {
 		t.Fatalf("a known grab was limited per request: %v", codes)
 	}
 }
+
+// Every per-address request limit counts an IPv6 /64 as one client: a
+// third address of a /64 whose burst two others spent is refused before
+// parsing, and the next /64 is not.
+func TestPerAddressRequestLimitsCountA64AsOneClient(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		env   map[string]string
+		burst int
+	}{
+		{"SHED_IP_PER_SEC", map[string]string{"SHED_IP_PER_SEC": "1"}, 2},
+		{"RATE_IP_PER_SEC", map[string]string{"RATE_IP_PER_SEC": "1"}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := startNode(t, tc.env, node.Hooks{}).GraphQL
+			for i := range tc.burst + 1 {
+				ip := "2001:db8:1:2::" + strconv.Itoa(10+i)
+				_, codes := post(t, h, ip, "", "{ __typename }")
+				if refused := slices.Equal(codes, []string{"RATE_LIMITED"}); refused != (i == tc.burst) || (!refused && len(codes) > 0) {
+					t.Fatalf("request %d from %s: %v; the /64's burst is %d", i, ip, codes, tc.burst)
+				}
+			}
+			if _, codes := post(t, h, "2001:db8:1:3::10", "", "{ __typename }"); len(codes) != 0 {
+				t.Fatalf("the next /64: %v", codes)
+			}
+		})
+	}
+}

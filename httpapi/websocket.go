@@ -45,6 +45,24 @@ const (
 	// client that stops reading is disconnected after it, instead of
 	// holding its connection and everything it runs.
 	WebsocketWriteTimeoutDefault = 10 * time.Second
+	// WebsocketSubscribesPerSecDefault is the rate of operations one
+	// websocket may start (WS_SUBSCRIBES_PER_SEC), after a burst of as
+	// many as it may run at once (WS_MAX_OPERATIONS) or a second's worth,
+	// the larger, so that a page can start them all when it opens or
+	// reconnects. A page's subscriptions
+	// live as long as it does; one that also sends its queries and grabs
+	// over the socket sends a few a second. Without a rate a socket could
+	// send a costly document (one of unknown field names cost 9.3 ms to
+	// refuse) as fast as it liked.
+	WebsocketSubscribesPerSecDefault = 10
+	// WebsocketMaxUninitializedDefault bounds the websockets accepted but
+	// not yet sent connection_init, on the node (WS_MAX_UNINITIALIZED).
+	// A real client sends it a round trip after the upgrade, so even at a
+	// 1 s round trip this admits 1,024 new sockets a second; a socket
+	// that never sends it is held until the init timeout (10 s), about 40
+	// KB each, so the cap bounds them to about 40 MB (2,048 such sockets
+	// from 8 loopback addresses once took 82 MB).
+	WebsocketMaxUninitializedDefault = 1024
 )
 
 // websocketTransport is gqlgen's websocket transport made to follow
@@ -55,13 +73,17 @@ const (
 //     (protocolConn): an invalid or unknown message closes with 4400, a
 //     second connection_init with 4429, a subscribe before it with 4401, a
 //     subscribe whose id is running with 4409, and one over maxOps
-//     operations running at once gets an error for that operation alone;
+//     operations running at once, or over the socket's rate of operations
+//     started (subscribeRate), gets an error for that operation alone; a
+//     socket that goes on over the rate is closed with 4429;
 //   - every write to the socket has a deadline (deadlineConn);
 //   - a connection whose connection_init payload is not a JSON object,
 //     which gqlgen leaves open without a word, is closed with 4400;
 //   - the handshake draws on the per-IP request limits, and the sockets
 //     open at once are capped per address (at the upgrade) and per user
 //     (at connection_init), over either closed with 4429 (socketCaps);
+//     the sockets not yet initialised are capped on the node, one more
+//     answered 503 before the upgrade;
 //   - a handshake whose Origin is neither its own host nor allowed by the
 //     CORS policy is refused 403 before anything else (websocketOrigins);
 //   - a message is read up to the body limit at most (gqlgen's
@@ -70,6 +92,7 @@ const (
 type websocketTransport struct {
 	transport.Websocket
 	maxOps       int
+	subscribes   int // operations started per second on one socket
 	writeTimeout time.Duration
 	handshake    handshakeAdmission
 	origins      websocketOrigins
@@ -101,7 +124,7 @@ func (t websocketTransport) Do(w http.ResponseWriter, r *http.Request, exec grap
 		return
 	}
 	r = r.WithContext(context.WithValue(r.Context(), socketSlotsKey{}, slots))
-	accept := &trackingAccept{inner: inner, maxOps: t.maxOps, writeTimeout: t.writeTimeout, slots: slots}
+	accept := &trackingAccept{inner: inner, maxOps: t.maxOps, subscribes: t.subscribes, writeTimeout: t.writeTimeout, slots: slots}
 	ws := t.Websocket // a copy: the tracker belongs to this connection
 	ws.Implementation = accept
 	ws.Do(w, r, exec)
@@ -143,6 +166,7 @@ func (t websocketTransport) refuse(w http.ResponseWriter, r *http.Request, inner
 type trackingAccept struct {
 	inner        transport.WebsocketImplementation
 	maxOps       int
+	subscribes   int
 	writeTimeout time.Duration
 	slots        *socketSlots
 	conn         *protocolConn
@@ -157,6 +181,8 @@ func (a *trackingAccept) Accept(w http.ResponseWriter, r *http.Request, opts tra
 		WebsocketConn: c,
 		transportWS:   c.Subprotocol() == "graphql-transport-ws",
 		maxOps:        a.maxOps,
+		rate:          newSubscribeRate(a.subscribes, max(a.maxOps, a.subscribes)),
+		slots:         a.slots,
 		active:        map[string]struct{}{},
 	}
 	return a.conn, nil
@@ -176,8 +202,11 @@ type protocolConn struct {
 	// duplicate-id refusal apply to it.
 	transportWS bool
 	maxOps      int
+	// rate and initialised are used by the one reading goroutine only.
+	rate  subscribeRate
+	slots *socketSlots // told when connection_init arrives
 
-	initialised bool // read by the one reading goroutine only
+	initialised bool
 	mu          sync.Mutex
 	active      map[string]struct{}
 }
@@ -241,7 +270,10 @@ func (c *protocolConn) admit(data []byte) *refusal {
 		return &refusal{code: closeBadRequest, reason: "invalid message: want a JSON object with a type"}
 	}
 	if !c.transportWS {
-		if m.Type == "start" && m.ID != nil {
+		switch {
+		case m.Type == "connection_init":
+			c.slots.initialise()
+		case m.Type == "start" && m.ID != nil:
 			return c.start(*m.ID)
 		}
 		return nil
@@ -252,6 +284,7 @@ func (c *protocolConn) admit(data []byte) *refusal {
 			return &refusal{code: closeTooManyInitialised, reason: "Too many initialisation requests"}
 		}
 		c.initialised = true
+		c.slots.initialise()
 		return nil
 	case "ping", "pong":
 		if c.initialised {
@@ -279,9 +312,22 @@ func (c *protocolConn) admit(data []byte) *refusal {
 	return &refusal{code: closeBadRequest, reason: "invalid message type"}
 }
 
-// start admits a new operation id, unless it is running already or the
-// connection runs maxOps operations.
+// start admits a new operation id, unless the socket starts operations
+// over its rate, the id is running already or the connection runs maxOps
+// operations.
 func (c *protocolConn) start(id string) *refusal {
+	switch wait, closing := c.rate.take(time.Now()); {
+	case closing:
+		subscribesRefused.WithLabelValues("closed").Inc()
+		return &refusal{code: closeTooManyRequests, reason: fmt.Sprintf("Too many requests: over %g operations a second on one websocket", c.rate.perSec)}
+	case wait > 0:
+		subscribesRefused.WithLabelValues("limited").Inc()
+		return &refusal{id: id, err: &domain.Error{
+			Code:       domain.CodeRateLimited,
+			Message:    fmt.Sprintf("at most %g operations a second on one websocket", c.rate.perSec),
+			RetryAfter: wait,
+		}}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, dup := c.active[id]; dup {
@@ -301,6 +347,51 @@ func (c *protocolConn) start(id string) *refusal {
 	}
 	c.active[id] = struct{}{}
 	return nil
+}
+
+// subscribeRate is a socket's rate of operations started (subscribe, or
+// the legacy start): a token bucket of perSec a second up to burst, which
+// a refused operation overdraws. An operation that finds no token is
+// refused with how long until one is there; one that finds the bucket
+// overdrawn by burst more (a client that goes on without waiting) closes
+// the socket. The debt is paid back at the same rate, so a client that
+// waits as told recovers. The zero value admits everything.
+type subscribeRate struct {
+	perSec, burst float64
+	tokens        float64
+	at            time.Time
+}
+
+// newSubscribeRate is a full bucket of burst tokens; perSec <= 0 is no
+// rate.
+func newSubscribeRate(perSec, burst int) subscribeRate {
+	if perSec <= 0 {
+		return subscribeRate{}
+	}
+	burst = max(burst, 1)
+	return subscribeRate{perSec: float64(perSec), burst: float64(burst), tokens: float64(burst)}
+}
+
+// take draws one token at now: wait 0 admits, wait > 0 refuses (retry
+// after it), closing ends the socket.
+func (r *subscribeRate) take(now time.Time) (wait time.Duration, closing bool) {
+	if r.perSec <= 0 {
+		return 0, false
+	}
+	if !r.at.IsZero() {
+		r.tokens = min(r.burst, r.tokens+now.Sub(r.at).Seconds()*r.perSec)
+	}
+	r.at = now
+	r.tokens--
+	switch {
+	case r.tokens >= 0:
+		return 0, false
+	case r.tokens < -r.burst:
+		return 0, true
+	}
+	// The next operation finds a token once the debt and one more are
+	// refilled.
+	return time.Duration((1 - r.tokens) / r.perSec * float64(time.Second)), false
 }
 
 // operationErrorMessage is an error message for one operation, the same

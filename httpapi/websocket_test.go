@@ -131,9 +131,11 @@ func holdVoucherReads(tb testing.TB, n *nodetest.Node) {
 }
 
 // newHeldServer is a server over HTTP whose voucher reads stay in flight.
+// Its sockets may start 1,000 operations a second: the tests of the
+// operation bound send more at once than the default rate admits.
 func newHeldServer(tb testing.TB) (*nodetest.Node, *httptest.Server) {
 	tb.Helper()
-	n := startNode(tb, nil, node.Hooks{})
+	n := startNode(tb, map[string]string{"WS_SUBSCRIBES_PER_SEC": "1000"}, node.Hooks{})
 	h := serve(tb, n.GraphQL)
 	holdVoucherReads(tb, n)
 	return n, h
@@ -414,5 +416,54 @@ func TestShutdownClosesWebsocketsWithACloseFrame(t *testing.T) {
 			t.Fatalf("connection ended by %v (close status %d), want a normal close frame", err, status)
 		}
 		return
+	}
+}
+
+// A socket's operations start at WS_SUBSCRIBES_PER_SEC after a burst (1 a
+// second, burst 2 here): the next gets RATE_LIMITED with retryAfterMs for
+// itself alone, and a client that goes on without waiting is closed with
+// 4429 once it owes another burst, in both subprotocols.
+func TestWebsocketOperationsOverTheSocketsRateAreRefusedThenClosed(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, map[string]string{"WS_SUBSCRIBES_PER_SEC": "1", "WS_MAX_OPERATIONS": "2"}, node.Hooks{})
+	h := serve(t, n.GraphQL)
+	user := n.Token(t, 2, auth.RoleUser)
+	for _, tc := range []struct{ subprotocol, start, data string }{
+		{"graphql-transport-ws", "subscribe", "next"},
+		{"graphql-ws", "start", "data"},
+	} {
+		t.Run(tc.subprotocol, func(t *testing.T) {
+			c := nodetest.DialWS(t, h, tc.subprotocol)
+			nodetest.SendWS(t, c, `{"type":"connection_init","payload":{"Authorization":"Bearer `+user+`"}}`)
+			nodetest.ReadUntil(t, c, "connection_ack")
+			// 2 admitted, 2 refused (the debt: 1, then 2), the 5th closes.
+			for i := range 5 {
+				nodetest.SendWS(t, c, fmt.Sprintf(`{"id":"%d","type":"%s","payload":{"query":"{ __typename }"}}`, i, tc.start))
+			}
+			got := map[string]string{}
+			for {
+				m, err := nodetest.ReadWS(c, 5*time.Second)
+				if err != nil {
+					if code := websocket.CloseStatus(err); code != 4429 {
+						t.Fatalf("closed with %v, want 4429", err)
+					}
+					break
+				}
+				switch m.Type {
+				case tc.data:
+					got[m.ID] += "answered"
+				case "error":
+					var errs []nodetest.Error
+					_ = json.Unmarshal(m.Payload, &errs)
+					if e := nodetest.WantCode(t, errs, "RATE_LIMITED"); e.Extensions["retryAfterMs"].(float64) < 1000 {
+						t.Fatalf("retryAfterMs %v, want 1 s or more", e.Extensions["retryAfterMs"])
+					}
+					got[m.ID] += "refused"
+				}
+			}
+			if got["2"] != "refused" || got["3"] != "refused" || got["0"] == "refused" || got["1"] == "refused" {
+				t.Fatalf("by id: %v; want 0 and 1 answered (unless the close came first), 2 and 3 refused", got)
+			}
+		})
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -39,31 +41,56 @@ const (
 // (another attempt can only succeed once one of its sockets closes).
 const closeTooManyRequests = 4429
 
-// socketCaps counts the websockets open per client address and per user
-// and refuses one over either cap. The address is known at the upgrade,
+// socketCaps counts the websockets open per client address (its client
+// key, domain.ClientKey: an IPv4 address, an IPv6 /64) and per user and
+// refuses one over either cap. The address is known at the upgrade,
 // the user only at connection_init, so a socket takes its address's slot
 // when it is accepted and its user's once authenticated; both are given
 // back once, when the socket's connection closes (socketSlots).
 //
+// It also counts the sockets accepted that have not sent connection_init
+// yet, every address together, up to maxUninit: each holds a connection,
+// its buffers and goroutines until the init timeout, whoever opened it.
+//
 // The counts are per node, like the socket: a cluster of N nodes lets one
 // user hold up to N times the cap, which bounds what one node holds.
 type socketCaps struct {
-	perIP, perUser int
+	perIP, perUser, maxUninit int
+
+	uninit atomic.Int64
 
 	mu    sync.Mutex
-	ips   map[string]int
+	ips   map[netip.Addr]int
 	users map[int64]int
 }
 
-func newSocketCaps(perIP, perUser int) *socketCaps {
-	return &socketCaps{perIP: perIP, perUser: perUser, ips: map[string]int{}, users: map[int64]int{}}
+func newSocketCaps(perIP, perUser, maxUninit int) *socketCaps {
+	return &socketCaps{perIP: perIP, perUser: perUser, maxUninit: maxUninit, ips: map[netip.Addr]int{}, users: map[int64]int{}}
 }
 
-// takeIP takes one of ip's slots, or reports the cap is reached.
-func (c *socketCaps) takeIP(ip string) bool {
+// takeUninit counts one more socket without connection_init, unless
+// maxUninit are counted already.
+func (c *socketCaps) takeUninit() bool {
+	if c.uninit.Add(1) > int64(c.maxUninit) {
+		c.uninit.Add(-1)
+		return false
+	}
+	websocketsUninitialized.Inc()
+	return true
+}
+
+func (c *socketCaps) giveUninit() {
+	c.uninit.Add(-1)
+	websocketsUninitialized.Dec()
+}
+
+// takeIP takes one of the slots of ip's client key and returns the key,
+// or reports the cap is reached.
+func (c *socketCaps) takeIP(ip string) (netip.Addr, bool) {
+	key := domain.ParseClientKey(ip)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return take(c.ips, ip, c.perIP)
+	return key, take(c.ips, key, c.perIP)
 }
 
 // take counts one more holder of key, unless limit are counted already.
@@ -86,16 +113,33 @@ func give[K comparable](m map[K]int, key K) {
 }
 
 // socketSlots is what one socket holds of the caps: its address's slot
-// from the upgrade, and its user's from connection_init. release gives
-// them back once, however many paths report the socket closed.
+// and an uninitialised socket's from the upgrade, and its user's from
+// connection_init. release gives them back once, however many paths
+// report the socket closed.
 type socketSlots struct {
 	caps *socketCaps
-	ip   string
+	ip   netip.Addr // the client key
 
 	mu       sync.Mutex
+	uninit   bool // holds an uninitialised socket's slot
 	user     int64
 	hasUser  bool
 	released bool
+}
+
+// initialise gives back the uninitialised socket's slot, once
+// connection_init has arrived (whether its token is good or not: a bad
+// one closes the socket at once).
+func (s *socketSlots) initialise() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.uninit {
+		s.uninit = false
+		s.caps.giveUninit()
+	}
 }
 
 // takeUser takes the socket's user slot at connection_init, or returns
@@ -129,6 +173,10 @@ func (s *socketSlots) release() {
 		return
 	}
 	s.released = true
+	if s.uninit {
+		s.uninit = false
+		s.caps.giveUninit()
+	}
 	s.caps.mu.Lock()
 	give(s.caps.ips, s.ip)
 	if s.hasUser {
@@ -152,8 +200,10 @@ func slotsFrom(ctx context.Context) *socketSlots {
 // request (SHED_IP_PER_SEC in process, then RATE_IP_PER_SEC): over them
 // it is answered 429 and nothing is hijacked, the cheapest refusal, and
 // graphql-ws clients retry it with their backoff, which is right for a
-// rate. Then it takes one of its address's socket slots; ok false with
-// a nil error means the address is at its cap.
+// rate. With the node's uninitialised sockets at their cap it is answered
+// 503 the same way: the cap frees up within the init timeout, so a retry
+// is right for it too. Then it takes one of its address's socket slots;
+// ok false with a nil error means the address is at its cap.
 type handshakeAdmission struct {
 	caps    *socketCaps
 	flood   *floodShedder // nil: off
@@ -184,13 +234,31 @@ func (h handshakeAdmission) admit(w http.ResponseWriter, r *http.Request) (slots
 			return nil, true
 		}
 	}
-	if !h.caps.takeIP(ip) {
+	if !h.caps.takeUninit() {
+		websocketsRefused.WithLabelValues("uninitialized").Inc()
+		hdr := w.Header()
+		hdr["Content-Type"] = plainJSON
+		hdr["Retry-After"] = retryAfterOneSecond
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write(uninitializedBody)
+		return nil, true
+	}
+	key, ok := h.caps.takeIP(ip)
+	if !ok {
+		h.caps.giveUninit()
 		websocketsRefused.WithLabelValues("ip").Inc()
 		return nil, false
 	}
 	websocketsOpen.Inc()
-	return &socketSlots{caps: h.caps, ip: ip}, false
+	return &socketSlots{caps: h.caps, ip: key, uninit: true}, false
 }
+
+// uninitializedBody is the answer to a handshake over the node's cap of
+// uninitialised sockets, made once.
+var uninitializedBody, _ = json.Marshal(graphql.Response{Errors: gqlerror.List{graph.OperationError(domain.Errorf(domain.CodeUnavailable,
+	"too many websockets are opening on this node; retry in a second"))}})
+
+var retryAfterOneSecond = []string{"1"}
 
 // refuseHandshake answers a handshake over a rate with 429, Retry-After
 // and the error a POST would get.
@@ -216,8 +284,18 @@ var (
 	})
 	websocketsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "flashsale", Name: "websockets_refused_total",
-		Help: "Websocket handshakes refused: over the per-IP request rate (rate), the per-IP socket cap (ip) or the per-user socket cap (user).",
+		Help: "Websocket handshakes refused: over the per-IP request rate (rate), the node's cap of sockets without connection_init (uninitialized), the per-IP socket cap (ip) or the per-user socket cap (user).",
 	}, []string{"reason"})
+	websocketsUninitialized = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "flashsale", Name: "websockets_uninitialized",
+		Help: "Websockets on this node accepted and not yet sent connection_init (WS_MAX_UNINITIALIZED).",
+	})
+	subscribesRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "flashsale", Name: "websocket_operations_limited_total",
+		Help: "Websocket operations over their socket's rate (WS_SUBSCRIBES_PER_SEC), by outcome: refused with RATE_LIMITED (limited), or the socket closed with 4429 (closed).",
+	}, []string{"outcome"})
 )
 
-func init() { prometheus.MustRegister(websocketsOpen, websocketsRefused) }
+func init() {
+	prometheus.MustRegister(websocketsOpen, websocketsRefused, websocketsUninitialized, subscribesRefused)
+}

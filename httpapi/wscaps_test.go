@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +23,7 @@ import (
 	"flashsale/internal/auth"
 	"flashsale/internal/node"
 	"flashsale/internal/node/nodetest"
+	"flashsale/internal/testenv"
 )
 
 // countingListener counts the server's connections that are open: a
@@ -411,22 +413,10 @@ func TestAWebsocketHandshakeDrawsOnThePerIPLimits(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newCapServer(t, startNode(t, tc.env, node.Hooks{}).GraphQL)
-			handshake := func() *http.Response {
-				req, _ := http.NewRequest(http.MethodGet, h.URL+"/query", nil)
-				for k, v := range map[string]string{"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="} {
-					req.Header.Set(k, v)
-				}
-				resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				_ = resp.Body.Close()
-				return resp
-			}
 			start := time.Now()
 			accepted := 0
 			for range 8 {
-				resp := handshake()
+				resp, _ := handshake(t, h)
 				if resp.StatusCode == http.StatusSwitchingProtocols {
 					accepted++
 					continue
@@ -445,4 +435,64 @@ func TestAWebsocketHandshakeDrawsOnThePerIPLimits(t *testing.T) {
 			t.Fatalf("8 handshakes accepted in %v", time.Since(start))
 		})
 	}
+}
+
+// handshake sends one websocket handshake to h's /query and returns the
+// answer and its body; an accepted socket is closed at once.
+func handshake(tb testing.TB, h *capServer) (*http.Response, string) {
+	tb.Helper()
+	req, _ := http.NewRequest(http.MethodGet, h.URL+"/query", nil)
+	for k, v := range map[string]string{"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="} {
+		req.Header.Set(k, v)
+	}
+	resp, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var body []byte
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		body, _ = io.ReadAll(resp.Body)
+	}
+	_ = resp.Body.Close()
+	return resp, string(body)
+}
+
+// TestSocketsWithoutConnectionInitAreCappedOnTheNode: the sockets that
+// have not sent connection_init are capped on the node, every address
+// together (cap 2, from two addresses): one more handshake is answered
+// 503 with Retry-After before the upgrade; a socket's slot comes back
+// when it sends connection_init or ends.
+func TestSocketsWithoutConnectionInitAreCappedOnTheNode(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, map[string]string{"WS_MAX_UNINITIALIZED": "2"}, node.Hooks{})
+	h := newCapServer(t, n.GraphQL)
+	dial := func(local string) *websocket.Conn {
+		c, err := h.dialFrom(local)
+		if err != nil {
+			t.Fatalf("dial from %s: %v", local, err)
+		}
+		return c
+	}
+	refused := func() bool {
+		resp, body := handshake(t, h)
+		switch {
+		case resp.StatusCode == http.StatusSwitchingProtocols:
+			return false
+		case resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" || !strings.Contains(body, `"UNAVAILABLE"`):
+			t.Fatalf("status %d, Retry-After %q, body %s; want 503, 1, UNAVAILABLE", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+		}
+		return true
+	}
+	a, b := dial("127.0.0.1"), dial("127.0.0.2")
+	if !refused() {
+		t.Fatal("a third socket without connection_init was accepted")
+	}
+	nodetest.SendWS(t, a, `{"type":"connection_init","payload":{"Authorization":"Bearer `+n.Token(t, 2, auth.RoleUser)+`"}}`)
+	nodetest.ReadUntil(t, a, "connection_ack")
+	dial("127.0.0.3")
+	if !refused() {
+		t.Fatal("a socket was accepted past the cap after one was initialised")
+	}
+	_ = b.CloseNow()
+	testenv.WaitFor(t, "the slot of a socket that ended to come back", func() bool { return !refused() })
 }

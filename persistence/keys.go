@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"flashsale/domain"
 )
 
 // The Redis layout: every key, hash tag, consumer group, channel and
@@ -232,8 +234,10 @@ func usedChallengeKey(digest string) string { return "flashsale:pow-used:" + dig
 
 // Rate limits: redis_rate keeps each limit's state under "rate:" + these.
 
-// rateIPKey is the key of the per-IP limit.
-func rateIPKey(ip string) string { return "ip:" + ip }
+// rateIPKey is the key of the per-IP limit: the address's client key
+// (domain.ClientKey: an IPv4 address, an IPv6 /64), so that every address
+// of one /64 draws on one budget.
+func rateIPKey(ip string) string { return "ip:" + domain.ParseClientKey(ip).String() }
 
 // rateCostKey is the key of a caller's budget of request cost: "u:<user
 // id>" or "a:<address>" (an IPv6 address's /64), as the caller gives it.

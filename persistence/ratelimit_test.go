@@ -75,3 +75,27 @@ func TestRateLimitsAdmitABatchInOneRoundTrip(t *testing.T) {
 		}
 	})
 }
+
+// The per-IP limit counts an IPv6 /64 as one client, for single requests
+// (AllowIP) and grab batches (Admit) alike, which draw on one budget.
+func TestRateLimitsCountA64AsOneClient(t *testing.T) {
+	t.Parallel()
+	srv := testenv.MustRedis(t)
+	rdb := srv.Client()
+	lim := persistence.NewRateLimits(rdb, 0, 2) // burst 2
+	for i, ip := range []string{"2001:db8:1:2::a", "2001:db8:1:2:ffff::b"} {
+		if wait, err := lim.AllowIP(t.Context(), ip); err != nil || wait != 0 {
+			t.Fatalf("request %d from %s: wait %v, err %v; want admitted", i, ip, wait, err)
+		}
+	}
+	if wait, err := lim.AllowIP(t.Context(), "2001:db8:1:2::c"); err != nil || wait == 0 {
+		t.Fatalf("a third address of the /64: wait %v, err %v; want refused", wait, err)
+	}
+	waits, err := lim.Admit(t.Context(), 46, []domain.RateCheck{{IP: "2001:db8:1:2::d"}, {IP: "2001:db8:1:3::a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waits[0] == 0 || waits[1] != 0 {
+		t.Fatalf("grabs from the spent /64 and the next one: waits %v; want refused, admitted", waits)
+	}
+}

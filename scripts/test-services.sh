@@ -7,7 +7,8 @@
 #     no system Redis is needed or started; the same binary runs the
 #     sentinels, --sentinel) and redis-cli (it creates the Redis Cluster
 #     of the replicated tests), and etcd likewise (the cluster test over
-#     the etcd provider),
+#     the etcd provider), and ip (iproute2: network namespaces for the
+#     test of the per-address limits over IPv6),
 #   - a PostgreSQL role that may CREATE DATABASE, reachable over TCP.
 #
 # Database access, first that works:
@@ -79,6 +80,7 @@ command -v git >/dev/null || missing+=(git)
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v redis-cli >/dev/null || missing+=(redis-tools)   # redis-cli --cluster create
 command -v etcd >/dev/null || missing+=(etcd-server)   # the etcd cluster test starts its own
+command -v ip >/dev/null || missing+=(iproute2)   # ip netns: the IPv6 /64 test of the per-address limits
 command -v psql >/dev/null || missing+=(postgresql-client)
 if [ -z "${TEST_DATABASE_URL:-}" ] && ! have_server && ! pg_port_open; then missing+=(postgresql); fi
 [ ${#missing[@]} -eq 0 ] || install "${missing[@]}"

@@ -145,6 +145,7 @@ var nodeSettings = map[string]string{
 	"RATE_USER_PER_SEC":    "0",
 	"RATE_VOUCHER_PER_SEC": "0",
 	"RATE_IP_PER_SEC":      "0",
+	"SHED_IP_PER_SEC":      "0",
 	"ORDER_LOG_CLAIM_IDLE": "1s",
 	// What refund-wipe rounds plan by (refundGrace).
 	"RED_PACKET_REFUND_GRACE":    refundGrace.String(),

@@ -152,6 +152,11 @@ type Config struct {
 	// node per user and per client address; one more is closed with 4429.
 	WSMaxPerUser int
 	WSMaxPerIP   int
+	// WSSubscribesPerSec is the rate of operations one websocket may
+	// start; WSMaxUninitialized caps the sockets on this node that have
+	// not sent connection_init.
+	WSSubscribesPerSec int
+	WSMaxUninitialized int
 	// CORSAllowedOrigins are the origins whose pages may call /query (and
 	// open its websocket); ["none"] or empty: the service's own only.
 	// See CORSOrigins.

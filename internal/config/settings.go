@@ -266,7 +266,7 @@ var settings = []setting{
 
 	intVar("RATE_USER_PER_SEC", "10", "grabs per second per user (0 = off)", func(c *Config) *int { return &c.RateUserPerSec }, rate),
 	intVar("RATE_VOUCHER_PER_SEC", "0", "grabs per second per voucher (0 = off)", func(c *Config) *int { return &c.RateVoucherPerSec }, rate),
-	intVar("RATE_IP_PER_SEC", "0", "requests per second per client IP (0 = off)", func(c *Config) *int { return &c.RateIPPerSec }, rate),
+	intVar("RATE_IP_PER_SEC", "0", "requests per second per client address (an IPv6 /64), shared by every node through Redis (0 = off)", func(c *Config) *int { return &c.RateIPPerSec }, rate),
 
 	lowerVar("LOG_LEVEL", "info", "debug, info, warn or error", func(c *Config) *string { return &c.LogLevel }).
 		checked(func(c Config) string {
@@ -330,7 +330,7 @@ var settings = []setting{
 	durationVar("CONN_PER_IP_WAIT", connlimit.WaitDefault, "longest a connection over its address's rate waits, unread, for its turn; one whose turn is later is closed at once (0 = no wait)", func(c *Config) *time.Duration { return &c.ConnPerIPWait }).
 		checked(nonNegative(func(c Config) time.Duration { return c.ConnPerIPWait })),
 	intVar("CONN_MAX_WAITING", strconv.Itoa(connlimit.MaxWaitingDefault), "connections waiting for their turn at once, every address together; one more over its rate is closed at once (0 = none wait)", func(c *Config) *int { return &c.ConnMaxWaiting }, rate),
-	intVar("SHED_IP_PER_SEC", "0", "in-process limit of requests per second per client IP, checked before parsing, no Redis (0 = off)", func(c *Config) *int { return &c.ShedIPPerSec }, rate),
+	intVar("SHED_IP_PER_SEC", strconv.Itoa(httpapi.FloodPerSecDefault), "in-process limit of requests (and websocket operations) per second per client address (an IPv6 /64) on this node, burst two seconds' worth, checked before anything is parsed, no Redis; over it: 429 RATE_LIMITED; 0 = off (set 0 behind a proxy or load balancer: every client then has its address)", func(c *Config) *int { return &c.ShedIPPerSec }, rate),
 	intVar("SHED_QUEUE_DEPTH", strconv.Itoa(httpapi.ShedQueueDepthDefault), "grabs waiting on this node at which non-core operations are shed (0 = off)", func(c *Config) *int { return &c.ShedQueueDepth }, rate),
 	durationVar("SHED_GRAB_LATENCY", httpapi.ShedGrabLatencyDefault, "recent average grab latency at which non-core operations are shed (0 = off)", func(c *Config) *time.Duration { return &c.ShedGrabLatency }).
 		checked(func(c Config) string {
@@ -359,7 +359,9 @@ var settings = []setting{
 	intVar("COST_RESTORE_PER_SEC", strconv.Itoa(httpapi.CostRestorePerSecDefault), "points each caller's budget (COST_BUDGET) gets back a second", func(c *Config) *int { return &c.CostRestorePerSec }, positive),
 	intVar("WS_MAX_OPERATIONS", strconv.Itoa(httpapi.WebsocketMaxOperationsDefault), "operations running at once on one websocket; one more gets an error", func(c *Config) *int { return &c.WSMaxOperations }, positive),
 	intVar("WS_MAX_PER_USER", strconv.Itoa(httpapi.WebsocketMaxPerUserDefault), "websockets one user holds open at once on this node; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerUser }, positive),
-	intVar("WS_MAX_PER_IP", strconv.Itoa(httpapi.WebsocketMaxPerIPDefault), "websockets open at once from one client address on this node, tokens or not; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerIP }, positive),
+	intVar("WS_MAX_PER_IP", strconv.Itoa(httpapi.WebsocketMaxPerIPDefault), "websockets open at once from one client address (an IPv6 /64) on this node, tokens or not; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerIP }, positive),
+	intVar("WS_SUBSCRIBES_PER_SEC", strconv.Itoa(httpapi.WebsocketSubscribesPerSecDefault), "operations (subscribe messages) one websocket may start per second, after a burst of WS_MAX_OPERATIONS or a second's worth, the larger; one more gets RATE_LIMITED with retryAfterMs, and a socket that sends as many again without waiting is closed with 4429", func(c *Config) *int { return &c.WSSubscribesPerSec }, positive),
+	intVar("WS_MAX_UNINITIALIZED", strconv.Itoa(httpapi.WebsocketMaxUninitializedDefault), "websockets on this node accepted but not yet sent connection_init, every address together; one more handshake is answered 503 with Retry-After before the upgrade", func(c *Config) *int { return &c.WSMaxUninitialized }, positive),
 	// A page on another origin (a frontend's dev server, the shop's site)
 	// may call /query only if its origin is listed; embedded mode, which
 	// listens on the loopback interface, lets local dev servers in.

@@ -24,6 +24,8 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"flashsale/domain"
 )
 
 // Config is the admission of new connections per client address. A zero
@@ -245,21 +247,15 @@ func refuse(c net.Conn) {
 	_ = c.Close()
 }
 
-// peerKey is the address a connection is counted under: an IPv4 address,
-// or an IPv6 address's /64, the block one host or one customer usually
-// holds whole (counting its addresses one by one would let one host open
-// connections from as many addresses as it likes).
+// peerKey is the address a connection is counted under: the client key
+// every per-address limit uses (domain.ClientKey: an IPv4 address, or an
+// IPv6 address's /64).
 func peerKey(a net.Addr) (netip.Addr, bool) {
 	ta, ok := a.(*net.TCPAddr)
 	if !ok {
 		return netip.Addr{}, false
 	}
-	ip := ta.AddrPort().Addr().Unmap()
-	if ip.Is6() {
-		p, _ := ip.Prefix(64) // errors only for bits out of range
-		return p.Addr(), true
-	}
-	return ip, true
+	return domain.ClientKey(ta.AddrPort().Addr()), true
 }
 
 // heldConn is a connection waiting for its turn; seq keeps the order of

@@ -260,21 +260,53 @@ func TestHeldConnectionsCostNoGoroutineAndCloseWithTheListener(t *testing.T) {
 	testenv.WaitFor(t, "the goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
 }
 
+// A TCP peer is counted under its client key (domain.ClientKey, tested
+// there), a Unix socket under none.
 func TestPeerKey(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct{ addr, want string }{
-		{"192.0.2.7:1234", "192.0.2.7"},
-		{"[::ffff:192.0.2.7]:1234", "192.0.2.7"},
-		{"[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:1234", "2001:db8:1:2::"},
-		{"[2001:db8:1:2::1]:1", "2001:db8:1:2::"},
-	} {
-		ap := netip.MustParseAddrPort(tc.addr)
-		got, ok := peerKey(net.TCPAddrFromAddrPort(ap))
-		if !ok || got.String() != tc.want {
-			t.Errorf("peerKey(%s) = %s, %v; want %s", tc.addr, got, ok, tc.want)
-		}
+	ap := netip.MustParseAddrPort("[2001:db8:1:2::1]:1")
+	if got, ok := peerKey(net.TCPAddrFromAddrPort(ap)); !ok || got.String() != "2001:db8:1:2::" {
+		t.Errorf("peerKey(%s) = %s, %v; want 2001:db8:1:2::", ap, got, ok)
 	}
 	if _, ok := peerKey(&net.UnixAddr{Name: "/x", Net: "unix"}); ok {
 		t.Error("a Unix socket's address was given a key")
+	}
+}
+
+// fakeConn is a connection from addr that nothing reads or writes.
+type fakeConn struct {
+	net.Conn
+	addr   net.Addr
+	closed bool
+}
+
+func (c *fakeConn) RemoteAddr() net.Addr { return c.addr }
+func (c *fakeConn) Close() error         { c.closed = true; return nil }
+
+// The addresses of one IPv6 /64 share one rate: a connection from
+// another address of a /64 that spent its burst is refused, one from the
+// next /64 is passed on.
+func TestA64SharesOneRate(t *testing.T) {
+	t.Parallel()
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = inner.Close() })
+	l, err := New(inner, Config{PerSecond: 1, Burst: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := func(addr string) *fakeConn {
+		return &fakeConn{addr: net.TCPAddrFromAddrPort(netip.MustParseAddrPort(addr))}
+	}
+	for i, addr := range []string{"[2001:db8:1:2::a]:1", "[2001:db8:1:2:ffff::b]:2", "[2001:db8:1:2::c]:3"} {
+		c := from(addr)
+		if got, want := l.(*Listener).admit(c), i < 2; got != want || c.closed == want {
+			t.Fatalf("connection %d from %s: passed on %v (closed %v), want %v", i, addr, got, c.closed, want)
+		}
+	}
+	if !l.(*Listener).admit(from("[2001:db8:1:3::a]:1")) {
+		t.Fatal("the next /64 was refused")
 	}
 }

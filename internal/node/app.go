@@ -604,19 +604,21 @@ func (a *app) buildHandler(context.Context, *loops) error {
 		grabber = a.hooks.Grabber(grabber)
 	}
 	opts := httpapi.HandlerOptions{
-		Tokens:                 a.tokens,
-		Log:                    log,
-		IPLimit:                a.limits,
-		FloodPerSec:            cfg.ShedIPPerSec,
-		Anonymous:              httpapi.AnonymousBudget{InFlight: cfg.AnonMaxInFlight, PerSecond: cfg.AnonPerSec, Wait: cfg.AnonWait},
-		Shed:                   httpapi.LoadShedding{Gauge: a.router, QueueDepth: cfg.ShedQueueDepth, GrabLatency: cfg.ShedGrabLatency},
-		Introspection:          cfg.Introspection,
-		CompiledGrabs:          cfg.CompiledGrabs,
-		Limits:                 httpapi.Limits{MaxAnswerBytes: int64(cfg.MaxResponseBytes), MaxComplexity: cfg.MaxRequestCost},
-		WebsocketMaxOperations: cfg.WSMaxOperations,
-		WebsocketMaxPerUser:    cfg.WSMaxPerUser,
-		WebsocketMaxPerIP:      cfg.WSMaxPerIP,
-		CORSOrigins:            cfg.CORSOrigins(),
+		Tokens:                    a.tokens,
+		Log:                       log,
+		IPLimit:                   a.limits,
+		FloodPerSec:               cfg.ShedIPPerSec,
+		Anonymous:                 httpapi.AnonymousBudget{InFlight: cfg.AnonMaxInFlight, PerSecond: cfg.AnonPerSec, Wait: cfg.AnonWait},
+		Shed:                      httpapi.LoadShedding{Gauge: a.router, QueueDepth: cfg.ShedQueueDepth, GrabLatency: cfg.ShedGrabLatency},
+		Introspection:             cfg.Introspection,
+		CompiledGrabs:             cfg.CompiledGrabs,
+		Limits:                    httpapi.Limits{MaxAnswerBytes: int64(cfg.MaxResponseBytes), MaxComplexity: cfg.MaxRequestCost},
+		WebsocketMaxOperations:    cfg.WSMaxOperations,
+		WebsocketMaxPerUser:       cfg.WSMaxPerUser,
+		WebsocketMaxPerIP:         cfg.WSMaxPerIP,
+		CORSOrigins:               cfg.CORSOrigins(),
+		WebsocketSubscribesPerSec: cfg.WSSubscribesPerSec,
+		WebsocketMaxUninitialized: cfg.WSMaxUninitialized,
 		// Embedded mode serves local Hosts only, so a developer's own.
 		Suggestions: cfg.Embedded(),
 	}
@@ -697,6 +699,9 @@ func (a *app) buildServer(ctx context.Context, _ *loops) error {
 		WriteTimeout: cfg.HTTPWriteTimeout,
 		IdleTimeout:  2 * time.Minute,
 		BaseContext:  func(net.Listener) context.Context { return requests },
+		// Per-connection state of /query: it closes a connection that
+		// collects refusals (httpapi.ConnContext).
+		ConnContext: httpapi.ConnContext,
 	}
 	return nil
 }

@@ -34,7 +34,7 @@ const Secret = "test-secret-0123456789abcdef-0123456789"
 
 // Env are the settings of a test node besides its stores: production's,
 // except where a test needs quiet or one address to send many requests
-// from (no per-user rate, no anonymous budget, no cost budget, no
+// from (no per-user or per-address rate, no anonymous or cost budget, no
 // shedding), and the schema open to every caller.
 func Env() map[string]string {
 	return map[string]string{
@@ -46,6 +46,7 @@ func Env() map[string]string {
 		"RATE_USER_PER_SEC":      "0",
 		"ANON_MAX_IN_FLIGHT":     "0",
 		"ANON_PER_SEC":           "0",
+		"SHED_IP_PER_SEC":        "0",
 		"SHED_QUEUE_DEPTH":       "0",
 		"SHED_GRAB_LATENCY":      "0s",
 		"COST_BUDGET":            "0",
