@@ -19,12 +19,18 @@ import (
 // cut (extensions.cut), so a client still learns that there were more.
 const maxErrors = 50
 
+// maxValidationErrors bounds the errors one validation builds: a wrong
+// document's first few errors are what its author needs, and each one
+// built quotes names the client chose (600 characters each, measured), so
+// past these the rest are only counted.
+const maxValidationErrors = 10
+
 // cutReason is the extensions.reason of the error that stands for the
 // errors cut from an answer.
 const cutReason = "TOO_MANY_ERRORS"
 
 // CappedValidationRules returns gqlparser's default rules, each wrapped so
-// that one validation builds at most maxErrors errors and one that counts
+// that one validation builds at most maxValidationErrors errors and one that counts
 // the rest: an error past the bound is counted, never built (its message,
 // which quotes names, is never formatted). The returned function is
 // called once per validation (gqlgen's validation rules hook), so the
@@ -75,7 +81,7 @@ func (c *validationCap) wrap(fn core.RuleFunc) core.RuleFunc {
 		fn(observers, func(options ...core.ErrorOption) {
 			c.n++
 			switch {
-			case c.n <= maxErrors:
+			case c.n <= maxValidationErrors:
 				addError(options...)
 			case c.marker == nil:
 				addError(func(e *gqlerror.Error) {
@@ -87,16 +93,16 @@ func (c *validationCap) wrap(fn core.RuleFunc) core.RuleFunc {
 				// The message is rewritten as the count grows: the rules
 				// have no "done" event, and the marker is read only after
 				// the walk.
-				cut := c.n - maxErrors
-				c.marker.Message = cutMessage(cut)
+				cut := c.n - maxValidationErrors
+				c.marker.Message = cutMessage(cut, maxValidationErrors)
 				c.marker.Extensions["cut"] = cut
 			}
 		})
 	}
 }
 
-func cutMessage(cut int) string {
-	return fmt.Sprintf("%d more errors were cut: an answer reports at most %d", cut, maxErrors)
+func cutMessage(cut, kept int) string {
+	return fmt.Sprintf("%d more errors were cut: an answer reports at most %d", cut, kept)
 }
 
 // ErrorCap bounds the errors of every answer gqlgen writes (validation
@@ -141,7 +147,7 @@ func capErrors(list gqlerror.List) gqlerror.List {
 	out := make(gqlerror.List, maxErrors, maxErrors+1)
 	copy(out, list)
 	return append(out, &gqlerror.Error{
-		Message:    cutMessage(cut),
+		Message:    cutMessage(cut, maxErrors),
 		Extensions: map[string]any{"code": code, "reason": cutReason, "cut": cut},
 	})
 }
