@@ -45,6 +45,13 @@ func Complexity(texts func() domain.TextSizes) ComplexityRoot {
 	return c
 }
 
+// RequestPoints is what any request costs besides its fields, charged
+// with its price to the caller's budget (httpapi.CostBudget): its HTTP
+// and GraphQL handling, about 50 µs, which one field's point would
+// leave out (a flood of { serverTime } then looked like 1 point a
+// request).
+const RequestPoints = 25
+
 // RowPoints is what reading one item of a page from the database costs
 // besides its fields: the row scanned (with its seckill row), and the
 // item's live stock read with the page's.

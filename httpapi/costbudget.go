@@ -38,9 +38,9 @@ type CostBudget interface {
 }
 
 // Defaults of the budget (COST_BUDGET, COST_RESTORE_PER_SEC). A point is
-// about a field's work (2 µs of CPU, 500 bytes allocated), so a caller
+// about a field's work (2 µs of CPU, 400 bytes allocated), so a caller
 // who spends the restore rate steadily costs the node about 1 % of a
-// core. The capacity holds ten of the largest requests one may send
+// core: 200 of the smallest requests a second (graph.RequestPoints). The capacity holds ten of the largest requests one may send
 // (MaxComplexity), so a shop's frontend loading its heaviest page, a
 // list of 75 vouchers with every field, passes with room to spare; the
 // restore rate refills a default page (20 vouchers, about 500 points)
@@ -79,7 +79,8 @@ var _ interface {
 func (costCharge) ExtensionName() string                   { return "CostBudget" }
 func (costCharge) Validate(graphql.ExecutableSchema) error { return nil }
 
-// charge is one operation's: its caller, its price and what was left.
+// charge is one operation's: its caller, its price (its complexity and
+// graph.RequestPoints) and what was left.
 type charge struct {
 	caller    string
 	requested int
@@ -112,7 +113,7 @@ func (c costCharge) MutateOperationContext(ctx context.Context, rc *graphql.Oper
 	if wait := c.refused.until(caller, now); wait > 0 {
 		return graph.OperationError(overBudget(wait))
 	}
-	ch := &charge{caller: caller, requested: max(stats.Complexity, 1)}
+	ch := &charge{caller: caller, requested: graph.RequestPoints + stats.Complexity}
 	remaining, retry, err := c.budget.Charge(ctx, caller, ch.requested)
 	switch {
 	case err != nil:
@@ -161,7 +162,7 @@ func (c costCharge) InterceptResponse(ctx context.Context, next graphql.Response
 	if resp == nil {
 		return resp
 	}
-	actual := meter.Points()
+	actual := graph.RequestPoints + meter.Points()
 	remaining := ch.remaining
 	if unused := ch.requested - actual; unused >= costRefundMin {
 		if r, err := c.budget.Refund(ctx, ch.caller, unused); err != nil {

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"testing"
 
-	"flashsale/domain"
 	"flashsale/graph"
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
@@ -75,8 +74,8 @@ func TestEachRequestIsChargedToItsCallersBudget(t *testing.T) {
 
 	// 31 vouchers: a page of 31 selects 2 fields an item.
 	page := "{ vouchers(first: 35) { edges { node { id } } } }"
-	want := 1 + 35*(3+graph.RowPoints)
-	actual := 1 + 1 + 31*(2+graph.RowPoints)
+	want := graph.RequestPoints + 1 + 35*(3+graph.RowPoints)
+	actual := graph.RequestPoints + 1 + 1 + 31*(2+graph.RowPoints)
 	got := ask(t, a.GraphQL, "192.0.2.1", user, page)
 	if len(got.errs) > 0 || got.cost == nil {
 		t.Fatalf("first page: %+v, cost %+v", got.errs, got.cost)
@@ -95,7 +94,7 @@ func TestEachRequestIsChargedToItsCallersBudget(t *testing.T) {
 	if got.cost.Remaining > 1000-spent+5 {
 		t.Fatalf("%d remaining after %d spent on two nodes", got.cost.Remaining, spent)
 	}
-	// 1000 - 2*374 < 456: the third is refused, for a while.
+	// 1000 - 2*399 < 481: the third is refused, for a while.
 	got = ask(t, b.GraphQL, "192.0.2.1", user, page)
 	e := nodetest.WantCode(t, got.errs, "RATE_LIMITED")
 	if ms, _ := e.Extensions["retryAfterMs"].(float64); ms < 60_000 {
@@ -159,8 +158,8 @@ func TestAnonymousCallersShareTheBudgetOfTheir64(t *testing.T) {
 }
 
 // The request cost's units are the same before and after: a page that
-// came back full is charged what it was priced, minus nothing, and a
-// voucher's text costs its bytes.
+// came back full is charged what it was priced, and a voucher's text
+// costs its bytes.
 func TestActualCostCountsFieldsRowsAndTexts(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, map[string]string{"COST_BUDGET": "100000", "COST_RESTORE_PER_SEC": "1"}, node.Hooks{})
@@ -174,9 +173,10 @@ func TestActualCostCountsFieldsRowsAndTexts(t *testing.T) {
 	if len(got.errs) > 0 || got.cost == nil {
 		t.Fatalf("%+v, cost %+v", got.errs, got.cost)
 	}
-	// vouchers, edges, node: 3; rules: 1 + 3; the row: RowPoints.
-	if want := 3 + 4 + graph.RowPoints; got.cost.Actual != want || got.cost.Requested != 1+1*(1+1+4+graph.RowPoints) {
-		t.Fatalf("cost %+v; want actual %d and requested %d", *got.cost, want, 1+1*(1+1+4+graph.RowPoints))
+	// The request; vouchers, edges, node: 3; rules: 1 + 3; the row.
+	want := graph.RequestPoints + 3 + 4 + graph.RowPoints
+	priced := graph.RequestPoints + 1 + 1*(1+1+4+graph.RowPoints)
+	if got.cost.Actual != want || got.cost.Requested != priced {
+		t.Fatalf("cost %+v; want actual %d and requested %d", *got.cost, want, priced)
 	}
-	_ = domain.MaxTextLen
 }
