@@ -141,6 +141,9 @@ func overBudget(retry time.Duration) *domain.Error {
 // grab, no budget reached) or is a subscription (charged once, at its
 // start; its events report nothing).
 func chargeOf(ctx context.Context) *charge {
+	if !graphql.HasOperationContext(ctx) {
+		return nil // an error answered before there was an operation
+	}
 	rc := graphql.GetOperationContext(ctx)
 	ch, _ := rc.Stats.GetExtension(costExtension).(*charge)
 	if ch == nil || !ch.charged || rc.Operation.Operation == ast.Subscription {

@@ -180,3 +180,19 @@ func TestActualCostCountsFieldsRowsAndTexts(t *testing.T) {
 		t.Fatalf("cost %+v; want actual %d and requested %d", *got.cost, want, priced)
 	}
 }
+
+// A request answered before it has an operation (no query) is answered
+// as without a budget: 400, never an internal error.
+func TestRequestsWithoutAnOperationAreAnsweredWithTheBudgetOn(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, map[string]string{"COST_BUDGET": "25000"}, node.Hooks{})
+	for _, tok := range []string{"", n.Token(t, 2, auth.RoleUser)} {
+		rec := httptest.NewRecorder()
+		req := postRequest("192.0.2.1", tok, map[string]any{})
+		req.Header.Set("Accept", "application/json")
+		n.GraphQL.ServeHTTP(rec, req)
+		if rec.Code != http.StatusBadRequest {
+			t.Fatalf("no query (token %v): %d %s, want 400", tok != "", rec.Code, rec.Body.String())
+		}
+	}
+}

@@ -4,7 +4,8 @@
 // origins in CORS_ALLOWED_ORIGINS, automatic persisted queries answering a
 // miss with PERSISTED_QUERY_NOT_FOUND, UNAUTHENTICATED for an expired
 // token, 4401 "token expired" on a websocket, idempotent grabs,
-// Retry-After on RATE_LIMITED, no batching. It keeps
+// Retry-After on RATE_LIMITED, no batching, extensions.cost on every
+// answer with data (a flat price of 1 from a budget of 1,000). It keeps
 // one voucher in memory and checks no signature: it exists to show that
 // the checks pass against a service that does what they ask (npm run
 // selftest), not to be one. PORT (default 0) picks its port; it prints its
@@ -172,7 +173,15 @@ const server = createServer(async (req, res) => {
   });
   const headers = { ...init.headers };
   if (out?.includes('"RATE_LIMITED"')) headers['Retry-After'] = '1';
-  res.writeHead(init.status, init.statusText, headers).end(out);
+  let answer = out;
+  if (init.status === 200 && out) {
+    const parsed = JSON.parse(out);
+    if (parsed.data) {
+      parsed.extensions = { ...parsed.extensions, cost: { requested: 1, actual: 1, remaining: 999, capacity: 1000, restoreRate: 100 } };
+      answer = JSON.stringify(parsed);
+    }
+  }
+  res.writeHead(init.status, init.statusText, headers).end(answer);
 });
 
 const wss = new WebSocketServer({
