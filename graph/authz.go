@@ -34,6 +34,10 @@ var adminFields = map[string]bool{
 // GrabField is the hot-path mutation; an operation may hold one.
 const GrabField = "seckillVoucher"
 
+// RedPacketGrabField is the red packets' grab: like GrabField, limited by
+// its own rules (one packet per user), never by the caller's reads.
+const RedPacketGrabField = "grabRedPacket"
+
 // OperationPolicy decides whether an operation may run at all, before any
 // resolver does: authorization, then one grab per operation, over one walk
 // of the root fields of the validated operation. (The per-IP limits and a

@@ -37,7 +37,8 @@ type CostBudget interface {
 	Refund(ctx context.Context, caller string, n int) (remaining int, err error)
 }
 
-// Defaults of the budget (COST_BUDGET, COST_RESTORE_PER_SEC). A point is
+// Sizes of the budget (COST_BUDGET, suggested: it is off by default;
+// COST_RESTORE_PER_SEC). A point is
 // about a field's work (2 µs of CPU, 400 bytes allocated), so a caller
 // who spends the restore rate steadily costs the node about 1 % of a
 // core: 200 of the smallest requests a second (graph.RequestPoints). The capacity holds ten of the largest requests one may send
@@ -46,7 +47,7 @@ type CostBudget interface {
 // restore rate refills a default page (20 vouchers, about 500 points)
 // every 100 ms.
 const (
-	CostBudgetDefault        = 10 * MaxComplexityDefault
+	CostBudgetSuggested      = 10 * MaxComplexityDefault
 	CostRestorePerSecDefault = 5000
 )
 
@@ -101,7 +102,7 @@ type CostReport struct {
 }
 
 func (c costCharge) MutateOperationContext(ctx context.Context, rc *graphql.OperationContext) *gqlerror.Error {
-	if rc.Operation == nil || isGrab(rc.Operation) {
+	if rc.Operation == nil || grabsOnly(rc.Operation) {
 		return nil
 	}
 	stats, _ := rc.Stats.GetExtension("ComplexityLimit").(*extension.ComplexityStats)
@@ -128,6 +129,21 @@ func (c costCharge) MutateOperationContext(ctx context.Context, rc *graphql.Oper
 	}
 	rc.Stats.SetExtension(costExtension, ch)
 	return nil
+}
+
+// grabsOnly reports an operation of grabs alone, of vouchers or of red
+// packets (with __typename at most): the budget never charges them.
+func grabsOnly(op *ast.OperationDefinition) bool {
+	if op.Operation != ast.Mutation {
+		return false
+	}
+	fields := graph.RootFields(op.SelectionSet, map[string]bool{})
+	for _, f := range fields {
+		if f.Name != graph.GrabField && f.Name != graph.RedPacketGrabField && f.Name != "__typename" {
+			return false
+		}
+	}
+	return len(fields) > 0
 }
 
 // overBudget is the refusal of an operation its caller's budget cannot
@@ -262,7 +278,8 @@ func (r *refusedCallers) add(caller string, until time.Time) {
 // budgetGate answers 429 at once, before gqlgen decodes the request, to
 // a caller its budget refused a moment ago and who asks again before
 // retryAfterMs: the refusal costs a map lookup and a short write. A
-// request that may be a grab passes (mayGrab): grabs are never charged.
+// request that may be a grab of a voucher or a red packet passes
+// (mayGrab): grabs are never charged.
 type budgetGate struct {
 	next    http.Handler
 	refused *refusedCallers

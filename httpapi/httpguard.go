@@ -93,7 +93,7 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
-		if bytes.Contains(body, grabFieldName) {
+		if bytes.Contains(body, grabFieldName) || bytes.Contains(body, redPacketGrabFieldName) {
 			r = r.WithContext(withMayGrab(r.Context()))
 		}
 	case r.Method == http.MethodGet:
@@ -117,7 +117,7 @@ func (g requestGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // grabFieldName is the grab's field, as a body that may hold a grab names
 // it.
-var grabFieldName = []byte(graph.GrabField)
+var grabFieldName, redPacketGrabFieldName = []byte(graph.GrabField), []byte(graph.RedPacketGrabField)
 
 // MaxHeaderBytesDefault is the server's MaxHeaderBytes
 // (HTTP_MAX_HEADER_BYTES): net/http reads a request line and headers up
