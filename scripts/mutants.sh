@@ -49,6 +49,7 @@ mutants=(
   "return-once|persistence/scripts/apply_pending.lua|s/ or redis.call('SISMEMBER', KEYS\[4\], member) == 1 then$/ then/"
   "return-stamp|persistence/scripts/apply_pending.lua|s/^  if (not life) or life ~= stamp or /  if /"
   "cancel-once|persistence/orders_store.go|s/^\t\t\tWhere(\"id IN (?) AND voucher_id = ? AND status = ?\", bun.In(ids), voucherID, domain.OrderUnpaid).$/\t\t\tWhere(\"id IN (?) AND voucher_id = ?\", bun.In(ids), voucherID)./"
+  "pay-once|persistence/orders_store.go|s/^\t\t\tWhere(\"id = ? AND user_id = ? AND status = ?\", id, userID, domain.OrderUnpaid).$/\t\t\tWhere(\"id = ? AND user_id = ?\", id, userID)./"
   "restock-once|persistence/orders_store.go|s/^\t\tif err == nil { \/\/ a retry: finish what may be left for Redis$/\t\tif false {/"
   "repair-inflight|internal/orders/reconcile.go|s/^\tif rec.InFlight > 0 || rec.Pending > 0 {$/\tif false {/"
   "balanced|domain/reconcile.go|s/^\treturn r.Loaded && r.Drift() == 0 && r.UsersOff == 0$/\treturn r.Loaded/"
@@ -83,8 +84,7 @@ mutants=(
   "dead-letter|actors/writer/actor.go|s/^\tif len(h.refused) == 0 {$/\tif true {/"
   "reclaim|actors/writer/actor.go|s/^\tcase time.Since(a.lastClaim) > o.ClaimEvery:$/\tcase false:/"
   "reclaim-lease|actors/writer/actor.go|s/^\tif o.Reclaim == nil {$/\tif true {/"
-  "restart-pending|actors/writer/actor.go|s/^\t\ta.ownPending, a.backoff = true, minBackoff$/\t\ta.ownPending, a.backoff = false, minBackoff/"
-  "reread|actors/writer/actor.go|s/^\t\ta.ownPending, a.lastList = true, time.Time{}$/\t\ta.ownPending, a.lastList = false, time.Time{}/"
+  "own-pending|actors/writer/actor.go|/a.logs, a.lastList = logs, time.Now()/,/a.ownPending = true/s/^\t\ta.ownPending = true$/\t\ta.ownPending = false/"
   "attempt|persistence/orderlog.go|s/^\t\tactx, cancel := context.WithTimeout(ctx, w.attempt)$/\t\tactx, cancel := context.WithCancel(ctx)/"
   "dead-consumer|persistence/scripts/remove_dead_consumer.lua|s/ and tonumber(f\['pending'\]) == 0 and / and /"
   "finished|persistence/scripts/log_finished.lua|s/^if redis.call('EXISTS', KEYS\[2\]) == 1 and redis.call('XLEN', KEYS\[2\]) > 0 then return 0 end$/if false then return 0 end/"
@@ -94,8 +94,8 @@ mutants=(
   "rp-expired|persistence/scripts/grab_red_packet.lua|s/^  elseif now >= expire then$/  elseif false then/"
   "rp-hold|persistence/scripts/grab_red_packet.lua|s/^  elseif now < hold then$/  elseif false then/"
   "rp-run|persistence/scripts/grab_red_packet.lua|s/^if not expire or m\[3\] ~= \${serverRun} then return {1, 0, 0} end$/if not expire then return {1, 0, 0} end/"
-  "rp-reload|persistence/scripts/load_red_packet.lua|s/^  redis.call('HSET', KEYS\[3\], ARGV\[i\], ARGV\[i + 1\])$/  local _ = i/"
-  "rp-load-once|persistence/scripts/load_red_packet.lua|s/^if redis.call('EXISTS', KEYS\[1\]) == 1 then return 0 end$/if false then return 0 end/"
+  "rp-reload|persistence/redpacket.go|s/^\t\t\tif len(users) > 0 {$/\t\t\tif false {/"
+  "rp-load-once|persistence/redpacket.go|s/s.rdb.Watch(ctx, load, keys\[0\]);/s.rdb.Watch(ctx, load);/"
   "rp-lost|persistence/scripts/adopt_grabs.lua|s/^    lost\[#lost + 1\] = n$/    n = n/"
   "rp-return|persistence/scripts/return_packet.lua|s/^if redis.call('EXISTS', KEYS\[1\]) == 0 then return 0 end$/if true then return 0 end/"
   "rp-holders|persistence/scripts/settle_red_packet.lua|s/^if redis.call('ZCOUNT', KEYS\[4\], .*) > 0 then return 0 end$/-- holders not counted/"
@@ -114,7 +114,7 @@ mutants=(
   "judge-oversell|internal/chaos/check.go|s/^\tif n := o.okAnswers - excused; n > p.stock {$/\tif n := o.okAnswers - excused; false {/"
   "judge-split|internal/chaos/redpacket.go|s/^\t\tif a < 1 {$/\t\tif false {/"
   "check-oversell|bench/sale/check.go|s/^\tif ok > exp.Stock {$/\tif false {/"
-  "check-packets|bench/sale/check.go|s/^\t\tif cents > exp.TotalCents {$/\t\tif false {/"
+  "check-packets|bench/sale/check.go|s/^\t\tif ok == exp.Stock && undecided == 0 && cents != exp.TotalCents {$/\t\tif false {/"
 )
 packages=${MUTANT_PACKAGES:-actors actors/writer persistence graph internal/orders internal/redpackets}
 list=docs/invariant-tests.tsv
