@@ -96,20 +96,34 @@ func TestTwoUsersWithTheSameRequestIDGetTwoOrders(t *testing.T) {
 }
 
 // Only sales are remembered: a key whose first grab did not sell (the sale
-// was paused) buys when it is sent again and the sale allows it.
+// was paused) buys when it is sent again and the sale allows it. With one
+// segment the activation's record of the sales answers the paused grab;
+// with two there is no record, and the grab script answers it.
 func TestARequestIDThatDidNotSellIsANewAttempt(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
-	v := s.createVoucher(t, seckillInput(1, 5))
 	const setStatus = `mutation($id: ID!, $st: VoucherStatus!) { setVoucherStatus(id: $id, status: $st) { status } }`
-	s.mustDo(t, s.admin(t), setStatus, map[string]any{"id": v.ID, "st": "PAUSED"}, nil)
-	if got := s.keyedGrab(t, 1, v.ID, "k"); got.Code != "PAUSED" {
-		t.Fatalf("grab of a paused sale: %s, want PAUSED", got.Code)
-	}
-	s.mustDo(t, s.admin(t), setStatus, map[string]any{"id": v.ID, "st": "ACTIVE"}, nil)
-	order := orderOf(t, s.keyedGrab(t, 1, v.ID, "k"))
-	if rows := s.orderRows(t, v.ID); len(rows) != 1 || rows[order] != 1 {
-		t.Fatalf("orders in the database %v, want %s of user 1", rows, order)
+	for _, tc := range []struct {
+		name     string
+		segments int
+	}{
+		{"one segment: the record of the sales answers the paused grab", 1},
+		{"two segments: the grab script answers the paused grab", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := seckillInput(1, 5)
+			in["segments"] = tc.segments
+			v := s.createVoucher(t, in)
+			s.mustDo(t, s.admin(t), setStatus, map[string]any{"id": v.ID, "st": "PAUSED"}, nil)
+			if got := s.keyedGrab(t, 1, v.ID, "k"); got.Code != "PAUSED" {
+				t.Fatalf("grab of a paused sale: %s, want PAUSED", got.Code)
+			}
+			s.mustDo(t, s.admin(t), setStatus, map[string]any{"id": v.ID, "st": "ACTIVE"}, nil)
+			order := orderOf(t, s.keyedGrab(t, 1, v.ID, "k"))
+			if rows := s.orderRows(t, v.ID); len(rows) != 1 || rows[order] != 1 {
+				t.Fatalf("orders in the database %v, want %s of user 1", rows, order)
+			}
+		})
 	}
 }
 

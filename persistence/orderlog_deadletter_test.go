@@ -94,7 +94,7 @@ func TestDatabaseRefusesOrdersPastAUsersLimit(t *testing.T) {
 	ctx := t.Context()
 	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 20, Limit: 3})
 	sold := testenv.Sell(t, db, rdb, v.ID, testenv.Users(7, 1)) // user 7 holds one order
-	for i := range 4 {                          // four more for user 7, limit 3
+	for i := range 4 {                                          // four more for user 7, limit 3
 		err := rdb.XAdd(ctx, &redis.XAddArgs{
 			Stream: persistence.LogKey(v.ID), Values: testenv.OrderEntry(9_100_000+i, 7, v.ID, time.Now(), 0),
 		}).Err()

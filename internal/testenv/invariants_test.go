@@ -15,16 +15,18 @@ import (
 // order per request id, money, stock identity). A test may move, be
 // renamed or be merged into a stronger one, but the count of promise
 // checks never goes down.
-const invariantTestsFloor = 130
+const invariantTestsFloor = 133
 
 var promises = []string{"oversell", "limit", "lost", "requestid", "money", "identity"}
 
 // TestEveryListedInvariantTestExists reads the list of invariant tests and
 // finds each in its package's test files, so that a test moved, renamed
 // or deleted without the list following is caught here, and the list
-// cannot shrink in silence.
+// cannot shrink in silence. Each test's guard must name a mutant of
+// scripts/mutants.sh, which `scripts/mutants.sh --own` runs it under.
 func TestEveryListedInvariantTestExists(t *testing.T) {
 	root := filepath.Join("..", "..")
+	mutants := mutantNames(t, filepath.Join(root, "scripts", "mutants.sh"))
 	f, err := os.Open(filepath.Join(root, "docs", "invariant-tests.tsv"))
 	if err != nil {
 		t.Fatal(err)
@@ -39,11 +41,14 @@ func TestEveryListedInvariantTestExists(t *testing.T) {
 			continue
 		}
 		cols := strings.Split(text, "\t")
-		if len(cols) != 4 {
-			t.Errorf("line %d: want 4 tab-separated columns (package, test, promises, what), have %d", line, len(cols))
+		if len(cols) != 5 {
+			t.Errorf("line %d: want 5 tab-separated columns (package, test, promises, what, guard), have %d", line, len(cols))
 			continue
 		}
-		dir, name, tags := cols[0], cols[1], cols[2]
+		dir, name, tags, guard := cols[0], cols[1], cols[2], cols[4]
+		if !mutants[guard] {
+			t.Errorf("line %d: %s: guard %q is no mutant of scripts/mutants.sh", line, name, guard)
+		}
 		if seen[dir+" "+name] {
 			t.Errorf("line %d: %s %s is listed twice", line, dir, name)
 		}
@@ -68,6 +73,35 @@ func TestEveryListedInvariantTestExists(t *testing.T) {
 	if len(seen) < invariantTestsFloor {
 		t.Errorf("docs/invariant-tests.tsv lists %d invariant tests, fewer than the %d it may never go below", len(seen), invariantTestsFloor)
 	}
+}
+
+// mutantNames reads the names of the mutants defined in the mutants=(
+// array of the script at path: each entry a line "name|file|expression".
+func mutantNames(tb testing.TB, path string) map[string]bool {
+	tb.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(data), "\nmutants=(\n")
+	body, _, closed := strings.Cut(rest, "\n)\n")
+	if !ok || !closed {
+		tb.Fatalf("%s: no mutants=( ... ) array", path)
+	}
+	entry := regexp.MustCompile(`^\s*"([a-z0-9-]+)\|[^|]+\|`)
+	names := map[string]bool{}
+	for line := range strings.SplitSeq(body, "\n") {
+		if m := entry.FindStringSubmatch(line); m != nil {
+			if names[m[1]] {
+				tb.Errorf("%s: mutant %s defined twice", path, m[1])
+			}
+			names[m[1]] = true
+		}
+	}
+	if len(names) == 0 {
+		tb.Fatalf("%s: no mutant in its mutants=( ... ) array", path)
+	}
+	return names
 }
 
 // testSources is the text of every test file in dir.
