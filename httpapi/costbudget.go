@@ -37,8 +37,7 @@ type CostBudget interface {
 	Refund(ctx context.Context, caller string, n int) (remaining int, err error)
 }
 
-// Sizes of the budget (COST_BUDGET, suggested: it is off by default;
-// COST_RESTORE_PER_SEC). A point is
+// Defaults of the budget (COST_BUDGET, COST_RESTORE_PER_SEC). A point is
 // about a field's work (2 µs of CPU, 400 bytes allocated), so a caller
 // who spends the restore rate steadily costs the node about 1 % of a
 // core: 200 of the smallest requests a second (graph.RequestPoints). The capacity holds ten of the largest requests one may send
@@ -47,7 +46,7 @@ type CostBudget interface {
 // restore rate refills a default page (20 vouchers, about 500 points)
 // every 100 ms.
 const (
-	CostBudgetSuggested      = 10 * MaxComplexityDefault
+	CostBudgetDefault        = 10 * MaxComplexityDefault
 	CostRestorePerSecDefault = 5000
 )
 

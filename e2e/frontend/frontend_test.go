@@ -64,8 +64,6 @@ func TestFrontendClientsWorkAgainstTheService(t *testing.T) {
 	svc, err := testenv.StartService(t.Context(), bin, map[string]string{
 		"REDIS_URL": rs.URL(), "DATABASE_URL": testenv.MustPostgresURL(t), "JWT_SECRET": secret, "LOG_LEVEL": "warn",
 		"CORS_ALLOWED_ORIGINS": "http://127.0.0.1:" + strconv.Itoa(allowedPort),
-		// The Apollo stories read extensions.cost (off by default).
-		"COST_BUDGET": "25000",
 	})
 	if err != nil {
 		t.Fatal(err)

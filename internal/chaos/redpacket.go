@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -260,7 +261,13 @@ func (rn *runner) readRedPacket(ctx context.Context, id int64, tag string, st rp
 		}
 		st.grabs[user] = g
 	}
-	if n, err := rn.env.store.Exists(ctx, tag+":meta").Result(); err == nil && n == 1 {
+	// Redis's copy counts only when it is a load verified on the running
+	// server (its meta run = the server's run_id): the grab script never
+	// sells from any other, and the service loads it again from the
+	// database first (persistence/scripts/grab_red_packet.lua). A copy
+	// that a restart from an older file left, and no grab has touched
+	// since, holds packets the database has as grabbed by design.
+	if n, err := rn.env.store.Exists(ctx, tag+":meta").Result(); err == nil && n == 1 && rn.verifiedOnServer(ctx, tag+":meta") {
 		left, err1 := rn.env.store.LLen(ctx, tag+":packets").Result()
 		cents, err2 := rn.env.store.HGet(ctx, tag+":meta", "left").Int64()
 		if err1 == nil && err2 == nil {
@@ -268,6 +275,27 @@ func (rn *runner) readRedPacket(ctx context.Context, id int64, tag string, st rp
 		}
 	}
 	return st, rows.Err()
+}
+
+// verifiedOnServer reports whether the load under meta was verified on the
+// Redis server running now: its "run" field is the server's run_id (a
+// server that does not tell its run id counts as verified, as the grab
+// script counts it).
+func (rn *runner) verifiedOnServer(ctx context.Context, meta string) bool {
+	run, err := rn.env.store.HGet(ctx, meta, "run").Result()
+	if err != nil {
+		return false
+	}
+	info, err := rn.env.store.Info(ctx, "server").Result()
+	if err != nil {
+		return true
+	}
+	_, rest, ok := strings.Cut(info, "run_id:")
+	if !ok {
+		return run == "-"
+	}
+	id, _, _ := strings.Cut(rest, "\r\n")
+	return run == strings.TrimSpace(id)
 }
 
 // judgeRedPacket checks the red packet's promises:

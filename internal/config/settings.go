@@ -349,7 +349,7 @@ var settings = []setting{
 		checked(nonNegative(func(c Config) time.Duration { return c.AnonWait })),
 	intVar("MAX_RESPONSE_BYTES", strconv.Itoa(httpapi.MaxAnswerBytesDefault), "largest GraphQL answer in bytes; a larger one is refused with an error", func(c *Config) *int { return &c.MaxResponseBytes }, positive),
 	intVar("MAX_REQUEST_COST", strconv.Itoa(httpapi.MaxComplexityDefault), "largest cost of one GraphQL request, in points (a field 1, a list its page size times an item and 10 for its row, a text 1 more per 128 bytes of the longest stored), known before it runs; a costlier one is refused with BAD_USER_INPUT (COMPLEXITY_LIMIT_EXCEEDED)", func(c *Config) *int { return &c.MaxRequestCost }, positive),
-	intVar("COST_BUDGET", "0", "each caller's budget of request cost in points, per user and per address (IPv6: its /64) without a token, shared by every node; a request it cannot pay is refused with RATE_LIMITED and retryAfterMs; grabs are never charged; "+strconv.Itoa(httpapi.CostBudgetSuggested)+" suggested (0 = no budget, the default until a Redis rollback with the budget on is understood: docs/OPERATIONS.md)", func(c *Config) *int { return &c.CostBudget }, rate).
+	intVar("COST_BUDGET", strconv.Itoa(httpapi.CostBudgetDefault), "each caller's budget of request cost in points, per user and per address (IPv6: its /64) without a token, shared by every node; a request it cannot pay is refused with RATE_LIMITED and retryAfterMs; grabs are never charged (0 = no budget)", func(c *Config) *int { return &c.CostBudget }, rate).
 		checked(func(c Config) string {
 			if c.CostBudget > 0 && c.CostBudget < c.MaxRequestCost {
 				return "must be 0 or at least MAX_REQUEST_COST: a budget smaller than one request refuses that request for ever"
