@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -67,7 +68,20 @@ type costCharge struct {
 	budget  CostBudget
 	refused *refusedCallers
 	log     *slog.Logger
+	// away is until when (Unix ns) the budget's Redis is taken to be away
+	// after a call failed: requests are admitted without asking it, so
+	// that a Redis outage costs reads one short wait a second, not one
+	// per request.
+	away *atomic.Int64
 }
+
+// Bounds of the budget's Redis calls: a charge waits at most
+// costCallTimeout, and after a failed call the budget is not asked for
+// costAwayFor.
+const (
+	costCallTimeout = 50 * time.Millisecond
+	costAwayFor     = time.Second
+)
 
 var _ interface {
 	graphql.HandlerExtension
@@ -114,12 +128,18 @@ func (c costCharge) MutateOperationContext(ctx context.Context, rc *graphql.Oper
 		return graph.OperationError(overBudget(wait))
 	}
 	ch := &charge{caller: caller, requested: graph.RequestPoints + stats.Complexity}
-	remaining, retry, err := c.budget.Charge(ctx, caller, ch.requested)
+	if now.UnixNano() < c.away.Load() {
+		return nil // admitted: Redis was away a moment ago
+	}
+	callCtx, cancel := context.WithTimeout(ctx, costCallTimeout)
+	remaining, retry, err := c.budget.Charge(callCtx, caller, ch.requested)
+	cancel()
 	switch {
 	case err != nil:
 		// The budget protects the node, and refusing everyone while Redis
 		// is away protects nothing: the per-request cap still holds.
-		c.log.WarnContext(ctx, "cost budget unavailable; request admitted", "err", err)
+		c.away.Store(now.Add(costAwayFor).UnixNano())
+		c.log.WarnContext(ctx, "cost budget unavailable; requests admitted without it for a second", "err", err)
 	case retry > 0:
 		c.refused.add(caller, now.Add(retry))
 		return graph.OperationError(overBudget(retry))
@@ -182,8 +202,12 @@ func (c costCharge) InterceptResponse(ctx context.Context, next graphql.Response
 	}
 	actual := graph.RequestPoints + meter.Points()
 	remaining := ch.remaining
-	if unused := ch.requested - actual; unused >= costRefundMin {
-		if r, err := c.budget.Refund(ctx, ch.caller, unused); err != nil {
+	if unused := ch.requested - actual; unused >= costRefundMin && time.Now().UnixNano() >= c.away.Load() {
+		callCtx, cancel := context.WithTimeout(ctx, costCallTimeout)
+		r, err := c.budget.Refund(callCtx, ch.caller, unused)
+		cancel()
+		if err != nil {
+			c.away.Store(time.Now().Add(costAwayFor).UnixNano())
 			c.log.WarnContext(ctx, "unused cost not given back", "err", err)
 		} else {
 			remaining = r

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql/handler"
@@ -214,7 +215,7 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 	if opts.Budget != nil {
 		// After the complexity limit, which prices the operation; before
 		// the answer cap, which counts what the answer actually cost.
-		srv.Use(costCharge{budget: opts.Budget, refused: refused, log: opts.Log})
+		srv.Use(costCharge{budget: opts.Budget, refused: refused, log: opts.Log, away: new(atomic.Int64)})
 	}
 	srv.Use(depthLimit{max: lim.MaxDepth, introspectionMax: lim.MaxIntrospectionDepth})
 	srv.Use(graph.NewIntrospectionAnswers(lim.MaxIntrospectionFields, cmp.Or(opts.Introspection, graph.IntrospectionOff)))
