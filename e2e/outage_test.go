@@ -51,7 +51,7 @@ func startOutageNode(t *testing.T, redisSrv *testenv.RedisServer, extra map[stri
 	}
 	env := map[string]string{
 		"HTTP_ADDR": "127.0.0.1:0", "REDIS_URL": redisSrv.URL(), "DATABASE_URL": nodeDB,
-		"JWT_SECRET": secret, "DEMO": "true", "LOG_LEVEL": "error",
+		"JWT_SECRET": secret, "DEMO": "true", "LOG_LEVEL": "warn",
 	}
 	for k, v := range extra {
 		env[k] = v

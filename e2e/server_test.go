@@ -99,6 +99,11 @@ func startStoppableService(t *testing.T, env map[string]string) (base, admin, ba
 		})
 	}
 	t.Cleanup(stop)
+	t.Cleanup(func() { // registered last, so it runs first: before the shutdown's lines
+		if t.Failed() {
+			t.Logf("the node's log, last lines:\n%s", lastLines(out.String(), 60))
+		}
+	})
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		if m, a := urlRe.FindStringSubmatch(out.String()), adminRe.FindStringSubmatch(out.String()); m != nil && a != nil {
@@ -112,6 +117,12 @@ func startStoppableService(t *testing.T, env map[string]string) (base, admin, ba
 	}
 	t.Fatalf("no banner; output so far: %s", out.String())
 	return "", "", "", nil
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // postGraphQL posts one GraphQL request (its JSON payload) to base with a

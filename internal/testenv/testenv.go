@@ -191,7 +191,19 @@ func (s *RedisServer) Kill() {
 
 // Pause stops the server's process with SIGSTOP: its sockets stay open
 // and nothing answers, as with a Redis that hangs. Continue resumes it.
-func (s *RedisServer) Pause() { s.signal(syscall.SIGSTOP) }
+// A test that ends while the server is paused resumes it first, so that
+// whatever the test started shuts down against a live server.
+func (s *RedisServer) Pause() {
+	s.signal(syscall.SIGSTOP)
+	s.tb.Cleanup(func() {
+		s.mu.Lock()
+		p, running := s.proc, s.stop != nil
+		s.mu.Unlock()
+		if running {
+			_ = p.Signal(syscall.SIGCONT) // a no-op when it runs already
+		}
+	})
+}
 
 // Continue resumes a paused server (SIGCONT).
 func (s *RedisServer) Continue() { s.signal(syscall.SIGCONT) }
