@@ -4,9 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/rs/cors"
@@ -101,7 +99,7 @@ func (e corsEdge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if e.flood != nil {
 			if ok, wait := e.flood.allow(auth.ClientIP(auth.WithRemoteAddr(r.Context(), r.RemoteAddr))); !ok {
 				shedTotal.WithLabelValues("flood").Inc()
-				w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
+				w.Header()["Retry-After"] = retryAfterSeconds(wait)
 				w.WriteHeader(http.StatusTooManyRequests)
 				return
 			}

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -320,16 +319,6 @@ func (g budgetGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.next.ServeHTTP(w, r)
-}
-
-// writeRateLimited answers 429 with Retry-After (whole seconds, rounded
-// up) and the RATE_LIMITED error de, as a POST would get it.
-func writeRateLimited(w http.ResponseWriter, r *http.Request, present graphql.ErrorPresenterFunc, de *domain.Error) {
-	b, _ := json.Marshal(graphql.Response{Errors: gqlerror.List{present(r.Context(), graph.OperationError(de))}})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Retry-After", strconv.Itoa(int((de.RetryAfter+time.Second-1)/time.Second)))
-	w.WriteHeader(http.StatusTooManyRequests)
-	_, _ = w.Write(b)
 }
 
 type mayGrabKey struct{}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"flashsale/domain"
@@ -172,6 +173,26 @@ func writeRefusal(w http.ResponseWriter, r *http.Request, wait time.Duration, cl
 	_, _ = w.Write(b)
 	*buf = b
 	refusalBuffers.Put(buf)
+}
+
+// writeRateLimited is writeRefusal for a refusal with words of its own
+// (the cost budget's, the anonymous gate's), made after the token was
+// read: the same status, Retry-After and media type, the error de as
+// the presenter shows it. Every 429 written outside gqlgen is one of the
+// two, so a client sees one shape of refusal, and refusalEdge counts both
+// (isRefusal). A nil present shows the error as it is (a websocket
+// handshake, before any presenter).
+func writeRateLimited(w http.ResponseWriter, r *http.Request, present graphql.ErrorPresenterFunc, de *domain.Error) {
+	e := graph.OperationError(de)
+	if present != nil {
+		e = present(r.Context(), e)
+	}
+	b, _ := json.Marshal(graphql.Response{Errors: gqlerror.List{e}})
+	h := w.Header()
+	h["Content-Type"] = refusalContentType(r.Header.Get("Accept"))
+	h["Retry-After"] = retryAfterSeconds(de.RetryAfter)
+	w.WriteHeader(http.StatusTooManyRequests)
+	_, _ = w.Write(b)
 }
 
 // refusalContentType is the answer's media type: the plain JSON most

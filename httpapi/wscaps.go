@@ -7,10 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/prometheus/client_golang/prometheus"
@@ -220,7 +218,7 @@ func (h handshakeAdmission) admit(w http.ResponseWriter, r *http.Request) (slots
 	if h.flood != nil {
 		if ok, wait := h.flood.allow(ip); !ok {
 			shedTotal.WithLabelValues("flood").Inc()
-			refuseHandshake(w, domain.RateLimited(wait))
+			refuseHandshake(w, r, domain.RateLimited(wait))
 			return nil, true
 		}
 	}
@@ -230,7 +228,7 @@ func (h handshakeAdmission) admit(w http.ResponseWriter, r *http.Request) (slots
 		case err != nil:
 			h.log.WarnContext(ctx, "per-IP limit unavailable; websocket handshake admitted", "err", err)
 		case wait > 0:
-			refuseHandshake(w, domain.RateLimited(wait))
+			refuseHandshake(w, r, domain.RateLimited(wait))
 			return nil, true
 		}
 	}
@@ -260,15 +258,11 @@ var uninitializedBody, _ = json.Marshal(graphql.Response{Errors: gqlerror.List{g
 
 var retryAfterOneSecond = []string{"1"}
 
-// refuseHandshake answers a handshake over a rate with 429, Retry-After
-// and the error a POST would get.
-func refuseHandshake(w http.ResponseWriter, de *domain.Error) {
+// refuseHandshake answers a handshake over a rate as any refusal outside
+// gqlgen (writeRateLimited).
+func refuseHandshake(w http.ResponseWriter, r *http.Request, de *domain.Error) {
 	websocketsRefused.WithLabelValues("rate").Inc()
-	b, _ := json.Marshal(graphql.Response{Errors: gqlerror.List{graph.OperationError(de)}})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Retry-After", strconv.Itoa(int((de.RetryAfter+time.Second-1)/time.Second)))
-	w.WriteHeader(http.StatusTooManyRequests)
-	_, _ = w.Write(b)
+	writeRateLimited(w, r, nil, de)
 }
 
 // ipCapReason is the close reason of a socket over its address's cap
