@@ -95,7 +95,16 @@ func (s *Orders) Get(ctx context.Context, id int64) (domain.Order, error) {
 	if domain.ErrorCode(err) != domain.CodeNotFound {
 		return domain.Order{}, err
 	}
-	return s.findInLog(ctx, id)
+	o, err := s.findInLog(ctx, id)
+	if domain.ErrorCode(err) != domain.CodeNotFound {
+		return o, err
+	}
+	// The order writer commits an order before it takes it off the log: an
+	// order that neither read saw was committed between the two.
+	if row, err = s.row(ctx, s.db, id); err != nil {
+		return domain.Order{}, err
+	}
+	return row.toOrder(), nil
 }
 
 func (s *Orders) row(ctx context.Context, db bun.IDB, id int64) (orderRow, error) {
