@@ -66,6 +66,20 @@ func MustIPv6Link(tb testing.TB, n int) *IPv6Link {
 			tb.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
+	// ipIn runs ip inside ns from a thread that entered it (inNetns), not
+	// with ip -n, which remounts /sys and fails where / is no mount point
+	// of its own (a chroot, the fresh-machine check).
+	ipIn := func(ns string, args ...string) {
+		tb.Helper()
+		var out []byte
+		err := inNetns(ns, func() (err error) {
+			out, err = exec.Command("ip", args...).CombinedOutput()
+			return err
+		})
+		if err != nil {
+			tb.Fatalf("ip %s in %s: %v: %s", strings.Join(args, " "), ns, err, out)
+		}
+	}
 	// A container or chroot may forbid namespaces even to root (no
 	// /run/netns to mount): that machine cannot run the test at all.
 	if out, err := exec.Command("ip", "netns", "add", l.server).CombinedOutput(); err != nil {
@@ -77,12 +91,12 @@ func MustIPv6Link(tb testing.TB, n int) *IPv6Link {
 	// Made in both namespaces at once; deleting them deletes it.
 	ip("link", "add", "vs", "netns", l.server, "type", "veth", "peer", "name", "vc", "netns", l.clients)
 	// nodad: usable at once, without duplicate address detection's wait.
-	ip("-n", l.server, "-6", "addr", "add", l.Server.String()+"/64", "dev", "vs", "nodad")
+	ipIn(l.server, "-6", "addr", "add", l.Server.String()+"/64", "dev", "vs", "nodad")
 	for _, a := range l.Clients {
-		ip("-n", l.clients, "-6", "addr", "add", a.String()+"/64", "dev", "vc", "nodad")
+		ipIn(l.clients, "-6", "addr", "add", a.String()+"/64", "dev", "vc", "nodad")
 	}
-	ip("-n", l.server, "link", "set", "vs", "up")
-	ip("-n", l.clients, "link", "set", "vc", "up")
+	ipIn(l.server, "link", "set", "vs", "up")
+	ipIn(l.clients, "link", "set", "vc", "up")
 	return l
 }
 
