@@ -205,6 +205,7 @@ type Router struct {
 	preheater Preheater
 	opts      Options
 	log       *slog.Logger
+	trouble   *troubleLog // a voucher's failures, once per change
 
 	reqPrefix string
 	reqSeq    atomic.Uint64
@@ -268,6 +269,7 @@ func NewRouter(store Store, ids OrderIDs, preheater Preheater, log *slog.Logger,
 		reqPrefix: randomPrefix(),
 		vouchers:  map[segKey]*voucherRef{},
 		ledger:    newNodeLedger(),
+		trouble:   newTroubleLog(log),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}

@@ -257,7 +257,7 @@ func (a *voucherActor) activate(ctx actor.Context) {
 			st.Found = found
 		}
 		if err != nil {
-			a.r.log.Warn("voucher actor cannot start", "voucher", a.id, "segment", a.seg, "err", err)
+			a.r.trouble.failed("voucher actor cannot start", a.id, err, "segment", a.seg)
 			a.retire(ctx, nil)
 			return
 		}
@@ -278,10 +278,11 @@ func (a *voucherActor) activate(ctx actor.Context) {
 		}
 	}
 	if err != nil {
-		a.r.log.Warn("voucher actor cannot start", "voucher", a.id, "segment", a.seg, "err", err)
+		a.r.trouble.failed("voucher actor cannot start", a.id, err, "segment", a.seg)
 		a.retire(ctx, nil)
 		return
 	}
+	a.r.trouble.ok("voucher actor cannot start", a.id)
 	a.fence, a.state = fence, st
 	a.r.ledger.fenced(a.key(), st, a.r.trustedSince(tok))
 	a.memo = newSaleMemory(st)
@@ -300,10 +301,11 @@ func (a *voucherActor) takeLease(ctx actor.Context) bool {
 	defer cancel()
 	l, err := a.r.opts.Leases.Acquire(lctx, "seg:"+a.key().identity())
 	if err != nil {
-		a.r.log.Warn("segment lease not granted; answering UNAVAILABLE", "voucher", a.id, "segment", a.seg, "err", err)
+		a.r.trouble.failed("segment lease not granted; answering UNAVAILABLE", a.id, err, "segment", a.seg)
 		leaseRefusals.Inc()
 		return false
 	}
+	a.r.trouble.ok("segment lease not granted; answering UNAVAILABLE", a.id)
 	a.lease, a.stopLease = l, make(chan struct{})
 	self, stop, system := ctx.Self(), a.stopLease, a.r.system
 	go func() {
@@ -359,7 +361,7 @@ func (a *voucherActor) reload(ctx actor.Context) {
 	if err != nil {
 		// Keep serving: the script checks the truth on every sale; only a
 		// cached "no" may be outdated, and the next event fixes it.
-		a.r.log.Warn("voucher actor reload failed", "voucher", a.id, "err", err)
+		a.r.trouble.failed("voucher actor reload failed", a.id, err)
 		a.drain(ctx) // grabs that waited for the reload must still go out
 		return
 	}
@@ -369,6 +371,7 @@ func (a *voucherActor) reload(ctx actor.Context) {
 		a.retire(ctx, nil)
 		return
 	}
+	a.r.trouble.ok("voucher actor reload failed", a.id)
 	a.r.learnSegments(a.id, st.Segments)
 	a.r.ledger.confirm(a.key(), st, a.r.trustedSince(tok))
 	limit := a.state.Limit
@@ -591,7 +594,7 @@ func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
 	}
 	switch {
 	case d.err != nil:
-		a.r.log.Warn("grab batch failed", "voucher", a.id, "grabs", len(d.batch), "err", d.err)
+		a.r.trouble.failed("grab batch failed", a.id, d.err, "grabs", len(d.batch))
 		a.dropMemo() // the call may have sold without saying so
 		for _, g := range append(d.batch, d.checks...) {
 			a.answer(g, domain.GrabResult{Code: domain.SeckillUnavailable})
@@ -624,6 +627,7 @@ func (a *voucherActor) onBatch(ctx actor.Context, d *batchDone) {
 		a.retire(ctx, append(d.batch, d.checks...))
 		return
 	default:
+		a.r.trouble.ok("grab batch failed", a.id)
 		a.state.Remaining -= d.dbSold
 		switch {
 		case !d.scripted:
