@@ -3,13 +3,16 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/uptrace/bun"
 
 	"flashsale/internal/auth"
 	"flashsale/internal/testenv"
@@ -29,83 +32,208 @@ import (
 func TestRedisRestartedFromAnOlderSnapshotSellsExactlyTheStock(t *testing.T) {
 	t.Parallel()
 	srv := testenv.MustRedis(t)
-	n := startOutageNode(t, srv, nil)
-	ctx := t.Context()
-	db := testenv.MustOpen(t, n.dbURL)
-	const stock = 20
-	voucher := n.createVoucher(t, stock)
-	vid, _ := strconv.ParseInt(voucher, 10, 64)
-
-	ordersOf := map[string][]string{} // request id -> the orders answered OK to it
-	owner := map[string]int64{}       // order id -> user
-	codes := map[string]int{}
-	// buy asks until the service decides: right after the restart, the
-	// node may answer UNAVAILABLE for a moment.
-	buy := func(user int64) string {
-		t.Helper()
-		req := "r" + strconv.FormatInt(user, 10)
-		var code, orderID string
-		eventually(t, "request "+req+" decided", 20*time.Second, func() bool {
-			code, orderID, _ = n.grabAs(t, user, voucher, req)
-			if code == "UNAVAILABLE" {
-				time.Sleep(100 * time.Millisecond)
-				return false
-			}
-			return true
-		})
-		codes[code]++
-		if code == "OK" {
-			if !slices.Contains(ordersOf[req], orderID) {
-				ordersOf[req] = append(ordersOf[req], orderID)
-			}
-			owner[orderID] = user
-		}
-		return code
-	}
-	count := func(table string) int {
-		t.Helper()
-		var c int
-		if err := db.NewRaw("SELECT count(*) FROM "+table+" WHERE voucher_id = ?", vid).Scan(ctx, &c); err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-
+	sale := newKeyedSale(t, startOutageNode(t, srv, nil), 20)
 	for u := int64(1); u <= 5; u++ {
-		if code := buy(u); code != "OK" {
+		if code := sale.buy(u); code != "OK" {
 			t.Fatalf("user %d before the snapshot: %s", u, code)
 		}
 	}
 	snap := t.TempDir()
-	if err := srv.SaveSnapshot(ctx, snap); err != nil {
+	if err := srv.SaveSnapshot(t.Context(), snap); err != nil {
 		t.Fatal(err)
 	}
 	for u := int64(6); u <= 10; u++ {
-		if code := buy(u); code != "OK" {
+		if code := sale.buy(u); code != "OK" {
 			t.Fatalf("user %d after the snapshot: %s", u, code)
 		}
 	}
-	eventually(t, "the ten orders in Postgres", 20*time.Second, func() bool { return count("tb_voucher_order") >= 10 })
+	eventually(t, "the ten orders in Postgres", 20*time.Second, func() bool { return sale.count("tb_voucher_order") >= 10 })
 	if err := srv.RestartFromSnapshot(snap); err != nil {
 		t.Fatal(err)
 	}
 	for u := int64(6); u <= 10; u++ {
-		buy(u) // a retry: the same request id
+		sale.buy(u) // a retry: the same request id
 	}
-	// New buyers until five in a row are told SOLD_OUT.
-	for u, soldOut := int64(11), 0; soldOut < 5 && u <= 3*stock; u++ {
-		if buy(u) == "SOLD_OUT" {
+	sale.sellOut(11)
+	sale.check(srv)
+}
+
+// A Redis that evicts keys loses them without a restart: its run id stays
+// the same, so nothing else tells. Ten units sold with request ids and
+// stored, then an operator switches maxmemory-policy to volatile-lru mid-
+// sale: a new buyer must hear UNAVAILABLE, nothing is sold under it.
+// Memory then runs short and Redis evicts; whichever keys it took, the
+// worst for the promises is the voucher's request ids, so the test removes
+// them too. The policy goes back to noeviction; the ten buyers retry their
+// request ids and new buyers come until the voucher is sold out. Every
+// promise holds: the stock sold exactly, one order per request id, every
+// OK'd order stored. Without the policy check in the scripts (serverRunLua)
+// the new buyer is sold to; without the count of evictions in the token a
+// load is verified under, the ten retries are answered LIMIT_REACHED
+// instead of their orders (with a limit above one, a second order each).
+func TestRedisEvictingMidSaleKeepsEveryPromise(t *testing.T) {
+	t.Parallel()
+	srv := testenv.MustRedis(t)
+	sale := newKeyedSale(t, startOutageNode(t, srv, nil), 20)
+	for u := int64(1); u <= 10; u++ {
+		if code := sale.buy(u); code != "OK" {
+			t.Fatalf("user %d before the policy changed: %s", u, code)
+		}
+	}
+	eventually(t, "the ten orders in Postgres", 20*time.Second, func() bool { return sale.count("tb_voucher_order") >= 10 })
+	ctx := t.Context()
+	rdb := srv.Client()
+	config := func(kv ...string) {
+		t.Helper()
+		for i := 0; i < len(kv); i += 2 {
+			if err := rdb.ConfigSet(ctx, kv[i], kv[i+1]).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	config("maxmemory-policy", "volatile-lru")
+	if code, _, _ := sale.n.grabAs(t, 11, sale.voucher, "r11"); code != "UNAVAILABLE" {
+		t.Errorf("a new buyer while redis evicts: %s, want UNAVAILABLE", code)
+	}
+	info, err := rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	config("maxmemory", strconv.FormatInt(infoInt(t, info, "used_memory")+(1<<20), 10))
+	junk := strings.Repeat("x", 10<<10)
+	for i := 0; infoStat(t, rdb, "evicted_keys") == 0; i++ {
+		if i == 2000 {
+			t.Fatal("redis evicted nothing")
+		}
+		if err := rdb.Set(ctx, "junk:"+strconv.Itoa(i), junk, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.Del(ctx, "{v"+sale.voucher+"}:req").Err(); err != nil {
+		t.Fatal(err)
+	}
+	config("maxmemory", "0", "maxmemory-policy", "noeviction")
+	for u := int64(1); u <= 10; u++ {
+		sale.buy(u) // a retry: the same request id
+	}
+	sale.sellOut(11)
+	sale.check(srv)
+}
+
+// infoInt is a field of an INFO answer.
+func infoInt(t *testing.T, info, field string) int64 {
+	t.Helper()
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("INFO %s: %q", field, v)
+			}
+			return n
+		}
+	}
+	t.Fatalf("INFO has no %s", field)
+	return 0
+}
+
+// infoStat is a field of INFO stats.
+func infoStat(t *testing.T, rdb *redis.Client, field string) int64 {
+	t.Helper()
+	info, err := rdb.Info(t.Context(), "stats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return infoInt(t, info, field)
+}
+
+// keyedSale is one voucher's sale through a node in which every buyer
+// grabs with request id "r<user>" and asks again until the service
+// decides; check then tells whether the sale kept the promises.
+type keyedSale struct {
+	t        *testing.T
+	n        *outageNode
+	db       *bun.DB
+	stock    int
+	voucher  string
+	vid      int64
+	ordersOf map[string][]string // request id -> the orders answered OK to it
+	owner    map[string]int64    // order id -> user
+	codes    map[string]int
+	// forgotten lists the request ids answered OK once and something else
+	// on a retry: a retry must get its first order.
+	forgotten []string
+}
+
+func newKeyedSale(t *testing.T, n *outageNode, stock int) *keyedSale {
+	t.Helper()
+	s := &keyedSale{t: t, n: n, db: testenv.MustOpen(t, n.dbURL), stock: stock,
+		ordersOf: map[string][]string{}, owner: map[string]int64{}, codes: map[string]int{}}
+	s.voucher = n.createVoucher(t, stock)
+	s.vid, _ = strconv.ParseInt(s.voucher, 10, 64)
+	return s
+}
+
+// buy asks until the service decides: right after a loss, the node may
+// answer UNAVAILABLE for a while (a reload holds its sales).
+func (s *keyedSale) buy(user int64) string {
+	t := s.t
+	t.Helper()
+	req := "r" + strconv.FormatInt(user, 10)
+	var code, orderID string
+	eventually(t, "request "+req+" decided", 20*time.Second, func() bool {
+		code, orderID, _ = s.n.grabAs(t, user, s.voucher, req)
+		if code == "UNAVAILABLE" {
+			time.Sleep(100 * time.Millisecond)
+			return false
+		}
+		return true
+	})
+	s.codes[code]++
+	if code != "OK" && len(s.ordersOf[req]) > 0 {
+		s.forgotten = append(s.forgotten, req+": "+code)
+	}
+	if code == "OK" {
+		if !slices.Contains(s.ordersOf[req], orderID) {
+			s.ordersOf[req] = append(s.ordersOf[req], orderID)
+		}
+		s.owner[orderID] = user
+	}
+	return code
+}
+
+// sellOut brings new buyers from first on until five in a row are told
+// SOLD_OUT.
+func (s *keyedSale) sellOut(first int64) {
+	for u, soldOut := first, 0; soldOut < 5 && u <= first+3*int64(s.stock); u++ {
+		if s.buy(u) == "SOLD_OUT" {
 			soldOut++
 		} else {
 			soldOut = 0
 		}
 	}
+}
 
+// count counts the voucher's rows of a table.
+func (s *keyedSale) count(table string) int {
+	s.t.Helper()
+	var c int
+	if err := s.db.NewRaw("SELECT count(*) FROM "+table+" WHERE voucher_id = ?", s.vid).Scan(s.t.Context(), &c); err != nil {
+		s.t.Fatal(err)
+	}
+	return c
+}
+
+// check waits for the order log to settle, then checks the promises: the
+// stock sold exactly, one order per request id and a retry answered with
+// it, every OK'd order stored for its user and none dead-lettered.
+func (s *keyedSale) check(srv *testenv.RedisServer) {
+	t, ctx, db := s.t, s.t.Context(), s.db
+	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
-	logSettled(t, ctx, rdb, "{v"+voucher+"}:log", func() (int, int) { return count("tb_voucher_order"), count("tb_order_dead_letter") })
+	logSettled(t, ctx, rdb, "{v"+s.voucher+"}:log", func() (int, int) { return s.count("tb_voucher_order"), s.count("tb_order_dead_letter") })
 	var twice []string
-	for req, orders := range ordersOf {
+	for req, orders := range s.ordersOf {
 		if len(orders) > 1 {
 			twice = append(twice, fmt.Sprintf("%s: %v", req, orders))
 		}
@@ -116,7 +244,7 @@ func TestRedisRestartedFromAnOlderSnapshotSellsExactlyTheStock(t *testing.T) {
 		UserID int64 `bun:"user_id"`
 	}
 	var rows []row
-	if err := db.NewSelect().Table("tb_voucher_order").Column("id", "user_id").Where("voucher_id = ?", vid).Scan(ctx, &rows); err != nil {
+	if err := db.NewSelect().Table("tb_voucher_order").Column("id", "user_id").Where("voucher_id = ?", s.vid).Scan(ctx, &rows); err != nil {
 		t.Fatal(err)
 	}
 	stored := map[string]int64{}
@@ -124,11 +252,11 @@ func TestRedisRestartedFromAnOlderSnapshotSellsExactlyTheStock(t *testing.T) {
 		stored[strconv.FormatInt(r.ID, 10)] = r.UserID
 	}
 	var deadIDs []int64
-	if err := db.NewRaw("SELECT COALESCE(order_id, 0) FROM tb_order_dead_letter WHERE voucher_id = ?", vid).Scan(ctx, &deadIDs); err != nil {
+	if err := db.NewRaw("SELECT COALESCE(order_id, 0) FROM tb_order_dead_letter WHERE voucher_id = ?", s.vid).Scan(ctx, &deadIDs); err != nil {
 		t.Fatal(err)
 	}
 	deadOK, missing := 0, 0
-	for id, user := range owner {
+	for id, user := range s.owner {
 		if slices.Contains(deadIDs, mustInt(t, id)) {
 			deadOK++
 		}
@@ -137,12 +265,15 @@ func TestRedisRestartedFromAnOlderSnapshotSellsExactlyTheStock(t *testing.T) {
 		}
 	}
 	t.Logf("stock %d: answers %v; %d distinct OK'd orders, %d request ids with two orders %v, %d orders in Postgres, %d dead letters (%d of them OK'd), %d OK'd orders not stored for their user",
-		stock, codes, len(owner), len(twice), twice, len(rows), len(deadIDs), deadOK, missing)
-	if len(owner) != stock {
-		t.Errorf("%d distinct orders answered OK, want exactly the stock %d", len(owner), stock)
+		s.stock, s.codes, len(s.owner), len(twice), twice, len(rows), len(deadIDs), deadOK, missing)
+	if len(s.owner) != s.stock {
+		t.Errorf("%d distinct orders answered OK, want exactly the stock %d", len(s.owner), s.stock)
 	}
 	if len(twice) > 0 {
 		t.Errorf("%d request ids answered with two different orders: %v", len(twice), twice)
+	}
+	if len(s.forgotten) > 0 {
+		t.Errorf("%d retries of a request id answered OK before were not answered with its order: %v", len(s.forgotten), s.forgotten)
 	}
 	if deadOK > 0 {
 		t.Errorf("%d orders answered OK were dead-lettered", deadOK)
@@ -303,5 +434,24 @@ func TestRedPacketRedisRestartedFromAnOlderSnapshotPaysOutNoMore(t *testing.T) {
 	}
 	if dead > 0 {
 		t.Errorf("%d grabs dead-lettered", dead)
+	}
+}
+
+// A node refuses to start on a Redis whose maxmemory-policy evicts keys,
+// with an error that names the setting and its fix.
+func TestNodeRefusesARedisThatEvicts(t *testing.T) {
+	t.Parallel()
+	srv := testenv.MustRedis(t)
+	if err := srv.Client().ConfigSet(t.Context(), "maxmemory-policy", "volatile-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	err := serve(ctx, map[string]string{
+		"HTTP_ADDR": "127.0.0.1:0", "REDIS_URL": srv.URL(), "DATABASE_URL": testenv.MustPostgresURL(t),
+		"JWT_SECRET": "evict-secret-0123456789abcdef0123456",
+	}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "maxmemory-policy is volatile-lru") || !strings.Contains(err.Error(), "noeviction") {
+		t.Fatalf("start on an evicting redis: %v; want a refusal naming maxmemory-policy", err)
 	}
 }

@@ -48,12 +48,12 @@ var (
 // serve is what the server does after its subcommands (see run in
 // server.go), in-process: the configuration from env alone, the logs
 // discarded, the demo banner on out, the node served until ctx ends.
-func serve(ctx context.Context, env map[string]string, out io.Writer) error {
+func serve(ctx context.Context, env map[string]string, out, logs io.Writer) error {
 	cfg, err := config.Load(nil, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
 		return err
 	}
-	return node.Serve(ctx, cfg, node.NewLogger(cfg, io.Discard), out)
+	return node.Serve(ctx, cfg, node.NewLogger(cfg, logs), out)
 }
 
 // startService runs the whole program in-process and waits for its demo
@@ -75,12 +75,12 @@ func startServiceOut(t *testing.T, env map[string]string) (base, admin, banner s
 func startStoppableService(t *testing.T, env map[string]string) (base, admin, banner string, stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out, logs := &syncBuffer{}, &syncBuffer{}
 	var runErr error
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		runErr = serve(ctx, env, out)
+		runErr = serve(ctx, env, out, logs)
 	}()
 	// stop returns once run has: the shutdown drained the order log, so a
 	// next start on the same files sees everything the first one sold.
@@ -101,7 +101,7 @@ func startStoppableService(t *testing.T, env map[string]string) (base, admin, ba
 	t.Cleanup(stop)
 	t.Cleanup(func() { // registered last, so it runs first: before the shutdown's lines
 		if t.Failed() {
-			t.Logf("the node's log, last lines:\n%s", lastLines(out.String(), 60))
+			t.Logf("the node's log, last lines:\n%s", lastLines(logs.String(), 60))
 		}
 	})
 	deadline := time.Now().Add(30 * time.Second)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -186,4 +187,50 @@ func (r DurabilityRisk) Warning() string {
 	}
 	return "redis persistence puts the promises at risk; setting: " + r.Setting + "; risk: " + r.Crash +
 		"; to keep every promise: " + remedy + "; " + failoverNote
+}
+
+// EvictingPolicy reads the maxmemory-policy of the server (of every
+// primary of a Redis Cluster) from INFO memory, which services that
+// refuse CONFIG still answer, and returns the first that evicts keys:
+// anything but noeviction. "" when none does, or none tells. Under an
+// evicting policy Redis may drop a request id or an order log when memory
+// runs short, which breaks the promises without a trace; the scripts
+// refuse to sell under it (serverRunLua), and a node refuses to start.
+func EvictingPolicy(ctx context.Context, rdb redis.UniversalClient) (string, error) {
+	read := func(ctx context.Context, c redis.Cmdable) (string, error) {
+		s, err := c.Info(ctx, "memory").Result()
+		if err != nil {
+			return "", fmt.Errorf("redis INFO memory: %w", err)
+		}
+		for _, line := range strings.Split(s, "\n") {
+			if p, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:"); ok && p != "noeviction" {
+				return p, nil
+			}
+		}
+		return "", nil
+	}
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return read(ctx, rdb)
+	}
+	var mu sync.Mutex
+	found := ""
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		p, err := read(ctx, c)
+		mu.Lock()
+		if found == "" {
+			found = p
+		}
+		mu.Unlock()
+		return err
+	})
+	return found, err
+}
+
+// EvictingPolicyError is why a node refuses a Redis whose maxmemory-policy
+// evicts keys.
+func EvictingPolicyError(policy string) string {
+	return "redis maxmemory-policy is " + policy + ": when memory runs short Redis drops keys, and a dropped request id " +
+		"or order log gives one request two orders or loses orders answered OK, without a trace; set maxmemory-policy noeviction " +
+		"(redis.conf, or CONFIG SET maxmemory-policy noeviction): a full Redis then refuses new sales (UNAVAILABLE) and keeps every promise"
 }

@@ -64,8 +64,11 @@ func (g *Grabs) claim(ctx context.Context, voucherID int64, seg int, expect stri
 		return 0, domain.VoucherState{}, false, fmt.Errorf("claim voucher %d: %w", voucherID, notSent(err))
 	}
 	fence, _ := raw[0].(int64)
-	if fence == -1 {
+	switch fence {
+	case -1:
 		return 0, domain.VoucherState{}, true, nil
+	case -2:
+		return 0, domain.VoucherState{}, false, fmt.Errorf("claim voucher %d: %w", voucherID, redisEvicts(raw[1]))
 	}
 	if fence == 0 || len(raw) != 11 {
 		return 0, domain.VoucherState{}, false, nil
@@ -127,7 +130,8 @@ const grabHead = 9
 // Grab runs one batch through the grab script (EVALSHA, falling back to
 // EVAL when Redis lost the script), followed by WAIT when Acks asks for
 // replicas. A stale fence or a voucher Redis does not know wrote nothing
-// and answers without the acknowledgement.
+// and answers without the acknowledgement; a Redis whose maxmemory-policy
+// evicts keys wrote nothing and fails the batch (redisEvicts).
 func (g *Grabs) Grab(ctx context.Context, voucherID int64, seg int, fence int64, grabs []domain.Grab) (domain.BatchOutcome, error) {
 	args := make([]any, 0, 2+3*len(grabs))
 	args = append(args, fence, voucherID)
@@ -154,6 +158,8 @@ func (g *Grabs) Grab(ctx context.Context, voucherID int64, seg int, fence int64,
 		return domain.BatchOutcome{Stale: true}, nil
 	case head[0] == 1:
 		return domain.BatchOutcome{Results: fill(len(grabs), domain.SeckillNotFound)}, nil
+	case head[0] == 2:
+		return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: %w", voucherID, redisEvicts(raw[5]))
 	case len(raw) != grabHead+2*len(grabs):
 		return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: script returned %d values for %d grabs", voucherID, len(raw), len(grabs))
 	}

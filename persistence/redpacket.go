@@ -116,6 +116,9 @@ func (s *RedPacketRedis) Load(ctx context.Context, l RedPacketLoad) (loaded bool
 		if err != nil || n == 1 {
 			return err
 		}
+		if n == 3 {
+			return redisEvicts(nil)
+		}
 		rebuilt = n == 2
 		_, err = tx.TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 			if rebuilt {
@@ -217,7 +220,11 @@ func (s *RedPacketRedis) Grab(ctx context.Context, id int64, grabs []domain.RedP
 	if len(raw) < 3 {
 		return domain.RedPacketBatch{}, fmt.Errorf("grab batch of red packet %d: script returned %d values", id, len(raw))
 	}
-	if state, _ := raw[0].(int64); state == 1 {
+	state, _ := raw[0].(int64)
+	if state == 2 && len(raw) == 4 {
+		return domain.RedPacketBatch{}, fmt.Errorf("grab batch of red packet %d: %w", id, redisEvicts(raw[3]))
+	}
+	if state == 1 {
 		res := make([]domain.RedPacketResult, len(grabs))
 		for i := range res {
 			res[i].Code = domain.RedPacketNotFoundCode

@@ -3,6 +3,7 @@ package persistence
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 	"time"
 
@@ -76,4 +77,21 @@ func unavailable(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", domain.ErrLiveStockUnavailable, err)
+}
+
+// redisEvicts is the error of a script that found the stock Redis's
+// maxmemory-policy evicting keys (serverRunLua): it wrote nothing, and
+// nothing is loaded or sold until the policy is noeviction again, because
+// an evicted request id or order log breaks the promises without a trace.
+// token is the script's '!<policy>' (nil where the script gave none).
+// The error is UNAVAILABLE to the caller and proves the call changed
+// nothing (domain.ErrNotSent).
+func redisEvicts(token any) error {
+	policy, _ := token.(string)
+	policy = strings.TrimPrefix(policy, evictingMark)
+	if policy == "" {
+		policy = "other than noeviction"
+	}
+	return fmt.Errorf("%w: %w", domain.ErrNotSent, &domain.Error{Code: domain.CodeUnavailable,
+		Message: "redis evicts keys (maxmemory-policy " + policy + "): nothing is sold until it is noeviction"})
 }

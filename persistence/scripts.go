@@ -40,17 +40,38 @@ var scriptNames = strings.NewReplacer(
 	"${EntryAmount}", EntryAmount,
 )
 
-// serverRunLua is a Lua expression for the run id of the Redis process
-// that runs the script (INFO server's run_id): a new one with every start
-// of a server, so a promoted replica or a server restarted from an older
-// file never has the one a load was verified on (see metaRun). A server
-// that does not tell it (INFO refused, or an in-process Redis without the
+// serverRunLua is a Lua expression for the token a load is verified
+// under (metaRun): the run id of the Redis process that runs the script
+// (INFO server's run_id), a new one with every start of a server, so a
+// promoted replica or a server restarted from an older file never has the
+// one a load was verified on. A server that evicted keys since it started
+// (INFO stats' evicted_keys) adds the count ("<run id>/<evicted>"): each
+// eviction may have taken a key of a load (a request id, an order log),
+// so the loads verified before it are verified no more and are rebuilt
+// before anything is sold from them. A server whose maxmemory-policy
+// evicts (INFO memory's maxmemory_policy other than noeviction) gives
+// "!<policy>": no load is verified, written or sold from under it (the
+// scripts answer that Redis evicts, see redisEvicts). A server that does
+// not tell its run id (INFO refused, or an in-process Redis without the
 // field) gives "-", which never changes: there, nothing can be told.
 const serverRunLua = `(function() local s = redis.pcall('INFO', 'server') ` +
 	`if type(s) ~= 'string' then return '-' end ` +
 	`local i = string.find(s, 'run_id:', 1, true) ` +
 	`if not i then return '-' end ` +
-	`return string.sub(s, i + 7, i + 46) end)()`
+	`local run = string.sub(s, i + 7, i + 46) ` +
+	`local m = redis.pcall('INFO', 'memory') ` +
+	`i = type(m) == 'string' and string.find(m, 'maxmemory_policy:', 1, true) ` +
+	`local p = i and string.sub(m, i + 17, (string.find(m, '\r', i, true) or 0) - 1) ` +
+	`if p and p ~= 'noeviction' then return '!' .. p end ` +
+	`local st = redis.pcall('INFO', 'stats') ` +
+	`i = type(st) == 'string' and string.find(st, 'evicted_keys:', 1, true) ` +
+	`local e = i and string.sub(st, i + 13, (string.find(st, '\r', i, true) or 0) - 1) ` +
+	`if e and e ~= '0' then return run .. '/' .. e end ` +
+	`return run end)()`
+
+// evictingMark starts the token of a server whose maxmemory-policy evicts
+// keys (serverRunLua).
+const evictingMark = "!"
 
 // newScript is the script of scripts/<name>.lua.
 func newScript(name string) *redis.Script { return redis.NewScript(scriptSource(name)) }

@@ -115,6 +115,9 @@ func (s *Stock) Preheat(ctx context.Context, snap domain.LoadSnapshot, stamp str
 		// UNAVAILABLE to the caller, not an internal error.
 		return domain.LoadKept, fmt.Errorf("preheat voucher %d: %w", v.ID, unavailable(err))
 	}
+	if n == 4 {
+		return domain.LoadKept, fmt.Errorf("preheat voucher %d: %w", v.ID, redisEvicts(nil))
+	}
 	// The registry lives outside the voucher's hash slot, so it cannot be
 	// written by the script. Registering after the script, every time
 	// (not only when the stock was written), is what lets a writer's prune

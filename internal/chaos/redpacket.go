@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"flashsale/persistence"
 )
 
 // Red packets ride along every round: the round's users grab a red packet
@@ -262,7 +263,7 @@ func (rn *runner) readRedPacket(ctx context.Context, id int64, tag string, st rp
 		st.grabs[user] = g
 	}
 	// Redis's copy counts only when it is a load verified on the running
-	// server (its meta run = the server's run_id): the grab script never
+	// server (its meta run = the server's token): the grab script never
 	// sells from any other, and the service loads it again from the
 	// database first (persistence/scripts/grab_red_packet.lua). A copy
 	// that a restart from an older file left, and no grab has touched
@@ -278,24 +279,16 @@ func (rn *runner) readRedPacket(ctx context.Context, id int64, tag string, st rp
 }
 
 // verifiedOnServer reports whether the load under meta was verified on the
-// Redis server running now: its "run" field is the server's run_id (a
-// server that does not tell its run id counts as verified, as the grab
-// script counts it).
+// Redis server running now: its "run" field is the token the scripts
+// verify a load under (persistence.ReadRunID: the server's run id, with
+// its evictions), read as the grab script reads it.
 func (rn *runner) verifiedOnServer(ctx context.Context, meta string) bool {
 	run, err := rn.env.store.HGet(ctx, meta, "run").Result()
 	if err != nil {
 		return false
 	}
-	info, err := rn.env.store.Info(ctx, "server").Result()
-	if err != nil {
-		return true
-	}
-	_, rest, ok := strings.Cut(info, "run_id:")
-	if !ok {
-		return run == "-"
-	}
-	id, _, _ := strings.Cut(rest, "\r\n")
-	return run == strings.TrimSpace(id)
+	token, err := persistence.ReadRunID(ctx, rn.env.store)
+	return err != nil || run == token
 }
 
 // judgeRedPacket checks the red packet's promises:

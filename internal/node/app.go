@@ -329,6 +329,16 @@ func (a *app) openRedis(ctx context.Context, _ *loops) (err error) {
 	if err != nil {
 		return &config.Error{Var: "REDIS_URL", Msg: "cannot reach redis: " + err.Error()}
 	}
+	if cfg.RedisURL != "" {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		policy, err := persistence.EvictingPolicy(pctx, a.bg)
+		cancel()
+		if err != nil {
+			log.Warn("redis maxmemory-policy unreadable; the scripts refuse to sell while it evicts keys", "err", err)
+		} else if policy != "" {
+			return &config.Error{Var: "REDIS_URL", Msg: persistence.EvictingPolicyError(policy)}
+		}
+	}
 	checkRedisDurability(ctx, cfg, a.bg, log)
 	return nil
 }

@@ -18,11 +18,16 @@
 -- sold, buyers, load stamp or '', held (1 while a reload holds the sales,
 -- else 0)}; a missing field is false (nil), never a hole that would cut the
 -- list short. {0}: Redis does not hold the voucher, or not in a load
--- verified on this server; {-1}: ARGV[2] was superseded. Neither wrote
+-- verified on this server; {-1}: ARGV[2] was superseded; {-2, token}:
+-- Redis's maxmemory-policy evicts keys (see grab.lua). None of them wrote
 -- anything.
 
+local token = ${serverRun}
+if string.sub(token, 1, 1) == '!' then
+  return {-2, token}
+end
 local run = redis.call('HGET', KEYS[1], '${metaRun}')
-if not run or run ~= ${serverRun} then
+if not run or run ~= token then
   return {0}
 end
 if ARGV[2] ~= '' and redis.call('GET', KEYS[3]) ~= ARGV[2] then

@@ -12,7 +12,9 @@
 -- server's run id): after a restart from an older file or the promotion of
 -- a replica, the state may be older than what was sold and answered, and
 -- the batch is answered as for a voucher Redis does not hold, so that the
--- load is rebuilt from the database first (Stock.Preheat).
+-- load is rebuilt from the database first (Stock.Preheat). The same holds
+-- after Redis evicted a key (the token of the load counts evictions, see
+-- serverRunLua), and while its maxmemory-policy evicts nothing is sold.
 --
 -- Order and user ids stay strings: Lua numbers are doubles, and order ids
 -- exceed 2^53.
@@ -38,19 +40,24 @@
 -- load stamp or '', claim or '', code1, order1, code2, order2, ...}, state
 -- 0 = done. {-1, 0, 0, 0, 0}: the fence is stale; {1, 0, 0, 0, 0}: Redis
 -- does not hold the voucher, or holds a load not verified on this server;
--- neither wrote anything. A code indexes
+-- {2, 0, 0, 0, 0, token}: Redis's maxmemory-policy evicts keys (token is
+-- '!<policy>'); none of them wrote anything. A code indexes
 -- scriptCodes (grab.go): 0 OK (order: the order id, or the first answer's
 -- for a request id seen before), 2 not started, 3 ended, 4 paused, 5 sold
 -- out, 6 limit reached, 7 unavailable (a reload holds the sales); order is
 -- '0' for all but OK. refusal is the code that status, time window or hold
 -- give every new grab (0: none).
 
+local run = ${serverRun}
+if string.sub(run, 1, 1) == '!' then
+  return {2, 0, 0, 0, 0, run}
+end
 if redis.call('GET', KEYS[4]) ~= ARGV[1] then
   return {-1, 0, 0, 0, 0}
 end
 local m = redis.call('HMGET', KEYS[1], 'status', 'begin', 'end', 'limit', 'expire', '${metaLoadStamp}', 'hold', '${metaClaim}', '${metaRun}')
 local status = tonumber(m[1])
-if not status or m[9] ~= ${serverRun} then
+if not status or m[9] ~= run then
   return {1, 0, 0, 0, 0}
 end
 local begin_ms, end_ms, limit = tonumber(m[2]), tonumber(m[3]), tonumber(m[4])

@@ -25,14 +25,17 @@
 --
 -- Returns: {state, expiry ms, packets left, code1, amount1, ...}, state 0
 -- = done; {1, 0, 0}: Redis does not hold the red packet, or not in a load
--- verified on this server. A code indexes
+-- verified on this server; {2, 0, 0, token}: Redis's maxmemory-policy
+-- evicts keys (see grab.lua); neither wrote anything. A code indexes
 -- redPacketScriptCodes (redpacket.go): 0 OK, 1 empty, 2 already grabbed, 3
 -- expired, 4 unavailable; amount is the user's packet's cents for 0 and 2,
 -- else '0'.
 
+local run = ${serverRun}
+if string.sub(run, 1, 1) == '!' then return {2, 0, 0, run} end
 local m = redis.call('HMGET', KEYS[1], 'expire', 'hold', '${metaRun}')
 local expire = tonumber(m[1] or '')
-if not expire or m[3] ~= ${serverRun} then return {1, 0, 0} end
+if not expire or m[3] ~= run then return {1, 0, 0} end
 local hold = tonumber(m[2] or '0')
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -16,8 +16,11 @@
 --            (user id, "seq:amount:request id") pairs of the users who
 --            grabbed
 --
--- Returns: 1 if it loaded the red packet, 0 if Redis had it.
+-- Returns: 1 if it loaded the red packet, 0 if Redis had it, -1 if Redis's
+-- maxmemory-policy evicts keys (nothing written; see grab.lua).
 
+local run = ${serverRun}
+if string.sub(run, 1, 1) == '!' then return -1 end
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local n = tonumber(ARGV[5])
 for i = 6, 5 + n do
@@ -26,7 +29,7 @@ end
 for i = 6 + n, #ARGV, 2 do
   redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
 end
-redis.call('HSET', KEYS[1], 'expire', ARGV[1], 'left', ARGV[3], '${metaRun}', ${serverRun})
+redis.call('HSET', KEYS[1], 'expire', ARGV[1], 'left', ARGV[3], '${metaRun}', run)
 if tonumber(ARGV[4]) > 0 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -8,12 +8,18 @@
 -- ARGV: none
 --
 -- Returns: 0 no load, 1 a verified load, 2 a load not verified on this
--- server (Redis restarted or failed over since it was written).
+-- server (Redis restarted or failed over since it was written, or
+-- evicted keys since), 3 Redis's maxmemory-policy evicts keys: nothing
+-- may be loaded.
 
+local run = ${serverRun}
+if string.sub(run, 1, 1) == '!' then
+  return 3
+end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
-if redis.call('HGET', KEYS[1], '${metaRun}') == ${serverRun} then
+if redis.call('HGET', KEYS[1], '${metaRun}') == run then
   return 1
 end
 return 2

@@ -47,8 +47,14 @@
 --
 -- Returns: 1 when it wrote the load, 0 when Redis had a verified one, 2
 -- when a 'meta' call found no stock, 3 when it found a load not verified
--- on this server (the caller then sends the load).
+-- on this server (the caller then sends the load), 4 when Redis's
+-- maxmemory-policy evicts keys (nothing written: no load is verified
+-- under it, see grab.lua).
 
+local run = ${serverRun}
+if string.sub(run, 1, 1) == '!' then
+  return 4
+end
 local cur = tonumber(redis.call('HGET', KEYS[1], 'ver') or '-1')
 if tonumber(ARGV[6]) >= cur then
   redis.call('HSET', KEYS[1], 'status', ARGV[1], 'begin', ARGV[2], 'end', ARGV[3], 'limit', ARGV[4],
@@ -56,7 +62,6 @@ if tonumber(ARGV[6]) >= cur then
 end
 redis.pcall('XGROUP', 'CREATE', KEYS[4], '${OrderLogGroup}', '0', 'MKSTREAM')
 redis.call('PUBLISH', '${eventsChannel}', KEYS[1])
-local run = ${serverRun}
 local held = redis.call('EXISTS', KEYS[2]) == 1
 local verified = held and redis.call('HGET', KEYS[1], '${metaRun}') == run
 if verified and ARGV[11] ~= 'resync' then
