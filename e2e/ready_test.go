@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/url"
@@ -38,10 +39,11 @@ func degradedGauge(t *testing.T, base string) string {
 // TestReadyzFollowsWhatTheNodeCanSell: /readyz is 200 while Redis answers
 // (grabs need nothing else), also while Postgres is down, then saying
 // "degraded" and setting the gauge; 503 within a short bound when Redis
-// is down or stalled. Not parallel: the gauge is the process's, and the
+// is down or stalled, or its maxmemory-policy evicts keys. Not parallel: the gauge is the process's, and the
 // other services of this package's tests probe /readyz too.
 func TestReadyzFollowsWhatTheNodeCanSell(t *testing.T) {
-	redisProxy := testenv.MustProxy(t, testenv.MustRedis(t).Addr())
+	redisSrv := testenv.MustRedis(t)
+	redisProxy := testenv.MustProxy(t, redisSrv.Addr())
 	pgProxy := testenv.MustProxy(t, mustPostgresHost(t))
 	base, _ := startService(t, map[string]string{
 		"HTTP_ADDR": "127.0.0.1:0", "REDIS_URL": "redis://" + redisProxy.Addr() + "/0",
@@ -99,6 +101,16 @@ func TestReadyzFollowsWhatTheNodeCanSell(t *testing.T) {
 		defer redisProxy.Resume()
 		if code, body := probe(t, bound); code != http.StatusServiceUnavailable {
 			t.Fatalf("%d %q, want 503", code, body)
+		}
+	})
+	t.Run("redis evicts keys: 503 naming the policy", func(t *testing.T) {
+		rdb := redisSrv.Client()
+		if err := rdb.ConfigSet(t.Context(), "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+			t.Fatal(err)
+		}
+		defer rdb.ConfigSet(context.Background(), "maxmemory-policy", "noeviction")
+		if code, body := probe(t, bound); code != http.StatusServiceUnavailable || !strings.Contains(body, "allkeys-lru") {
+			t.Fatalf("%d %q, want 503 naming the policy", code, body)
 		}
 	})
 	t.Run("redis back: 200", func(t *testing.T) {

@@ -366,7 +366,8 @@ func (a *app) openReadiness(context.Context, *loops) error {
 		MaxRetries: -1, PoolSize: 2, MinIdleConns: 0})
 	a.probe.AddHook(persistence.RedisErrors{})
 	a.ready = &readiness{
-		redis:    func(ctx context.Context) error { return a.probe.Ping(ctx).Err() },
+		redis:    func(ctx context.Context) (string, error) { return persistence.ReadRunID(ctx, a.probe) },
+		breaker:  a.breaker,
 		db:       a.db.PingContext,
 		fallback: a.cfg.DegradeToDB,
 	}

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -34,8 +35,20 @@ var degraded = promauto.NewGaugeVec(prometheus.GaugeOpts{
 // whole pool at once. Draining (shutdown started) is 503, so the balancer
 // stops sending before the listener closes.
 type readiness struct {
-	redis func(context.Context) error // ping with a client whose own timeouts are short
-	db    func(context.Context) error
+	// redis reads the token the scripts verify a load under (persistence.
+	// ReadRunID) with a client whose own timeouts are short: a ping that
+	// also tells whether Redis's maxmemory-policy evicts keys ("!<policy>"),
+	// under which nothing is sold.
+	redis func(context.Context) (string, error)
+	// breaker says whether grabs may use Redis (Usable: not while it is
+	// open, nor while Redis is re-synced from the database after an
+	// outage) and whether it is down (open or half-open: the database
+	// fallback sells then, not during the re-sync). nil: always usable.
+	breaker interface {
+		Usable() bool
+		Down() bool
+	}
+	db func(context.Context) error
 	// fallback (DEGRADE_TO_DB) sells from the database while Redis is
 	// down, so then a reachable database is enough to sell.
 	fallback bool
@@ -53,7 +66,7 @@ func (rd *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Both at once: the probe takes the slower of the two, not the sum.
 	dbErr := make(chan error, 1)
 	go func() { dbErr <- rd.db(ctx) }()
-	redisErr := rd.redis(ctx)
+	token, redisErr := rd.redis(ctx)
 	pgErr := <-dbErr
 	if pgErr != nil {
 		degraded.WithLabelValues("postgres").Set(1)
@@ -66,6 +79,19 @@ func (rd *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case redisErr != nil:
 		http.Error(w, "redis unavailable: cannot sell", http.StatusServiceUnavailable)
+		return
+	case strings.HasPrefix(token, "!"):
+		http.Error(w, "redis maxmemory-policy "+token[1:]+" evicts keys: cannot sell until it is noeviction", http.StatusServiceUnavailable)
+		return
+	case rd.breaker != nil && !rd.breaker.Usable():
+		switch down := rd.breaker.Down(); {
+		case down && rd.fallback && pgErr == nil:
+			_, _ = w.Write([]byte("ready (degraded: redis unavailable; grabs sold from the database)\n"))
+		case down:
+			http.Error(w, "redis unavailable (circuit breaker open): cannot sell", http.StatusServiceUnavailable)
+		default:
+			http.Error(w, "redis is back and being re-synced from the database: cannot sell yet", http.StatusServiceUnavailable)
+		}
 		return
 	}
 	if pgErr != nil {
