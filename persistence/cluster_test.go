@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/uptrace/bun"
 
 	"flashsale/domain"
 	"flashsale/internal/testenv"
@@ -28,6 +29,21 @@ func clusterClient(tb testing.TB, url string, tu persistence.ClientTuning) redis
 	rdb := target.Client(tu)
 	tb.Cleanup(func() { _ = rdb.Close() })
 	return rdb
+}
+
+// ackedClusterGrabs is a Redis Cluster with a replica per primary, a
+// request-path client of it whose read timeout leaves room for WAIT, a
+// database, and the grab store on them waiting for one replica.
+func ackedClusterGrabs(t *testing.T) (*testenv.RedisCluster, redis.UniversalClient, *bun.DB, *persistence.Grabs, *persistence.OrderIDs) {
+	t.Helper()
+	cl := testenv.MustReplicatedCluster(t)
+	tuning := persistence.RequestTuning(0)
+	tuning.Read += 2 * ackTimeout
+	rdb := clusterClient(t, cl.URL(), tuning)
+	db := testenv.MustPostgres(t)
+	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
+	g.Acks = persistence.Acks{Replicas: 1, Timeout: ackTimeout}
+	return cl, rdb, db, g, ids
 }
 
 // primaryOf is the address of the primary that holds key.
@@ -114,13 +130,7 @@ func TestOnARedisClusterEveryOrderSoldReachesTheDatabase(t *testing.T) {
 // request ids are answered with the orders first sold.
 func TestOnARedisClusterAGrabIsAcknowledgedByItsOwnShardsReplicas(t *testing.T) {
 	t.Parallel()
-	cl := testenv.MustReplicatedCluster(t)
-	tuning := persistence.RequestTuning(0)
-	tuning.Read += 2 * ackTimeout
-	rdb := clusterClient(t, cl.URL(), tuning)
-	db := testenv.MustPostgres(t)
-	g, ids := persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, db)
-	g.Acks = persistence.Acks{Replicas: 1, Timeout: ackTimeout}
+	cl, rdb, db, g, ids := ackedClusterGrabs(t)
 
 	// Two vouchers on different primaries.
 	var stalled, other domain.Voucher
@@ -332,5 +342,74 @@ func TestOnARedisClusterHooksSeeTheCallsMadeOnTheKeysPrimary(t *testing.T) {
 	}
 	if seen.count("wait") == 0 || seen.count("evalsha")+seen.count("eval") < 2 {
 		t.Fatalf("the hooks saw %v: want the claim's and the grab's scripts and the grab's WAIT", seen.names)
+	}
+}
+
+// When a Redis Cluster primary dies and its replica is promoted, a grab
+// reaches the new primary within a second of the promotion, on the path
+// that waits for replicas too (the script and its WAIT go to the key's
+// primary, which go-redis's own redirects never refresh): each refused
+// connection or redirect reloads the slot map (slotMapRefresh). Without it
+// the grab went to the dead primary until go-redis's own reload, up to
+// 60 s later.
+func TestOnARedisClusterAGrabFollowsThePromotedReplicaAtOnce(t *testing.T) {
+	t.Parallel()
+	cl, rdb, db, g, ids := ackedClusterGrabs(t)
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 100})
+	ctx := t.Context()
+	fence, _, err := g.Claim(ctx, v.ID, 0)
+	if err != nil || fence == 0 {
+		t.Fatalf("claim: %d %v", fence, err)
+	}
+	grab := func() error {
+		cctx, cancel := context.WithTimeout(ctx, 3*ackTimeout)
+		defer cancel()
+		_, err := g.Grab(cctx, v.ID, 0, fence, testenv.Grabs(t, ids, 1))
+		return err
+	}
+	if err := grab(); err != nil {
+		t.Fatalf("a grab before the failover: %v", err)
+	}
+	old, err := cl.KillPrimaryOf(ctx, persistence.LogKey(v.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Grabs go on during the failover, as buyers' do, and fail.
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+				_ = grab()
+			}
+		}
+	}()
+	promoted, err := cl.WaitPromoted(ctx, old)
+	close(stop)
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The new primary has another run id: the load is not verified there,
+	// and the batch is answered NOT_FOUND without an error (after a WAIT
+	// that times out: the promoted primary has no replica left).
+	at := time.Now()
+	var last error
+	var took time.Duration
+	for time.Since(at) < 10*time.Second {
+		sent := time.Since(at)
+		if last = grab(); last == nil {
+			took = sent
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the first grab the new primary %s answered was sent %v after the promotion (last error %v)", promoted.Addr(), took, last)
+	if last != nil || took > time.Second {
+		t.Fatalf("the first grab the promoted replica answered was sent %v after its promotion (%v), want within 1 s", took, last)
 	}
 }

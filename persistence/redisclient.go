@@ -1,9 +1,12 @@
 package persistence
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -197,7 +200,9 @@ func (t RedisTarget) Client(tu ClientTuning) redis.UniversalClient {
 			// proves the call did not run (see notSent).
 			o.MaxRedirects = -1
 		}
-		return redis.NewClusterClient(&o)
+		cc := redis.NewClusterClient(&o)
+		cc.OnNewNode(func(node *redis.Client) { node.AddHook(slotMapRefresh{cc}) })
+		return cc
 	default:
 		o, _ := t.Options(tu)
 		return redis.NewClient(o)
@@ -222,4 +227,60 @@ func AddHooks(rdb redis.UniversalClient, hooks ...redis.Hook) {
 			node.AddHook(h)
 		}
 	})
+}
+
+// slotMapRefresh reloads a cluster client's slot map as soon as one of its
+// nodes says that the map is out of date: a redirect (MOVED, ASK), a
+// cluster that cannot serve the slot now (CLUSTERDOWN, TRYAGAIN, during a
+// failover or a migration), or a refused connection (a primary that
+// died). go-redis itself reloads on a redirect only where it follows it,
+// not on the calls made through a key's primary (ackNode), and otherwise
+// every 60 s: a failed-over shard then went 58 s without a sale.
+// ReloadState runs one reload at a time in the background, so a burst of
+// failures costs one CLUSTER SLOTS, not one each.
+type slotMapRefresh struct{ cc *redis.ClusterClient }
+
+// DialHook implements redis.Hook.
+func (h slotMapRefresh) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if err != nil {
+			h.cc.ReloadState(ctx)
+		}
+		return conn, err
+	}
+}
+
+// ProcessHook implements redis.Hook.
+func (h slotMapRefresh) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if staleSlotMap(err) {
+			h.cc.ReloadState(ctx)
+		}
+		return err
+	}
+}
+
+// ProcessPipelineHook implements redis.Hook.
+func (h slotMapRefresh) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		stale := staleSlotMap(err)
+		for _, c := range cmds {
+			stale = stale || staleSlotMap(c.Err())
+		}
+		if stale {
+			h.cc.ReloadState(ctx)
+		}
+		return err
+	}
+}
+
+// staleSlotMap reports an error that says the slot map may be out of
+// date: a refusal by the cluster (clusterRefusal) or a refused connection
+// (go-redis's pool answers one from memory for a while after a dial
+// failed, without dialling, so the dial hook alone misses it).
+func staleSlotMap(err error) bool {
+	return err != nil && (clusterRefusal(err) || errors.Is(err, syscall.ECONNREFUSED))
 }

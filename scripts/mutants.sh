@@ -61,6 +61,8 @@ mutants=(
   "db-stock|persistence/migrations/20261122000001_schema.tx.up.sql|s/^    stock          INT NOT NULL CHECK (stock >= 0),$/    stock          INT NOT NULL,/"
   "collision|persistence/orders.go|s/^\t\t\tif !sameOrder(e.order, st) {$/\t\t\tif false {/"
   "ids|persistence/orderids.go|s/^\t\t\tstart := max(c.ReservedUntilSec+1, o.second())$/\t\t\tstart := o.second()/"
+  # availability: a cluster client follows a failover at once
+  "slot-map|persistence/redisclient.go|s/^\t\tcc.OnNewNode(func(node \*redis.Client) { node.AddHook(slotMapRefresh{cc}) })$/\t\t_ = slotMapRefresh{cc}/"
   # acknowledged writes (WAIT, WAITAOF)
   "wait|persistence/acks.go|s/^\tcase n < int64(r.acks.Replicas):$/\tcase false:/"
   "waitaof|persistence/acks.go|s/^\tcase n\[0\] < 1 || n\[1\] < int64(r.acks.Replicas):$/\tcase false:/"
