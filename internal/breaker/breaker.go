@@ -45,7 +45,12 @@ var breakerState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 	Help: "Circuit breaker state per store: 0 closed, 1 half-open, 2 open.",
 }, []string{"store"})
 
-func init() { prometheus.MustRegister(breakerState) }
+var breakerTrips = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "flashsale", Name: "breaker_trips_total",
+	Help: "Times the circuit breaker opened per store (from closed or half-open): each a span in which Redis was taken to be down.",
+}, []string{"store"})
+
+func init() { prometheus.MustRegister(breakerState, breakerTrips) }
 
 // Options tunes a Breaker; zero values take the defaults.
 type Options struct {
@@ -116,6 +121,9 @@ func (b *Breaker) changed(_ string, from, to gobreaker.State) {
 		b.epoch.Add(1)
 	}
 	breakerState.WithLabelValues("redis").Set(float64(to))
+	if to == gobreaker.StateOpen {
+		breakerTrips.WithLabelValues("redis").Inc()
+	}
 	b.log.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
 	if to == gobreaker.StateClosed && b.onClose != nil {
 		b.mu.Lock()

@@ -200,6 +200,7 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 	}
 	rn.breakerOpened.Store(false)
 	rn.promoted.Store(nil)
+	tripsBefore := rn.breakerTrips(ctx)
 	fallbackOK := rn.fallbackSales(ctx, p)
 	now := time.Now()
 	spec := voucherSpec{Stock: p.stock, Limit: p.limit, Begin: now.Add(-time.Minute), End: now.Add(10 * time.Minute), RequireTicket: p.tickets, POW: p.pow}
@@ -250,6 +251,7 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 		return res
 	}
 	st.drained, st.logLeft = drained, left
+	st.breakerTrips = rn.breakerTrips(ctx) - tripsBefore
 	res.outcome = judge(p, answers, st, rn.requestIDs)
 	if t := rn.promoted.Load(); t != nil {
 		judgeFailoverStall(&res.outcome, answers, *t, failoverStallBound)
@@ -386,4 +388,16 @@ func (rn *runner) fallbackSales(ctx context.Context, p plan) int {
 		rn.log.Warn("fallback sales not read", "err", err)
 	}
 	return int(n)
+}
+
+// breakerTrips sums the times the nodes' Redis breakers opened
+// (flashsale_breaker_trips_total), over the nodes that answer.
+func (rn *runner) breakerTrips(ctx context.Context) int {
+	n := 0
+	for i := range rn.env.nodes {
+		if v, err := rn.env.metric(ctx, i, `flashsale_breaker_trips_total{store="redis"}`); err == nil {
+			n += int(v)
+		}
+	}
+	return n
 }

@@ -134,6 +134,7 @@ func TestJudgeSeesEachBrokenPromise(t *testing.T) {
 		{"a grab refused at the gate (its ticket was not accepted)", durable, append(slices.Clone(sold), answer{attempt: attempt{user: 12}, grabAnswer: grabAnswer{Err: &gqlErrors{list: []gqlError{{Message: "x", Extensions: map[string]any{"code": "FORBIDDEN"}}}}}}), clean, []string{"ticket"}},
 		{"a grab with no ticket to be had in a round without faults", durable, append(slices.Clone(sold), answer{attempt: attempt{user: 12}, grabAnswer: grabAnswer{Err: fmt.Errorf("%w: %w: x", errNotSent, errNoTicket)}}), clean, []string{"ticket"}},
 		{"the same where Redis was wiped", wiped, append(slices.Clone(sold), answer{attempt: attempt{user: 12}, grabAnswer: grabAnswer{Err: fmt.Errorf("%w: %w: x", errNotSent, errNoTicket)}}), clean, nil},
+		{"the same while a node's breaker opened (a machine too loaded for the deadlines)", durable, append(slices.Clone(sold), answer{attempt: attempt{user: 12}, grabAnswer: grabAnswer{Err: fmt.Errorf("%w: %w: x", errNotSent, errNoTicket)}}), func() state { st := clean(); st.breakerTrips = 1; return st }, nil},
 		{"an undrained log", durable, sold, func() state { st := clean(); st.drained, st.logLeft = false, 3; return st }, []string{"not-drained"}},
 		// One request, two orders: answered a refused order first, then
 		// the stored one (the retry check, which follows the first OK,

@@ -407,6 +407,9 @@ func (s *Service) Ticket(ctx context.Context, user int64, ip string, voucher int
 		}
 		fresh, err := s.store.UseChallenge(ctx, digest, until)
 		if err != nil {
+			if !errors.Is(err, domain.ErrNotSent) { // a breaker's refusal says nothing new
+				s.log.WarnContext(ctx, "challenge not recorded as used; the ticket is refused", "voucher", voucher, "err", err)
+			}
 			return "", time.Time{}, domain.Errorf(domain.CodeUnavailable, "cannot record the challenge as used; try again")
 		}
 		if !fresh {
