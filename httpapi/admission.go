@@ -78,6 +78,9 @@ func (a admission) MutateOperationParameters(ctx context.Context, params *graphq
 			return graph.OperationError(err)
 		}
 	}
+	// Past the rate limits, the document is read: a refusal from here on
+	// is charged to the caller's budget by its size (costCharge).
+	graphql.GetOperationContext(ctx).Stats.SetExtension(documentBytes, len(params.Query))
 	if !known {
 		parsed, err := parser.ParseQueryWithTokenLimit(&ast.Source{Input: params.Query}, a.tokens)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 
 	"flashsale/graph"
@@ -194,5 +195,88 @@ func TestRequestsWithoutAnOperationAreAnsweredWithTheBudgetOn(t *testing.T) {
 		if rec.Code != http.StatusBadRequest {
 			t.Fatalf("no query (token %v): %d %s, want 400", tok != "", rec.Code, rec.Body.String())
 		}
+	}
+}
+
+// Documents refused before they are priced (they do not validate, or
+// admission's shape limits refuse them) are charged by their size: a caller who sends wrong documents of 10 KB
+// (RequestPoints and one point a 128 bytes, about 105 each) empties a
+// budget of 1,000 within ten, and is then refused from memory, 429, a
+// right document too; another user is not.
+func TestWrongDocumentsAreChargedByTheirSize(t *testing.T) {
+	t.Parallel()
+	a, _ := budgetNodes(t)
+	user, other := a.Token(t, 4, auth.RoleUser), a.Token(t, 5, auth.RoleUser)
+	var wrong strings.Builder // ten unknown fields of 1,000 characters
+	wrong.WriteString("{")
+	for i := range 10 {
+		fmt.Fprintf(&wrong, " f%d%s", i, strings.Repeat("x", 998))
+	}
+	wrong.WriteString(" }")
+	refused := -1
+	for i := range 12 {
+		got := ask(t, a.GraphQL, "192.0.2.1", user, wrong.String())
+		if got.status == http.StatusTooManyRequests {
+			refused = i
+			break
+		}
+		if len(got.errs) == 0 || got.errs[0].Code() != "BAD_USER_INPUT" {
+			t.Fatalf("wrong document %d: %d %+v, want BAD_USER_INPUT", i, got.status, got.errs)
+		}
+	}
+	if refused < 8 || refused > 10 {
+		t.Fatalf("refused at the wrong document %d; want the 9th to 11th (1,000 points, about 105 each)", refused)
+	}
+	if got := ask(t, a.GraphQL, "192.0.2.1", user, "{ serverTime }"); got.status != http.StatusTooManyRequests {
+		t.Fatalf("a right document after the wrong ones: %d %+v, want 429", got.status, got.errs)
+	}
+	if got := ask(t, a.GraphQL, "192.0.2.1", other, "{ serverTime }"); len(got.errs) > 0 {
+		t.Fatalf("another user: %+v", got.errs)
+	}
+	// A document admission refuses before the executor sees it (over 100
+	// fields, 60 KB: about 505 points) is charged alike: the third is
+	// refused.
+	var wide strings.Builder
+	wide.WriteString("{")
+	for j := 0; wide.Len() < 60<<10; j++ {
+		fmt.Fprintf(&wide, " f%d_%s", j, strings.Repeat("q", 600))
+	}
+	wide.WriteString(" }")
+	for i := range 3 {
+		got := ask(t, a.GraphQL, "192.0.2.1", other, wide.String())
+		if refusedNow := got.status == http.StatusTooManyRequests; refusedNow != (i == 2) {
+			t.Fatalf("60 KB document %d: %d %+v; want the third refused with 429", i, got.status, got.errs)
+		}
+	}
+}
+
+// An introspection operation is charged by the fields of its answer (a
+// point per graph.IntrospectionFieldsPerPoint), not by gqlgen's
+// complexity, which counts `types` and `fields` once however many the
+// schema has: so aliases of `__schema` cannot cost a user next to nothing.
+func TestIntrospectionIsChargedByTheFieldsOfItsAnswer(t *testing.T) {
+	t.Parallel()
+	a, _ := budgetNodes(t)
+	user := a.Token(t, 6, auth.RoleUser)
+	got := ask(t, a.GraphQL, "192.0.2.1", user, "{ __schema { types { name fields { name } } } }")
+	if len(got.errs) > 0 || got.cost == nil {
+		t.Fatalf("introspection: %+v, cost %+v", got.errs, got.cost)
+	}
+	var answer struct {
+		Schema struct {
+			Types []struct {
+				Fields []struct{} `json:"fields"`
+			} `json:"types"`
+		} `json:"__schema"`
+	}
+	if err := json.Unmarshal(got.data, &answer); err != nil {
+		t.Fatal(err)
+	}
+	fields := 2 // __schema, types
+	for _, ty := range answer.Schema.Types {
+		fields += 2 + len(ty.Fields) // name, fields, and each field's name
+	}
+	if want := graph.RequestPoints + fields/graph.IntrospectionFieldsPerPoint; got.cost.Requested < want-5 || got.cost.Requested > want+5 {
+		t.Fatalf("introspection of %d fields charged %+v; want about %d requested", fields, *got.cost, want)
 	}
 }

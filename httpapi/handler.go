@@ -212,13 +212,21 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 	srv.Use(graph.OperationPolicy{})
 	srv.Use(extension.FixedComplexityLimit(lim.MaxComplexity))
 	refused := newRefusedCallers()
+	var charge costCharge
 	if opts.Budget != nil {
 		// After the complexity limit, which prices the operation; before
-		// the answer cap, which counts what the answer actually cost.
-		srv.Use(costCharge{budget: opts.Budget, refused: refused, log: opts.Log, away: new(atomic.Int64)})
+		// the introspection answers, whose charge it reports, and the
+		// answer cap, which counts what the answer actually cost.
+		charge = costCharge{budget: opts.Budget, refused: refused, log: opts.Log, away: new(atomic.Int64)}
+		srv.Use(charge)
 	}
 	srv.Use(depthLimit{max: lim.MaxDepth, introspectionMax: lim.MaxIntrospectionDepth})
 	srv.Use(graph.NewIntrospectionAnswers(lim.MaxIntrospectionFields, cmp.Or(opts.Introspection, graph.IntrospectionOff)))
+	if opts.Budget != nil {
+		// After the introspection answers, which price an introspection
+		// operation by its answer's fields.
+		srv.Use(costPricing{charge})
+	}
 	srv.Use(graph.NewAnswerCap(lim.MaxAnswerBytes))
 	srv.Use(graph.ErrorCap{})
 	var fast *compiledGrabs

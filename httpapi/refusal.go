@@ -181,7 +181,8 @@ func writeRefusal(w http.ResponseWriter, r *http.Request, wait time.Duration, cl
 // the presenter shows it. Every 429 written outside gqlgen is one of the
 // two, so a client sees one shape of refusal, and refusalEdge counts both
 // (isRefusal). A nil present shows the error as it is (a websocket
-// handshake, before any presenter).
+// handshake, before any presenter). Like the edge's, a refusal of a body
+// over refusalBodyKept closes the connection.
 func writeRateLimited(w http.ResponseWriter, r *http.Request, present graphql.ErrorPresenterFunc, de *domain.Error) {
 	e := graph.OperationError(de)
 	if present != nil {
@@ -191,6 +192,11 @@ func writeRateLimited(w http.ResponseWriter, r *http.Request, present graphql.Er
 	h := w.Header()
 	h["Content-Type"] = refusalContentType(r.Header.Get("Accept"))
 	h["Retry-After"] = retryAfterSeconds(de.RetryAfter)
+	if r.ContentLength < 0 || r.ContentLength > refusalBodyKept {
+		// Its body is unread: rather than read and drop it, close, as the
+		// edge does, so the client reconnects at its address's rate.
+		h["Connection"] = connectionClose
+	}
 	w.WriteHeader(http.StatusTooManyRequests)
 	_, _ = w.Write(b)
 }
