@@ -72,7 +72,7 @@ func (g anonymousGate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.next.ServeHTTP(w, r)
 		return
 	}
-	release, retry, ok := g.budget.admit(r.Context())
+	release, retry, ok := g.budget.admit(r.Context(), anonymousWeight(r.ContentLength))
 	if !ok {
 		if r.Context().Err() != nil {
 			return // the client left while it waited
@@ -127,16 +127,29 @@ func newAnonymousBudget(b AnonymousBudget) *anonymousBudget {
 	return out
 }
 
-// admit takes the budget for one request, waiting for it if need be:
-// release gives its slot back once it is answered. ok is false when the
-// request is refused (or its client gone), and retry is then when the
-// budget may admit it.
-func (b *anonymousBudget) admit(ctx context.Context) (release func(), retry time.Duration, ok bool) {
+// anonymousBytesPerStart is how many bytes of a request body take one
+// start of the anonymous rate: the work on a document grows with its
+// size (parsing it, validating it, up to 1.8 ms for 60 KB), so a large
+// one takes several of the rate's starts and the rate bounds the CPU, not
+// only the count.
+const anonymousBytesPerStart = 8 << 10
+
+// anonymousWeight is how many starts of the rate a body of n bytes takes
+// (n < 0: unknown, taken as one).
+func anonymousWeight(n int64) int {
+	return 1 + int(max(n, 0)/anonymousBytesPerStart)
+}
+
+// admit takes the budget for one request of weight starts of the rate,
+// waiting for it if need be: release gives its slot back once it is
+// answered. ok is false when the request is refused (or its client gone),
+// and retry is then when the budget may admit it.
+func (b *anonymousBudget) admit(ctx context.Context, weight int) (release func(), retry time.Duration, ok bool) {
 	now := b.now()
 	if b.interval > 0 {
 		// Those waiting for their start are at most wait/interval: no
 		// other bound is needed for them.
-		d := b.reserve(now, b.wait)
+		d := b.reserve(now, b.wait, weight)
 		if d < 0 {
 			return nil, b.retryAfter(now), false
 		}
@@ -167,7 +180,7 @@ func (b *anonymousBudget) admit(ctx context.Context) (release func(), retry time
 // reserve takes the rate's next start if it is at most within after
 // now, and returns how long after now it is; -1 when it is later
 // (nothing is taken).
-func (b *anonymousBudget) reserve(now time.Time, within time.Duration) time.Duration {
+func (b *anonymousBudget) reserve(now time.Time, within time.Duration, weight int) time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	// After a quiet spell, up to burst requests may start at once.
@@ -178,7 +191,7 @@ func (b *anonymousBudget) reserve(now time.Time, within time.Duration) time.Dura
 	if d > within {
 		return -1
 	}
-	b.next = b.next.Add(b.interval)
+	b.next = b.next.Add(time.Duration(max(weight, 1)) * b.interval)
 	return d
 }
 

@@ -18,22 +18,42 @@ func TestAnonymousRateReservesStartsWithinTheWait(t *testing.T) {
 	b := newAnonymousBudget(AnonymousBudget{InFlight: 2, PerSecond: 10, Wait: 250 * time.Millisecond})
 	now := time.Unix(1000, 0)
 	for i, want := range []time.Duration{0, 0, 100 * time.Millisecond, 200 * time.Millisecond, -1, -1} {
-		if got := b.reserve(now, b.wait); got != want {
+		if got := b.reserve(now, b.wait, 1); got != want {
 			t.Fatalf("request %d: start in %v, want %v", i, got, want)
 		}
 	}
 	now = now.Add(100 * time.Millisecond)
-	if got := b.reserve(now, b.wait); got != 200*time.Millisecond {
+	if got := b.reserve(now, b.wait, 1); got != 200*time.Millisecond {
 		t.Fatalf("100ms later: start in %v, want 200ms (the refused ones took nothing)", got)
 	}
 	now = now.Add(time.Hour)
 	for i := range 2 {
-		if got := b.reserve(now, 0); got != 0 {
+		if got := b.reserve(now, 0, 1); got != 0 {
 			t.Fatalf("after a quiet hour, request %d of the burst: start in %v, want now", i, got)
 		}
 	}
-	if got := b.reserve(now, 0); got != -1 {
+	if got := b.reserve(now, 0, 1); got != -1 {
 		t.Fatalf("past the burst with no wait: %v, want refused", got)
+	}
+}
+
+// A large body takes a start per 8 KiB (anonymousWeight): a 60 KB
+// document takes 8 of the rate's starts, so the next request starts that
+// much later, and the rate bounds the work, not only the count.
+func TestAnonymousRateWeighsALargeBody(t *testing.T) {
+	if w := anonymousWeight(60 << 10); w != 8 {
+		t.Fatalf("a 60 KiB body weighs %d starts, want 8", w)
+	}
+	if w := anonymousWeight(-1); w != 1 {
+		t.Fatalf("an unknown length weighs %d, want 1", w)
+	}
+	b := newAnonymousBudget(AnonymousBudget{InFlight: 1, PerSecond: 100, Wait: time.Second})
+	now := time.Unix(1000, 0)
+	if got := b.reserve(now, b.wait, anonymousWeight(60<<10)); got != 0 {
+		t.Fatalf("the large one: start in %v, want now", got)
+	}
+	if got := b.reserve(now, b.wait, 1); got != 80*time.Millisecond {
+		t.Fatalf("the next: start in %v, want 80ms (8 starts of 10ms)", got)
 	}
 }
 
@@ -45,13 +65,13 @@ func TestAnonymousSlotsQueueUpToTheirBound(t *testing.T) {
 	b := newAnonymousBudget(AnonymousBudget{InFlight: 1, Wait: time.Hour})
 	b.maxWaiting = 1
 	ctx := context.Background()
-	release, _, ok := b.admit(ctx)
+	release, _, ok := b.admit(ctx, 1)
 	if !ok {
 		t.Fatal("the first request refused")
 	}
 	admitted := make(chan func(), 1)
 	go func() {
-		r, _, ok := b.admit(ctx)
+		r, _, ok := b.admit(ctx, 1)
 		if !ok {
 			r = nil
 		}
@@ -63,7 +83,7 @@ func TestAnonymousSlotsQueueUpToTheirBound(t *testing.T) {
 	defer cancelOver()
 	refused := make(chan time.Duration, 1)
 	go func() {
-		if r, retry, ok := b.admit(over); ok {
+		if r, retry, ok := b.admit(over, 1); ok {
 			r()
 			refused <- -1
 		} else {
@@ -85,7 +105,7 @@ func TestAnonymousSlotsQueueUpToTheirBound(t *testing.T) {
 
 	gone, cancel := context.WithCancel(ctx)
 	left := make(chan bool, 1)
-	go func() { _, _, ok := b.admit(gone); left <- ok }()
+	go func() { _, _, ok := b.admit(gone, 1); left <- ok }()
 	testenv.WaitFor(t, "the request whose client leaves waits for the budget", func() bool { return b.waiting.Load() == 1 })
 	cancel()
 	if <-left {
@@ -95,7 +115,7 @@ func TestAnonymousSlotsQueueUpToTheirBound(t *testing.T) {
 		t.Fatalf("%d left waiting", n)
 	}
 	second()
-	if r, _, ok := b.admit(ctx); !ok {
+	if r, _, ok := b.admit(ctx, 1); !ok {
 		t.Fatal("the slot was not given back")
 	} else {
 		r()

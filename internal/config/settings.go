@@ -343,7 +343,7 @@ var settings = []setting{
 	// what it bounds is a share of their time.
 	intVar("ANON_MAX_IN_FLIGHT", "", "requests without a valid token running at once on this node; one more waits for its turn (ANON_WAIT), then 429 RATE_LIMITED; default "+strconv.Itoa(httpapi.AnonymousInFlightPerCore)+" per core (GOMAXPROCS) (0 = no bound)", func(c *Config) *int { return &c.AnonMaxInFlight }, optional(rate)).
 		derived(func(c *Config) { c.AnonMaxInFlight = httpapi.AnonymousInFlightPerCore * runtime.GOMAXPROCS(0) }),
-	intVar("ANON_PER_SEC", "", "requests without a valid token started per second on this node; more wait for their turn (ANON_WAIT), then 429 RATE_LIMITED; default "+strconv.Itoa(httpapi.AnonymousPerSecondPerCore)+" per core (GOMAXPROCS) (0 = no bound)", func(c *Config) *int { return &c.AnonPerSec }, optional(rate)).
+	intVar("ANON_PER_SEC", "", "requests without a valid token started per second on this node, a body taking one start per 8 KiB; more wait for their turn (ANON_WAIT), then 429 RATE_LIMITED; default "+strconv.Itoa(httpapi.AnonymousPerSecondPerCore)+" per core (GOMAXPROCS) (0 = no bound)", func(c *Config) *int { return &c.AnonPerSec }, optional(rate)).
 		derived(func(c *Config) { c.AnonPerSec = httpapi.AnonymousPerSecondPerCore * runtime.GOMAXPROCS(0) }),
 	durationVar("ANON_WAIT", httpapi.AnonymousWaitDefault, "how long a request without a valid token waits for the anonymous budget (ANON_MAX_IN_FLIGHT, ANON_PER_SEC) before it is answered 429 (0 = not at all)", func(c *Config) *time.Duration { return &c.AnonWait }).
 		checked(nonNegative(func(c Config) time.Duration { return c.AnonWait })),
