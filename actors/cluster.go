@@ -136,7 +136,17 @@ func (c *Cluster) onTopology(t *cluster.ClusterTopology) {
 	clear(c.handed)
 	c.mu.Unlock()
 	c.r.Rehome(c.Local)
-	c.log.Info("cluster membership changed", "members", len(addrs), "joined", len(t.Joined), "left", len(t.Left))
+	if len(t.Left) == 0 {
+		c.log.Info("cluster membership changed", "members", len(addrs), "joined", len(t.Joined))
+		return
+	}
+	left := make([]string, len(t.Left))
+	for i, m := range t.Left {
+		left[i] = m.Address()
+	}
+	// The one line of a member's loss: protoactor's own about it are DEBUG
+	// (peerLoss).
+	c.log.Warn("cluster member left; its segments move to the others", "members", len(addrs), "left", left, "joined", len(t.Joined))
 }
 
 // place makes members the placement's view and returns their addresses.
@@ -467,12 +477,27 @@ var noisy = map[string]bool{
 	"Request retried but failed":   true,
 }
 
+// peerLoss are protoactor's lines about a member it cannot reach: one
+// member's death gave each survivor five at once (the remote's endpoint
+// writer three, the gossip, automanaged's health check), four of them
+// ERRORs, each naming the member another way (its address, its health
+// URL, its id). A death is expected (a deploy, a crash the cluster heals)
+// and the membership says it once: onTopology's WARN when a member leaves.
+// These go to DEBUG.
+var peerLoss = map[string]bool{
+	"EndpointWriter lost connection":                 true,
+	"EndpointWriter failed to create receive stream": true,
+	"EndpointWriter failed to connect":               true,
+	"Bad connection to the node health status":       true,
+	"sendGossipForMember failed":                     true,
+}
+
 func (h *quietHandler) Enabled(ctx context.Context, l slog.Level) bool {
 	return h.Handler.Enabled(ctx, slog.LevelDebug) || h.Handler.Enabled(ctx, l)
 }
 
 func (h *quietHandler) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level == slog.LevelInfo || (r.Level >= slog.LevelWarn && noisy[r.Message]) {
+	if r.Level == slog.LevelInfo || (r.Level >= slog.LevelWarn && (noisy[r.Message] || peerLoss[r.Message])) {
 		r.Level = slog.LevelDebug
 	}
 	if !h.Handler.Enabled(ctx, r.Level) {

@@ -25,9 +25,10 @@ import (
 // with its request id, gets a decided answer; every segment, the dead
 // member's among them, sells after the kill; the sale sells out exactly
 // (one order per user and request id, no order answered to two users,
-// all in Postgres, reconciliation balanced); and the survivors log each
-// protoactor failure about the dead member once, where automanaged's
-// health check alone logged an ERROR every second.
+// all in Postgres, reconciliation balanced); and each survivor says the
+// member left in one WARN, with no protoactor ERROR about it (five lines,
+// four ERRORs, before), where automanaged's health check alone once
+// logged an ERROR every second.
 func TestClusterMemberKilledEveryGrabAnsweredWithinGrabTimeout(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -195,6 +196,27 @@ func TestClusterMemberKilledEveryGrabAnsweredWithinGrabTimeout(t *testing.T) {
 	for _, p := range survivors {
 		for line, n := range protoactorRepeats(p.Output()) {
 			t.Errorf("%s logged %d times: %s", p.Base, n, line)
+		}
+		// One WARN says the member is gone: the membership's. protoactor's
+		// five lines about it (four ERRORs) are DEBUG.
+		left, protoactorErrors := 0, 0
+		for _, line := range strings.Split(p.Output(), "\n") {
+			var rec map[string]any
+			if json.Unmarshal([]byte(line), &rec) != nil {
+				continue
+			}
+			switch {
+			case rec["msg"] == "cluster member left; its segments move to the others":
+				left++
+			case rec["component"] == "protoactor" && rec["level"] == "ERROR":
+				if at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(rec["time"])); err == nil && at.After(*killedAt.Load()) {
+					protoactorErrors++
+					t.Logf("%s: %s", p.Base, line)
+				}
+			}
+		}
+		if left != 1 || protoactorErrors > 0 {
+			t.Errorf("%s logged the member's loss %d times and %d protoactor ERRORs after it; want one WARN and none", p.Base, left, protoactorErrors)
 		}
 	}
 }
