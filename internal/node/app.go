@@ -104,12 +104,12 @@ type app struct {
 	// hosts, in embedded mode, refuses requests to other Hosts than this
 	// machine's (DNS rebinding); nil in real mode.
 	hosts *httpapi.LocalHosts
-	// prober (the breaker's probe) and statusSync are this node's own
-	// maintenance jobs, run on every node.
-	prober, statusSync maintenance.Service
-	listener           net.Listener
-	http               *http.Server
-	profiler           *profiler // PPROF_ADDR only
+	// prober (the breaker's probe), redisWatch and statusSync are this
+	// node's own maintenance jobs, run on every node.
+	prober, redisWatch, statusSync maintenance.Service
+	listener                       net.Listener
+	http                           *http.Server
+	profiler                       *profiler // PPROF_ADDR only
 	// cancelRequests ends every request's context; the http step's stop
 	// calls it, after the shutdown has let the open requests finish.
 	cancelRequests context.CancelFunc
@@ -519,13 +519,24 @@ func (a *app) closeRouter() {
 }
 
 // watchBreaker starts the breaker's probe, which finds Redis back after
-// an outage.
+// an outage, and the watch that says in one line when Redis changed
+// (redisWatch; not for the in-process Redis, which never does).
 func (a *app) watchBreaker(_ context.Context, bg *loops) error {
 	a.prober = a.breaker.Prober(breakerProbeInterval, func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() })
-	return a.prober.Start(bg.ctx)
+	if err := a.prober.Start(bg.ctx); err != nil {
+		return err
+	}
+	if a.mini == nil {
+		a.redisWatch = newRedisWatch(a.bg, a.log).job()
+		return a.redisWatch.Start(bg.ctx)
+	}
+	return nil
 }
 
 func (a *app) closeBreaker() {
+	if a.redisWatch != nil {
+		a.redisWatch.Stop()
+	}
 	if a.prober != nil {
 		a.prober.Stop()
 	}
