@@ -65,9 +65,11 @@ fuzz:
 	./scripts/fuzz.sh $(FUZZTIME)
 
 # A local 3-member cluster on 127.0.0.1 (docs/OPERATIONS.md, "A cluster"); Ctrl-C stops it.
-.PHONY: cluster-demo
+.PHONY: cluster-demo sentinel-demo
 cluster-demo:
 	scripts/cluster-demo.sh
+sentinel-demo:
+	scripts/sentinel-demo.sh
 
 # One measured flash sale on this machine: the service, the seeds'
 # reference design and the plain-HTTP ceiling, same run, checked

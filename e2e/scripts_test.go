@@ -106,42 +106,55 @@ func TestWorkTreeFilesAreIgnored(t *testing.T) {
 	}
 }
 
-// The cluster demo changes nothing outside the repository and its
-// temporary directory: it installs nothing, starts no etcd, creates or
-// alters no PostgreSQL role, writes nothing under the home directory (the
-// test command's set-up, which may do all of these, is not called), drops
-// the database it creates at exit, and prints what mints a token for any
-// user. Its run is walked by hand (three members and a build take a
-// minute); these are the promises a reading can check.
+// The demos (the cluster's, Sentinel's, and the library they share)
+// change nothing outside the repository and their temporary directory:
+// they install nothing, start no etcd, create or alter no PostgreSQL role,
+// write nothing under the home directory (the test command's set-up, which
+// may do all of these, is not called), drop the database they create at
+// exit, and mint tokens for any user. Their runs are walked by hand (a
+// build and several processes take a minute or more); these are the
+// promises a reading can check.
 func TestClusterDemoPromisesNoSideEffects(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../scripts/cluster-demo.sh")
+	lib, err := os.ReadFile("../scripts/demo-lib.sh")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Comments say what the script does not do; only commands count.
-	var code strings.Builder
-	for _, line := range strings.Split(string(b), "\n") {
-		if l := strings.TrimSpace(line); !strings.HasPrefix(l, "#") {
-			code.WriteString(line + "\n")
+	for _, demo := range []string{"cluster-demo.sh", "sentinel-demo.sh"} {
+		b, err := os.ReadFile("../scripts/" + demo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), ". scripts/demo-lib.sh") {
+			t.Errorf("scripts/%s does not source scripts/demo-lib.sh", demo)
+		}
+		// Comments say what the script does not do; only commands count.
+		var code strings.Builder
+		for _, line := range strings.Split(string(b)+"\n"+string(lib), "\n") {
+			if l := strings.TrimSpace(line); !strings.HasPrefix(l, "#") {
+				code.WriteString(line + "\n")
+			}
+		}
+		script := strings.ToLower(code.String())
+		for _, banned := range []string{"apt", "dpkg", "sudo", "etcd", "test-services.sh", "create role", "alter role", "create user",
+			"alter user", "$home", "${home", "~/", "xdg_", ".local/state", "createuser"} {
+			if strings.Contains(script, banned) {
+				t.Errorf("scripts/%s runs %q", demo, banned)
+			}
+		}
+		for _, want := range []string{"mktemp -d", "trap cleanup int term exit", "drop database if exists $db", "rm -rf \"$work\"",
+			"token --user"} {
+			if !strings.Contains(script, want) {
+				t.Errorf("scripts/%s lacks %q", demo, want)
+			}
+		}
+		if _, err := exec.LookPath("bash"); err == nil {
+			if out, err := exec.Command("bash", "-n", "../scripts/"+demo).CombinedOutput(); err != nil {
+				t.Errorf("bash -n %s: %v\n%s", demo, err, out)
+			}
 		}
 	}
-	script := strings.ToLower(code.String())
-	for _, banned := range []string{"apt", "dpkg", "sudo", "etcd", "test-services.sh", "create role", "alter role", "create user",
-		"alter user", "$home", "${home", "~/", "xdg_", ".local/state", "createuser"} {
-		if strings.Contains(script, banned) {
-			t.Errorf("scripts/cluster-demo.sh runs %q", banned)
-		}
-	}
-	for _, want := range []string{"mktemp -d", "trap cleanup int term exit", "drop database if exists $db", "rm -rf \"$work\"",
-		"jwt secret: $secret", "token --user"} {
-		if !strings.Contains(script, want) {
-			t.Errorf("scripts/cluster-demo.sh lacks %q", want)
-		}
-	}
-	if _, err := exec.LookPath("bash"); err == nil {
-		if out, err := exec.Command("bash", "-n", "../scripts/cluster-demo.sh").CombinedOutput(); err != nil {
-			t.Errorf("bash -n: %v\n%s", err, out)
-		}
+	if b, _ := os.ReadFile("../scripts/cluster-demo.sh"); !strings.Contains(strings.ToLower(string(b)), "jwt secret: $secret") {
+		t.Error("scripts/cluster-demo.sh does not print the JWT secret")
 	}
 }

@@ -25,49 +25,10 @@
 #   BASE_PORT=9000 KEEP_DATABASE=1 scripts/cluster-demo.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/demo-lib.sh
 
 base=${BASE_PORT:-8080}
-log() { echo "cluster-demo: $*" >&2; }
-fail() { log "FAILED: $*"; exit 1; }
-
-for tool in go redis-server psql curl; do
-  command -v "$tool" >/dev/null || fail "$tool is not on PATH (this script installs nothing)"
-done
-
-# The PostgreSQL to create the demo's database on: DEMO_POSTGRES_URL, else
-# the test command's TEST_DATABASE_URL, else the local postgres role.
-pg_url=${DEMO_POSTGRES_URL:-${TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}}
-pg_shown=$(echo "$pg_url" | sed 's|//\([^:@/]*\):[^@/]*@|//\1:***@|; s|password=[^&]*|password=***|g')
-PGCONNECT_TIMEOUT=5 psql "$pg_url" -qAtc 'select 1' >/dev/null 2>&1 ||
-  fail "cannot connect to PostgreSQL at $pg_shown; set DEMO_POSTGRES_URL to a role that may CREATE DATABASE"
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/flashsale-cluster-demo.XXXXXX")
-db=flashsale_demo_$(head -c 4 /dev/urandom | od -An -tx1 | tr -d ' \n')
-db_created=
-pids=()
-cleanup() {
-  trap - INT TERM EXIT
-  log "stopping"
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  if [ -n "$db_created" ]; then
-    if [ "${KEEP_DATABASE:-}" = 1 ]; then
-      log "kept database $db (KEEP_DATABASE=1); drop it with: psql '$pg_shown' -c 'drop database $db'"
-    else
-      psql "$pg_url" -qc "drop database if exists $db with (force)" >/dev/null 2>&1 ||
-        log "could not drop database $db; drop it with: psql '$pg_shown' -c 'drop database $db'"
-    fi
-  fi
-  rm -rf "$work"
-}
-trap cleanup INT TERM EXIT
-
-psql "$pg_url" -qc "create database $db" >/dev/null || fail "create database $db"
-db_created=1
-# The same server and role, the demo's database, the URL's parameters kept.
-database_url=${pg_url%%\?*}
-database_url=${database_url%/*}/$db
-case $pg_url in *\?*) database_url="$database_url?${pg_url#*\?}" ;; esac
+demo_init cluster-demo
 
 redis() { # redis PORT [AOF]
   local dir=$work/redis-$1
@@ -84,11 +45,7 @@ locks=()
 for i in 1 2 3; do redis $((base + 300 + i)); locks+=("redis://127.0.0.1:$((base + 300 + i))/0"); done
 sleep 0.3
 
-log "building"
-rev=$(git rev-parse HEAD 2>/dev/null || true)
-[ -z "$rev" ] || git diff --quiet HEAD 2>/dev/null || rev=$rev+dirty
-go build -ldflags "-X main.linkedRevision=$rev" -o "$work/flashsale" . || fail "go build"
-secret=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+demo_build
 seeds="127.0.0.1:$((base + 201)),127.0.0.1:$((base + 202)),127.0.0.1:$((base + 203))"
 lock_urls=$(IFS=,; echo "${locks[*]}")
 members=()
@@ -100,22 +57,9 @@ for i in 1 2 3; do
   pids+=($!)
   members+=($!)
 done
-for i in 1 2 3; do
-  for _ in $(seq 1 150); do
-    curl -fs "http://127.0.0.1:$((base + i))/readyz" >/dev/null 2>&1 && break
-    kill -0 "${members[$((i - 1))]}" 2>/dev/null || break
-    sleep 0.2
-  done
-  curl -fs "http://127.0.0.1:$((base + i))/readyz" >/dev/null || { tail -20 "$work/member-$i.log" >&2; fail "member $i did not become ready"; }
-done
-
-token() { JWT_SECRET="$secret" "$work/flashsale" token "$@"; }
+for i in 1 2 3; do demo_ready "http://127.0.0.1:$((base + i))" "${members[$((i - 1))]}" "member-$i"; done
 admin=$(token --user 1 --role admin)
-created=$(curl -fs "http://127.0.0.1:$((base + 1))/query" -H 'Content-Type: application/json' -H "Authorization: Bearer $admin" \
-  -d '{"query":"mutation { createVoucher(input: {shopId: \"1\", title: \"Cluster demo\", payValue: 100, actualValue: 500, type: SECKILL, stock: 1000, segments: 4, beginAt: \"2020-01-01T00:00:00Z\", endAt: \"2099-01-01T00:00:00Z\"}) { id } }"}') ||
-  fail "create the demo voucher"
-voucher=$(echo "$created" | sed -n 's/.*"id":"\([0-9]*\)".*/\1/p')
-[ -n "$voucher" ] || fail "create the demo voucher: $created"
+demo_voucher "http://127.0.0.1:$((base + 1))" "Cluster demo" 1000 4
 
 # grabs FIRST LAST: users FIRST..LAST each grab once, through members 1, 2,
 # 3 in turn; a member that is down answers nothing, and the line says so.
