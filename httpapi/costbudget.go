@@ -151,26 +151,38 @@ func (c costCharge) price(ctx context.Context, rc *graphql.OperationContext) *gq
 		points = max(points, n/graph.IntrospectionFieldsPerPoint)
 	}
 	ch := &charge{caller: caller, requested: graph.RequestPoints + points}
+	remaining, retry, charged := c.take(ctx, caller, ch.requested, now)
+	if retry > 0 {
+		return graph.OperationError(overBudget(retry))
+	}
+	ch.remaining, ch.charged = remaining, charged
+	rc.Stats.SetExtension(costExtension, ch)
+	return nil
+}
+
+// take charges points to caller's budget, at most costCallTimeout long:
+// charged when it was taken; retry > 0 when the budget cannot pay, the
+// caller then remembered as refused until now+retry; neither while the
+// budget's Redis is away (costAwayFor after a failed call): the budget
+// protects the node, and refusing everyone while Redis is away protects
+// nothing (the per-request cap still holds).
+func (c costCharge) take(ctx context.Context, caller string, points int, now time.Time) (remaining int, retry time.Duration, charged bool) {
 	if now.UnixNano() < c.away.Load() {
-		return nil // admitted: Redis was away a moment ago
+		return 0, 0, false
 	}
 	callCtx, cancel := context.WithTimeout(ctx, costCallTimeout)
-	remaining, retry, err := c.budget.Charge(callCtx, caller, ch.requested)
+	remaining, retry, err := c.budget.Charge(callCtx, caller, points)
 	cancel()
 	switch {
 	case err != nil:
-		// The budget protects the node, and refusing everyone while Redis
-		// is away protects nothing: the per-request cap still holds.
 		c.away.Store(now.Add(costAwayFor).UnixNano())
 		c.log.WarnContext(ctx, "cost budget unavailable; requests admitted without it for a second", "err", err)
+		return 0, 0, false
 	case retry > 0:
 		c.refused.add(caller, now.Add(retry))
-		return graph.OperationError(overBudget(retry))
-	default:
-		ch.remaining, ch.charged = remaining, true
+		return 0, retry, false
 	}
-	rc.Stats.SetExtension(costExtension, ch)
-	return nil
+	return remaining, 0, true
 }
 
 // grabsOnly reports an operation of grabs alone, of vouchers or of red
@@ -276,21 +288,7 @@ func (c costCharge) chargeUnpriced(ctx context.Context) {
 	if _, err := auth.FromContext(ctx); err != nil {
 		return
 	}
-	now := time.Now()
-	if now.UnixNano() < c.away.Load() {
-		return
-	}
-	caller := costCaller(ctx)
-	callCtx, cancel := context.WithTimeout(ctx, costCallTimeout)
-	_, retry, err := c.budget.Charge(callCtx, caller, graph.RequestPoints+size/graph.TextBytesPerPoint)
-	cancel()
-	switch {
-	case err != nil:
-		c.away.Store(now.Add(costAwayFor).UnixNano())
-		c.log.WarnContext(ctx, "cost budget unavailable; requests admitted without it for a second", "err", err)
-	case retry > 0:
-		c.refused.add(caller, now.Add(retry))
-	}
+	c.take(ctx, costCaller(ctx), graph.RequestPoints+size/graph.TextBytesPerPoint, time.Now())
 }
 
 // InterceptOperation reports the charge of an operation answered without
