@@ -190,24 +190,19 @@ func (r DurabilityRisk) Warning() string {
 }
 
 // EvictingPolicy reads the maxmemory-policy of the server (of every
-// primary of a Redis Cluster) from INFO memory, which services that
-// refuse CONFIG still answer, and returns the first that evicts keys:
-// anything but noeviction. "" when none does, or none tells. Under an
-// evicting policy Redis may drop a request id or an order log when memory
-// runs short, which breaks the promises without a trace; the scripts
-// refuse to sell under it (serverRunLua), and a node refuses to start.
+// primary of a Redis Cluster) as the selling scripts read it, from the
+// token they verify a load under (ReadRunID: "!<policy>" while it evicts),
+// and returns the first that evicts keys; "" when none does, or none
+// tells. Under an evicting policy Redis may drop a request id or an order
+// log when memory runs short, which breaks the promises without a trace;
+// the scripts refuse to sell under it, and a node refuses to start.
 func EvictingPolicy(ctx context.Context, rdb redis.UniversalClient) (string, error) {
-	read := func(ctx context.Context, c redis.Cmdable) (string, error) {
-		s, err := c.Info(ctx, "memory").Result()
+	read := func(ctx context.Context, c redis.Scripter) (string, error) {
+		token, err := ReadRunID(ctx, c)
 		if err != nil {
-			return "", fmt.Errorf("redis INFO memory: %w", err)
+			return "", err
 		}
-		for _, line := range strings.Split(s, "\n") {
-			if p, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:"); ok && p != "noeviction" {
-				return p, nil
-			}
-		}
-		return "", nil
+		return ParseRunToken(token).Evicting, nil
 	}
 	cc, ok := rdb.(*redis.ClusterClient)
 	if !ok {
@@ -233,4 +228,25 @@ func EvictingPolicyError(policy string) string {
 	return "redis maxmemory-policy is " + policy + ": when memory runs short Redis drops keys, and a dropped request id " +
 		"or order log gives one request two orders or loses orders answered OK, without a trace; set maxmemory-policy noeviction " +
 		"(redis.conf, or CONFIG SET maxmemory-policy noeviction): a full Redis then refuses new sales (UNAVAILABLE) and keeps every promise"
+}
+
+// RunToken is a token of ReadRunID taken apart.
+type RunToken struct {
+	Run      string // the server's run id; NoRunID when it does not tell
+	Evicted  string // the keys it evicted since it started; "0" for none
+	Evicting string // its maxmemory-policy while that evicts keys; "" otherwise
+}
+
+// ParseRunToken takes a token of ReadRunID apart: "<run id>[/<evicted>]",
+// or "!<policy>" while the policy evicts keys (the run id is then not
+// told).
+func ParseRunToken(token string) RunToken {
+	if policy, ok := strings.CutPrefix(token, evictingMark); ok {
+		return RunToken{Evicting: policy}
+	}
+	run, evicted, _ := strings.Cut(token, "/")
+	if evicted == "" {
+		evicted = "0"
+	}
+	return RunToken{Run: run, Evicted: evicted}
 }

@@ -3,7 +3,6 @@ package persistence
 import (
 	"errors"
 	"fmt"
-	"strings"
 	"syscall"
 	"time"
 
@@ -87,8 +86,8 @@ func unavailable(err error) error {
 // The error is UNAVAILABLE to the caller and proves the call changed
 // nothing (domain.ErrNotSent).
 func redisEvicts(token any) error {
-	policy, _ := token.(string)
-	policy = strings.TrimPrefix(policy, evictingMark)
+	s, _ := token.(string)
+	policy := ParseRunToken(s).Evicting
 	if policy == "" {
 		policy = "other than noeviction"
 	}

@@ -3,12 +3,13 @@ package node
 import (
 	"context"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"flashsale/persistence"
 )
 
 // readyTimeout bounds each store's check of one /readyz probe. Load
@@ -67,6 +68,7 @@ func (rd *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	dbErr := make(chan error, 1)
 	go func() { dbErr <- rd.db(ctx) }()
 	token, redisErr := rd.redis(ctx)
+	evicting := persistence.ParseRunToken(token).Evicting
 	pgErr := <-dbErr
 	if pgErr != nil {
 		degraded.WithLabelValues("postgres").Set(1)
@@ -80,8 +82,8 @@ func (rd *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case redisErr != nil:
 		http.Error(w, "redis unavailable: cannot sell", http.StatusServiceUnavailable)
 		return
-	case strings.HasPrefix(token, "!"):
-		http.Error(w, "redis maxmemory-policy "+token[1:]+" evicts keys: cannot sell until it is noeviction", http.StatusServiceUnavailable)
+	case evicting != "":
+		http.Error(w, "redis maxmemory-policy "+evicting+" evicts keys: cannot sell until it is noeviction", http.StatusServiceUnavailable)
 		return
 	case rd.breaker != nil && !rd.breaker.Usable():
 		switch down := rd.breaker.Down(); {

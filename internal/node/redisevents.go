@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -56,28 +55,18 @@ func (w *redisWatch) step(ctx context.Context) bool {
 	if last == "" || last == token {
 		return false
 	}
-	lastRun, lastEvicted := splitToken(last)
-	run, evicted := splitToken(token)
+	was, now := persistence.ParseRunToken(last), persistence.ParseRunToken(token)
 	switch {
-	case strings.HasPrefix(token, "!"):
-		w.log.Warn("redis maxmemory-policy evicts keys: nothing is sold until it is noeviction", "maxmemory_policy", token[1:])
-	case strings.HasPrefix(last, "!"):
-		w.log.Info("redis maxmemory-policy is noeviction again; loads verified before it changed are rebuilt only if keys were evicted", "evicted_keys", evicted)
-	case run != lastRun:
+	case now.Evicting != "":
+		w.log.Warn("redis maxmemory-policy evicts keys: nothing is sold until it is noeviction", "maxmemory_policy", now.Evicting)
+	case was.Evicting != "":
+		w.log.Info("redis maxmemory-policy is noeviction again; loads verified before it changed are rebuilt only if keys were evicted", "evicted_keys", now.Evicted)
+	case now.Run != was.Run:
 		w.log.Warn("redis server changed (a restart or a failover): every voucher and red packet is rebuilt from the database before it sells again",
-			"run_id", run, "previous_run_id", lastRun)
-	case evicted != lastEvicted:
+			"run_id", now.Run, "previous_run_id", was.Run)
+	case now.Evicted != was.Evicted:
 		w.log.Warn("redis evicted keys: every voucher and red packet is rebuilt from the database before it sells again",
-			"evicted_keys", evicted, "previously", lastEvicted)
+			"evicted_keys", now.Evicted, "previously", was.Evicted)
 	}
 	return true
-}
-
-// splitToken parses a token "<run id>[/<evicted keys>]".
-func splitToken(token string) (run, evicted string) {
-	run, evicted, _ = strings.Cut(token, "/")
-	if evicted == "" {
-		evicted = "0"
-	}
-	return run, evicted
 }
