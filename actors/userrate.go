@@ -11,7 +11,8 @@ import "time"
 // (redis_rate.PerSecond: a burst of one second's rate, then one grab per
 // 1/rate), so a client sees the same admissions and retryAfterMs as when
 // the limit lived in Redis. What it gives up, written down in
-// docs/DECISIONS.md ("The per-user rate limit in the segment's memory"):
+// docs/DECISIONS.md ("Rate limits: redis_rate per batch; the per-user
+// rate limit in the segment's memory"):
 // the limit is per user and voucher rather than per user across
 // vouchers, and a new activation (a member joins or dies) starts every
 // user with a full burst.
