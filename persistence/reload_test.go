@@ -299,3 +299,93 @@ func TestAWriterWaitingOnAReloadSeesItsStamp(t *testing.T) {
 	h.committed(t)
 	h.sellOut(t)
 }
+
+// reloadEndingHolds is reload with a hold of hold that ends early once the
+// order writers' lease rows allow it (catalog.Holds, run until the test
+// ends).
+func (h *heldOrders) reloadEndingHolds(t *testing.T, hold time.Duration) {
+	t.Helper()
+	stock := persistence.NewStock(h.rdb)
+	stock.ReloadHold = hold
+	holds := catalog.NewHolds(persistence.NewWriterLeases(h.db, persistence.OrdersFamily), stock, hold, quiet)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); holds.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	c := catalog.New(persistence.NewVouchers(h.db), stock, quiet)
+	c.Holds = holds
+	if _, err := c.EnsurePreheated(context.Background(), h.v.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A reload's hold lasts as long as an order writer may hold an order of
+// the lost load, and no longer: while the writer that read the orders
+// has not committed them (its lease row says it holds something since
+// before the reload), the voucher sells nothing; once it has committed
+// them and reports holding nothing, the hold ends long before its bound
+// (20 s here), and the sale goes on with no order sold twice and none
+// dead-lettered.
+func TestAReloadHoldsOnlyWhileAWriterMayHoldAnOrderOfTheLostLoad(t *testing.T) {
+	t.Parallel()
+	h := holdOrdersAcrossRedisLoss(t, 1)
+	ctx := context.Background()
+	rows := persistence.NewWriterLeases(h.db, persistence.OrdersFamily)
+	// The writer that read the orders holds them: its last clean report
+	// is from before its read.
+	if err := rows.Report(ctx, "held-writer", false); err != nil {
+		t.Fatal(err)
+	}
+	// Another writer, idle, reports clean all along.
+	idle := make(chan struct{})
+	go func() {
+		defer close(idle)
+		for ctx := t.Context(); ctx.Err() == nil; time.Sleep(20 * time.Millisecond) {
+			_ = rows.Report(ctx, "idle-writer", true)
+		}
+	}()
+	t.Cleanup(func() { <-idle })
+	h.reloadEndingHolds(t, 20*time.Second)
+	for range 10 {
+		time.Sleep(50 * time.Millisecond) // many of the hold's rounds
+		if !held(t, h.rdb, h.v.ID) {
+			t.Fatal("the hold ended while a writer still held orders of the lost load")
+		}
+	}
+	if early, answers := testenv.SellCounting(t, h.db, h.rdb, h.v.ID, testenv.Users(1, 10)); len(early) > 0 {
+		t.Fatalf("the reload sold %d units while a writer held orders of the lost load: %v", len(early), answers)
+	}
+	if err := h.write(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.committed(t)
+	if err := rows.Report(ctx, "held-writer", true); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "the hold to end once no writer holds an order of the lost load", func() bool { return !held(t, h.rdb, h.v.ID) })
+	h.sellOut(t)
+}
+
+// A writer whose lease lapsed (killed, or cut off from the database for
+// longer than WriterLeaseTTL) is not waited for, and a stopped one, whose
+// row is gone, neither: with only those, the hold ends at once.
+func TestAReloadDoesNotWaitForALapsedOrStoppedWriter(t *testing.T) {
+	t.Parallel()
+	h := holdOrdersAcrossRedisLoss(t, 1)
+	ctx := context.Background()
+	rows := persistence.NewWriterLeases(h.db, persistence.OrdersFamily)
+	for _, w := range []string{"killed-writer", "stopped-writer"} {
+		if err := rows.Report(ctx, w, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.db.NewUpdate().Table("tb_writer_lease").Set("expires_at = clock_timestamp() - interval '1 second'").
+		Where("consumer = 'killed-writer'").Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rows.Release(ctx, "stopped-writer"); err != nil {
+		t.Fatal(err)
+	}
+	h.reloadEndingHolds(t, 20*time.Second)
+	testenv.WaitFor(t, "the hold to end with no live writer", func() bool { return !held(t, h.rdb, h.v.ID) })
+}

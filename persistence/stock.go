@@ -22,13 +22,18 @@ var setStatusScript = newScript("set_status")
 // reqExpiry is how long after a sale ends its request ids are kept.
 const reqExpiry = 24 * time.Hour
 
-// ReloadHoldDefault is how long a reload of a voucher that Redis lost
+// ReloadHoldDefault is the longest a reload of a voucher that Redis lost
 // sells nothing. An order writer that could not reach the database may
 // hold orders sold from the lost load that no order log shows any more;
-// the reload cannot count them, so it waits for them: longer than a
-// writer's longest pause between attempts (the persistence actor's
-// MaxBackoffDefault) plus one attempt (AttemptTimeoutDefault). Orders that come later are
-// dead-lettered, never sold twice (see adoptOrdersScript).
+// the reload cannot count them, so it waits for them. The node ends the
+// hold as soon as every order writer with a live lease row has held
+// nothing since the reload began (catalog.Holds, WriterLeases), which
+// takes about a writer's report period when they are healthy; this bound
+// is for a writer that holds orders and cannot store them: longer than
+// its longest pause between attempts (the persistence actor's
+// MaxBackoffDefault) plus one attempt (AttemptTimeoutDefault). Orders
+// that come later are dead-lettered, never sold twice (see
+// adoptOrdersScript).
 const ReloadHoldDefault = 8 * time.Second
 
 // Stock is the live stock of seckill vouchers in Redis.
@@ -204,6 +209,21 @@ func (s *Stock) Unload(ctx context.Context, voucherID int64, stamp string) error
 		return fmt.Errorf("unload voucher %d: %w", voucherID, err)
 	}
 	return nil
+}
+
+// endHoldScript ends a reload's hold early: scripts/end_hold.lua.
+var endHoldScript = newScript("end_hold")
+
+// EndHold ends the hold of the voucher's reload stamped stamp, before its
+// ReloadHold is over, and reports whether it did: a newer load, or one
+// that holds nothing, is left alone. The caller has made sure that no
+// order writer still holds an order of the lost load (catalog.Holds).
+func (s *Stock) EndHold(ctx context.Context, voucherID int64, stamp string) (bool, error) {
+	n, err := endHoldScript.Run(ctx, s.rdb, []string{metaKey(voucherID)}, stamp).Int()
+	if err != nil {
+		return false, fmt.Errorf("end the reload hold of voucher %d: %w", voucherID, unavailable(err))
+	}
+	return n == 1, nil
 }
 
 // SetStatus copies a status change to a preheated voucher; version is the

@@ -37,6 +37,9 @@ mutants=(
   # the token a load is verified under (scripts.go): evictions, an evicting policy
   "evicted|persistence/scripts.go|s/^\t\`if e and e ~= '0' then return run .. '\\/' .. e end \` +$/\t\`\` +/"
   "evicting|persistence/scripts.go|s/^\t\`if p and p ~= 'noeviction' then return '!' .. p end \` +$/\t\`\` +/"
+  # a reload's hold ends early only when no order writer can hold an order of the lost load
+  "hold-rows|internal/catalog/holds.go|s/!clean.Before(l.since)/clean.After(time.Time{})/"
+  "writer-clean|actors/writer/actor.go|s/a.w.opts.Consumer, a.held == nil)/a.w.opts.Consumer, true)/"
   "hold|persistence/scripts/grab.lua|s/^elseif m\[7\] and now < tonumber(m\[7\]) then verdict = 7/elseif false then verdict = 7/"
   "decr|persistence/scripts/grab.lua|s/^  redis.call('DECRBY', KEYS\[2\], sold)$/  local _ = sold/"
   "only-sales|persistence/scripts/grab.lua|s/^  elseif verdict ~= 0 then$/  elseif verdict ~= 0 and redis.call('HSET', KEYS[5], req, '0') then/"

@@ -24,6 +24,8 @@ type writerActor struct {
 	lastList   time.Time
 	lastClaim  time.Time
 	lastLag    time.Time
+	lastReport time.Time // of the lease row (Family.Leases)
+	wakeAt     time.Time // when the next step is due (schedule)
 	ownPending bool // re-read what this consumer name left unacknowledged
 	backoff    time.Duration
 	held       *heldBatch // read, not yet acknowledged
@@ -58,16 +60,30 @@ func (a *writerActor) Receive(ctx actor.Context) {
 		if m.inc != a.inc || a.w.ctx.Err() != nil {
 			return // a timer of an earlier incarnation, or stopping
 		}
+		if left := time.Until(a.wakeAt); left > 0 {
+			// A pause that holds nothing still says so (see schedule).
+			a.report(a.w.ctx)
+			a.schedule(ctx, left)
+			return
+		}
 		a.schedule(ctx, a.step(a.w.ctx))
 	}
 }
 
-// schedule sends the next poll at once, or after d.
+// schedule sends the next poll at once, or after d. A pause holding no
+// batch (a backoff after a failed read, up to MaxBackoff) is cut into
+// polls of reportEvery that only report the writer clean: a reload must
+// not wait for a writer that holds nothing because it is backing off.
 func (a *writerActor) schedule(ctx actor.Context, d time.Duration) {
 	next := poll{inc: a.inc}
 	if d <= 0 {
+		a.wakeAt = time.Time{}
 		ctx.Send(ctx.Self(), next)
 		return
+	}
+	a.wakeAt = time.Now().Add(d)
+	if a.held == nil && a.w.fam.Leases != nil {
+		d = min(d, reportEvery)
 	}
 	self, root := ctx.Self(), ctx.ActorSystem().Root
 	a.timer = time.AfterFunc(d, func() { root.Send(self, next) })
@@ -76,6 +92,7 @@ func (a *writerActor) schedule(ctx actor.Context, d time.Duration) {
 // step does one bounded piece of work and returns how long to wait
 // before the next.
 func (a *writerActor) step(ctx context.Context) time.Duration {
+	a.report(ctx)
 	if a.held != nil {
 		return a.finish(ctx)
 	}
@@ -136,6 +153,30 @@ func (a *writerActor) step(ctx context.Context) time.Duration {
 	}
 	a.held = &heldBatch{entries: batch, refused: map[int]*persistence.Refusal{}}
 	return a.finish(ctx)
+}
+
+// reportEvery is how often a writer refreshes its lease row: how long a
+// reload of a voucher Redis lost may wait for a writer that holds nothing
+// beyond its own read's Block.
+const reportEvery = 100 * time.Millisecond
+
+// report refreshes the writer's lease row, at most every reportEvery, at
+// the start of a step: with no batch held, no read is in flight either,
+// so the report says the writer is clean. A failed report is not retried:
+// a reload then waits for this writer up to its hold's end, as without
+// the rows.
+func (a *writerActor) report(ctx context.Context) {
+	rows := a.w.fam.Leases
+	if rows == nil || time.Since(a.lastReport) < reportEvery {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, min(a.w.opts.AttemptTimeout, time.Second))
+	defer cancel()
+	if err := rows.Report(rctx, a.w.opts.Consumer, a.held == nil); err != nil {
+		a.w.log.DebugContext(ctx, a.w.fam.Name+" could not refresh its lease row", "err", err)
+		return
+	}
+	a.lastReport = time.Now()
 }
 
 // reclaim takes over entries other consumers left pending too long, under

@@ -94,6 +94,19 @@ type Family struct {
 	Pending    prometheus.Gauge
 	// Failures, if set, counts failed attempts of the handler.
 	Failures prometheus.Counter
+	// Leases, if set, keeps the writer's lease row and the last time it
+	// held nothing (persistence.WriterLeases), which a reload of a voucher
+	// Redis lost waits for instead of a fixed hold.
+	Leases LeaseRows
+}
+
+// LeaseRows is a family's writers' lease rows (persistence.WriterLeases).
+type LeaseRows interface {
+	// Report refreshes the consumer's lease; clean records that it holds
+	// nothing now (no entry read, no read in flight).
+	Report(ctx context.Context, consumer string, clean bool) error
+	// Release removes the consumer's row.
+	Release(ctx context.Context, consumer string) error
 }
 
 // Orders is the family of the vouchers' order logs, written by
@@ -103,6 +116,7 @@ func Orders(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opts Option
 		Name: "order writer", Logs: persistence.NewOrderLogs(rdb),
 		Handler: persistence.NewOrderWriter(db, rdb, log, opts.withDefaults().batchOptions()),
 		Lag:     orderLogLag, LagSeconds: orderLogLagSeconds, Pending: orderLogPending, Failures: orderWriteErrors,
+		Leases: persistence.NewWriterLeases(db, persistence.OrdersFamily),
 	}
 }
 
@@ -197,6 +211,15 @@ func (w *Writer) Stop() {
 	}
 	if stopLease != nil {
 		stopLease()
+	}
+	if pid != nil && w.fam.Leases != nil {
+		// Stopped, the writer holds nothing: a reload need not wait for
+		// it until its row lapses.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if err := w.fam.Leases.Release(ctx, w.opts.Consumer); err != nil {
+			w.log.Warn(w.fam.Name+" could not release its lease row; reloads wait for it until it lapses", "err", err)
+		}
+		cancel()
 	}
 }
 

@@ -61,6 +61,11 @@ type Service struct {
 	log      *slog.Logger
 	now      func() time.Time
 
+	// Holds, if set, ends the holds of this catalog's reloads as soon as
+	// no order writer can hold an order of the lost load; without it a
+	// reload holds its sales for the stock's ReloadHold.
+	Holds *Holds
+
 	// uncopied holds the status changes this node committed but could not
 	// copy to Redis, the newest per voucher (so at most one entry per
 	// voucher), for SyncStatuses to copy without the database, which may
@@ -329,11 +334,13 @@ func (s *Service) ResyncDBSold(ctx context.Context) error {
 // preheat loads again and records its stamp.
 func (s *Service) preheat(ctx context.Context, id int64) error {
 	stamp := domain.NewLoadStamp()
+	held := false
 	err := s.vouchers.Preload(ctx, id, func(ctx context.Context, snap domain.LoadSnapshot) (string, error) {
 		res, err := s.stock.Preheat(ctx, snap, stamp)
 		if err != nil || res == domain.LoadKept {
 			return "", err
 		}
+		held = snap.Reload
 		if res == domain.LoadRebuilt {
 			s.log.WarnContext(ctx, "redis restarted or failed over and may have gone back in time: voucher stock rebuilt from the database and its order log",
 				"voucher", id, "stock", snap.Voucher.Seckill.Stock, "users", len(snap.Users))
@@ -349,6 +356,9 @@ func (s *Service) preheat(ctx context.Context, id int64) error {
 			s.log.ErrorContext(ctx, "a voucher load whose stamp was not recorded could not be taken back", "voucher", id, "err", uerr)
 		}
 		cancel()
+	}
+	if err == nil && held && s.Holds != nil {
+		s.Holds.Add(id, stamp)
 	}
 	return err
 }

@@ -391,7 +391,7 @@ func (a *app) openTokens(context.Context, *loops) (err error) {
 	return nil
 }
 
-func (a *app) openCatalog(ctx context.Context, _ *loops) error {
+func (a *app) openCatalog(ctx context.Context, bg *loops) error {
 	log := a.log
 	stock := persistence.NewStock(a.rdb)
 	if a.mini != nil {
@@ -402,12 +402,19 @@ func (a *app) openCatalog(ctx context.Context, _ *loops) error {
 	}
 	a.stock = stock
 	a.catalog = catalog.New(persistence.NewVouchers(a.db), stock, log)
+	// Reloads hold their sales only until no order writer can hold an
+	// order of the lost load (the writers' lease rows).
+	holds := catalog.NewHolds(persistence.NewWriterLeases(a.db, persistence.OrdersFamily), stock, persistence.ReloadHoldDefault, log)
+	a.catalog.Holds = holds
+	bg.Go(holds.Run)
 	// The start-up preheat reads every live voucher through the background
 	// client: a request's 200 ms deadline is for a shopper waiting, and a
 	// busy Redis must not stop a node from starting.
 	startStock := persistence.NewStock(a.bg)
 	startStock.ReloadHold = stock.ReloadHold
-	n, err := catalog.New(persistence.NewVouchers(a.db), startStock, log).PreheatAll(ctx)
+	starter := catalog.New(persistence.NewVouchers(a.db), startStock, log)
+	starter.Holds = holds
+	n, err := starter.PreheatAll(ctx)
 	if err != nil {
 		return fmt.Errorf("preheat vouchers: %w", err)
 	}

@@ -1,0 +1,162 @@
+package catalog
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// A reload of a voucher that Redis lost (a restart, a failover, a wipe)
+// holds the voucher's sales (persistence.Stock.Preheat): an order writer
+// may hold orders sold from the lost load that no order log shows any
+// more, and the reload could not count them. Holds ends each such hold as
+// soon as no writer can hold one: when every writer with a live lease has
+// reported holding nothing since the reload began (the lease rows,
+// persistence.WriterLeases). The hold's own end in Redis
+// (persistence.ReloadHoldDefault) stays the bound when a writer does not
+// report.
+
+// WriterRows is what Holds reads of the order writers' lease rows.
+type WriterRows interface {
+	// Now is the clock the rows are kept in (the database's).
+	Now(ctx context.Context) (time.Time, error)
+	// CleanSince is the earliest time since which every writer with a
+	// live lease has held nothing read before it.
+	CleanSince(ctx context.Context) (time.Time, error)
+}
+
+// HoldEnder ends a reload's hold (persistence.Stock.EndHold).
+type HoldEnder interface {
+	EndHold(ctx context.Context, voucherID int64, stamp string) (bool, error)
+}
+
+// holdPoll is how often Holds reads the lease rows while a hold waits.
+const holdPoll = 20 * time.Millisecond
+
+// Holds ends the holds of this node's reloads once no order writer can
+// hold an order of the lost loads. Add is called by the reload; Run does
+// the work until its context ends.
+type Holds struct {
+	rows  WriterRows
+	stock HoldEnder
+	log   *slog.Logger
+	// Bound is how long after Add a hold is given up on (its end in Redis
+	// has come by then): persistence.ReloadHoldDefault.
+	Bound time.Duration
+
+	mu      sync.Mutex
+	pending map[int64]*heldLoad
+	wake    chan struct{}
+}
+
+// heldLoad is one reload whose hold may end early.
+type heldLoad struct {
+	stamp string
+	added time.Time // local clock, for Bound
+	since time.Time // the rows' clock; zero until read
+}
+
+// NewHolds returns the hold releaser over the writers' rows and the stock.
+func NewHolds(rows WriterRows, stock HoldEnder, bound time.Duration, log *slog.Logger) *Holds {
+	return &Holds{rows: rows, stock: stock, log: log, Bound: bound, pending: map[int64]*heldLoad{}, wake: make(chan struct{}, 1)}
+}
+
+// Add asks for the hold of the voucher's reload stamped stamp to end
+// early. It never blocks.
+func (h *Holds) Add(voucherID int64, stamp string) {
+	h.mu.Lock()
+	h.pending[voucherID] = &heldLoad{stamp: stamp, added: time.Now()}
+	h.mu.Unlock()
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run ends holds until ctx ends.
+func (h *Holds) Run(ctx context.Context) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.wake:
+		case <-t.C:
+		}
+		if h.round(ctx) {
+			t.Reset(holdPoll)
+		}
+	}
+}
+
+// round ends the holds it can and reports whether some still wait.
+func (h *Holds) round(ctx context.Context) (waiting bool) {
+	h.mu.Lock()
+	var fresh []*heldLoad
+	for id, l := range h.pending {
+		if time.Since(l.added) > h.Bound {
+			delete(h.pending, id)
+		} else if l.since.IsZero() {
+			fresh = append(fresh, l)
+		}
+	}
+	n := len(h.pending)
+	h.mu.Unlock()
+	if n == 0 {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if len(fresh) > 0 {
+		// Read after the reload: a later time than its start, so a
+		// writer clean since then was clean since the reload began.
+		now, err := h.rows.Now(rctx)
+		if err != nil {
+			h.log.DebugContext(ctx, "reload holds: cannot read the database clock", "err", err)
+			return true
+		}
+		h.mu.Lock()
+		for _, l := range fresh {
+			l.since = now
+		}
+		h.mu.Unlock()
+	}
+	clean, err := h.rows.CleanSince(rctx)
+	if err != nil {
+		h.log.DebugContext(ctx, "reload holds: cannot read the writers' leases", "err", err)
+		return true
+	}
+	h.mu.Lock()
+	type done struct {
+		id   int64
+		load heldLoad
+	}
+	var ready []done
+	for id, l := range h.pending {
+		if !l.since.IsZero() && !clean.Before(l.since) {
+			ready = append(ready, done{id, *l})
+		}
+	}
+	h.mu.Unlock()
+	for _, d := range ready {
+		ended, err := h.stock.EndHold(rctx, d.id, d.load.stamp)
+		if err != nil {
+			h.log.DebugContext(ctx, "reload holds: cannot end a hold", "voucher", d.id, "err", err)
+			continue
+		}
+		h.mu.Lock()
+		if cur := h.pending[d.id]; cur != nil && cur.stamp == d.load.stamp {
+			delete(h.pending, d.id)
+		}
+		h.mu.Unlock()
+		if ended {
+			h.log.InfoContext(ctx, "voucher sells again after its reload: no order writer holds an order of the lost load",
+				"voucher", d.id, "held", time.Since(d.load.added).Round(time.Millisecond).String())
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.pending) > 0
+}
