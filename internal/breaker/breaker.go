@@ -31,8 +31,11 @@ const (
 	// FailuresDefault consecutive failed calls open the breaker.
 	FailuresDefault = 3
 	// OpenDefault is how long the breaker stays open before it lets one
-	// probe call through (half-open).
-	OpenDefault = 2 * time.Second
+	// probe call through (half-open). Only the Prober's ping is let
+	// through, so a short one costs a ping per period while Redis is away,
+	// and finds a Redis that is back (a promoted replica, a restarted
+	// server) within about this plus the probe interval.
+	OpenDefault = 200 * time.Millisecond
 )
 
 // ErrRedisUnavailable is returned, without a call to Redis, while the
@@ -47,7 +50,7 @@ var breakerState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 
 var breakerTrips = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Namespace: "flashsale", Name: "breaker_trips_total",
-	Help: "Times the circuit breaker opened per store (from closed or half-open): each a span in which Redis was taken to be down.",
+	Help: "Times the circuit breaker opened per store from closed: each an outage, a span in which Redis was taken to be down.",
 }, []string{"store"})
 
 func init() { prometheus.MustRegister(breakerState, breakerTrips) }
@@ -121,10 +124,17 @@ func (b *Breaker) changed(_ string, from, to gobreaker.State) {
 		b.epoch.Add(1)
 	}
 	breakerState.WithLabelValues("redis").Set(float64(to))
-	if to == gobreaker.StateOpen {
+	switch {
+	case from == gobreaker.StateClosed:
 		breakerTrips.WithLabelValues("redis").Inc()
+		b.log.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
+	case to == gobreaker.StateClosed:
+		b.log.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
+	default:
+		// A probe let through and failed: the outage goes on, one line
+		// for it is enough.
+		b.log.Debug("redis circuit breaker", "from", from.String(), "to", to.String())
 	}
-	b.log.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
 	if to == gobreaker.StateClosed && b.onClose != nil {
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -206,12 +216,17 @@ func (b *Breaker) Prober(interval time.Duration, ping func(context.Context) erro
 			if b.cb.State() == gobreaker.StateClosed {
 				return false, nil
 			}
-			pctx, cancel := context.WithTimeout(context.WithValue(ctx, probeCall{}, true), interval)
+			pctx, cancel := context.WithTimeout(context.WithValue(ctx, probeCall{}, true), max(interval, probeTimeout))
 			defer cancel()
 			_ = ping(pctx) // a failed probe is the breaker's to count, not the job's to log
 			return true, nil
 		})
 }
+
+// probeTimeout is the least time a probe's ping is given: a Redis that is
+// back but slow (a busy machine, a replica catching up) must still close
+// the breaker.
+const probeTimeout = 250 * time.Millisecond
 
 // inBreaker marks the context of a call the breaker let through: go-redis
 // runs a new connection's handshake (HELLO, CLIENT SETINFO) through the

@@ -946,7 +946,7 @@ func (a *app) stop() {
 
 // breakerProbeInterval is how often a node whose breaker is not closed
 // pings Redis to find it back.
-const breakerProbeInterval = 250 * time.Millisecond
+const breakerProbeInterval = 100 * time.Millisecond
 
 // afterRedisOutage runs when the breaker closes again, before grabs use
 // Redis: with the database fallback it waits for the database grabs under
