@@ -63,6 +63,22 @@ for _ in $(seq 1 50); do
   [ "$(redis-cli -p $primary info replication 2>/dev/null | tr -d '\r' | sed -n 's/^connected_slaves://p')" = 2 ] && break
   sleep 0.2
 done
+# Every sentinel must know both replicas and the other sentinels before
+# the kill, as in a deployment that has run a while: a sentinel learns the
+# replicas from the primary's INFO every 10 s, and a leader that does not
+# know a replica leaves it following the dead primary until another
+# sentinel fixes it (and until then no replica acknowledges a grab).
+knows() { # knows PORT: the sentinel sees 2 replicas and 2 other sentinels
+  redis-cli -p "$1" sentinel master demo 2>/dev/null | tr -d '\r' |
+    awk 'p == "num-slaves" && $0 != 2 { bad = 1 } p == "num-other-sentinels" && $0 != 2 { bad = 1 }
+         { p = $0 } END { exit bad }' && [ -n "$(redis-cli -p "$1" sentinel master demo 2>/dev/null)" ]
+}
+for _ in $(seq 1 150); do
+  ok=1
+  for a in "${addrs[@]}"; do knows "${a##*:}" || ok=; done
+  [ -n "$ok" ] && break
+  sleep 0.2
+done
 
 demo_build
 redis_url="redis://${addrs[0]}?master_name=demo&addr=${addrs[1]}&addr=${addrs[2]}"
