@@ -303,7 +303,7 @@ func TestAWriterWaitingOnAReloadSeesItsStamp(t *testing.T) {
 // reloadEndingHolds is reload with a hold of hold that ends early once the
 // order writers' lease rows allow it (catalog.Holds, run until the test
 // ends).
-func (h *heldOrders) reloadEndingHolds(t *testing.T, hold time.Duration) {
+func (h *heldOrders) reloadEndingHolds(t *testing.T, hold time.Duration) *catalog.Holds {
 	t.Helper()
 	stock := persistence.NewStock(h.rdb)
 	stock.ReloadHold = hold
@@ -317,6 +317,7 @@ func (h *heldOrders) reloadEndingHolds(t *testing.T, hold time.Duration) {
 	if _, err := c.EnsurePreheated(context.Background(), h.v.ID); err != nil {
 		t.Fatal(err)
 	}
+	return holds
 }
 
 // A reload's hold lasts as long as an order writer may hold an order of
@@ -345,12 +346,15 @@ func TestAReloadHoldsOnlyWhileAWriterMayHoldAnOrderOfTheLostLoad(t *testing.T) {
 		}
 	}()
 	t.Cleanup(func() { <-idle })
-	h.reloadEndingHolds(t, 20*time.Second)
+	holds := h.reloadEndingHolds(t, 20*time.Second)
 	for range 10 {
 		time.Sleep(50 * time.Millisecond) // many of the hold's rounds
 		if !held(t, h.rdb, h.v.ID) {
 			t.Fatal("the hold ended while a writer still held orders of the lost load")
 		}
+	}
+	if n := holds.Held(); n != 1 {
+		t.Fatalf("the node counts %d held vouchers (what /readyz reports), want 1", n)
 	}
 	if early, answers := testenv.SellCounting(t, h.db, h.rdb, h.v.ID, testenv.Users(1, 10)); len(early) > 0 {
 		t.Fatalf("the reload sold %d units while a writer held orders of the lost load: %v", len(early), answers)
@@ -363,6 +367,7 @@ func TestAReloadHoldsOnlyWhileAWriterMayHoldAnOrderOfTheLostLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, "the hold to end once no writer holds an order of the lost load", func() bool { return !held(t, h.rdb, h.v.ID) })
+	testenv.WaitFor(t, "the node to count no held voucher", func() bool { return holds.Held() == 0 })
 	h.sellOut(t)
 }
 

@@ -74,6 +74,14 @@ func (h *Holds) Add(voucherID int64, stamp string) {
 	}
 }
 
+// Held is how many of this node's reloads still hold their voucher's
+// sales (up to Bound after each).
+func (h *Holds) Held() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.pending)
+}
+
 // Run ends holds until ctx ends.
 func (h *Holds) Run(ctx context.Context) {
 	t := time.NewTimer(0)

@@ -83,6 +83,7 @@ type app struct {
 	breaker  *breaker.Breaker
 	fallback *persistence.DBGrabs  // DEGRADE_TO_DB only
 	probe    redis.UniversalClient // /readyz's own client, with short timeouts
+	holds    *catalog.Holds        // this node's reloads that hold their sales
 	ready    *readiness
 	secret   string // JWT_SECRET, or the embedded mode's from its file
 	tokens   *auth.Tokens
@@ -366,9 +367,15 @@ func (a *app) openReadiness(context.Context, *loops) error {
 		MaxRetries: -1, PoolSize: 2, MinIdleConns: 0})
 	a.probe.AddHook(persistence.RedisErrors{})
 	a.ready = &readiness{
-		redis:    func(ctx context.Context) (string, error) { return persistence.ReadRunID(ctx, a.probe) },
-		breaker:  a.breaker,
-		db:       a.db.PingContext,
+		redis:   func(ctx context.Context) (string, error) { return persistence.ReadRunID(ctx, a.probe) },
+		breaker: a.breaker,
+		db:      a.db.PingContext,
+		held: func() int {
+			if a.holds == nil {
+				return 0
+			}
+			return a.holds.Held()
+		},
 		fallback: a.cfg.DegradeToDB,
 	}
 	return nil
@@ -405,7 +412,7 @@ func (a *app) openCatalog(ctx context.Context, bg *loops) error {
 	// Reloads hold their sales only until no order writer can hold an
 	// order of the lost load (the writers' lease rows).
 	holds := catalog.NewHolds(persistence.NewWriterLeases(a.db, persistence.OrdersFamily), stock, persistence.ReloadHoldDefault, log)
-	a.catalog.Holds = holds
+	a.catalog.Holds, a.holds = holds, holds
 	bg.Go(holds.Run)
 	// The start-up preheat reads every live voucher through the background
 	// client: a request's 200 ms deadline is for a shopper waiting, and a

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,10 @@ type readiness struct {
 		Down() bool
 	}
 	db func(context.Context) error
+	// held is how many vouchers this node's reloads hold (catalog.Holds):
+	// they sell nothing until no order writer can hold an order of the
+	// load Redis lost. nil: none.
+	held func() int
 	// fallback (DEGRADE_TO_DB) sells from the database while Redis is
 	// down, so then a reachable database is enough to sell.
 	fallback bool
@@ -96,9 +101,21 @@ func (rd *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	if n := rd.heldVouchers(); n > 0 {
+		http.Error(w, fmt.Sprintf("%d voucher(s) rebuilt after redis lost data and held until no order writer holds an order of the lost load: cannot sell them yet", n),
+			http.StatusServiceUnavailable)
+		return
+	}
 	if pgErr != nil {
 		_, _ = w.Write([]byte("ready (degraded: database unavailable; orders wait in the order log)\n"))
 		return
 	}
 	_, _ = w.Write([]byte("ready\n"))
+}
+
+func (rd *readiness) heldVouchers() int {
+	if rd.held == nil {
+		return 0
+	}
+	return rd.held()
 }
