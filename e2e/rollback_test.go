@@ -455,3 +455,41 @@ func TestNodeRefusesARedisThatEvicts(t *testing.T) {
 		t.Fatalf("start on an evicting redis: %v; want a refusal naming maxmemory-policy", err)
 	}
 }
+
+// FLUSHALL mid-sale, while orders answered OK wait in the order log that
+// no writer has read (Postgres is away, so the writer holds its first
+// batch and reads no further), loses those orders' only copy in Redis.
+// The node keeps its own copy of every order it answered OK until a
+// writer has read it (persistence.SoldShadow) and appends them to the log
+// again once Redis holds a reloaded load; the reload holds its sales until
+// they are back in the stock. Every promise holds: the stock sold
+// exactly, each retried request id answered with its order, every OK'd
+// order stored, none dead-lettered. Without the node's copy the ten are
+// lost and their retries get new orders.
+func TestRedisFlushedMidSaleKeepsEveryPromise(t *testing.T) {
+	t.Parallel()
+	srv := testenv.MustRedis(t)
+	pgProxy := testenv.MustProxy(t, mustPostgresHost(t))
+	sale := newKeyedSale(t, startOutageNode(t, srv, map[string]string{"pg-proxy": pgProxy.Addr()}), 20)
+	for u := int64(1); u <= 5; u++ {
+		if code := sale.buy(u); code != "OK" {
+			t.Fatalf("user %d before the flush: %s", u, code)
+		}
+	}
+	eventually(t, "the first five orders in Postgres", 20*time.Second, func() bool { return sale.count("tb_voucher_order") >= 5 })
+	pgProxy.Down()
+	for u := int64(6); u <= 15; u++ {
+		if code := sale.buy(u); code != "OK" {
+			t.Fatalf("user %d while Postgres is away: %s", u, code)
+		}
+	}
+	if err := srv.Client().FlushAll(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	pgProxy.Up()
+	for u := int64(6); u <= 15; u++ {
+		sale.buy(u) // a retry: the same request id
+	}
+	sale.sellOut(16)
+	sale.check(srv)
+}

@@ -28,6 +28,9 @@ type Grabs struct {
 	// that many replicas hold its writes; a batch not acknowledged in time
 	// fails with ErrNotAcknowledged (undecided).
 	Acks Acks
+	// Shadow, if set, keeps every order a batch answers OK, before the
+	// answer is given, until an order writer has read it (SoldShadow).
+	Shadow *SoldShadow
 }
 
 // NewGrabs returns the grab store.
@@ -125,7 +128,7 @@ func parseState(meta []any, stock string, seen time.Time) domain.VoucherState {
 
 // grabHead is how many values the grab script returns before the first
 // grab's.
-const grabHead = 9
+const grabHead = 12
 
 // Grab runs one batch through the grab script (EVALSHA, falling back to
 // EVAL when Redis lost the script), followed by WAIT when Acks asks for
@@ -187,6 +190,7 @@ func (g *Grabs) Grab(ctx context.Context, voucherID int64, seg int, fence int64,
 	if err := call.check(); err != nil {
 		return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: %w", voucherID, err)
 	}
+	var sold []domain.Grab
 	for i := range grabs {
 		code, _ := raw[grabHead+2*i].(int64)
 		if code < 0 || int(code) >= len(scriptCodes) {
@@ -198,7 +202,14 @@ func (g *Grabs) Grab(ctx context.Context, voucherID int64, seg int, fence int64,
 			if out.Results[i].OrderID, err = strconv.ParseInt(s, 10, 64); err != nil {
 				return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: bad order id %q", voucherID, s)
 			}
+			sold = append(sold, domain.Grab{RequestID: grabs[i].RequestID, UserID: grabs[i].UserID, OrderID: out.Results[i].OrderID})
 		}
+	}
+	if g.Shadow != nil && len(sold) > 0 {
+		pos, _ := raw[9].(string)
+		at, _ := raw[10].(string)
+		slot, _ := raw[11].(string)
+		g.Shadow.Add(voucherID, shadowBatch{stamp: load, load: load, entry: pos, at: at, slot: slot, orders: sold})
 	}
 	return out, nil
 }

@@ -20,6 +20,10 @@ var (
 		Namespace: "flashsale", Name: "orders_adopted_total",
 		Help: "Orders sold before Redis lost a voucher and reloaded it from the database, put back into the reloaded stock.",
 	})
+	shadowAppended = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "flashsale", Name: "orders_reappended_total",
+		Help: "Orders answered OK that Redis lost before any order writer read them, appended to the order log again from the selling node's copy.",
+	})
 	ordersDead = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "flashsale", Name: "orders_dead_total",
 		Help: "Order-log entries the database refused for good, kept in tb_order_dead_letter, by reason.",
@@ -65,7 +69,7 @@ var (
 )
 
 func init() {
-	prometheus.MustRegister(ordersPersisted, ordersAdopted, ordersDead, fallbackGrabs,
+	prometheus.MustRegister(ordersPersisted, ordersAdopted, shadowAppended, ordersDead, fallbackGrabs,
 		writeBatchSize, writeDuration, scriptDuration, redisErrors, rateLimited, loadsRebuilt)
 	// Present at 0 from the start, so that a dashboard tells "none" from
 	// "not reported".

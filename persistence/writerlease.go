@@ -37,12 +37,28 @@ const WriterLeaseTTL = ReloadHoldDefault
 type WriterLeases struct {
 	db     bun.IDB
 	family string
+	also   []string // further families CleanSince covers
 	pg     bool
 }
 
 // NewWriterLeases returns the lease rows of family's writers.
 func NewWriterLeases(db bun.IDB, family string) *WriterLeases {
 	return &WriterLeases{db: db, family: family, pg: IsPostgres(db)}
+}
+
+// HoldRows is what a reload's hold waits for (catalog.Holds): the order
+// writers, which may hold orders of the lost load they read, and the
+// selling nodes, which may hold the only copy of orders Redis lost before
+// any writer read them (SoldShadow).
+func HoldRows(db bun.IDB) *WriterLeases {
+	return NewWriterLeases(db, OrdersFamily).With(SellersFamily)
+}
+
+// With returns the same rows, whose CleanSince covers family too.
+func (l *WriterLeases) With(family string) *WriterLeases {
+	c := *l
+	c.also = append(append([]string(nil), l.also...), family)
+	return &c
 }
 
 // Report refreshes consumer's lease and, when clean, records that it
@@ -61,6 +77,30 @@ ON CONFLICT (family, consumer) DO UPDATE SET expires_at = EXCLUDED.expires_at,
 		return fmt.Errorf("refresh writer lease of %s/%s: %w", l.family, consumer, err)
 	}
 	return nil
+}
+
+// ReportSince refreshes consumer's lease and, when clean, moves its
+// clean_at to at (never back): for a holder that learns only afterwards
+// that it held nothing from before at (SoldShadow). It returns the
+// database's time the report ran at.
+func (l *WriterLeases) ReportSince(ctx context.Context, consumer string, clean bool, at time.Time) (time.Time, error) {
+	if !l.pg {
+		return time.Now(), nil
+	}
+	if at.IsZero() {
+		clean = false
+	}
+	var now time.Time
+	err := l.db.NewRaw(`INSERT INTO tb_writer_lease AS w (family, consumer, expires_at, clean_at)
+VALUES (?, ?, clock_timestamp() + ? * interval '1 millisecond', CASE WHEN ? THEN ?::timestamptz ELSE timestamptz 'epoch' END)
+ON CONFLICT (family, consumer) DO UPDATE SET expires_at = EXCLUDED.expires_at,
+  clean_at = CASE WHEN ? THEN greatest(w.clean_at, EXCLUDED.clean_at) ELSE w.clean_at END
+RETURNING clock_timestamp()`,
+		l.family, consumer, WriterLeaseTTL.Milliseconds(), clean, at, clean).Scan(ctx, &now)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("refresh lease of %s/%s: %w", l.family, consumer, err)
+	}
+	return now, nil
 }
 
 // Release removes consumer's row: a writer that stopped holds nothing
@@ -88,16 +128,17 @@ func (l *WriterLeases) Now(ctx context.Context) (time.Time, error) {
 	return t, nil
 }
 
-// CleanSince returns the earliest clean_at among the writers whose lease
-// is live: every one of them has held nothing read before it. With no
-// live writer it returns the database's time now (nobody holds anything).
+// CleanSince returns the earliest clean_at among the holders whose lease
+// is live, of this family and of those added With: every one of them has
+// held nothing from before it. With none live it returns the database's
+// time now (nobody holds anything).
 func (l *WriterLeases) CleanSince(ctx context.Context) (time.Time, error) {
 	if !l.pg {
 		return time.Now(), nil
 	}
 	var t time.Time
 	err := l.db.NewRaw(`SELECT coalesce(min(clean_at), clock_timestamp()) FROM tb_writer_lease
-WHERE family = ? AND expires_at > clock_timestamp()`, l.family).Scan(ctx, &t)
+WHERE family IN (?) AND expires_at > clock_timestamp()`, bun.In(append([]string{l.family}, l.also...))).Scan(ctx, &t)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("read the writer leases of %s: %w", l.family, err)
 	}

@@ -411,7 +411,7 @@ func (a *app) openCatalog(ctx context.Context, bg *loops) error {
 	a.catalog = catalog.New(persistence.NewVouchers(a.db), stock, log)
 	// Reloads hold their sales only until no order writer can hold an
 	// order of the lost load (the writers' lease rows).
-	holds := catalog.NewHolds(persistence.NewWriterLeases(a.db, persistence.OrdersFamily), stock, persistence.ReloadHoldDefault, log)
+	holds := catalog.NewHolds(persistence.HoldRows(a.db), stock, persistence.ReloadHoldDefault, log)
 	a.catalog.Holds, a.holds = holds, holds
 	bg.Go(holds.Run)
 	// The start-up preheat reads every live voucher through the background
@@ -474,7 +474,7 @@ func (a *app) closeOrderIDs() {
 	}
 }
 
-func (a *app) startRouter(context.Context, *loops) error {
+func (a *app) startRouter(_ context.Context, bg *loops) error {
 	cfg, log := a.cfg, a.log
 	acks := acksOf(cfg)
 	a.limits = persistence.NewRateLimits(a.rdb, cfg.RateVoucherPerSec, cfg.RateIPPerSec)
@@ -498,6 +498,14 @@ func (a *app) startRouter(context.Context, *loops) error {
 	}
 	grabs := persistence.NewGrabs(grabClient)
 	grabs.Acks = acks
+	if a.mini == nil {
+		// The node keeps its OK'd orders until a writer has read them, and
+		// appends them again if Redis loses them first (the embedded Redis
+		// dies with the process and this copy).
+		shadow := persistence.NewSoldShadow(a.bg, a.db, cfg.NodeID, log)
+		grabs.Shadow = shadow
+		bg.Go(shadow.Run)
+	}
 	if cfg.DegradeToDB {
 		a.fallback = persistence.NewDBGrabs(a.db, a.breaker, 0)
 		routerOpts.Fallback = a.fallback

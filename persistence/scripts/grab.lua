@@ -37,7 +37,8 @@
 --            grab; the same three for each further grab
 --
 -- Returns: {state, remaining, status, begin, end, refusal, requests sold,
--- load stamp or '', claim or '', code1, order1, code2, order2, ...}, state
+-- load stamp or '', claim or '', log position, time, slot, code1, order1,
+-- code2, order2, ...}, state
 -- 0 = done. {-1, 0, 0, 0, 0}: the fence is stale; {1, 0, 0, 0, 0}: Redis
 -- does not hold the voucher, or holds a load not verified on this server;
 -- {2, 0, 0, 0, 0, token}: Redis's maxmemory-policy evicts keys (token is
@@ -46,7 +47,13 @@
 -- for a request id seen before), 2 not started, 3 ended, 4 paused, 5 sold
 -- out, 6 limit reached, 7 unavailable (a reload holds the sales); order is
 -- '0' for all but OK. refusal is the code that status, time window or hold
--- give every new grab (0: none).
+-- give every new grab (0: none). The log position is the id of the last
+-- order-log entry that holds an order this batch answered OK: its last
+-- sale's, or for a batch that only answered earlier sales the log's last
+-- entry ('' when the log is empty: those were stored already); time and
+-- slot are the batch's entry fields. The node keeps the batch's OK'd
+-- orders until a writer has read the log past that position
+-- (persistence.SoldShadow).
 
 local run = ${serverRun}
 if string.sub(run, 1, 1) == '!' then
@@ -84,7 +91,7 @@ if m[6] then
   entry[#entry + 1] = '${EntryLoadStamp}'
   entry[#entry + 1] = m[6]
 end
-local out = {0, 0, status, begin_ms, end_ms, verdict, 0, m[6] or '', m[8] or ''}
+local out = {0, 0, status, begin_ms, end_ms, verdict, 0, m[6] or '', m[8] or '', '', now_s, slot}
 local sold, replayed = 0, 0
 for i = 3, #ARGV, 3 do
   local req, user, oid = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -110,7 +117,7 @@ for i = 3, #ARGV, 3 do
     entry[2] = oid
     entry[4] = user
     entry[6] = req
-    redis.call('XADD', KEYS[6], '*', unpack(entry))
+    out[10] = redis.call('XADD', KEYS[6], '*', unpack(entry))
     out[#out + 1] = 0
     out[#out + 1] = oid
   end
@@ -126,6 +133,10 @@ elseif replayed > 0 then
   -- connection's replication offset only when its command writes, and a
   -- WAIT after a script that wrote nothing returns at once.
   redis.call('HINCRBY', KEYS[1], 'replays', 1)
+  local last = redis.call('XREVRANGE', KEYS[6], '+', '-', 'COUNT', 1)
+  if last[1] then
+    out[10] = last[1][1]
+  end
 end
 out[2] = stock
 out[7] = redis.call('HLEN', KEYS[5])
