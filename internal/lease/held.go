@@ -53,6 +53,15 @@ func (l *Lease) Extend(ctx context.Context) error {
 // Release lets the lease go (a lapsed lease is simply gone).
 func (l *Lease) Release(ctx context.Context) { _ = l.claim.Release(ctx) }
 
+// Value is what the lease is held under, for a backend that can take a
+// lease back by it (Redlock.Resume); "" otherwise.
+func (l *Lease) Value() string {
+	if v, ok := l.claim.(interface{ Value() string }); ok {
+		return v.Value()
+	}
+	return ""
+}
+
 // KeepOptions says how Keep renews a lease.
 type KeepOptions struct {
 	// Every is the time between renewals; TTL/3 when zero.

@@ -104,11 +104,31 @@ func (l *Redlock) Acquire(ctx context.Context, name string, ttl time.Duration) (
 	return Held(m.Name(), ttl, redlockClaim{m}), nil
 }
 
+// Resume takes back the named lease that this process held under value
+// and whose renewals failed (Redis was away, failed over or restarted):
+// it extends it if Redis still holds value, so the holder's successor in
+// this process serves again at once rather than waiting for its own old
+// lease to lapse. It fails when the lease lapsed or another holder has it.
+func (l *Redlock) Resume(ctx context.Context, name string, ttl time.Duration, value string) (*Lease, error) {
+	ttl = cmp.Or(ttl, l.ttl)
+	m := l.rs.NewMutex("flashsale:lease:"+name, redsync.WithExpiry(ttl), redsync.WithValue(value),
+		redsync.WithTimeoutFactor(timeoutFactor(ttl)))
+	ok, err := m.ExtendContext(ctx)
+	if !ok {
+		return nil, fmt.Errorf("take back lease %s: %w", name, cmp.Or(err, ErrLost))
+	}
+	return Held(m.Name(), ttl, redlockClaim{m}), nil
+}
+
 // redlockClaim is a Redlock mutex as a lease's claim.
 type redlockClaim struct{ m *redsync.Mutex }
 
 func (c redlockClaim) Renew(ctx context.Context) error {
 	ok, err := c.m.ExtendContext(ctx)
+	var taken *redsync.ErrTaken
+	if errors.As(err, &taken) {
+		return fmt.Errorf("%w: %w", ErrLost, err) // another holder has it
+	}
 	if err != nil {
 		return err
 	}
@@ -117,6 +137,9 @@ func (c redlockClaim) Renew(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Value is the mutex's value: what Resume takes the lease back by.
+func (c redlockClaim) Value() string { return c.m.Value() }
 
 // Release lets the mutex go (a lapsed one is simply gone).
 func (c redlockClaim) Release(ctx context.Context) error {

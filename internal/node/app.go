@@ -512,7 +512,7 @@ func (a *app) startRouter(_ context.Context, bg *loops) error {
 	}
 	// a.live is set by a later step, before the server takes any grab.
 	routerOpts.Sold = func(voucherID int64) { a.live.Sold(voucherID) }
-	routerOpts.Leases = segmentLeases{redlock: a.locks.redlock, ttl: cfg.SegmentLeaseTTL}
+	routerOpts.Leases = newSegmentLeases(a.locks.redlock, cfg.SegmentLeaseTTL)
 	routerOpts.LeaseWait = min(cfg.SegmentLeaseTTL+time.Second, max(cfg.GrabTimeout-time.Second, cfg.GrabTimeout/2))
 	if a.hooks.Actors != nil {
 		a.hooks.Actors(&routerOpts)

@@ -2,7 +2,10 @@ package node
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/cluster"
@@ -55,16 +58,69 @@ func (p *lockPart) close() {
 	}
 }
 
-// segmentLeases hands segment activations their leases.
+// segmentLeases hands segment activations their leases. A lease whose
+// renewal failed (Redis away, failed over, restarted) is remembered with
+// its value and not released: Redis may still hold it for this process,
+// and the segment's next activation here takes it back at once
+// (Redlock.Resume) instead of waiting up to SEGMENT_LEASE_TTL for it to
+// lapse. Fencing tokens keep an overlap harmless either way.
 type segmentLeases struct {
 	redlock *lease.Redlock
 	ttl     time.Duration
+
+	mu   sync.Mutex
+	lost map[string]string // lease name -> value of a lease whose renewal failed
 }
 
-var _ actors.Leases = segmentLeases{}
+var _ actors.Leases = (*segmentLeases)(nil)
 
-func (s segmentLeases) Acquire(ctx context.Context, name string) (actors.Lease, error) {
-	return s.redlock.Acquire(ctx, name, s.ttl)
+func newSegmentLeases(redlock *lease.Redlock, ttl time.Duration) *segmentLeases {
+	return &segmentLeases{redlock: redlock, ttl: ttl, lost: map[string]string{}}
+}
+
+func (s *segmentLeases) Acquire(ctx context.Context, name string) (actors.Lease, error) {
+	s.mu.Lock()
+	value, ok := s.lost[name]
+	delete(s.lost, name)
+	s.mu.Unlock()
+	if ok {
+		if l, err := s.redlock.Resume(ctx, name, s.ttl, value); err == nil {
+			return &segmentLease{Lease: l, leases: s, name: name}, nil
+		}
+	}
+	l, err := s.redlock.Acquire(ctx, name, s.ttl)
+	if err != nil {
+		return nil, err
+	}
+	return &segmentLease{Lease: l, leases: s, name: name}, nil
+}
+
+// segmentLease is one segment's lease, which remembers itself in its
+// segmentLeases when a renewal fails.
+type segmentLease struct {
+	*lease.Lease
+	leases *segmentLeases
+	name   string
+	lost   atomic.Bool
+}
+
+func (l *segmentLease) Extend(ctx context.Context) error {
+	err := l.Lease.Extend(ctx)
+	if err != nil && !errors.Is(err, lease.ErrLost) && l.Value() != "" {
+		// Not refused by another holder: unreachable. Keep it for the
+		// next activation, and do not release it.
+		l.lost.Store(true)
+		l.leases.mu.Lock()
+		l.leases.lost[l.name] = l.Value()
+		l.leases.mu.Unlock()
+	}
+	return err
+}
+
+func (l *segmentLease) Release(ctx context.Context) {
+	if !l.lost.Load() {
+		l.Lease.Release(ctx)
+	}
 }
 
 // clusterOptions builds this member's cluster settings from CLUSTER_*.
