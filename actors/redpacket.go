@@ -323,7 +323,7 @@ func (a *redPacketActor) flush(ctx actor.Context) {
 func (a *redPacketActor) onBatch(ctx actor.Context, d *rpBatchDone) {
 	a.inflight = false
 	if d.err != nil {
-		a.p.r.log.Warn("red packet grab batch failed", "red_packet", a.id, "grabs", len(d.batch), "err", d.err)
+		a.p.r.trouble.failedOf("red packet grab batch failed", "red_packet", a.id, d.err, "grabs", len(d.batch))
 		for _, g := range d.batch {
 			a.answer(g, domain.RedPacketResult{Code: domain.RedPacketUnavailable})
 		}
@@ -341,6 +341,7 @@ func (a *redPacketActor) onBatch(ctx actor.Context, d *rpBatchDone) {
 			}
 		}
 	} else {
+		a.p.r.trouble.okOf("red packet grab batch failed", "red_packet", a.id)
 		a.state = d.out.State
 		a.ref.unknown.Store(!a.state.Found)
 		for i, g := range d.batch {

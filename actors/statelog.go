@@ -34,7 +34,13 @@ func newTroubleLog(log *slog.Logger) *troubleLog {
 // failed records a failure of what for the voucher: a WARN the first time
 // since the last success, else a count.
 func (l *troubleLog) failed(what string, voucher int64, err error, args ...any) {
-	k := trouble{what, voucher}
+	l.failedOf(what, "voucher", voucher, err, args...)
+}
+
+// failedOf is failed for a thing of another kind (a red packet), named in
+// the log by idName.
+func (l *troubleLog) failedOf(what, idName string, id int64, err error, args ...any) {
+	k := trouble{what, id}
 	l.mu.Lock()
 	n, seen := l.m[k]
 	l.m[k] = n + 1
@@ -43,16 +49,19 @@ func (l *troubleLog) failed(what string, voucher int64, err error, args ...any) 
 	}
 	l.mu.Unlock()
 	if !seen {
-		l.log.Warn(what+" (logged once until it succeeds again)", append([]any{"voucher", voucher, "err", err}, args...)...)
+		l.log.Warn(what+" (logged once until it succeeds again)", append([]any{idName, id, "err", err}, args...)...)
 	}
 }
 
 // ok records a success of what for the voucher: an INFO if it had failed.
-func (l *troubleLog) ok(what string, voucher int64) {
+func (l *troubleLog) ok(what string, voucher int64) { l.okOf(what, "voucher", voucher) }
+
+// okOf is ok for a thing of another kind, named in the log by idName.
+func (l *troubleLog) okOf(what, idName string, id int64) {
 	if l.open.Load() == 0 {
 		return
 	}
-	k := trouble{what, voucher}
+	k := trouble{what, id}
 	l.mu.Lock()
 	n, seen := l.m[k]
 	if seen {
@@ -61,6 +70,6 @@ func (l *troubleLog) ok(what string, voucher int64) {
 	}
 	l.mu.Unlock()
 	if seen {
-		l.log.Info(what+": succeeds again", "voucher", voucher, "failures", n)
+		l.log.Info(what+": succeeds again", idName, id, "failures", n)
 	}
 }
