@@ -118,10 +118,33 @@ type runner struct {
 	// breakerOpened: a Redis stall of the round that runs saw the node's
 	// breaker open before Redis resumed.
 	breakerOpened atomic.Bool
-	// promoted is when the round's killed primary's replica was seen
-	// promoted (a *time.Time; nil when none was).
-	promoted atomic.Pointer[time.Time]
+	// back is when Redis served again after the round's last Redis fault,
+	// and how soon after it the nodes must sell again (nil: no such fault).
+	back atomic.Pointer[redisBack]
 }
+
+// redisBack is the end of a Redis fault: when Redis served again (a
+// restart, a promotion, the flush done, the policy back to noeviction),
+// and the bound within which grabs must sell again (availabilityBound).
+type redisBack struct {
+	at    time.Time
+	bound time.Duration
+}
+
+// markBack records that Redis serves again after a fault of kind what.
+// A short run (the test suite's, beside the other packages' tests on a
+// shared machine) allows shortRunSlack times the bound.
+func (rn *runner) markBack(what faultKind) {
+	if bound, ok := availabilityBound[what]; ok {
+		if rn.cfg.Short {
+			bound *= shortRunSlack
+		}
+		rn.back.Store(&redisBack{at: time.Now(), bound: bound})
+	}
+}
+
+// shortRunSlack widens the availability bounds of a short run.
+const shortRunSlack = 3
 
 // Run runs cfg.Rounds rounds and prints each and then the table to
 // cfg.Out. It returns an error only when the run could not start; failed
@@ -199,7 +222,7 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 		return res
 	}
 	rn.breakerOpened.Store(false)
-	rn.promoted.Store(nil)
+	rn.back.Store(nil)
 	tripsBefore := rn.breakerTrips(ctx)
 	fallbackOK := rn.fallbackSales(ctx, p)
 	now := time.Now()
@@ -253,8 +276,8 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 	st.drained, st.logLeft = drained, left
 	st.breakerTrips = rn.breakerTrips(ctx) - tripsBefore
 	res.outcome = judge(p, answers, st, rn.requestIDs)
-	if t := rn.promoted.Load(); t != nil {
-		judgeFailoverStall(&res.outcome, answers, *t, failoverStallBound)
+	if b := rn.back.Load(); b != nil && p.onlyRedisFaults() {
+		judgeAvailability(&res.outcome, answers, b.at, b.bound)
 	}
 	res.outcome.fallbackOK, res.outcome.breakerOpened = fallbackOK, rn.breakerOpened.Load()
 	rpState, err := rn.drainRedPacket(ctx, rpID, p.rpExpiry > 0, pgRetried(p, saleStart))
@@ -322,13 +345,16 @@ func (rn *runner) print(r RoundResult) {
 	if r.plan.rpExpiry > 0 {
 		extra += fmt.Sprintf(", %d cents refunded", o.rpRefund)
 	}
+	if o.firstOK >= 0 && o.measured {
+		extra += fmt.Sprintf("; first OK %.2fs after redis served again", o.firstOK.Seconds())
+	}
 	fmt.Fprintf(w, "round %4d  %-22s %-4s %5.1fs  stock %3d limit %d: %3d OK, %3d sold, %d lost, %d open, %d dead%s; red packet: %d grabbed%s\n",
 		r.Round, r.Kind, verdict, r.Took.Seconds(), r.plan.stock, r.plan.limit, o.okAnswers, o.sold, o.lost, o.unsettled, o.dead, tickets, o.rpOK, extra)
 	if rn.cfg.Verbose || r.Failed() {
 		fmt.Fprintf(w, "      plan: %s\n", r.plan)
 		fmt.Fprintf(w, "      answers: %s; slowest %.2fs\n", summary(o.answers), o.maxTook.Seconds())
 		if o.lastUnavail > 0 {
-			fmt.Fprintf(w, "      last UNAVAILABLE sent %.1fs after the promotion\n", o.lastUnavail.Seconds())
+			fmt.Fprintf(w, "      last UNAVAILABLE sent %.1fs after redis served again\n", o.lastUnavail.Seconds())
 		}
 	}
 	if r.Err != nil {

@@ -40,7 +40,11 @@ func TestJudgeSeesEachBrokenPromise(t *testing.T) {
 	wiped := durable
 	bigger := durable
 	bigger.stock = 3
-	wiped.faults = []fault{{what: faultRedisWipe}}
+	// Redis wiped while a node died: the orders only that node kept may be
+	// lost. A wipe every node lives through loses none (ordersKept).
+	wiped.faults = []fault{{what: faultRedisWipe}, {what: faultNodeKill}}
+	wipedNodesLive := durable
+	wipedNodesLive.faults = []fault{{what: faultRedisWipe}}
 	ok := func(user int64, key, id string) answer {
 		return answer{attempt: attempt{user: user, key: key}, grabAnswer: grabAnswer{Code: codeOK, OrderID: id}, phase: "sale"}
 	}
@@ -124,6 +128,7 @@ func TestJudgeSeesEachBrokenPromise(t *testing.T) {
 			return st
 		}, []string{"refused"}},
 		{"the same order missing where Redis was wiped", wiped, sold, onlyFirst, nil},
+		{"the same order missing where Redis was wiped and every node lived on", wipedNodesLive, sold, onlyFirst, []string{"lost"}},
 		{"a row nobody was told about", durable, []answer{ok(10, "a", "1"), code(11, "b", codeSoldOut)}, clean, []string{"phantom"}},
 		{"a row whose grab lost its reply", durable, []answer{ok(10, "a", "1"), code(11, "b", codeUnavailable)}, clean, nil},
 		{"one order id for two users", durable, []answer{ok(10, "a", "1"), ok(11, "b", "1")}, onlyFirst, []string{"dup-id"}},
@@ -248,13 +253,14 @@ func TestPlanBuildsTheDegradedShapes(t *testing.T) {
 	}
 }
 
-// The failover stall check: an UNAVAILABLE sent later than the bound after
-// the promotion is a violation; one sent before it, or any other answer,
-// is not.
-func TestJudgeFailoverStall(t *testing.T) {
-	promoted := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+// The availability check: an UNAVAILABLE sent later than the bound after
+// Redis served again is a violation; one sent before it, or any other
+// answer, is not; the first OK after it is measured from then to its
+// answer.
+func TestJudgeAvailability(t *testing.T) {
+	back := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	ans := func(code string, after time.Duration) answer {
-		a := answer{sent: promoted.Add(after)}
+		a := answer{sent: back.Add(after), took: 100 * time.Millisecond}
 		a.Code = code
 		return a
 	}
@@ -262,20 +268,22 @@ func TestJudgeFailoverStall(t *testing.T) {
 		name    string
 		answers []answer
 		want    int
+		firstOK time.Duration
 	}{
-		{"unavailable within the bound", []answer{ans(codeUnavailable, -time.Second), ans(codeUnavailable, 9*time.Second)}, 0},
-		{"sold after the bound", []answer{ans(codeOK, 30*time.Second)}, 0},
-		{"unavailable after the bound", []answer{ans(codeUnavailable, 11*time.Second), ans(codeOK, 12*time.Second)}, 1},
+		{"unavailable within the bound", []answer{ans(codeUnavailable, -time.Second), ans(codeUnavailable, 900*time.Millisecond), ans(codeOK, time.Second)}, 0, 1100 * time.Millisecond},
+		{"sold after the bound", []answer{ans(codeOK, -time.Second), ans(codeOK, 30*time.Second)}, 0, 30*time.Second + 100*time.Millisecond},
+		{"unavailable after the bound", []answer{ans(codeUnavailable, 1100*time.Millisecond), ans(codeOK, 2*time.Second)}, 1, 2100 * time.Millisecond},
+		{"nothing sold after it", []answer{ans(codeSoldOut, 2*time.Second)}, 0, -1},
 	} {
 		var o outcome
-		judgeFailoverStall(&o, tc.answers, promoted, 10*time.Second)
-		if len(o.violations) != tc.want {
-			t.Errorf("%s: violations %v, want %d", tc.name, o.violations, tc.want)
+		judgeAvailability(&o, tc.answers, back, time.Second)
+		if len(o.violations) != tc.want || o.firstOK != tc.firstOK {
+			t.Errorf("%s: violations %v, first OK %v; want %d, %v", tc.name, o.violations, o.firstOK, tc.want, tc.firstOK)
 		}
 	}
 	var o outcome
-	judgeFailoverStall(&o, []answer{ans(codeUnavailable, time.Hour)}, time.Time{}, time.Second)
-	if len(o.violations) != 0 {
-		t.Errorf("no promotion: violations %v", o.violations)
+	judgeAvailability(&o, []answer{ans(codeUnavailable, time.Hour)}, time.Time{}, time.Second)
+	if len(o.violations) != 0 || o.measured {
+		t.Errorf("no fault: violations %v, measured %v", o.violations, o.measured)
 	}
 }

@@ -51,11 +51,16 @@ const (
 	// the round's voucher with SIGKILL; its replica is promoted, and after
 	// down the killed node rejoins as a replica.
 	faultClusterPrimaryKill
+	// faultRedisEvict switches Redis's maxmemory-policy to allkeys-lru for
+	// down, then back to noeviction: nothing may be sold meanwhile (a key
+	// evicted could be a request id or an order log), and the sale goes
+	// on once it is back.
+	faultRedisEvict
 )
 
 func (k faultKind) String() string {
 	return [...]string{"node-kill", "redis-kill", "redis-wipe", "pg-outage", "redis-cut", "redis-stall", "redis-flush",
-		"primary-kill", "redis-rollback", "cluster-primary-kill"}[k]
+		"primary-kill", "redis-rollback", "cluster-primary-kill", "redis-evict"}[k]
 }
 
 // fault is one fault of a round, at a moment of the sale.
@@ -180,6 +185,28 @@ type plan struct {
 func (p plan) durable() bool {
 	return !slices.ContainsFunc(p.faults, func(f fault) bool {
 		return f.what == faultRedisWipe || f.what == faultRedisFlush || f.what == faultRedisRollback
+	})
+}
+
+// ordersKept reports whether no voucher order answered OK may be lost in
+// this round: Redis keeps everything (durable), or it loses data while
+// every node that answered OK lives on and the database stays up, so
+// each node still holds its copy of the orders no writer had read
+// (persistence.SoldShadow) and hands it back to the reloaded stock. Red
+// packets have no such copy: durable says for them.
+func (p plan) ordersKept() bool {
+	return p.durable() || !slices.ContainsFunc(p.faults, func(f fault) bool {
+		return f.what == faultNodeKill || f.what == faultPGOutage
+	})
+}
+
+// onlyRedisFaults reports whether every fault of the round is one of
+// Redis alone that availabilityBound bounds: then nothing else may keep
+// the nodes from selling once Redis serves again.
+func (p plan) onlyRedisFaults() bool {
+	return !slices.ContainsFunc(p.faults, func(f fault) bool {
+		_, ok := availabilityBound[f.what]
+		return !ok
 	})
 }
 
@@ -374,6 +401,17 @@ var kinds = []kind{
 	{name: "redis-rollback", faults: func(r *rand.Rand, p *plan, _ bool) ([]int, []fault) {
 		w := p.window
 		return someNodes(r), []fault{{what: faultRedisRollback, at: faultMoment(r, w), down: between(r, 300*time.Millisecond, max(400*time.Millisecond, w/3))}}
+	}},
+	// Redis loses every key (FLUSHALL) mid-sale, running on: the orders
+	// answered OK that no writer had read are handed back by the nodes
+	// that sold them, so none may be lost.
+	{name: "redis-flush", faults: func(r *rand.Rand, p *plan, _ bool) ([]int, []fault) {
+		return someNodes(r), []fault{{what: faultRedisFlush, at: faultMoment(r, p.window)}}
+	}},
+	// Redis's maxmemory-policy switched to an evicting one mid-sale and
+	// back: UNAVAILABLE meanwhile, selling again at once after.
+	{name: "redis-evict", faults: func(r *rand.Rand, p *plan, _ bool) ([]int, []fault) {
+		return someNodes(r), []fault{{what: faultRedisEvict, at: faultMoment(r, p.window), down: between(r, 200*time.Millisecond, time.Second)}}
 	}},
 	// The Redis Cluster primary that serves the voucher killed mid-sale,
 	// its replica promoted (REDIS_MODE=cluster, REDIS_ACK_REPLICAS=1).

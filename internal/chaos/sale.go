@@ -208,17 +208,18 @@ func (rn *runner) inject(ctx context.Context, f fault, voucher int64) error {
 			}
 		}
 		sleep(ctx, f.down)
-		return rn.env.redis.Start()
+		if err := rn.env.redis.Start(); err != nil {
+			return err
+		}
+		rn.markBack(f.what)
+		return nil
 	case faultRedisStall:
 		return rn.stall(ctx, f)
 	case faultPrimaryKill, faultClusterPrimaryKill:
 		if err := rn.env.killPrimary(ctx, voucher); err != nil {
 			return err
 		}
-		if f.what == faultPrimaryKill { // the stall bound is the Sentinel set's
-			now := time.Now()
-			rn.promoted.Store(&now)
-		}
+		rn.markBack(f.what) // killPrimary waited for the promotion
 		sleep(ctx, f.down)
 		return rn.env.rejoinPrimary(ctx)
 	case faultRedisRollback:
@@ -229,6 +230,25 @@ func (rn *runner) inject(ctx context.Context, f fault, voucher int64) error {
 		if err := rn.env.rdb.FlushAll(fctx).Err(); err != nil {
 			return fmt.Errorf("flush redis: %w", err)
 		}
+		rn.markBack(f.what)
+		return nil
+	case faultRedisEvict:
+		policy := func(p string) error {
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			if err := rn.env.rdb.ConfigSet(pctx, "maxmemory-policy", p).Err(); err != nil {
+				return fmt.Errorf("set maxmemory-policy %s: %w", p, err)
+			}
+			return nil
+		}
+		if err := policy("allkeys-lru"); err != nil {
+			return err
+		}
+		sleep(ctx, f.down)
+		if err := policy("noeviction"); err != nil {
+			return err
+		}
+		rn.markBack(f.what)
 		return nil
 	case faultPGOutage, faultRedisCut:
 		proxy := rn.env.proxy
@@ -255,7 +275,11 @@ func (rn *runner) rollback(ctx context.Context, f fault) error {
 		return err
 	}
 	sleep(ctx, f.down)
-	return rn.env.redis.RestartFromSnapshot(snap)
+	if err := rn.env.redis.RestartFromSnapshot(snap); err != nil {
+		return err
+	}
+	rn.markBack(f.what)
+	return nil
 }
 
 // stall stops Redis for f.down and resumes it, but not before the node's
