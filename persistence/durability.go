@@ -74,7 +74,8 @@ const failoverNote = "a failover to a replica (Sentinel, Redis Cluster) keeps th
 // its keys present, in one phrase, so that every such row says it alike.
 const backInTime = "the service sees that Redis restarted and rebuilds each voucher and red packet from the database " +
 	"and the order logs before it sells again, so it neither oversells nor answers a stored order's request id with another order, " +
-	"but the orders answered OK in that lost window that no order writer had read yet are lost, and a retry of their request ids can get a new order"
+	"but an order answered OK in that lost window that no order writer had read yet survives only in the node that sold it, which appends it to the order log again: " +
+	"it is lost, and a retry of its request id can get a new order, if that node dies too (one machine for both) or it is a red-packet grab"
 
 // The rows of DurabilityTable, by setting.
 var (
@@ -99,8 +100,9 @@ var (
 	}
 	DurabilityNone = DurabilityRisk{
 		Setting: "appendonly no, no save rules",
-		Crash: "a crash brings Redis back empty and it is reloaded from the database: the orders answered OK " +
-			"that were still on their way to the database are lost, and a retry of their request ids can get a second order",
+		Crash: "a crash brings Redis back empty and it is reloaded from the database: an order answered OK and still on its way " +
+			"to the database survives only in the node that sold it, which appends it to the order log again: it is lost, and a retry " +
+			"of its request id can get a second order, if that node dies too (one machine for both) or it is a red-packet grab",
 	}
 	DurabilityEmbedded = DurabilityRisk{
 		Setting: "in-process Redis (DATABASE_URL without REDIS_URL, ALLOW_EMBEDDED_REDIS=true)",

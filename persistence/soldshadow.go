@@ -196,8 +196,8 @@ func (s *SoldShadow) check(ctx context.Context) error {
 }
 
 // settle applies one voucher's reading: the load Redis holds (stamp), the
-// writers' position in its log (delivered, '' when the log is gone) and
-// its oldest entry (first, '' when it holds none).
+// writers' position in its log (delivered, empty when the log is gone)
+// and its oldest entry (first, empty when it holds none).
 //
 // A batch sold from the load Redis holds is done once a writer has read
 // past it: the writer holds it then, and a reload waits for the writer.
