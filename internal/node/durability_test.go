@@ -40,7 +40,7 @@ func TestStartSaysWhatACrashOfRedisCanDo(t *testing.T) {
 			return c
 		}
 	}
-	rollback := []string{"rebuilds each voucher and red packet from the database", "neither oversells", "are lost"}
+	rollback := []string{"rebuilds each voucher and red packet from the database", "neither oversells", "is lost"}
 	cases := []struct {
 		name   string
 		cfg    config.Config
@@ -53,7 +53,7 @@ func TestStartSaysWhatACrashOfRedisCanDo(t *testing.T) {
 		{"append-only file written every second", realMode, configured(true, "appendfsync", "everysec"), persistence.DurabilityEverysec, "WARN", rollback},
 		{"append-only file written when the OS likes", realMode, configured(true, "appendfsync", "no"), persistence.DurabilityNoFsync, "WARN", rollback},
 		{"snapshots only", realMode, configured(false, "save", "900 1"), persistence.DurabilitySnapshots, "WARN", rollback},
-		{"nothing kept", realMode, configured(false), persistence.DurabilityNone, "WARN", []string{"answered OK", "are lost", "second order"}},
+		{"nothing kept", realMode, configured(false), persistence.DurabilityNone, "WARN", []string{"answered OK", "is lost", "second order"}},
 		{"CONFIG refused by an ACL", realMode, func(t *testing.T) redis.UniversalClient {
 			c := testenv.MustRedis(t).Client()
 			if err := c.Do(t.Context(), "ACL", "SETUSER", "default", "-config").Err(); err != nil {
