@@ -315,7 +315,7 @@ func TestDuplicateActivationIsFencedOff(t *testing.T) {
 	s.record(t, 1, actors.GrabOn(a, domain.GrabRequest{VoucherID: id, UserID: 1}, 0)) // a hosts segment 0
 
 	// The lease lapses without a noticing: b takes it and activates too.
-	lockNode.Client().Del(context.Background(), fmt.Sprintf("flashsale:lease:seg:%d/0", id))
+	lockNode.Client().Del(context.Background(), fmt.Sprintf("flashsale:lease:seg:{v%d}/0", id))
 	s.record(t, 2, actors.GrabOn(b, domain.GrabRequest{VoucherID: id, UserID: 2}, 0))
 	if f := fences(t, e.rdb, id, 1)[0]; f != 2 {
 		t.Fatalf("fencing token %d after two activations, want 2", f)

@@ -242,6 +242,14 @@ func (k segKey) identity() string {
 	return strconv.FormatInt(k.voucher, 10) + "/" + strconv.Itoa(k.seg)
 }
 
+// leaseName is the name of the segment's lease. It carries the voucher's
+// hash tag, so that on a Redis Cluster the lease lives on the voucher's
+// own shard: another shard failing over never takes a voucher's lease
+// away (its activation would stop, and the next wait for the failover).
+func (k segKey) leaseName() string {
+	return "seg:{v" + strconv.FormatInt(k.voucher, 10) + "}/" + strconv.Itoa(k.seg)
+}
+
 // voucherRef is the router's handle on one activation.
 type voucherRef struct {
 	pid *actor.PID

@@ -299,7 +299,7 @@ func (a *voucherActor) takeLease(ctx actor.Context) bool {
 	wait := a.r.opts.LeaseWait
 	lctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	l, err := a.r.opts.Leases.Acquire(lctx, "seg:"+a.key().identity())
+	l, err := a.r.opts.Leases.Acquire(lctx, a.key().leaseName())
 	if err != nil {
 		a.r.trouble.failed("segment lease not granted; answering UNAVAILABLE", a.id, err, "segment", a.seg)
 		leaseRefusals.Inc()
