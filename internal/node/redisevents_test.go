@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"flashsale/internal/testenv"
+	"flashsale/persistence"
 )
 
 // The watch says each change of the stock Redis once: an evicting policy
@@ -46,5 +47,32 @@ func TestRedisChangesAreLoggedOnceEach(t *testing.T) {
 	if len(lines) != 3 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "allkeys-lru") ||
 		!strings.Contains(lines[1], "level=INFO") || !strings.Contains(lines[2], "redis server changed") {
 		t.Fatalf("lines:\n%s\nwant the policy's WARN, its INFO and the new server's WARN", buf.String())
+	}
+}
+
+// On a Redis Cluster every primary has its own token: a stable cluster is
+// no news, however many rounds are read (a watch that read one random
+// node's token logged a "server changed" every second).
+func TestAStableRedisClusterIsNoNews(t *testing.T) {
+	t.Parallel()
+	nodes := testenv.MustRedisCluster(t, 3)
+	target, err := persistence.ParseRedisTarget(persistence.RedisCluster, testenv.ClusterURL(nodes...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := target.Client(persistence.BackgroundTuning())
+	t.Cleanup(func() { _ = rdb.Close() })
+	var buf bytes.Buffer
+	w := newRedisWatch(rdb, slog.New(slog.NewTextHandler(&buf, nil)))
+	for i := range 6 {
+		if w.step(t.Context()) {
+			t.Fatalf("round %d logged on a stable cluster:\n%s", i, buf.String())
+		}
+	}
+	w.mu.Lock()
+	n := len(w.byNode)
+	w.mu.Unlock()
+	if n != 3 {
+		t.Fatalf("the watch read %d primaries' tokens, want the 3", n)
 	}
 }
