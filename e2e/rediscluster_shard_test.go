@@ -14,11 +14,14 @@ import (
 // on another shard, and the failed-over voucher sells again soon after its
 // replica is promoted (without acknowledgements: with REDIS_ACK_REPLICAS=1
 // the promoted primary, its only replica gone, acknowledges nothing until
-// one follows it). Measured on two cores: the other voucher's longest gap
-// between OKs 0.8-1.0 s (1.8 s with acknowledgements), the failed-over
-// voucher's first OK 0.18 s after the promotion (58 s before the slot map
-// followed refused connections, 8 s more before the reload's hold ended
-// early). The bounds below leave room for a loaded machine.
+// one follows it). The cluster runs cluster-require-full-coverage no, as
+// OPERATIONS.md advises. Measured on two cores: the healthy voucher's
+// longest gap between OKs 47-62 ms (one grab every 40 ms); it was 0.8-1.2 s
+// with one breaker for every shard, 3.7 s with the segment's lease on
+// another shard, and the whole failover under full coverage. The
+// failed-over voucher's first OK 0.47-1.07 s after the promotion (58 s
+// before the slot map followed refused connections, 8 s more before the
+// reload's hold ended early).
 func TestRedisClusterShardFailoverLeavesOtherShardsSelling(t *testing.T) {
 	t.Parallel()
 	extra := map[string]string{"REDIS_MODE": "cluster"}
@@ -101,10 +104,10 @@ func TestRedisClusterShardFailoverLeavesOtherShardsSelling(t *testing.T) {
 	longest := gap(other, killed)
 	t.Logf("promoted %.1fs after the kill; the other shard's voucher: longest gap between OKs %v; the failed-over voucher: first OK %v after the promotion",
 		promoted.Sub(killed).Seconds(), longest, firstHit)
-	if longest > 3*time.Second {
+	if longest > time.Second {
 		t.Errorf("the voucher on the healthy shard went %v without an OK while the other shard failed over", longest)
 	}
-	if firstHit < 0 || firstHit > 3*time.Second {
+	if firstHit < 0 || firstHit > 2*time.Second {
 		t.Errorf("the failed-over voucher's first OK came %v after the promotion (-1: none in 4 s)", firstHit)
 	}
 }

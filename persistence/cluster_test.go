@@ -211,6 +211,11 @@ func TestOnARedisClusterAGrabIsAcknowledgedByItsOwnShardsReplicas(t *testing.T) 
 func TestOnARedisClusterARefusedGrabIsNotSent(t *testing.T) {
 	t.Parallel()
 	nodes := testenv.MustRedisCluster(t, 3)
+	for _, n := range nodes { // Redis's default: no primary for a slot, no service at all
+		if err := n.Client().ConfigSet(t.Context(), "cluster-require-full-coverage", "yes").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	rdb := clusterClient(t, testenv.ClusterURL(nodes...), persistence.RequestTuning(time.Second))
 	db := testenv.MustPostgres(t)
 	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -229,6 +230,54 @@ func AddHooks(rdb redis.UniversalClient, hooks ...redis.Hook) {
 	})
 }
 
+// NodeHooker gives a cluster node's client a hook of its own
+// (breaker.Breaker.NodeHook: one circuit per node).
+type NodeHooker interface {
+	redis.Hook
+	NodeHook(node *redis.Client) redis.Hook
+}
+
+// AddBreakerHooks adds the breaker and then the other hooks to a client of
+// the stock Redis, as AddHooks does; on a cluster each node's client gets
+// the breaker's circuit for that node, so that a shard that fails over
+// opens only its own.
+func AddBreakerHooks(rdb redis.UniversalClient, b NodeHooker, others ...redis.Hook) {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		AddHooks(rdb, append([]redis.Hook{b}, others...)...)
+		return
+	}
+	cc.OnNewNode(func(node *redis.Client) {
+		node.AddHook(b.NodeHook(node))
+		for _, h := range others {
+			node.AddHook(h)
+		}
+	})
+}
+
+// Masters lists the addresses of a cluster's nodes that serve slots as
+// primaries now (CLUSTER SHARDS, as any node sees it); nil for another
+// client.
+func Masters(rdb redis.UniversalClient) func(ctx context.Context) ([]string, error) {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return nil
+	}
+	return func(ctx context.Context) ([]string, error) {
+		slots, err := cc.ClusterSlots(ctx).Result()
+		if err != nil {
+			return nil, fmt.Errorf("read the cluster's slots: %w", err)
+		}
+		var out []string
+		for _, s := range slots {
+			if len(s.Nodes) > 0 && !slices.Contains(out, s.Nodes[0].Addr) {
+				out = append(out, s.Nodes[0].Addr)
+			}
+		}
+		return out, nil
+	}
+}
+
 // slotMapRefresh reloads a cluster client's slot map as soon as one of its
 // nodes says that the map is out of date: a redirect (MOVED, ASK), a
 // cluster that cannot serve the slot now (CLUSTERDOWN, TRYAGAIN, during a
@@ -278,9 +327,12 @@ func (h slotMapRefresh) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 }
 
 // staleSlotMap reports an error that says the slot map may be out of
-// date: a refusal by the cluster (clusterRefusal) or a refused connection
+// date: a refusal by the cluster (clusterRefusal), a refused connection
 // (go-redis's pool answers one from memory for a while after a dial
-// failed, without dialling, so the dial hook alone misses it).
+// failed, without dialling, so the dial hook alone misses it), or a call
+// the node's open circuit breaker refused (breaker.NodeHook: the node may
+// have failed over).
 func staleSlotMap(err error) bool {
-	return err != nil && (clusterRefusal(err) || errors.Is(err, syscall.ECONNREFUSED))
+	var down interface{ ClusterNodeDown() bool }
+	return err != nil && (clusterRefusal(err) || errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &down) && down.ClusterNodeDown())
 }

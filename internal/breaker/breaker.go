@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,9 +75,22 @@ type Options struct {
 // success (gobreaker 2.1 has no third outcome), which can only delay an
 // opening: while the breaker is not closed, only the Prober's ping reaches
 // Redis (see run).
+//
+// On a Redis Cluster it keeps one circuit per node instead (NodeHook): a
+// shard that fails over opens its own, and the other shards' calls go on.
+// Usable, Down and Epoch speak for all circuits together.
 type Breaker struct {
-	cb      *gobreaker.CircuitBreaker[struct{}]
-	log     *slog.Logger
+	cb       *gobreaker.CircuitBreaker[struct{}] // the client-wide circuit
+	settings gobreaker.Settings
+	log      *slog.Logger
+	// nodes are a cluster's circuits, by node address (under mu).
+	nodes map[string]*circuit
+	// states holds each circuit's last state ("" for the client-wide one),
+	// as changed saw it: read without any circuit's lock.
+	states sync.Map // string -> gobreaker.State
+	// Masters, if set (a cluster), lists the nodes that serve slots as
+	// primaries now: the probe drops the circuits of the others.
+	Masters func(ctx context.Context) ([]string, error)
 	onClose func(ctx context.Context) error
 	// resyncing counts the OnClose runs under way: from the moment the
 	// breaker closes after an outage until the re-sync succeeded.
@@ -101,9 +115,9 @@ func New(log *slog.Logger, opts Options) *Breaker {
 	if opts.Open <= 0 {
 		opts.Open = OpenDefault
 	}
-	b := &Breaker{log: log, onClose: opts.OnClose}
+	b := &Breaker{log: log, onClose: opts.OnClose, nodes: map[string]*circuit{}}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
-	b.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+	b.settings = gobreaker.Settings{
 		Name:        "redis",
 		MaxRequests: 1,
 		Timeout:     opts.Open,
@@ -112,30 +126,98 @@ func New(log *slog.Logger, opts Options) *Breaker {
 			var reply redis.Error
 			return err == nil || errors.As(err, &reply) || errors.Is(err, context.Canceled)
 		},
-		OnStateChange: b.changed,
-	})
+	}
+	b.cb = b.newCircuit("")
 	breakerState.WithLabelValues("redis").Set(0)
 	return b
 }
 
-// changed runs under gobreaker's lock: it must not call the breaker.
-func (b *Breaker) changed(_ string, from, to gobreaker.State) {
+// circuit is one node's breaker on a cluster, with the node's client for
+// the probe.
+type circuit struct {
+	cb   *gobreaker.CircuitBreaker[struct{}]
+	node *redis.Client
+}
+
+// newCircuit makes the circuit of addr ("" for the client-wide one).
+func (b *Breaker) newCircuit(addr string) *gobreaker.CircuitBreaker[struct{}] {
+	st := b.settings
+	if addr != "" {
+		st.Name = "redis " + addr
+	}
+	st.OnStateChange = func(_ string, from, to gobreaker.State) { b.changed(addr, from, to) }
+	b.states.Store(addr, gobreaker.StateClosed)
+	return gobreaker.NewCircuitBreaker[struct{}](st)
+}
+
+// NodeHook is the hook for one node's client of a Redis Cluster client
+// (ClusterClient.OnNewNode): its calls go through that node's own circuit,
+// made on first use and shared by every client of the node.
+func (b *Breaker) NodeHook(node *redis.Client) redis.Hook {
+	addr := node.Options().Addr
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.nodes[addr]
+	if c == nil {
+		c = &circuit{cb: b.newCircuit(addr), node: node}
+		b.nodes[addr] = c
+	}
+	return nodeHook{b: b, cb: c.cb}
+}
+
+// allClosed reports whether every circuit was closed at its last change.
+func (b *Breaker) allClosed() bool {
+	closed := true
+	b.states.Range(func(_, v any) bool {
+		closed = v.(gobreaker.State) == gobreaker.StateClosed
+		return closed
+	})
+	return closed
+}
+
+// worst is the state of the circuit furthest from closed (open > half-open).
+func (b *Breaker) worst() gobreaker.State {
+	w := gobreaker.StateClosed
+	b.states.Range(func(_, v any) bool {
+		if st := v.(gobreaker.State); st == gobreaker.StateOpen || st == gobreaker.StateHalfOpen && w == gobreaker.StateClosed {
+			w = st
+		}
+		return true
+	})
+	return w
+}
+
+// changed runs under the changing circuit's lock (gobreaker's): it must
+// not call that circuit, and calls no other.
+func (b *Breaker) changed(addr string, from, to gobreaker.State) {
 	if from == gobreaker.StateClosed {
 		b.epoch.Add(1)
 	}
-	breakerState.WithLabelValues("redis").Set(float64(to))
+	b.states.Store(addr, to)
+	breakerState.WithLabelValues("redis").Set(float64(b.worst()))
+	args := []any{"from", from.String(), "to", to.String()}
+	if addr != "" {
+		args = append(args, "node", addr)
+	}
 	switch {
 	case from == gobreaker.StateClosed:
 		breakerTrips.WithLabelValues("redis").Inc()
-		b.log.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
+		b.log.Warn("redis circuit breaker", args...)
 	case to == gobreaker.StateClosed:
-		b.log.Warn("redis circuit breaker", "from", from.String(), "to", to.String())
+		b.log.Warn("redis circuit breaker", args...)
 	default:
 		// A probe let through and failed: the outage goes on, one line
 		// for it is enough.
-		b.log.Debug("redis circuit breaker", "from", from.String(), "to", to.String())
+		b.log.Debug("redis circuit breaker", args...)
 	}
-	if to == gobreaker.StateClosed && b.onClose != nil {
+	if to == gobreaker.StateClosed {
+		b.startResync()
+	}
+}
+
+// startResync runs OnClose once more (in a goroutine) unless Close ran.
+func (b *Breaker) startResync() {
+	if b.onClose != nil {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		if b.closed {
@@ -162,7 +244,7 @@ func (b *Breaker) resync() {
 			return
 		}
 		b.log.Error("re-sync after the redis outage failed; retrying", "err", err)
-		if b.cb.State() != gobreaker.StateClosed {
+		if !b.allClosed() {
 			b.resyncing.Add(-1)
 			return
 		}
@@ -185,10 +267,14 @@ func (b *Breaker) Close() {
 	b.resyncs.Wait()
 }
 
-// Usable reports whether grabs may use Redis: the breaker is closed and no
-// re-sync after an outage is running.
+// Usable reports whether grabs may use Redis: the client-wide circuit is
+// closed and no re-sync after an outage is running. A cluster node's open
+// circuit does not count: the calls to that node fail at once by
+// themselves (ErrRedisUnavailable), and the other shards' go on; so on a
+// cluster the database fallback does not sell for one shard's outage.
 func (b *Breaker) Usable() bool {
-	return b.cb.State() == gobreaker.StateClosed && b.resyncing.Load() == 0
+	st, _ := b.states.Load("")
+	return st == gobreaker.StateClosed && b.resyncing.Load() == 0
 }
 
 // Epoch counts the outages: it changes each time the breaker leaves the
@@ -196,11 +282,12 @@ func (b *Breaker) Usable() bool {
 // and after it, came from a Redis that was not re-synced meanwhile.
 func (b *Breaker) Epoch() uint64 { return b.epoch.Load() }
 
-// Down reports whether Redis is taken to be down: the breaker is open or
-// half-open (its probe has not yet succeeded). This is when the database
-// fallback may sell; not while the re-sync runs.
+// Down reports whether Redis is taken to be down: a circuit is open or
+// half-open (its probe has not yet succeeded), a cluster node's too. The
+// database fallback may sell while Down and not Usable; not while the
+// re-sync runs.
 func (b *Breaker) Down() bool {
-	return b.cb.State() != gobreaker.StateClosed
+	return !b.allClosed()
 }
 
 // Prober returns the job that probes Redis with ping, through the
@@ -213,14 +300,62 @@ func (b *Breaker) Down() bool {
 func (b *Breaker) Prober(interval time.Duration, ping func(context.Context) error) *maintenance.Job[bool] {
 	return maintenance.New(maintenance.Config{Name: "redis-probe", Interval: interval, FirstAfterInterval: true}, b.log,
 		func(ctx context.Context) (bool, error) {
-			if b.cb.State() == gobreaker.StateClosed {
+			if b.allClosed() {
 				return false, nil
 			}
 			pctx, cancel := context.WithTimeout(context.WithValue(ctx, probeCall{}, true), max(interval, probeTimeout))
 			defer cancel()
-			_ = ping(pctx) // a failed probe is the breaker's to count, not the job's to log
+			if b.cb.State() != gobreaker.StateClosed {
+				_ = ping(pctx) // a failed probe is the breaker's to count, not the job's to log
+			}
+			b.probeNodes(pctx)
 			return true, nil
 		})
+}
+
+// probeNodes pings, through its own circuit, each cluster node whose
+// circuit is not closed, and drops the circuits of nodes that no longer
+// serve slots as primaries (a failed-over primary, gone or a replica now:
+// no grab goes there, and its open circuit would keep Down true for good).
+func (b *Breaker) probeNodes(ctx context.Context) {
+	b.mu.Lock()
+	open := map[string]*circuit{}
+	for addr, c := range b.nodes {
+		if c.cb.State() != gobreaker.StateClosed {
+			open[addr] = c
+		}
+	}
+	masters := b.Masters
+	b.mu.Unlock()
+	if len(open) == 0 {
+		return
+	}
+	if masters != nil {
+		if current, err := masters(ctx); err == nil {
+			for addr := range open {
+				if !slices.Contains(current, addr) {
+					b.dropNode(addr)
+					delete(open, addr)
+				}
+			}
+		}
+	}
+	for _, c := range open {
+		_ = c.node.Ping(ctx).Err()
+	}
+}
+
+// dropNode forgets the circuit of a node that serves no slots any more.
+func (b *Breaker) dropNode(addr string) {
+	b.mu.Lock()
+	delete(b.nodes, addr)
+	b.mu.Unlock()
+	b.states.Delete(addr)
+	breakerState.WithLabelValues("redis").Set(float64(b.worst()))
+	b.log.Warn("redis node serves no slots as a primary any more; its circuit is dropped", "node", addr)
+	if b.allClosed() {
+		b.startResync()
+	}
 }
 
 // probeTimeout is the least time a probe's ping is given: a Redis that is
@@ -240,15 +375,15 @@ type inBreaker struct{}
 // a cancelled caller's "success" while Redis is still down.
 type probeCall struct{}
 
-func (b *Breaker) run(ctx context.Context, call func(context.Context) error) error {
+func run(cb *gobreaker.CircuitBreaker[struct{}], ctx context.Context, call func(context.Context) error) error {
 	if ctx.Value(inBreaker{}) != nil {
 		return call(ctx)
 	}
-	if ctx.Value(probeCall{}) == nil && b.cb.State() != gobreaker.StateClosed {
+	if ctx.Value(probeCall{}) == nil && cb.State() != gobreaker.StateClosed {
 		return fmt.Errorf("%w: %w", ErrRedisUnavailable, gobreaker.ErrOpenState)
 	}
 	ctx = context.WithValue(ctx, inBreaker{}, true)
-	_, err := b.cb.Execute(func() (struct{}, error) { return struct{}{}, call(ctx) })
+	_, err := cb.Execute(func() (struct{}, error) { return struct{}{}, call(ctx) })
 	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
 		return fmt.Errorf("%w: %w", ErrRedisUnavailable, err)
 	}
@@ -258,22 +393,60 @@ func (b *Breaker) run(ctx context.Context, call func(context.Context) error) err
 // DialHook implements redis.Hook.
 func (b *Breaker) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-// ProcessHook implements redis.Hook.
+// ProcessHook implements redis.Hook: the client-wide circuit.
 func (b *Breaker) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return processHook(b.cb, next, false)
+}
+
+// ProcessPipelineHook implements redis.Hook: the client-wide circuit.
+func (b *Breaker) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return pipelineHook(b.cb, next, false)
+}
+
+// nodeHook is a cluster node's hook (NodeHook): its own circuit.
+type nodeHook struct {
+	b  *Breaker
+	cb *gobreaker.CircuitBreaker[struct{}]
+}
+
+func (h nodeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h nodeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return processHook(h.cb, next, true)
+}
+
+func (h nodeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return pipelineHook(h.cb, next, true)
+}
+
+// nodeDown marks a call a cluster node's open circuit refused: the node
+// may have failed over, so a cluster client's slot map may be out of date
+// (persistence's slot-map refresh reloads it on ClusterNodeDown).
+type nodeDown struct{}
+
+func (nodeDown) Error() string         { return "this cluster node's circuit is open" }
+func (nodeDown) ClusterNodeDown() bool { return true }
+
+func processHook(cb *gobreaker.CircuitBreaker[struct{}], next redis.ProcessHook, node bool) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := b.run(ctx, func(ctx context.Context) error { return next(ctx, cmd) })
+		err := run(cb, ctx, func(ctx context.Context) error { return next(ctx, cmd) })
 		if errors.Is(err, ErrRedisUnavailable) {
+			if node {
+				err = fmt.Errorf("%w: %w", err, nodeDown{})
+			}
 			cmd.SetErr(err)
 		}
 		return err
 	}
 }
 
-// ProcessPipelineHook implements redis.Hook.
-func (b *Breaker) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func pipelineHook(cb *gobreaker.CircuitBreaker[struct{}], next redis.ProcessPipelineHook, node bool) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := b.run(ctx, func(ctx context.Context) error { return next(ctx, cmds) })
+		err := run(cb, ctx, func(ctx context.Context) error { return next(ctx, cmds) })
 		if errors.Is(err, ErrRedisUnavailable) {
+			if node {
+				err = fmt.Errorf("%w: %w", err, nodeDown{})
+			}
 			for _, c := range cmds {
 				c.SetErr(err)
 			}

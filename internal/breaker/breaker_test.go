@@ -162,3 +162,63 @@ func startProber(tb testing.TB, b *breaker.Breaker, c *redis.Client) {
 	}
 	tb.Cleanup(p.Stop)
 }
+
+// On a Redis Cluster each node has its own circuit (NodeHook): a node that
+// fails opens only its own, and calls to the others go on; the node-wide
+// answers speak for all (Down), but grabs may use the others (Usable). The probe closes the failed node's
+// circuit once it answers again, and drops it while it serves no slots
+// (Masters): a failed-over primary must not keep the breaker down.
+func TestOneNodesCircuitOpensAloneOnACluster(t *testing.T) {
+	t.Parallel()
+	proxyA := testenv.MustProxy(t, testenv.MustRedis(t).Addr())
+	proxyB := testenv.MustProxy(t, testenv.MustRedis(t).Addr())
+	b := breaker.New(slog.New(slog.DiscardHandler), breaker.Options{Open: 50 * time.Millisecond})
+	node := func(addr string) *redis.Client {
+		c := redis.NewClient(persistence.RequestClientOptions(redis.Options{Addr: addr}, 0))
+		c.AddHook(b.NodeHook(c))
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	a, bb := node(proxyA.Addr()), node(proxyB.Addr())
+	var masters atomic.Value
+	masters.Store([]string{proxyA.Addr(), proxyB.Addr()})
+	b.Masters = func(context.Context) ([]string, error) { return masters.Load().([]string), nil }
+	ctx := context.Background()
+
+	proxyA.Down()
+	for range breaker.FailuresDefault {
+		_ = a.Ping(ctx).Err()
+	}
+	if err := a.Ping(ctx).Err(); !errors.Is(err, breaker.ErrRedisUnavailable) {
+		t.Fatalf("a call to the failed node: %v, want ErrRedisUnavailable", err)
+	}
+	for range 2 * breaker.FailuresDefault {
+		if err := bb.Ping(ctx).Err(); err != nil {
+			t.Fatalf("a call to the healthy node while the other's circuit is open: %v", err)
+		}
+	}
+	if !b.Down() || !b.Usable() {
+		t.Fatalf("one node's circuit open: Down %v, Usable %v; want down and still usable (the other nodes serve)", b.Down(), b.Usable())
+	}
+	p := b.Prober(20*time.Millisecond, func(context.Context) error { return nil })
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	proxyA.Up()
+	testenv.WaitFor(t, "the probe to close the node's circuit", func() bool { return !b.Down() && b.Usable() })
+	if err := a.Ping(ctx).Err(); err != nil {
+		t.Fatalf("a call to the node once it is back: %v", err)
+	}
+
+	// The node dies for good and a replica takes its slots.
+	proxyA.Down()
+	for range breaker.FailuresDefault {
+		_ = a.Ping(ctx).Err()
+	}
+	if !b.Down() {
+		t.Fatal("the node's circuit did not open again")
+	}
+	masters.Store([]string{proxyB.Addr()})
+	testenv.WaitFor(t, "the probe to drop the circuit of a node that serves no slots", func() bool { return !b.Down() })
+}

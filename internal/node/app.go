@@ -309,8 +309,11 @@ func (a *app) openRedis(ctx context.Context, _ *loops) (err error) {
 	a.bg = target.Client(persistence.BackgroundTuning())
 	a.rdb = target.Client(persistence.RequestTuning(0))
 	a.breaker = breaker.New(log, breaker.Options{OnClose: a.afterRedisOutage})
+	// On a cluster, one circuit per node: a shard failing over leaves the
+	// others selling; the probe forgets the nodes that serve no slots.
+	a.breaker.Masters = persistence.Masters(a.bg)
 	// After the breaker: a command it refuses never reached Redis.
-	persistence.AddHooks(a.rdb, a.breaker, persistence.RedisErrors{})
+	persistence.AddBreakerHooks(a.rdb, a.breaker, persistence.RedisErrors{})
 	persistence.AddHooks(a.bg, persistence.RedisErrors{})
 	a.acked = a.rdb
 	acks := persistence.Acks{Replicas: cfg.RedisAckReplicas, Timeout: cfg.RedisAckTimeout}
@@ -322,7 +325,7 @@ func (a *app) openRedis(ctx context.Context, _ *loops) (err error) {
 		tuning := persistence.RequestTuning(0)
 		tuning.Read += acks.Timeout
 		a.acked = target.Client(tuning)
-		persistence.AddHooks(a.acked, a.breaker, persistence.RedisErrors{})
+		persistence.AddBreakerHooks(a.acked, a.breaker, persistence.RedisErrors{})
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	err = a.bg.Ping(pingCtx).Err()
