@@ -533,8 +533,9 @@ func fallbackNote(p plan) string {
 }
 
 // availabilityBound is, per Redis fault, how long after Redis serves again
-// (the restart, the promotion as the suite's own poll of the sentinels or
-// the cluster sees it, the flush, the policy back to noeviction) grabs may
+// (the restart, the promotion as the suite's own poll of the sentinels
+// sees it, the killed Cluster primary back as its shard's replica, the
+// flush, the policy back to noeviction) grabs may
 // still answer UNAVAILABLE. A restart from appendfsync always files and
 // an evicting policy that evicted nothing must sell again within 1 s; a
 // loss (a wipe, a flush, a restart from an older copy) within 2 s: the

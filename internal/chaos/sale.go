@@ -219,9 +219,20 @@ func (rn *runner) inject(ctx context.Context, f fault, voucher int64) error {
 		if err := rn.env.killPrimary(ctx, voucher); err != nil {
 			return err
 		}
-		rn.markBack(f.what) // killPrimary waited for the promotion
+		if f.what == faultPrimaryKill {
+			rn.markBack(f.what) // killPrimary waited for the promotion
+		}
 		sleep(ctx, f.down)
-		return rn.env.rejoinPrimary(ctx)
+		if err := rn.env.rejoinPrimary(ctx); err != nil {
+			return err
+		}
+		if f.what == faultClusterPrimaryKill {
+			// The promoted primary's only replica was the one killed: with
+			// REDIS_ACK_REPLICAS=1 its shard acknowledges writes again only
+			// once that node follows it.
+			rn.markBack(f.what)
+		}
+		return nil
 	case faultRedisRollback:
 		return rn.rollback(ctx, f)
 	case faultRedisFlush:
