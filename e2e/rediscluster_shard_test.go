@@ -111,3 +111,82 @@ func TestRedisClusterShardFailoverLeavesOtherShardsSelling(t *testing.T) {
 		t.Errorf("the failed-over voucher's first OK came %v after the promotion (-1: none in 4 s)", firstHit)
 	}
 }
+
+// A voucher's hash slot moved to another primary mid-sale (a resharding),
+// with and without replica acknowledgements: the voucher answers
+// UNAVAILABLE while its keys move, sells again within 1.5 s of the move's
+// end (the first MOVED reloads the slot map, also on the path that sends
+// the script and its WAIT to the key's primary), and every promise holds:
+// each OK'd order stored once for its buyer, the stock reconciled on the
+// new primary. Before the slot map followed MOVED, an acknowledged sale
+// stopped for 58 s.
+func TestRedisClusterSlotMovedMidSaleSellsOn(t *testing.T) {
+	t.Parallel()
+	for _, acks := range []string{"0", "1"} {
+		t.Run("REDIS_ACK_REPLICAS="+acks, func(t *testing.T) {
+			t.Parallel()
+			cl := testenv.MustReplicatedCluster(t)
+			n := startOutageNode(t, cl.Nodes[0], map[string]string{"REDIS_MODE": "cluster", "REDIS_URL": cl.URL(),
+				"REDIS_ACK_REPLICAS": acks, "REDIS_ACK_TIMEOUT": "1s"})
+			ctx := t.Context()
+			const stock = 100000
+			v := n.createVoucher(t, stock)
+			key := "{v" + v + "}:stock"
+			from, err := cl.PrimaryOf(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			primaries, err := cl.Primaries(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var to *testenv.RedisServer
+			for _, p := range primaries {
+				if p != from {
+					to = p
+				}
+			}
+			var mu sync.Mutex
+			ok := map[string]int64{}
+			var okAt []time.Time
+			var stop atomic.Bool
+			var wg sync.WaitGroup
+			var user atomic.Int64
+			wg.Go(func() {
+				for !stop.Load() {
+					u := user.Add(1)
+					code, orderID, _ := n.grabAs(t, u, v, "r"+strconv.FormatInt(u, 10))
+					if code == "OK" {
+						mu.Lock()
+						ok[orderID], okAt = u, append(okAt, time.Now())
+						mu.Unlock()
+					}
+					time.Sleep(30 * time.Millisecond)
+				}
+			})
+			time.Sleep(time.Second)
+			if err := cl.MoveSlotOf(ctx, key, to); err != nil {
+				t.Fatal(err)
+			}
+			moved := time.Now()
+			time.Sleep(3 * time.Second)
+			stop.Store(true)
+			wg.Wait()
+			mu.Lock()
+			first := time.Duration(-1)
+			for _, at := range okAt {
+				if at.After(moved) {
+					first = at.Sub(moved)
+					break
+				}
+			}
+			mu.Unlock()
+			t.Logf("slot moved from %s to %s; first OK %v after the move", from.Addr(), to.Addr(), first)
+			if first < 0 || first > 1500*time.Millisecond {
+				t.Errorf("the first OK came %v after the move (-1: none in 3 s), want within 1.5 s", first)
+			}
+			n.redis = to // the reconciliation reads the voucher's primary
+			assertLanded(t, n, v, ok, stock)
+		})
+	}
+}

@@ -108,13 +108,18 @@ func (l *Redlock) Acquire(ctx context.Context, name string, ttl time.Duration) (
 // and whose renewals failed (Redis was away, failed over or restarted):
 // it extends it if Redis still holds value, so the holder's successor in
 // this process serves again at once rather than waiting for its own old
-// lease to lapse. It fails when the lease lapsed or another holder has it.
+// lease to lapse. It fails with ErrLost when the lease lapsed or another
+// holder has it, with another error when Redis could not be asked.
 func (l *Redlock) Resume(ctx context.Context, name string, ttl time.Duration, value string) (*Lease, error) {
 	ttl = cmp.Or(ttl, l.ttl)
 	m := l.rs.NewMutex("flashsale:lease:"+name, redsync.WithExpiry(ttl), redsync.WithValue(value),
 		redsync.WithTimeoutFactor(timeoutFactor(ttl)))
 	ok, err := m.ExtendContext(ctx)
-	if !ok {
+	var taken *redsync.ErrTaken
+	switch {
+	case errors.As(err, &taken):
+		return nil, fmt.Errorf("take back lease %s: %w: %w", name, ErrLost, err)
+	case !ok:
 		return nil, fmt.Errorf("take back lease %s: %w", name, cmp.Or(err, ErrLost))
 	}
 	return Held(m.Name(), ttl, redlockClaim{m}), nil

@@ -58,67 +58,99 @@ func (p *lockPart) close() {
 	}
 }
 
-// segmentLeases hands segment activations their leases. A lease whose
-// renewal failed (Redis away, failed over, restarted) is remembered with
-// its value and not released: Redis may still hold it for this process,
-// and the segment's next activation here takes it back at once
-// (Redlock.Resume) instead of waiting up to SEGMENT_LEASE_TTL for it to
-// lapse. Fencing tokens keep an overlap harmless either way.
+// segmentLeases hands segment activations their leases. The value of the
+// last lease of each segment held here is remembered: the segment's next
+// activation here first takes it back (Redlock.Resume), which works only
+// while Redis still holds it for this process, instead of waiting up to
+// SEGMENT_LEASE_TTL for it to lapse. That is the case after a renewal
+// failed (Redis away, failed over, restarted: such a lease is not
+// released) and when the activation stopped without its release reaching
+// Redis (it runs after the stop, and a slot on the move may refuse it). A
+// release of a lease this process has handed out again since is skipped.
+// Fencing tokens keep any overlap harmless.
 type segmentLeases struct {
 	redlock *lease.Redlock
 	ttl     time.Duration
 
 	mu   sync.Mutex
-	lost map[string]string // lease name -> value of a lease whose renewal failed
+	last map[string]heldLease // lease name -> the last lease of it handed out here
+}
+
+// heldLease is a lease handed out: its value and which hand-out it was.
+type heldLease struct {
+	value string
+	gen   uint64
 }
 
 var _ actors.Leases = (*segmentLeases)(nil)
 
 func newSegmentLeases(redlock *lease.Redlock, ttl time.Duration) *segmentLeases {
-	return &segmentLeases{redlock: redlock, ttl: ttl, lost: map[string]string{}}
+	return &segmentLeases{redlock: redlock, ttl: ttl, last: map[string]heldLease{}}
 }
+
+// resumeTries and resumeRetry bound the attempts to take a lease back.
+const (
+	resumeTries = 6
+	resumeRetry = 50 * time.Millisecond
+)
 
 func (s *segmentLeases) Acquire(ctx context.Context, name string) (actors.Lease, error) {
 	s.mu.Lock()
-	value, ok := s.lost[name]
-	delete(s.lost, name)
+	prev := s.last[name]
 	s.mu.Unlock()
-	if ok {
-		if l, err := s.redlock.Resume(ctx, name, s.ttl, value); err == nil {
-			return &segmentLease{Lease: l, leases: s, name: name}, nil
+	// Redis may not answer the first ask (a redirect while the slot map
+	// catches up after a move): a few tries, a fraction of the lease.
+	for try := 0; prev.value != "" && try < resumeTries; try++ {
+		l, err := s.redlock.Resume(ctx, name, s.ttl, prev.value)
+		if err == nil {
+			return s.handOut(name, l), nil
+		}
+		if errors.Is(err, lease.ErrLost) || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(resumeRetry):
 		}
 	}
 	l, err := s.redlock.Acquire(ctx, name, s.ttl)
 	if err != nil {
 		return nil, err
 	}
-	return &segmentLease{Lease: l, leases: s, name: name}, nil
+	return s.handOut(name, l), nil
 }
 
-// segmentLease is one segment's lease, which remembers itself in its
-// segmentLeases when a renewal fails.
+// handOut remembers l as the segment's latest lease here.
+func (s *segmentLeases) handOut(name string, l *lease.Lease) *segmentLease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	gen := s.last[name].gen + 1
+	s.last[name] = heldLease{value: l.Value(), gen: gen}
+	return &segmentLease{Lease: l, leases: s, name: name, gen: gen}
+}
+
+// segmentLease is one segment's lease as handed out here.
 type segmentLease struct {
 	*lease.Lease
 	leases *segmentLeases
 	name   string
-	lost   atomic.Bool
+	gen    uint64
+	lost   atomic.Bool // a renewal failed for want of Redis: never released
 }
 
 func (l *segmentLease) Extend(ctx context.Context) error {
 	err := l.Lease.Extend(ctx)
-	if err != nil && !errors.Is(err, lease.ErrLost) && l.Value() != "" {
-		// Not refused by another holder: unreachable. Keep it for the
-		// next activation, and do not release it.
-		l.lost.Store(true)
-		l.leases.mu.Lock()
-		l.leases.lost[l.name] = l.Value()
-		l.leases.mu.Unlock()
+	if err != nil && !errors.Is(err, lease.ErrLost) {
+		l.lost.Store(true) // Redis may still hold it for us: keep it
 	}
 	return err
 }
 
 func (l *segmentLease) Release(ctx context.Context) {
-	if !l.lost.Load() {
+	l.leases.mu.Lock()
+	latest := l.leases.last[l.name].gen == l.gen
+	l.leases.mu.Unlock()
+	if latest && !l.lost.Load() {
 		l.Lease.Release(ctx)
 	}
 }

@@ -667,3 +667,84 @@ func mkdir(dir, name string) string {
 	_ = os.MkdirAll(p, 0o700)
 	return p
 }
+
+// MoveSlotOf moves the hash slot of key, with its keys, from the primary
+// that serves it to primary to, as redis-cli --cluster reshard does:
+// IMPORTING on the target, MIGRATING on the source, MIGRATE of every key
+// in batches, then SETSLOT NODE on the target, the source and the other
+// primaries. It returns when every primary names the target.
+func (c *RedisCluster) MoveSlotOf(ctx context.Context, key string, to *RedisServer) error {
+	from, err := c.PrimaryOf(ctx, key)
+	if err != nil {
+		return err
+	}
+	if from == to {
+		return fmt.Errorf("the slot of %q is on %s already", key, to.Addr())
+	}
+	src, dst := from.newClient(), to.newClient()
+	defer src.Close()
+	defer dst.Close()
+	slot, err := src.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		return fmt.Errorf("hash slot of %q: %w", key, err)
+	}
+	srcID, err := src.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		return err
+	}
+	dstID, err := dst.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		return err
+	}
+	if err := dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err(); err != nil {
+		return fmt.Errorf("importing on %s: %w", to.Addr(), err)
+	}
+	if err := src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err(); err != nil {
+		return fmt.Errorf("migrating on %s: %w", from.Addr(), err)
+	}
+	host, port, _ := strings.Cut(to.Addr(), ":")
+	for {
+		keys, err := src.ClusterGetKeysInSlot(ctx, int(slot), 100).Result()
+		if err != nil {
+			return fmt.Errorf("keys in slot %d: %w", slot, err)
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "REPLACE", "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := src.Do(ctx, args...).Err(); err != nil {
+			return fmt.Errorf("migrate %d keys of slot %d: %w", len(keys), slot, err)
+		}
+	}
+	primaries, err := c.Primaries(ctx)
+	if err != nil {
+		return err
+	}
+	order := []*RedisServer{to, from}
+	for _, p := range primaries {
+		if p != to && p != from {
+			order = append(order, p)
+		}
+	}
+	for _, p := range order {
+		cl := p.newClient()
+		err := cl.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err()
+		_ = cl.Close()
+		if err != nil {
+			return fmt.Errorf("setslot node on %s: %w", p.Addr(), err)
+		}
+	}
+	return poll(ctx, func() (bool, error) {
+		now, err := c.PrimaryOf(ctx, key)
+		if err != nil {
+			return false, err
+		}
+		if now != to {
+			return false, fmt.Errorf("the slot of %q is still served by %s", key, now.Addr())
+		}
+		return true, nil
+	})
+}
