@@ -26,7 +26,7 @@ type writerActor struct {
 	lastLag    time.Time
 	lastReport time.Time // of the lease row (Family.Leases)
 	wakeAt     time.Time // when the next step is due (schedule)
-	ownPending bool // re-read what this consumer name left unacknowledged
+	ownPending bool      // re-read what this consumer name left unacknowledged
 	backoff    time.Duration
 	held       *heldBatch // read, not yet acknowledged
 	timer      *time.Timer

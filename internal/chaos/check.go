@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
 )
 
 // The service's Redis keys and statuses the checks read. They are part of
