@@ -389,7 +389,7 @@ func TestClusterMembersJoinAndDieMidSale(t *testing.T) {
 	if d == nil {
 		t.Fatalf("the sale ended before the member joined (codes %v)", s.codes)
 	}
-	rig.verify(s, id, stock, segs, 6, a)
+	rig.verify(s, id, stock, segs, 10, a) // a join and a death move a segment twice; each call left undecided on a loaded machine takes one more
 }
 
 // Members found through etcd (CLUSTER_PROVIDER=etcd; Debian's etcd-server,
