@@ -190,7 +190,7 @@ func (g *Grabs) Grab(ctx context.Context, voucherID int64, seg int, fence int64,
 	if err := call.check(); err != nil {
 		return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: %w", voucherID, err)
 	}
-	var sold []domain.Grab
+	var sold []domain.Grab // only kept for a shadow: no allocation otherwise
 	for i := range grabs {
 		code, _ := raw[grabHead+2*i].(int64)
 		if code < 0 || int(code) >= len(scriptCodes) {
@@ -202,10 +202,12 @@ func (g *Grabs) Grab(ctx context.Context, voucherID int64, seg int, fence int64,
 			if out.Results[i].OrderID, err = strconv.ParseInt(s, 10, 64); err != nil {
 				return domain.BatchOutcome{}, fmt.Errorf("grab batch of voucher %d: bad order id %q", voucherID, s)
 			}
-			sold = append(sold, domain.Grab{RequestID: grabs[i].RequestID, UserID: grabs[i].UserID, OrderID: out.Results[i].OrderID})
+			if g.Shadow != nil {
+				sold = append(sold, domain.Grab{RequestID: grabs[i].RequestID, UserID: grabs[i].UserID, OrderID: out.Results[i].OrderID})
+			}
 		}
 	}
-	if g.Shadow != nil && len(sold) > 0 {
+	if len(sold) > 0 {
 		pos, _ := raw[9].(string)
 		at, _ := raw[10].(string)
 		slot, _ := raw[11].(string)
