@@ -52,10 +52,9 @@ func Open(ctx context.Context, databaseURL string) (*bun.DB, error) {
 			cfg.DefaultQueryExecMode = queryExecMode
 		}
 		sqldb := stdlib.OpenDB(*cfg)
-		sqldb.SetMaxOpenConns(32)
-		sqldb.SetMaxIdleConns(16)
 		sqldb.SetConnMaxIdleTime(5 * time.Minute)
 		db = bun.NewDB(sqldb, pgdialect.New())
+		SizePool(db, MaxConnsDefault)
 	default:
 		sqldb, err := sql.Open("sqlite", sqliteDSN(databaseURL))
 		if err != nil {
@@ -73,6 +72,20 @@ func Open(ctx context.Context, databaseURL string) (*bun.DB, error) {
 		return nil, fmt.Errorf("ping database: %w", err)
 	}
 	return db, nil
+}
+
+// MaxConnsDefault is how many connections a node opens to Postgres at
+// most (DATABASE_MAX_CONNS).
+const MaxConnsDefault = 32
+
+// SizePool bounds a Postgres pool to n connections, a quarter of them (at
+// least 2) kept open while idle. SQLite keeps its one connection.
+func SizePool(db *bun.DB, n int) {
+	if !IsPostgres(db) || n < 1 {
+		return
+	}
+	db.SetMaxOpenConns(n)
+	db.SetMaxIdleConns(min(n, max(2, n/4)))
 }
 
 // queryExecMode is how pgx sends Bun's queries: as one simple-protocol

@@ -48,8 +48,10 @@ type Config struct {
 	// primary has it.
 	RedisAckAOF bool
 	DatabaseURL string // empty = embedded SQLite at SQLitePath
-	SQLitePath  string
-	JWTSecret   string
+	// DatabaseMaxConns bounds the node's Postgres connection pool.
+	DatabaseMaxConns int
+	SQLitePath       string
+	JWTSecret        string
 	// AllowEmbeddedRedis lets real mode (DATABASE_URL set) run on an
 	// in-process Redis, which is refused otherwise: it dies with the
 	// process, and nodes sharing the database would each have their own.

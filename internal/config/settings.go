@@ -176,6 +176,7 @@ var settings = []setting{
 			return ""
 		}).
 		shown(func(c Config) slog.Value { return slog.StringValue(orEmbedded(redactURL(c.DatabaseURL))) }),
+	intVar("DATABASE_MAX_CONNS", strconv.Itoa(persistence.MaxConnsDefault), "connections a node opens to Postgres at most (a quarter of them, at least 2, stay open while idle); every node's together must stay under the server's max_connections", func(c *Config) *int { return &c.DatabaseMaxConns }, positive),
 	stringVar("SQLITE_PATH", SQLitePathDefault, "embedded SQLite database file; the embedded JWT secret is kept beside it (.secret)", func(c *Config) *string { return &c.SQLitePath }),
 	secretVar("JWT_SECRET", "HS256 secret; required unless embedded (then kept in the file beside SQLITE_PATH)", func(c *Config) *string { return &c.JWTSecret }).
 		checked(func(c Config) string {

@@ -280,6 +280,7 @@ func (a *app) openDatabase(ctx context.Context, _ *loops) (err error) {
 	if a.db, err = persistence.Open(ctx, dbURL); err != nil {
 		return &config.Error{Var: "DATABASE_URL", Msg: "cannot use the database: " + err.Error()}
 	}
+	persistence.SizePool(a.db, a.cfg.DatabaseMaxConns)
 	if err = persistence.Migrate(ctx, a.db); err != nil {
 		return fmt.Errorf("database schema: %w", err)
 	}

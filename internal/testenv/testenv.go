@@ -334,6 +334,13 @@ func CreatePostgres(ctx context.Context, prefix string) (dbURL string, drop func
 	return u.String(), drop, nil
 }
 
+// PoolSize bounds each Postgres pool a test opens (MustOpen) and each
+// service process it starts (DATABASE_MAX_CONNS, StartService): the
+// packages' tests run side by side against one server, whose default
+// max_connections is 100, and a node's own default of 32 (8 idle) times
+// the pools open at once passed it.
+const PoolSize = 8
+
 // MustPostgres creates a migrated database of the test's own and returns a
 // Bun handle on it, closed when the test ends.
 func MustPostgres(tb testing.TB) *bun.DB {
@@ -350,6 +357,7 @@ func MustOpen(tb testing.TB, dbURL string) *bun.DB {
 	if err != nil {
 		tb.Fatalf("open %s: %v", dbURL, err)
 	}
+	persistence.SizePool(db, PoolSize)
 	tb.Cleanup(func() { _ = db.Close() })
 	if err := persistence.Migrate(ctx, db); err != nil {
 		tb.Fatalf("migrate: %v", err)
