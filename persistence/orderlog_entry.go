@@ -67,9 +67,16 @@ func decodeOrderEntry(v map[string]any, now time.Time) (orderEntry, error) {
 // sameOrder tells whether two rows are the same order: what a log entry
 // fixes for good (user, voucher, the time the grab was accepted). Status,
 // slot and update time change over an order's life, so a replay after a
-// payment or cancellation still matches.
+// payment or cancellation still matches. Under one request id the time
+// may differ: the grab script records one order id per request id, so
+// two entries of one order id and one request id are one grab, and a
+// node's copy of an order it answered a retry with (SoldShadow) carries
+// the time of the batch that answered the retry, not the sale's.
 func sameOrder(a, b orderRow) bool {
-	return a.UserID == b.UserID && a.VoucherID == b.VoucherID && a.CreateTime.Equal(b.CreateTime)
+	if a.UserID != b.UserID || a.VoucherID != b.VoucherID {
+		return false
+	}
+	return a.CreateTime.Equal(b.CreateTime) || (a.RequestID != nil && b.RequestID != nil && *a.RequestID != "" && *a.RequestID == *b.RequestID)
 }
 
 func describeOrder(o orderRow) string {

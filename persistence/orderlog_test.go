@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -152,6 +153,61 @@ func TestOrderWriterPersistsEveryOrderOnce(t *testing.T) {
 			t.Fatalf("stored order changed: %+v, was %+v", now, stored)
 		}
 	})
+}
+
+// A node's copy of an order it answered OK a second time (a retry under
+// the same request id, answered from Redis's record of the first sale)
+// is appended to the log again, after a reload, with the time of the
+// batch that answered the retry (persistence.SoldShadow): the same grab,
+// under its order id and request id, at another time. Read beside the
+// first entry or after it was stored, it is the same order: nothing is
+// dead-lettered, and the order keeps its first time. A later time under
+// the same id and another request id stays a collision (the test
+// above).
+func TestACopyOfAnOrderUnderItsRequestIDIsAReplayAtAnyTime(t *testing.T) {
+	t.Parallel()
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 50, Limit: 1})
+	sold := testenv.Sell(t, db, rdb, v.ID, testenv.Users(1, 20))
+	entries, err := rdb.XRange(t.Context(), persistence.LogKey(v.ID), "-", "+").Result()
+	if err != nil || len(entries) != len(sold) {
+		t.Fatalf("%d log entries for %d sold: %v", len(entries), len(sold), err)
+	}
+	copyOf := func(e redis.XMessage, later time.Duration) {
+		t.Helper()
+		ms, err := strconv.ParseInt(e.Values[persistence.EntryTime].(string), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vals := map[string]any{}
+		for k, x := range e.Values {
+			vals[k] = x
+		}
+		vals[persistence.EntryTime] = ms + later.Milliseconds()
+		if err := rdb.XAdd(t.Context(), &redis.XAddArgs{Stream: persistence.LogKey(v.ID), Values: vals}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Copies in the log beside their first entries (one writer's batch).
+	for _, e := range entries[:10] {
+		copyOf(e, 45*time.Millisecond)
+	}
+	drainOrders(t, db, rdb)
+	first := storedOrders(t, db, sold)
+	// Copies of orders stored already.
+	for _, e := range entries[5:15] {
+		copyOf(e, 900*time.Millisecond)
+	}
+	drainOrders(t, db, rdb)
+	testenv.AssertPersisted(t, db, v, sold)
+	if n := deadLetters(t, db, v.ID); n != 0 {
+		t.Fatalf("%d copies of orders under their own request ids were dead-lettered, want 0", n)
+	}
+	for i, o := range storedOrders(t, db, sold) {
+		if !o.CreateTime.Equal(first[i].CreateTime) {
+			t.Fatalf("order %d's time moved from %s to %s", o.ID, first[i].CreateTime, o.CreateTime)
+		}
+	}
 }
 
 type storedOrder struct {

@@ -132,7 +132,7 @@ func (w *OrderWriter) checkReplays(ctx context.Context, tx bun.Tx, rows []orderR
 		}
 	}
 	var stored []orderRow
-	if err := tx.NewSelect().Model(&stored).Column("id", "user_id", "voucher_id", "create_time").Where("id IN (?)", bun.In(skipped)).Scan(ctx); err != nil {
+	if err := tx.NewSelect().Model(&stored).Column("id", "user_id", "voucher_id", "create_time", "request_id").Where("id IN (?)", bun.In(skipped)).Scan(ctx); err != nil {
 		return fmt.Errorf("check replayed orders: %w", err)
 	}
 	for _, st := range stored {
