@@ -353,6 +353,9 @@ func (rn *runner) print(r RoundResult) {
 	if rn.cfg.Verbose || r.Failed() {
 		fmt.Fprintf(w, "      plan: %s\n", r.plan)
 		fmt.Fprintf(w, "      answers: %s; slowest %.2fs\n", summary(o.answers), o.maxTook.Seconds())
+		if o.dead > 0 {
+			fmt.Fprintf(w, "      dead letters: %s\n", summary(o.deadReasons))
+		}
 		if o.lastUnavail > 0 {
 			fmt.Fprintf(w, "      last UNAVAILABLE sent %.1fs after redis served again\n", o.lastUnavail.Seconds())
 		}

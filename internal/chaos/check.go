@@ -219,8 +219,10 @@ type outcome struct {
 	lost       int // OK'd orders gone from Redis and never in Postgres (allowed only when Redis was wiped)
 	unsettled  int // grabs whose outcome stayed unknown
 	dead       int // dead-lettered orders of the voucher
-	gqlErrors  int // GraphQL errors answered to grabs
-	unavail    int // UNAVAILABLE answers
+	// deadReasons counts the dead letters by reason, for -v.
+	deadReasons map[string]int
+	gqlErrors   int // GraphQL errors answered to grabs
+	unavail     int // UNAVAILABLE answers
 	// lastUnavail: how long after Redis served again (after the round's
 	// Redis fault) the last grab answered UNAVAILABLE was sent (0: none
 	// after it, or no such fault); firstOK: how long after it the first
@@ -476,10 +478,20 @@ func judge(p plan, answers []answer, st state, requestIDs bool) outcome {
 	o.dead = len(st.dead)
 	current, deadPerUser := 0, map[int64]int{}
 	for _, d := range st.dead {
+		if o.deadReasons == nil {
+			o.deadReasons = map[string]int{}
+		}
+		o.deadReasons[d.reason]++
 		if d.stamp != "" && d.stamp == st.redisStamp {
 			current++
 			deadPerUser[d.user]++
 		}
+	}
+	// Where Redis kept everything, the database refuses nothing Redis
+	// sold: a dead letter there is an order Redis should never have sold,
+	// or one entry of an order taken for another (an id collision).
+	if o.dead > 0 && p.durable() {
+		o.add("dead-letter", "%d orders dead-lettered in a round where Redis lost nothing (%s)", o.dead, summary(o.deadReasons))
 	}
 	// Where the database fallback sold, nothing may be dead-lettered at
 	// all (the fallback sells nothing Redis may still sell, and the
@@ -534,9 +546,10 @@ func fallbackNote(p plan) string {
 // availabilityBound is, per Redis fault, how long after Redis serves again
 // (the restart, the promotion as the suite's own poll of the sentinels
 // sees it, the killed Cluster primary back as its shard's replica, the
-// flush, the policy back to noeviction) grabs may
-// still answer UNAVAILABLE. A restart from appendfsync always files and
-// an evicting policy that evicted nothing must sell again within 1 s; a
+// flush, the policy back to noeviction, the slot moved) grabs may
+// still answer UNAVAILABLE. A restart from appendfsync always files, an
+// evicting policy that evicted nothing and a Cluster slot moved to
+// another primary must sell again within 1 s; a
 // loss (a wipe, a flush, a restart from an older copy) within 2 s: the
 // reload holds its sales until every order writer and every selling node
 // has handed back what it holds of the lost load. A failover within 2 s
@@ -548,6 +561,7 @@ var availabilityBound = map[faultKind]time.Duration{
 	faultPrimaryKill:        2 * time.Second,
 	faultClusterPrimaryKill: 2 * time.Second,
 	faultRedisEvict:         time.Second,
+	faultClusterMigrate:     time.Second,
 	faultRedisWipe:          2 * time.Second,
 	faultRedisFlush:         2 * time.Second,
 	faultRedisRollback:      2 * time.Second,

@@ -94,6 +94,8 @@ func TestJudgeSeesEachBrokenPromise(t *testing.T) {
 	}
 	biggerFallback := bigger
 	biggerFallback.fallback = true
+	biggerWiped := bigger
+	biggerWiped.faults = []fault{{what: faultRedisWipe}}
 	cases := []struct {
 		name    string
 		p       plan
@@ -107,7 +109,7 @@ func TestJudgeSeesEachBrokenPromise(t *testing.T) {
 			st.redisStamp = "load-1"
 			st.dead = []deadLetter{{order: 3, user: 12, reason: "over_stock", stamp: "load-1"}}
 			return st
-		}, []string{"oversell", "refused", "redis-identity"}},
+		}, []string{"oversell", "refused", "redis-identity", "dead-letter"}},
 		{"a user over the limit", bigger, append(slices.Clone(sold[:2]), ok(10, "a2", "3")), func() state {
 			st := clean()
 			st.rows = append(st.rows, row(3, 10))
@@ -126,7 +128,7 @@ func TestJudgeSeesEachBrokenPromise(t *testing.T) {
 			st := onlyFirst()
 			st.dead = []deadLetter{{order: 2, user: 11, reason: lostLoad, stamp: "load-0"}}
 			return st
-		}, []string{"refused"}},
+		}, []string{"refused", "dead-letter"}},
 		{"the same order missing where Redis was wiped", wiped, sold, onlyFirst, nil},
 		{"the same order missing where Redis was wiped and every node lived on", wipedNodesLive, sold, onlyFirst, []string{"lost"}},
 		{"a row nobody was told about", durable, []answer{ok(10, "a", "1"), code(11, "b", codeSoldOut)}, clean, []string{"phantom"}},
@@ -149,7 +151,7 @@ func TestJudgeSeesEachBrokenPromise(t *testing.T) {
 			st.redisStamp = "load-1" // a load after the order's: it took no unit of this one
 			st.dead = []deadLetter{{order: 3, user: 10, reason: "over_user_limit", stamp: "load-0"}}
 			return st
-		}, []string{"oversell", "refused", "request-orders", "user-limit"}},
+		}, []string{"oversell", "refused", "request-orders", "user-limit", "dead-letter"}},
 		{"a request id sold again after Redis lost its order", wiped, []answer{ok(10, "a", "3"), ok(10, "a", "1"), ok(11, "b", "2")}, clean, nil},
 		{"a request id answered an order refused after a wipe, then another", wiped, []answer{ok(10, "a", "3"), ok(10, "a", "1"), ok(11, "b", "2")}, func() state {
 			st := clean()
@@ -159,8 +161,9 @@ func TestJudgeSeesEachBrokenPromise(t *testing.T) {
 		// A unit stranded by an order nobody was told about, which the
 		// database refused: the design's identity counts the dead letter;
 		// where the fallback sold, nothing may be dead-lettered.
-		{"a dead letter of this load beside a clean sale", bigger, sold, strandedUnit, nil},
-		{"the same in a fallback round", biggerFallback, sold, strandedUnit, []string{"redis-identity"}},
+		{"a dead letter of this load beside a clean sale where Redis was wiped", biggerWiped, sold, strandedUnit, nil},
+		{"the same where Redis lost nothing", bigger, sold, strandedUnit, []string{"dead-letter"}},
+		{"the same in a fallback round", biggerFallback, sold, strandedUnit, []string{"redis-identity", "dead-letter"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -479,6 +479,34 @@ func (e *env) killPrimary(ctx context.Context, voucher int64) error {
 	return err
 }
 
+// migrateSlot moves the hash slot of voucher's keys from the Cluster
+// primary that serves it to another one, the which-th of the others (by
+// address, modulo their count), and returns once every primary names the
+// new owner.
+func (e *env) migrateSlot(ctx context.Context, voucher int64, which int) error {
+	if e.cluster == nil {
+		return fmt.Errorf("no Redis Cluster in the %s profile", e.profile)
+	}
+	key := stockKey(voucher)
+	from, err := e.cluster.PrimaryOf(ctx, key)
+	if err != nil {
+		return fmt.Errorf("primary of voucher %d: %w", voucher, err)
+	}
+	primaries, err := e.cluster.Primaries(ctx)
+	if err != nil {
+		return fmt.Errorf("cluster primaries: %w", err)
+	}
+	others := slices.DeleteFunc(primaries, func(p *testenv.RedisServer) bool { return p == from })
+	if len(others) == 0 {
+		return fmt.Errorf("no other primary to move voucher %d to", voucher)
+	}
+	slices.SortFunc(others, func(a, b *testenv.RedisServer) int { return strings.Compare(a.Addr(), b.Addr()) })
+	if err := e.cluster.MoveSlotOf(ctx, key, others[which%len(others)]); err != nil {
+		return fmt.Errorf("move the slot of voucher %d: %w", voucher, err)
+	}
+	return nil
+}
+
 // rejoinPrimary brings the primary a fault killed back, as a replica of
 // the one promoted in its place (after waiting for that promotion, in
 // case the fault's own wait gave up); a no-op when none is down.

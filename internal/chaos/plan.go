@@ -56,11 +56,16 @@ const (
 	// evicted could be a request id or an order log), and the sale goes
 	// on once it is back.
 	faultRedisEvict
+	// faultClusterMigrate moves the hash slot of the round's voucher to
+	// another Redis Cluster primary mid-sale (MIGRATE of every key, then
+	// SETSLOT NODE on every primary), as an operator's resharding does:
+	// nothing is lost, and the nodes must follow the slot at once.
+	faultClusterMigrate
 )
 
 func (k faultKind) String() string {
 	return [...]string{"node-kill", "redis-kill", "redis-wipe", "pg-outage", "redis-cut", "redis-stall", "redis-flush",
-		"primary-kill", "redis-rollback", "cluster-primary-kill", "redis-evict"}[k]
+		"primary-kill", "redis-rollback", "cluster-primary-kill", "redis-evict", "cluster-migrate"}[k]
 }
 
 // fault is one fault of a round, at a moment of the sale.
@@ -417,6 +422,12 @@ var kinds = []kind{
 	// its replica promoted (REDIS_MODE=cluster, REDIS_ACK_REPLICAS=1).
 	{name: "cluster-failover", topology: topologyCluster, faults: func(r *rand.Rand, p *plan, _ bool) ([]int, []fault) {
 		return someNodes(r), []fault{{what: faultClusterPrimaryKill, at: faultMoment(r, p.window), down: between(r, 500*time.Millisecond, 2*time.Second)}}
+	}},
+	// The voucher's hash slot moved to another Cluster primary mid-sale,
+	// with REDIS_ACK_REPLICAS=1: the keys, the segment leases and the
+	// order log move whole, and the nodes sell on from the new primary.
+	{name: "cluster-migrate", topology: topologyCluster, faults: func(r *rand.Rand, p *plan, _ bool) ([]int, []fault) {
+		return someNodes(r), []fault{{what: faultClusterMigrate, at: faultMoment(r, p.window), node: r.IntN(2)}}
 	}},
 }
 

@@ -243,6 +243,14 @@ func (rn *runner) inject(ctx context.Context, f fault, voucher int64) error {
 		}
 		rn.markBack(f.what)
 		return nil
+	case faultClusterMigrate:
+		mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := rn.env.migrateSlot(mctx, voucher, f.node); err != nil {
+			return err
+		}
+		rn.markBack(f.what)
+		return nil
 	case faultRedisEvict:
 		policy := func(p string) error {
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
