@@ -192,6 +192,13 @@ const (
 // name; prefix is its family's (orderLeasePrefix, redPacketLeasePrefix).
 func consumerLeaseKey(prefix, consumer string) string { return prefix + consumer }
 
+// LeaseKey is the key of a named cluster-wide lease (internal/lease,
+// Redlock on LOCK_REDIS_URLS): "flashsale:lease:<name>". A voucher
+// segment's lease is named "seg:{v<ID>}/<segment>" (actors, segKey), so
+// that on a Redis Cluster it lives on the voucher's own shard; the
+// order writers' reclaim runs under "order-log-reclaim".
+func LeaseKey(name string) string { return "flashsale:lease:" + name }
+
 // Channels. Live changes travel between nodes on Redis pub/sub as ids,
 // never as values: a node that hears of a change re-reads the current
 // value, so a late or reordered message can never leave a subscriber on

@@ -15,8 +15,8 @@ import (
 	"flashsale/domain"
 )
 
-// VoucherStore is the record of vouchers (persistence.Vouchers, wired by
-// main). The catalog declares only what it calls, so that it depends on no
+// VoucherStore is the record of vouchers (persistence.Vouchers, built by
+// internal/node). The catalog declares only what it calls, so that it depends on no
 // storage package and a new use case adds its own store interface rather
 // than widening this one.
 type VoucherStore interface {
@@ -38,7 +38,7 @@ type VoucherStore interface {
 	TextSizes(ctx context.Context) (domain.TextSizes, error)
 }
 
-// StockStore is the live stock in Redis (persistence.Stock, wired by main),
+// StockStore is the live stock in Redis (persistence.Stock, built by internal/node),
 // where the grab script reads status and stock: the catalog keeps it in
 // step with the record.
 type StockStore interface {

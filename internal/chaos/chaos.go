@@ -4,7 +4,7 @@
 // Redis or brings it back empty or from an older copy of its files, kills
 // the primary of a Sentinel set or of a Redis Cluster, and makes Postgres
 // refuse connections, at random moments; then it checks, from outside (the API's answers and the
-// tables), the promises of DESIGN.md: no oversell, no user over the limit,
+// tables), the promises (docs/ARCHITECTURE.md): no oversell, no user over the limit,
 // no lost or phantom order, reconciled stock, and safe retries.
 //
 // Everything random about a round is drawn from (seed, round), so a round

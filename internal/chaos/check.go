@@ -15,7 +15,7 @@ import (
 )
 
 // The service's Redis keys and statuses the checks read. They are part of
-// what the service promises to operators (DESIGN.md, db.md), so the suite
+// what the service promises to operators (docs/ARCHITECTURE.md, docs/contract/db.md), so the suite
 // reads them as an outsider would, not through the service's packages.
 const (
 	// Order statuses that are not live (db.md): cancelled, refunded.
@@ -471,7 +471,7 @@ func judge(p plan, answers []answer, st state, requestIDs bool) outcome {
 		o.add("db-identity", "initial_stock %d != stock %d + live orders %d", st.initial, st.dbStock, live)
 	}
 
-	// Redis against the table (DESIGN.md invariant 5): what Redis still
+	// Redis against the table (promise 5, docs/ARCHITECTURE.md): what Redis still
 	// sells, plus what is sold, in flight or refused, is the stock. Only
 	// the dead letters of the load Redis holds took a unit of it: a reload
 	// starts again from the table.

@@ -311,7 +311,7 @@ func refusal(out string) string {
 	return out
 }
 
-// orderIDEpoch is the epoch of the seconds in order ids (DESIGN.md:
+// orderIDEpoch is the epoch of the seconds in order ids (persistence/orderids.go:
 // seconds since 2023-01-01 UTC), which tb_order_id_node's
 // reserved_until_sec counts in.
 const orderIDEpoch = 1672531200

@@ -32,6 +32,8 @@ import (
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
+
+	"flashsale/persistence"
 )
 
 // TTLDefault is how long a lease lasts without an extension.
@@ -69,7 +71,7 @@ func timeoutFactor(ttl time.Duration) float64 {
 // releases it when fn returns. If an extension fails, fn's context is
 // cancelled: another node may hold the lease from then on.
 func (l *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Context) error) (ran bool, err error) {
-	m := l.rs.NewMutex("flashsale:lease:"+name, redsync.WithExpiry(l.ttl), redsync.WithTries(1),
+	m := l.rs.NewMutex(persistence.LeaseKey(name), redsync.WithExpiry(l.ttl), redsync.WithTries(1),
 		redsync.WithTimeoutFactor(timeoutFactor(l.ttl)))
 	if err := m.TryLockContext(ctx); err != nil {
 		var taken *redsync.ErrTaken
@@ -95,7 +97,7 @@ func (l *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 // release it, or for it to lapse when its holder died.
 func (l *Redlock) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
 	ttl = cmp.Or(ttl, l.ttl)
-	m := l.rs.NewMutex("flashsale:lease:"+name, redsync.WithExpiry(ttl),
+	m := l.rs.NewMutex(persistence.LeaseKey(name), redsync.WithExpiry(ttl),
 		redsync.WithTries(math.MaxInt32), redsync.WithRetryDelay(50*time.Millisecond),
 		redsync.WithTimeoutFactor(timeoutFactor(ttl)))
 	if err := m.LockContext(ctx); err != nil {
@@ -112,7 +114,7 @@ func (l *Redlock) Acquire(ctx context.Context, name string, ttl time.Duration) (
 // holder has it, with another error when Redis could not be asked.
 func (l *Redlock) Resume(ctx context.Context, name string, ttl time.Duration, value string) (*Lease, error) {
 	ttl = cmp.Or(ttl, l.ttl)
-	m := l.rs.NewMutex("flashsale:lease:"+name, redsync.WithExpiry(ttl), redsync.WithValue(value),
+	m := l.rs.NewMutex(persistence.LeaseKey(name), redsync.WithExpiry(ttl), redsync.WithValue(value),
 		redsync.WithTimeoutFactor(timeoutFactor(ttl)))
 	ok, err := m.ExtendContext(ctx)
 	var taken *redsync.ErrTaken

@@ -17,7 +17,7 @@ import (
 	"flashsale/domain"
 )
 
-// Storer is the record of orders (persistence.Orders, wired by main).
+// Storer is the record of orders (persistence.Orders, built by internal/node).
 type Storer interface {
 	// Get returns an order from the database or, not yet there, from the
 	// order log (InFlight); NOT_FOUND otherwise.
