@@ -247,7 +247,14 @@ type RedisCluster struct {
 // replica each and stops it when the test ends.
 func MustReplicatedCluster(tb testing.TB) *RedisCluster {
 	tb.Helper()
-	c, err := StartRedisCluster(tb.TempDir(), 3, 1)
+	return MustReplicatedClusterOf(tb, 1)
+}
+
+// MustReplicatedClusterOf is MustReplicatedCluster with replicas replicas
+// a shard.
+func MustReplicatedClusterOf(tb testing.TB, replicas int) *RedisCluster {
+	tb.Helper()
+	c, err := StartRedisCluster(tb.TempDir(), 3, replicas)
 	if err != nil {
 		tb.Fatal(err)
 	}
