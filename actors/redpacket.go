@@ -53,11 +53,13 @@ type RedPackets struct {
 }
 
 // RedPackets returns the router's red-packet sequencer, whose actors run
-// in the router's actor system; its passivation loop ends, and its actors
-// stop, with Router.Close.
+// in the router's actor system: the router's scanner passivates them, and
+// they stop with Router.Close.
 func (r *Router) RedPackets(store RedPacketStore, loader RedPacketLoader) *RedPackets {
 	p := &RedPackets{r: r, store: store, loader: loader, actors: map[int64]*voucherRef{}}
-	go p.passivate()
+	r.mu.Lock()
+	r.redPackets = append(r.redPackets, p)
+	r.mu.Unlock()
 	return p
 }
 
@@ -91,15 +93,10 @@ func (p *RedPackets) grab(ctx context.Context, id, userID int64, requestID strin
 	if !p.send(id, msg) {
 		return domain.RedPacketResult{Code: domain.RedPacketUnavailable}
 	}
-	timer := time.NewTimer(p.r.opts.GrabTimeout)
-	defer timer.Stop()
-	select {
-	case res := <-msg.reply:
-		return res
-	case <-ctx.Done():
-	case <-timer.C:
-	}
-	return domain.RedPacketResult{Code: domain.RedPacketUnavailable}
+	// A red-packet grab is not taken back from its actor: UNAVAILABLE at
+	// the deadline, and a retry under its request id finds a packet it
+	// took (ALREADY_GRABBED with the amount).
+	return awaitAnswer(ctx, msg.reply, p.r.opts.GrabTimeout, func() bool { return true }, domain.RedPacketResult{Code: domain.RedPacketUnavailable}, func() {})
 }
 
 // send enqueues msg for the red packet's actor, spawning it if needed,
@@ -150,36 +147,6 @@ func (p *RedPackets) Active(id int64) bool {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	return p.actors[id] != nil
-}
-
-// passivate stops the actors idle for IdleTimeout (an unknown id's after
-// unknownIdle), as the router does for vouchers: only one with no grab
-// queued or in flight, removed from the map first under the lock every
-// send takes, so no grab can reach a stopped actor. (Not protoactor's
-// ReceiveTimeout: its timer races with the mailbox under -race.)
-func (p *RedPackets) passivate() {
-	tick := time.NewTicker(max(min(p.r.opts.IdleTimeout, unknownIdle)/4, 10*time.Millisecond))
-	defer tick.Stop()
-	for {
-		select {
-		case <-p.r.stop:
-			return
-		case <-tick.C:
-		}
-		now := time.Now()
-		p.mu.Lock()
-		for id, ref := range p.actors {
-			idle := p.r.opts.IdleTimeout
-			if ref.unknown.Load() {
-				idle = min(unknownIdle, idle)
-			}
-			if ref.queued.Load() == 0 && ref.lastUsed.Load() < now.Add(-idle).UnixNano() {
-				delete(p.actors, id)
-				p.r.system.Root.Poison(ref.pid)
-			}
-		}
-		p.mu.Unlock()
-	}
 }
 
 // redPacketActor sequences the grabs of one red packet, one script call

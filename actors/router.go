@@ -224,8 +224,11 @@ type Router struct {
 
 	mu       sync.RWMutex
 	vouchers map[segKey]*voucherRef
-	closed   bool // no new grabs (Drain)
-	stopped  bool // Close ran
+	// redPackets are the red-packet sequencers on this router, whose
+	// actors its scanner passivates too.
+	redPackets []*RedPackets
+	closed     bool // no new grabs (Drain)
+	stopped    bool // Close ran
 
 	stop chan struct{}
 	done chan struct{}
@@ -324,35 +327,9 @@ func (r *Router) grab(ctx context.Context, req domain.GrabRequest) domain.GrabRe
 	if !r.send(key, msg) {
 		return domain.GrabResult{Code: domain.SeckillUnavailable}
 	}
-	timer := time.NewTimer(r.opts.GrabTimeout)
-	defer timer.Stop()
-	select {
-	case res := <-msg.reply:
-		return res
-	case <-ctx.Done():
-	case <-timer.C:
-	}
-	if msg.abandon() {
-		// The grab never left this node and now never will: UNAVAILABLE
-		// is the truth, and a retry cannot find a hidden order.
-		return domain.GrabResult{Code: domain.SeckillUnavailable}
-	}
-	if ctx.Err() != nil {
-		return domain.GrabResult{Code: domain.SeckillUnavailable} // nobody is listening
-	}
-	// The grab is in a script call whose outcome is not known yet; the
-	// call is bounded (runBatch's deadline), so wait for the truth rather
-	// than say UNAVAILABLE about a grab that may have sold. The extra
-	// bound only guards against a bug: a caller must never hang.
-	late := time.NewTimer(2 * r.opts.GrabTimeout)
-	defer late.Stop()
-	select {
-	case res := <-msg.reply:
-		return res
-	case <-late.C:
+	return awaitAnswer(ctx, msg.reply, r.opts.GrabTimeout, msg.abandon, domain.GrabResult{Code: domain.SeckillUnavailable}, func() {
 		r.log.Error("grab in flight got no answer", "voucher", req.VoucherID, "user", req.UserID)
-		return domain.GrabResult{Code: domain.SeckillUnavailable}
-	}
+	})
 }
 
 // requestID is the id the grab script remembers a sale by. A client's key
@@ -502,9 +479,9 @@ func (r *Router) Active(voucherID int64) bool {
 	return false
 }
 
-// passivate stops actors that have been idle for IdleTimeout. Only an actor
-// with nothing queued is stopped, and it is removed from the map first, so
-// no grab can reach a stopped actor.
+// passivate is the router's one passivation scanner: it stops the
+// voucher activations and the red-packet actors that have been idle for
+// IdleTimeout (passivateIdle), until Close.
 func (r *Router) passivate() {
 	defer close(r.done)
 	tick := time.NewTicker(max(min(r.opts.IdleTimeout, unknownIdle)/4, 10*time.Millisecond))
@@ -516,21 +493,17 @@ func (r *Router) passivate() {
 		case <-tick.C:
 		}
 		now := time.Now()
-		cutoff := now.Add(-r.opts.IdleTimeout).UnixNano()
-		unknownCutoff := now.Add(-min(unknownIdle, r.opts.IdleTimeout)).UnixNano()
 		r.mu.Lock()
-		for id, ref := range r.vouchers {
-			idleSince := cutoff
-			if ref.unknown.Load() {
-				idleSince = unknownCutoff
-			}
-			if ref.queued.Load() == 0 && ref.lastUsed.Load() < idleSince {
-				delete(r.vouchers, id)
-				segmentsHosted.Set(float64(len(r.vouchers)))
-				r.system.Root.Poison(ref.pid)
-			}
+		if before := len(r.vouchers); passivateIdle(r.system.Root, r.vouchers, now, r.opts.IdleTimeout) != before {
+			segmentsHosted.Set(float64(len(r.vouchers)))
 		}
+		rps := r.redPackets
 		r.mu.Unlock()
+		for _, p := range rps {
+			p.mu.Lock()
+			passivateIdle(r.system.Root, p.actors, now, r.opts.IdleTimeout)
+			p.mu.Unlock()
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"flashsale/domain"
+	"flashsale/internal/lease"
 )
 
 // grabMsg is one grab waiting for its answer. It never leaves this node
@@ -168,7 +169,7 @@ type voucherActor struct {
 	// lease is the segment's Redlock lease while this activation serves
 	// (nil without Options.Leases); stopLease ends its renewals.
 	lease     Lease
-	stopLease chan struct{}
+	stopLease func()
 
 	fence      int64
 	state      domain.VoucherState
@@ -306,38 +307,39 @@ func (a *voucherActor) takeLease(ctx actor.Context) bool {
 		return false
 	}
 	a.r.trouble.ok("segment lease not granted; answering UNAVAILABLE", a.id)
-	a.lease, a.stopLease = l, make(chan struct{})
-	self, stop, system := ctx.Self(), a.stopLease, a.r.system
-	go func() {
-		t := time.NewTicker(max(l.TTL()/3, time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-			ectx, cancel := context.WithTimeout(context.Background(), max(l.TTL()/3, time.Millisecond))
-			err := l.Extend(ectx)
-			cancel()
-			if err != nil {
-				system.Root.Send(self, leaseLost{err: err})
-				return
-			}
-		}
-	}()
+	// Renewed every TTL/3, each renewal bounded by as much; the first
+	// that fails stops the activation (leaseLost): another member may hold
+	// the segment from then on.
+	self, system, every := ctx.Self(), a.r.system, max(l.TTL()/3, time.Millisecond)
+	a.lease = l
+	a.stopLease = lease.Held(a.key().leaseName(), l.TTL(), heldLease{l}).Keep(context.Background(), lease.KeepOptions{
+		Every: every, Timeout: every, GiveUp: true, Keep: true,
+		OnError: func(err error) { system.Root.Send(self, leaseLost{err: err}) },
+	})
 	return true
 }
 
-// releaseLease stops the renewals and lets the lease go.
+// heldLease is a segment's lease as lease.Keep renews it.
+type heldLease struct{ l Lease }
+
+func (h heldLease) Renew(ctx context.Context) error { return h.l.Extend(ctx) }
+
+func (h heldLease) Release(ctx context.Context) error {
+	h.l.Release(ctx)
+	return nil
+}
+
+// releaseLease stops the renewals and lets the lease go, without holding
+// up the actor: a renewal in flight is waited for, and the release made,
+// in the background.
 func (a *voucherActor) releaseLease() {
 	if a.lease == nil {
 		return
 	}
-	close(a.stopLease)
-	l := a.lease
-	a.lease = nil
+	l, stop := a.lease, a.stopLease
+	a.lease, a.stopLease = nil, nil
 	go func() {
+		stop()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		l.Release(ctx)
