@@ -50,7 +50,9 @@ func (l *troubleLog) failedOf(what, idName string, id int64, err error, args ...
 	l.mu.Unlock()
 	if !seen {
 		l.log.Warn(what+" (logged once until it succeeds again)", append([]any{idName, id, "err", err}, args...)...)
+		return
 	}
+	l.log.Debug(what+" again", append([]any{idName, id, "err", err, "failures", n + 1}, args...)...)
 }
 
 // ok records a success of what for the voucher: an INFO if it had failed.
