@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"flashsale/domain"
+	"flashsale/internal/metrics"
 )
 
 // Red packets are the second kind of sale the router sequences: an actor
@@ -36,11 +36,7 @@ type RedPacketLoader interface {
 	Load(ctx context.Context, id int64) (domain.RedPacketState, error)
 }
 
-var redPacketGrabs = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: "flashsale", Name: "red_packet_grab_total", Help: "Red-packet grabs answered, by outcome.",
-}, []string{"code"})
-
-func init() { prometheus.MustRegister(redPacketGrabs) }
+var redPacketGrabs = metrics.CounterVec("red_packet_grab_total", "Red-packet grabs answered, by outcome.", "code")
 
 // RedPackets routes red-packet grabs to their red packet's actor.
 type RedPackets struct {

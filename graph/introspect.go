@@ -9,12 +9,12 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/introspection"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"flashsale/domain"
 	"flashsale/internal/admitcache"
+	"flashsale/internal/metrics"
 )
 
 // IntrospectionMode says who may ask the schema (__schema, __type) on
@@ -212,12 +212,7 @@ func (a *introspectionAnswers) introspectionRoot(oc *graphql.OperationContext) (
 // introspectionTotal counts introspection operations by outcome:
 // answered (written from the model), kept (the answer kept for the same
 // text), refused (by their price).
-var introspectionTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: "flashsale", Name: "graphql_introspection_total",
-	Help: "Introspection operations: answered from the schema model, answered with the answer kept for the same text, or refused by their price.",
-}, []string{"outcome"})
-
-func init() { prometheus.MustRegister(introspectionTotal) }
+var introspectionTotal = metrics.CounterVec("graphql_introspection_total", "Introspection operations: answered from the schema model, answered with the answer kept for the same text, or refused by their price.", "outcome")
 
 // schemaModel is the schema as introspection shows it, computed once:
 // gqlgen's own introspection types, so every value is the one its

@@ -1,16 +1,11 @@
 package graph
 
-import "github.com/prometheus/client_golang/prometheus"
+import "flashsale/internal/metrics"
 
 // subscriptionsOpen counts live GraphQL subscriptions (stockChanged,
 // orderChanged) on this node: each holds a goroutine and a slot in the
 // publisher, so it is what an operator watches for a leak.
-var subscriptionsOpen = prometheus.NewGauge(prometheus.GaugeOpts{
-	Namespace: "flashsale", Name: "subscriptions_open",
-	Help: "GraphQL subscriptions open on this node.",
-})
-
-func init() { prometheus.MustRegister(subscriptionsOpen) }
+var subscriptionsOpen = metrics.Gauge("subscriptions_open", "GraphQL subscriptions open on this node.")
 
 // SubscriptionOpened records a subscription that starts; pair every call
 // with one SubscriptionClosed when it ends, however it ends.

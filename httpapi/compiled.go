@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 
 	"github.com/99designs/gqlgen/graphql"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 	"github.com/vektah/gqlparser/v2/parser"
@@ -25,6 +24,7 @@ import (
 	"flashsale/graph/model"
 	"flashsale/internal/admitcache"
 	"flashsale/internal/auth"
+	"flashsale/internal/metrics"
 )
 
 // compiledGrabs answers the grab documents clients actually send (one
@@ -76,12 +76,7 @@ type textPlan struct {
 
 // compiledServed counts the answers the compiled path wrote; grab_total
 // less this is what went through gqlgen (or was refused before a grab).
-var compiledServed = prometheus.NewCounter(prometheus.CounterOpts{
-	Namespace: "flashsale", Name: "graphql_compiled_grabs_total",
-	Help: "Grabs answered on the compiled path (GRAPHQL_COMPILED_GRABS) instead of gqlgen's executor.",
-})
-
-func init() { prometheus.MustRegister(compiledServed) }
+var compiledServed = metrics.Counter("graphql_compiled_grabs_total", "Grabs answered on the compiled path (GRAPHQL_COMPILED_GRABS) instead of gqlgen's executor.")
 
 // compiledMaxText bounds the documents compiled: a grab document is a few
 // hundred bytes; a longer one goes to gqlgen, so a client cannot make the

@@ -4,8 +4,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/ast"
+
+	"flashsale/internal/metrics"
 )
 
 // LoadGauge reports this node's grab load (actors.Router): the grabs
@@ -61,17 +62,12 @@ var sheddable = map[string]bool{
 }
 
 var (
-	sheddingGauge = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "flashsale", Name: "load_shedding",
-		Help: "1 while this node sheds non-core operations because grabs queue or slow down (SHED_QUEUE_DEPTH, SHED_GRAB_LATENCY).",
-	})
-	shedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "flashsale", Name: "shed_total",
-		Help: "Operations refused before parsing, by reason: load (non-core while shedding), flood (SHED_IP_PER_SEC), anonymous (without a valid token, over ANON_MAX_IN_FLIGHT or ANON_PER_SEC after ANON_WAIT), budget (a caller asking again while its budget of request cost refuses it).",
-	}, []string{"reason"})
+	sheddingGauge = metrics.Gauge("load_shedding",
+		"1 while this node sheds non-core operations because grabs queue or slow down (SHED_QUEUE_DEPTH, SHED_GRAB_LATENCY).")
+	shedTotal = metrics.CounterVec("shed_total",
+		"Operations refused before parsing, by reason: load (non-core while shedding), flood (SHED_IP_PER_SEC), anonymous (without a valid token, over ANON_MAX_IN_FLIGHT or ANON_PER_SEC after ANON_WAIT), budget (a caller asking again while its budget of request cost refuses it).",
+		"reason")
 )
-
-func init() { prometheus.MustRegister(sheddingGauge, shedTotal) }
 
 // loadShedder decides, from the gauge, whether the node sheds now. It
 // samples the gauge when an operation asks, not on a timer: no goroutine

@@ -11,12 +11,12 @@ import (
 	"sync/atomic"
 
 	"github.com/99designs/gqlgen/graphql"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"flashsale/domain"
 	"flashsale/graph"
 	"flashsale/internal/auth"
+	"flashsale/internal/metrics"
 )
 
 // Websocket caps (HandlerOptions).
@@ -272,24 +272,14 @@ func ipCapReason(perIP int) string {
 }
 
 var (
-	websocketsOpen = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "flashsale", Name: "websockets_open",
-		Help: "Websockets open on this node, from the upgrade until their connection closes.",
-	})
-	websocketsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "flashsale", Name: "websockets_refused_total",
-		Help: "Websocket handshakes refused: over the per-IP request rate (rate), the node's cap of sockets without connection_init (uninitialized), the per-IP socket cap (ip) or the per-user socket cap (user).",
-	}, []string{"reason"})
-	websocketsUninitialized = prometheus.NewGauge(prometheus.GaugeOpts{
-		Namespace: "flashsale", Name: "websockets_uninitialized",
-		Help: "Websockets on this node accepted and not yet sent connection_init (WS_MAX_UNINITIALIZED).",
-	})
-	subscribesRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "flashsale", Name: "websocket_operations_limited_total",
-		Help: "Websocket operations over their socket's rate (WS_SUBSCRIBES_PER_SEC), by outcome: refused with RATE_LIMITED (limited), or the socket closed with 4429 (closed).",
-	}, []string{"outcome"})
+	websocketsOpen = metrics.Gauge("websockets_open",
+		"Websockets open on this node, from the upgrade until their connection closes.")
+	websocketsRefused = metrics.CounterVec("websockets_refused_total",
+		"Websocket handshakes refused: over the per-IP request rate (rate), the node's cap of sockets without connection_init (uninitialized), the per-IP socket cap (ip) or the per-user socket cap (user).",
+		"reason")
+	websocketsUninitialized = metrics.Gauge("websockets_uninitialized",
+		"Websockets on this node accepted and not yet sent connection_init (WS_MAX_UNINITIALIZED).")
+	subscribesRefused = metrics.CounterVec("websocket_operations_limited_total",
+		"Websocket operations over their socket's rate (WS_SUBSCRIBES_PER_SEC), by outcome: refused with RATE_LIMITED (limited), or the socket closed with 4429 (closed).",
+		"outcome")
 )
-
-func init() {
-	prometheus.MustRegister(websocketsOpen, websocketsRefused, websocketsUninitialized, subscribesRefused)
-}

@@ -7,70 +7,53 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"flashsale/internal/metrics"
 )
 
 // The persistence metrics, in one place: namespaced and low-cardinality
 // (labels only from short fixed sets: a dead letter's reason, a store, a grab code).
 var (
-	ordersPersisted = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "flashsale", Name: "orders_persisted_total",
-		Help: "Orders inserted into tb_voucher_order by the order writer.",
-	})
-	ordersAdopted = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "flashsale", Name: "orders_adopted_total",
-		Help: "Orders sold before Redis lost a voucher and reloaded it from the database, put back into the reloaded stock.",
-	})
-	shadowAppended = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "flashsale", Name: "orders_reappended_total",
-		Help: "Orders answered OK that Redis lost before any order writer read them, appended to the order log again from the selling node's copy.",
-	})
-	ordersDead = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "flashsale", Name: "orders_dead_total",
-		Help: "Order-log entries the database refused for good, kept in tb_order_dead_letter, by reason.",
-	}, []string{"reason"})
-	writeBatchSize = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: "flashsale", Name: "order_write_batch_size",
-		Help:    "Order-log entries handled by one attempt of the order writer.",
-		Buckets: prometheus.ExponentialBuckets(1, 2, 10), // 1 … 512 (the read batch is 500)
-	})
-	writeDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Namespace: "flashsale", Name: "order_write_duration_seconds",
-		Help:    "Time of one attempt of the order writer to commit a batch (transaction included).",
-		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
-	})
+	ordersPersisted = metrics.Counter("orders_persisted_total",
+		"Orders inserted into tb_voucher_order by the order writer.")
+	ordersAdopted = metrics.Counter("orders_adopted_total",
+		"Orders sold before Redis lost a voucher and reloaded it from the database, put back into the reloaded stock.")
+	shadowAppended = metrics.Counter("orders_reappended_total",
+		"Orders answered OK that Redis lost before any order writer read them, appended to the order log again from the selling node's copy.")
+	ordersDead = metrics.CounterVec("orders_dead_total",
+		"Order-log entries the database refused for good, kept in tb_order_dead_letter, by reason.",
+		"reason")
+	writeBatchSize = metrics.Histogram("order_write_batch_size",
+		"Order-log entries handled by one attempt of the order writer.",
+		prometheus.ExponentialBuckets(1, 2, 10))
+	writeDuration = metrics.Histogram("order_write_duration_seconds",
+		"Time of one attempt of the order writer to commit a batch (transaction included).",
+		[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5})
 	// scriptDuration times the Lua script calls of the hot path: the grab
 	// batch, an activation's claim, and a batch's pipelined rate limits.
-	scriptDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: "flashsale", Name: "redis_script_duration_seconds",
-		Help:    "Time of one Redis script call (or pipeline of them), by script: grab, claim, rate_limit, red_packet_grab.",
-		Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5},
-	}, []string{"script"})
+	scriptDuration = metrics.HistogramVec("redis_script_duration_seconds",
+		"Time of one Redis script call (or pipeline of them), by script: grab, claim, rate_limit, red_packet_grab.",
+		[]float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5}, "script")
 	// The script timers, looked up once rather than by label per call.
 	grabScriptDuration      = scriptDuration.WithLabelValues("grab")
 	claimScriptDuration     = scriptDuration.WithLabelValues("claim")
 	rateLimitScriptDuration = scriptDuration.WithLabelValues("rate_limit")
 	redPacketScriptDuration = scriptDuration.WithLabelValues("red_packet_grab")
-	redisErrors             = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "flashsale", Name: "redis_errors_total",
-		Help: "Redis commands that failed (not counting a missing key or a script to be loaded), by class: script, stream, ping, other.",
-	}, []string{"op"})
-	rateLimited = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "flashsale", Name: "rate_limit_refusals_total",
-		Help: "Grabs or requests turned away by a rate limit shared in Redis, by the limit: ip, voucher, ip_request (before parsing), cost (a caller's budget of request cost). The per-user limit counts in user_rate_limit_refusals_total.",
-	}, []string{"kind"})
-	loadsRebuilt = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "flashsale", Name: "redis_loads_rebuilt_total",
-		Help: "Loads found in Redis but not verified on its current server (it restarted or failed over, and may have gone back in time), rebuilt from the database and the order log, by kind: voucher, red_packet.",
-	}, []string{"kind"})
-	fallbackGrabs = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "flashsale", Name: "fallback_grab_total",
-		Help: "Grabs answered by the database fallback while Redis was down, by outcome.",
-	}, []string{"code"})
+	redisErrors             = metrics.CounterVec("redis_errors_total",
+		"Redis commands that failed (not counting a missing key or a script to be loaded), by class: script, stream, ping, other.",
+		"op")
+	rateLimited = metrics.CounterVec("rate_limit_refusals_total",
+		"Grabs or requests turned away by a rate limit shared in Redis, by the limit: ip, voucher, ip_request (before parsing), cost (a caller's budget of request cost). The per-user limit counts in user_rate_limit_refusals_total.",
+		"kind")
+	loadsRebuilt = metrics.CounterVec("redis_loads_rebuilt_total",
+		"Loads found in Redis but not verified on its current server (it restarted or failed over, and may have gone back in time), rebuilt from the database and the order log, by kind: voucher, red_packet.",
+		"kind")
+	fallbackGrabs = metrics.CounterVec("fallback_grab_total",
+		"Grabs answered by the database fallback while Redis was down, by outcome.",
+		"code")
 )
 
 func init() {
-	prometheus.MustRegister(ordersPersisted, ordersAdopted, shadowAppended, ordersDead, fallbackGrabs,
-		writeBatchSize, writeDuration, scriptDuration, redisErrors, rateLimited, loadsRebuilt)
 	// Present at 0 from the start, so that a dashboard tells "none" from
 	// "not reported".
 	for _, op := range []string{"script", "stream", "ping", "other"} {

@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"flashsale/internal/metrics"
 )
 
 // Cache is a cache bounded by the bytes of its entries (as its
@@ -92,21 +94,16 @@ func (l *admitList[V]) remove(e *admitEntry[V]) {
 }
 
 var (
-	cacheBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: "flashsale", Name: "graphql_cache_bytes",
-		Help: "Estimated bytes held by a GraphQL cache (documents, persisted queries, grab plans).",
-	}, []string{"cache"})
-	cacheLookups = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "flashsale", Name: "graphql_cache_lookups_total",
-		Help: "Lookups in a GraphQL cache by result (hit, miss).",
-	}, []string{"cache", "result"})
-	cacheDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "flashsale", Name: "graphql_cache_dropped_total",
-		Help: "Entries a GraphQL cache let go without displacing more often used ones (or too large to keep).",
-	}, []string{"cache"})
+	cacheBytes = metrics.GaugeVec("graphql_cache_bytes",
+		"Estimated bytes held by a GraphQL cache (documents, persisted queries, grab plans).",
+		"cache")
+	cacheLookups = metrics.CounterVec("graphql_cache_lookups_total",
+		"Lookups in a GraphQL cache by result (hit, miss).",
+		"cache", "result")
+	cacheDropped = metrics.CounterVec("graphql_cache_dropped_total",
+		"Entries a GraphQL cache let go without displacing more often used ones (or too large to keep).",
+		"cache")
 )
-
-func init() { prometheus.MustRegister(cacheBytes, cacheLookups, cacheDropped) }
 
 // New returns a cache named name (its metrics' label) that holds
 // at most maxBytes as weigh counts them; an entry heavier than the window

@@ -19,12 +19,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
 	"flashsale/domain"
 	"flashsale/internal/maintenance"
+	"flashsale/internal/metrics"
 )
 
 // Defaults of the breaker.
@@ -44,17 +44,9 @@ const (
 // It wraps domain.ErrNotSent: such a call cannot have changed anything.
 var ErrRedisUnavailable = fmt.Errorf("redis unavailable (circuit breaker open): %w", domain.ErrNotSent)
 
-var breakerState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-	Namespace: "flashsale", Name: "breaker_state",
-	Help: "Circuit breaker state per store: 0 closed, 1 half-open, 2 open.",
-}, []string{"store"})
+var breakerState = metrics.GaugeVec("breaker_state", "Circuit breaker state per store: 0 closed, 1 half-open, 2 open.", "store")
 
-var breakerTrips = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: "flashsale", Name: "breaker_trips_total",
-	Help: "Times the circuit breaker opened per store from closed: each an outage, a span in which Redis was taken to be down.",
-}, []string{"store"})
-
-func init() { prometheus.MustRegister(breakerState, breakerTrips) }
+var breakerTrips = metrics.CounterVec("breaker_trips_total", "Times the circuit breaker opened per store from closed: each an outage, a span in which Redis was taken to be down.", "store")
 
 // Options tunes a Breaker; zero values take the defaults.
 type Options struct {

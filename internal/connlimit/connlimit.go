@@ -23,9 +23,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"flashsale/domain"
+	"flashsale/internal/metrics"
 )
 
 // Config is the admission of new connections per client address. A zero
@@ -289,9 +289,4 @@ func (q *heldQueue) Pop() any {
 // limited counts connections over their address's rate by what became
 // of them: held for their turn, or closed at once (the wait too long or
 // too many held).
-var limited = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: "flashsale", Name: "connections_limited_total",
-	Help: "New connections over their client address's rate (CONN_PER_IP_PER_SEC), by outcome: held for their turn or closed.",
-}, []string{"outcome"})
-
-func init() { prometheus.MustRegister(limited) }
+var limited = metrics.CounterVec("connections_limited_total", "New connections over their client address's rate (CONN_PER_IP_PER_SEC), by outcome: held for their turn or closed.", "outcome")

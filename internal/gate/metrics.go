@@ -1,6 +1,10 @@
 package gate
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"flashsale/internal/metrics"
+)
 
 // Refusal reasons, the label of flashsale_gate_refusals_total.
 const (
@@ -15,16 +19,12 @@ const (
 )
 
 // refusals counts the grabs and ticket requests the gate refused, by why.
-var refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
-	Namespace: "flashsale", Name: "gate_refusals_total",
-	Help: "Grabs and ticket or challenge requests refused by the grab gate (blocklist, ticket, challenge), by reason.",
-}, []string{"reason"})
+var refusals = metrics.CounterVec("gate_refusals_total", "Grabs and ticket or challenge requests refused by the grab gate (blocklist, ticket, challenge), by reason.", "reason")
 
 // refused holds each reason's series, looked up once (not by label per call).
 var refusedSeries = map[string]prometheus.Counter{}
 
 func init() {
-	prometheus.MustRegister(refusals)
 	for _, r := range []string{reasonBlocked, reasonTicketMissing, reasonTicketInvalid, reasonTicketExpired,
 		reasonNotReleased, reasonEnded, reasonChallengeWrong, reasonChallengeUsed} {
 		refusedSeries[r] = refusals.WithLabelValues(r)

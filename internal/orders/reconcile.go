@@ -7,10 +7,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"flashsale/domain"
 	"flashsale/internal/maintenance"
+	"flashsale/internal/metrics"
 )
 
 // ReconcileStore reads vouchers' stock identities
@@ -47,12 +46,7 @@ type ReconcileConfig struct {
 	Lookback time.Duration
 }
 
-var reconcileDrift = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-	Namespace: "flashsale", Name: "reconcile_drift",
-	Help: "Drift the last reconciliation run found over the vouchers it checked: stock = units unaccounted for (|initial - (remaining + pending + live + in flight + dead-lettered)|, or the whole initial stock of a voucher Redis lacks), users = users whose Redis count is off.",
-}, []string{"kind"})
-
-func init() { prometheus.MustRegister(reconcileDrift) }
+var reconcileDrift = metrics.GaugeVec("reconcile_drift", "Drift the last reconciliation run found over the vouchers it checked: stock = units unaccounted for (|initial - (remaining + pending + live + in flight + dead-lettered)|, or the whole initial stock of a voucher Redis lacks), users = users whose Redis count is off.", "kind")
 
 // Reconciler is the one reconciler of the service: it checks invariant 5
 // for an admin (Reconciliation for one voucher's identity, Reconcile for
