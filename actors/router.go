@@ -8,6 +8,7 @@
 package actors
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -163,33 +164,15 @@ const (
 )
 
 func (o Options) withDefaults() Options {
-	if o.BatchSize <= 0 {
-		o.BatchSize = BatchSizeDefault
-	}
-	if o.QueueBound <= 0 {
-		o.QueueBound = QueueBoundDefault
-	}
-	if o.GrabTimeout <= 0 {
-		o.GrabTimeout = GrabTimeoutDefault
-	}
-	if o.CallTimeout <= 0 {
-		o.CallTimeout = CallTimeoutDefault
-	}
-	if o.BatchTimeout <= 0 {
-		o.BatchTimeout = BatchTimeoutDefault
-	}
-	if o.Attempts <= 0 {
-		o.Attempts = 3
-	}
-	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = 2 * time.Minute
-	}
-	if o.LeaseWait <= 0 {
-		o.LeaseWait = LeaseWaitDefault
-	}
-	if o.MaxActors <= 0 {
-		o.MaxActors = 10_000
-	}
+	o.BatchSize = cmp.Or(o.BatchSize, BatchSizeDefault)
+	o.QueueBound = cmp.Or(o.QueueBound, QueueBoundDefault)
+	o.GrabTimeout = cmp.Or(o.GrabTimeout, GrabTimeoutDefault)
+	o.CallTimeout = cmp.Or(o.CallTimeout, CallTimeoutDefault)
+	o.BatchTimeout = cmp.Or(o.BatchTimeout, BatchTimeoutDefault)
+	o.Attempts = cmp.Or(o.Attempts, 3)
+	o.IdleTimeout = cmp.Or(o.IdleTimeout, 2*time.Minute)
+	o.LeaseWait = cmp.Or(o.LeaseWait, LeaseWaitDefault)
+	o.MaxActors = cmp.Or(o.MaxActors, 10_000)
 	return o
 }
 

@@ -55,27 +55,13 @@ const MaxComplexityDefault = 2500
 const MaxAnswerBytesDefault = 4 << 20
 
 func (l Limits) withDefaults() Limits {
-	if l.MaxBodyBytes <= 0 {
-		l.MaxBodyBytes = 64 << 10
-	}
-	if l.MaxTokens <= 0 {
-		l.MaxTokens = 2000
-	}
-	if l.MaxComplexity <= 0 {
-		l.MaxComplexity = MaxComplexityDefault
-	}
-	if l.MaxAnswerBytes <= 0 {
-		l.MaxAnswerBytes = MaxAnswerBytesDefault
-	}
-	if l.MaxDepth <= 0 {
-		l.MaxDepth = 10
-	}
-	if l.MaxIntrospectionDepth <= 0 {
-		l.MaxIntrospectionDepth = 20
-	}
-	if l.MaxIntrospectionFields <= 0 {
-		l.MaxIntrospectionFields = graph.MaxIntrospectionFieldsDefault
-	}
+	l.MaxBodyBytes = cmp.Or(l.MaxBodyBytes, 64<<10)
+	l.MaxTokens = cmp.Or(l.MaxTokens, 2000)
+	l.MaxComplexity = cmp.Or(l.MaxComplexity, MaxComplexityDefault)
+	l.MaxAnswerBytes = cmp.Or(l.MaxAnswerBytes, MaxAnswerBytesDefault)
+	l.MaxDepth = cmp.Or(l.MaxDepth, 10)
+	l.MaxIntrospectionDepth = cmp.Or(l.MaxIntrospectionDepth, 20)
+	l.MaxIntrospectionFields = cmp.Or(l.MaxIntrospectionFields, graph.MaxIntrospectionFieldsDefault)
 	return l
 }
 
@@ -152,9 +138,7 @@ type HandlerOptions struct {
 // CORS policy answers preflights and marks every answer (corsEdge).
 func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 	lim := opts.Limits.withDefaults()
-	if opts.PingInterval <= 0 {
-		opts.PingInterval = 10 * time.Second
-	}
+	opts.PingInterval = cmp.Or(opts.PingInterval, 10*time.Second)
 	present := graph.PresentErrors(opts.Log)
 	es := graph.NewExecutableSchema(graph.Config{Resolvers: r, Complexity: graph.Complexity(func() domain.TextSizes { return r.Catalog.TextSizes() })})
 	srv := handler.New(es)

@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,9 +64,7 @@ const AckRoom = 2 * ackMargin
 // "forever"; ok is false when less than AckRoom is left.
 func (a Acks) wait(ctx context.Context) (_ time.Duration, ok bool) {
 	t := a.Timeout
-	if t <= 0 {
-		t = AckTimeoutDefault
-	}
+	t = cmp.Or(t, AckTimeoutDefault)
 	if dl, has := ctx.Deadline(); has {
 		left := time.Until(dl)
 		if left < AckRoom {

@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -93,9 +94,7 @@ type DBGrabs struct {
 // NewDBGrabs returns the database fallback; concurrency <= 0 takes
 // FallbackConcurrencyDefault.
 func NewDBGrabs(db *bun.DB, breaker RedisOutage, concurrency int) *DBGrabs {
-	if concurrency <= 0 {
-		concurrency = FallbackConcurrencyDefault
-	}
+	concurrency = cmp.Or(concurrency, FallbackConcurrencyDefault)
 	return &DBGrabs{db: db, breaker: breaker, sem: make(chan struct{}, concurrency), now: time.Now}
 }
 

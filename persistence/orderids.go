@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -60,15 +61,9 @@ type OrderIDOptions struct {
 }
 
 func (o OrderIDOptions) withDefaults() OrderIDOptions {
-	if o.Reserve <= 0 {
-		o.Reserve = 30 * time.Second
-	}
-	if o.Renew <= 0 {
-		o.Renew = o.Reserve / 3
-	}
-	if o.Lease <= 0 {
-		o.Lease = o.Reserve
-	}
+	o.Reserve = cmp.Or(o.Reserve, 30*time.Second)
+	o.Renew = cmp.Or(o.Renew, o.Reserve/3)
+	o.Lease = cmp.Or(o.Lease, o.Reserve)
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}

@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -36,12 +37,8 @@ type BatchOptions struct {
 const AttemptTimeoutDefault = 3 * time.Second
 
 func (o BatchOptions) withDefaults() BatchOptions {
-	if o.AttemptTimeout <= 0 {
-		o.AttemptTimeout = AttemptTimeoutDefault
-	}
-	if o.Hold <= 0 {
-		o.Hold = 2 * (2*time.Second + o.AttemptTimeout)
-	}
+	o.AttemptTimeout = cmp.Or(o.AttemptTimeout, AttemptTimeoutDefault)
+	o.Hold = cmp.Or(o.Hold, 2*(2*time.Second+o.AttemptTimeout))
 	return o
 }
 

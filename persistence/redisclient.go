@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -132,9 +133,7 @@ type ClientTuning struct {
 // apart, by default, and against a Redis that is down each call then
 // waited out its whole deadline (measured: 200 ms a grab).
 func RequestTuning(timeout time.Duration) ClientTuning {
-	if timeout <= 0 {
-		timeout = RequestTimeoutDefault
-	}
+	timeout = cmp.Or(timeout, RequestTimeoutDefault)
 	return ClientTuning{ContextTimeout: true, Dial: timeout, Read: timeout, Write: timeout, Pool: timeout,
 		MaxRetries: -1, DialerRetries: 1}
 }

@@ -1,6 +1,7 @@
 package writer
 
 import (
+	"cmp"
 	"context"
 	"strconv"
 	"time"
@@ -81,39 +82,19 @@ func (o Options) withDefaults() Options {
 	if o.Consumer == "" {
 		o.Consumer = "writer-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	}
-	if o.Batch <= 0 {
-		o.Batch = BatchDefault
-	}
-	if o.Block <= 0 {
-		o.Block = BlockDefault
-	}
+	o.Batch = cmp.Or(o.Batch, BatchDefault)
+	o.Block = cmp.Or(o.Block, BlockDefault)
 	if o.Linger == 0 {
 		o.Linger = LingerDefault
 	}
-	if o.ClaimIdle <= 0 {
-		o.ClaimIdle = ClaimIdleDefault
-	}
-	if o.ClaimEvery <= 0 {
-		o.ClaimEvery = o.ClaimIdle / 3
-	}
-	if o.MaxBackoff <= 0 {
-		o.MaxBackoff = MaxBackoffDefault
-	}
-	if o.AttemptTimeout <= 0 {
-		o.AttemptTimeout = AttemptTimeoutDefault
-	}
-	if o.ConsumerLease <= 0 {
-		o.ConsumerLease = ConsumerLeaseDefault
-	}
-	if o.DeadConsumerIdle <= 0 {
-		o.DeadConsumerIdle = DeadConsumerIdleDefault
-	}
-	if o.RestartBackoff <= 0 {
-		o.RestartBackoff = RestartBackoffDefault
-	}
-	if o.RestartWindow <= 0 {
-		o.RestartWindow = RestartWindowDefault
-	}
+	o.ClaimIdle = cmp.Or(o.ClaimIdle, ClaimIdleDefault)
+	o.ClaimEvery = cmp.Or(o.ClaimEvery, o.ClaimIdle/3)
+	o.MaxBackoff = cmp.Or(o.MaxBackoff, MaxBackoffDefault)
+	o.AttemptTimeout = cmp.Or(o.AttemptTimeout, AttemptTimeoutDefault)
+	o.ConsumerLease = cmp.Or(o.ConsumerLease, ConsumerLeaseDefault)
+	o.DeadConsumerIdle = cmp.Or(o.DeadConsumerIdle, DeadConsumerIdleDefault)
+	o.RestartBackoff = cmp.Or(o.RestartBackoff, RestartBackoffDefault)
+	o.RestartWindow = cmp.Or(o.RestartWindow, RestartWindowDefault)
 	return o
 }
 

@@ -10,6 +10,7 @@
 package breaker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -101,12 +102,8 @@ type Breaker struct {
 
 // New returns a breaker for the stock Redis.
 func New(log *slog.Logger, opts Options) *Breaker {
-	if opts.Failures <= 0 {
-		opts.Failures = FailuresDefault
-	}
-	if opts.Open <= 0 {
-		opts.Open = OpenDefault
-	}
+	opts.Failures = cmp.Or(opts.Failures, FailuresDefault)
+	opts.Open = cmp.Or(opts.Open, OpenDefault)
 	b := &Breaker{log: log, onClose: opts.OnClose, nodes: map[string]*circuit{}}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.settings = gobreaker.Settings{

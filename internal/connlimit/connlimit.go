@@ -13,6 +13,7 @@
 package connlimit
 
 import (
+	"cmp"
 	"container/heap"
 	"errors"
 	"fmt"
@@ -114,9 +115,7 @@ func New(l net.Listener, cfg Config) (net.Listener, error) {
 	if cfg.Burst < 1 {
 		return nil, fmt.Errorf("connlimit: burst %d, want at least 1", cfg.Burst)
 	}
-	if cfg.Addresses <= 0 {
-		cfg.Addresses = AddressesDefault
-	}
+	cfg.Addresses = cmp.Or(cfg.Addresses, AddressesDefault)
 	peers, err := simplelru.NewLRU[netip.Addr, time.Time](cfg.Addresses, nil)
 	if err != nil {
 		return nil, fmt.Errorf("connlimit: %w", err)

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -89,12 +90,9 @@ type KeepOptions struct {
 // (unless opts.Keep). stop is safe to call more than once, from one
 // goroutine.
 func (l *Lease) Keep(ctx context.Context, opts KeepOptions) (stop func()) {
-	every := opts.Every
-	if every <= 0 {
-		every = max(l.ttl/3, time.Millisecond)
-	}
-	retry := cmpOr(opts.Retry, every)
-	timeout := cmpOr(opts.Timeout, every)
+	every := cmp.Or(opts.Every, max(l.ttl/3, time.Millisecond))
+	retry := cmp.Or(opts.Retry, every)
+	timeout := cmp.Or(opts.Timeout, every)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -138,13 +136,6 @@ func (l *Lease) Keep(ctx context.Context, opts KeepOptions) (stop func()) {
 		defer rcancel()
 		l.Release(rctx)
 	}
-}
-
-func cmpOr(d, otherwise time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return otherwise
 }
 
 // Slot is a claim that says how it wants renewing: the order-id slot
