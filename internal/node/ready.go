@@ -7,9 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
-
+	"flashsale/internal/metrics"
 	"flashsale/persistence"
 )
 
@@ -22,11 +20,8 @@ const readyTimeout = 500 * time.Millisecond
 // degraded says, per store, whether the last /readyz probe found it
 // unreachable while the node still sells: an operator alerts on it, while
 // the load balancer keeps the node.
-var degraded = promauto.NewGaugeVec(prometheus.GaugeOpts{
-	Namespace: "flashsale",
-	Name:      "degraded",
-	Help:      "1 while the node sells without this store (as of the last /readyz probe).",
-}, []string{"store"})
+var degraded = metrics.GaugeVec("degraded",
+	"1 while the node sells without this store (as of the last /readyz probe).", "store")
 
 // readiness answers /readyz: whether a load balancer should send this node
 // grabs. Grabs need Redis only (accepted orders wait in the order log while
