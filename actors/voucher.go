@@ -322,7 +322,20 @@ func (a *voucherActor) takeLease(ctx actor.Context) bool {
 // heldLease is a segment's lease as lease.Keep renews it.
 type heldLease struct{ l Lease }
 
-func (h heldLease) Renew(ctx context.Context) error { return h.l.Extend(ctx) }
+// Renew extends the lease under the renewal's deadline but not its
+// cancellation: a renewal in flight when the activation stops finishes.
+// Cut short, it would read as a lease lost for want of Redis, whose
+// release is skipped (internal/node's segmentLease), and the segment's
+// next host would wait out the TTL.
+func (h heldLease) Renew(ctx context.Context) error {
+	rctx := context.WithoutCancel(ctx)
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithDeadline(rctx, dl)
+		defer cancel()
+	}
+	return h.l.Extend(rctx)
+}
 
 func (h heldLease) Release(ctx context.Context) error {
 	h.l.Release(ctx)

@@ -108,10 +108,14 @@ func (l *Lease) Keep(ctx context.Context, opts KeepOptions) (stop func()) {
 			case <-opts.Wake:
 				t.Stop()
 			}
+			// Renewals keep their own pace: the time a renewal took comes off
+			// the wait for the next, so that a slow one does not push the
+			// next toward the lease's end.
+			began := time.Now()
 			rctx, rcancel := context.WithTimeout(ctx, timeout)
 			err := l.claim.Renew(rctx)
 			rcancel()
-			wait = every
+			wait = max(every-time.Since(began), time.Millisecond)
 			if err == nil || ctx.Err() != nil {
 				continue
 			}
