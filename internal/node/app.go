@@ -115,12 +115,12 @@ type app struct {
 	warmer *catalog.Service
 	// rewarmCtx is the context of the rewarm runs: the breaker step's
 	// loops', which end before its stop waits for them.
-	rewarmCtx atomic.Pointer[context.Context]
-	rewarming atomic.Bool
-	rewarms   sync.WaitGroup
-	listener  net.Listener
-	http      *http.Server
-	profiler  *profiler // PPROF_ADDR only
+	rewarmCtx              atomic.Pointer[context.Context]
+	rewarming, rewarmAgain atomic.Bool
+	rewarms                sync.WaitGroup
+	listener               net.Listener
+	http                   *http.Server
+	profiler               *profiler // PPROF_ADDR only
 	// cancelRequests ends every request's context; the http step's stop
 	// calls it, after the shutdown has let the open requests finish.
 	cancelRequests context.CancelFunc
@@ -1009,33 +1009,53 @@ func (a *app) afterRedisOutage(ctx context.Context) error {
 	return nil
 }
 
-// rewarm preheats again, in the background, every live voucher: those
-// Redis no longer holds verified (a restart, a failover, a flush) are
-// rebuilt, and their holds begin, now rather than at each one's next
-// grab, so that a buyer who asks again a moment later finds the voucher
-// selling, not a hold just begun. A load still verified costs a
-// metadata refresh. One run at a time; a failure leaves each voucher to
-// its next grab.
+// rewarm rebuilds, in the background, every live voucher Redis no
+// longer holds verified (a restart, a failover, a flush, evictions:
+// catalog.PreheatStale), and their holds begin, now rather than at each
+// one's next grab, so that a buyer who asks again a moment later finds
+// the voucher selling, not a hold just begun. A load still verified costs
+// one Redis call. One run at a time; a failure leaves a voucher to its
+// next grab.
 func (a *app) rewarm(context.Context) {
 	pctx := a.rewarmCtx.Load()
-	if a.warmer == nil || pctx == nil || !a.rewarming.CompareAndSwap(false, true) {
+	if a.warmer == nil || pctx == nil {
+		return
+	}
+	// A change seen while a run is under way (another shard's circuit
+	// closing) is served by one more run after it, not dropped.
+	a.rewarmAgain.Store(true)
+	if !a.rewarming.CompareAndSwap(false, true) {
 		return
 	}
 	ctx := *pctx
 	a.rewarms.Add(1)
 	go func() {
 		defer a.rewarms.Done()
-		defer a.rewarming.Store(false)
-		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		n, err := a.warmer.PreheatAll(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			a.log.Warn("live vouchers not all reloaded after redis changed; the rest reload at their next grab", "reloaded", n, "err", err)
-		case err == nil:
-			a.log.Debug("live vouchers preheated again after redis changed", "vouchers", n)
+		for {
+			for a.rewarmAgain.Swap(false) && ctx.Err() == nil {
+				a.rewarmOnce(ctx)
+			}
+			a.rewarming.Store(false)
+			// A trigger between the last Swap and the Store found the run
+			// still on and left it to this one.
+			if !a.rewarmAgain.Load() || ctx.Err() != nil || !a.rewarming.CompareAndSwap(false, true) {
+				return
+			}
 		}
 	}()
+}
+
+// rewarmOnce is one run of rewarm: the stale vouchers, rebuilt.
+func (a *app) rewarmOnce(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	n, err := a.warmer.PreheatStale(ctx)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		a.log.Warn("live vouchers not all reloaded after redis changed; the rest reload at their next grab", "reloaded", n, "err", err)
+	case n > 0:
+		a.log.Info("live vouchers reloaded after redis changed", "vouchers", n)
+	}
 }
 
 // displayAddr turns a listen address into one a browser can open.
