@@ -21,7 +21,7 @@ func (l *slowLease) Extend(ctx context.Context) error {
 	}
 }
 func (l *slowLease) Release(context.Context) {}
-func (l *slowLease) TTL() time.Duration     { return 3 * time.Second }
+func (l *slowLease) TTL() time.Duration      { return 3 * time.Second }
 
 // A renewal in flight when the activation stops (lease.Keep's stop
 // cancels the renewal's context) runs to its end: cut short, internal/
