@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -320,6 +321,20 @@ func (rig *clusterRig) verify(s *clusterSale, voucherID string, stock, segments,
 	if r := rec["reconciliation"].(map[string]any); r["balanced"] != true || r["remaining"] != float64(0) {
 		t.Errorf("reconciliation %v", r)
 	}
+	// An activation that ends for a cause its member reports (a call left
+	// undecided, a lease it could not renew: both more frequent on a
+	// loaded machine) is replaced by one that takes a new token: the live
+	// members' counts of those widen the bound, so that only churn nobody
+	// explains fails it.
+	s.mu.Lock()
+	live := slices.Clone(s.entries)
+	s.mu.Unlock()
+	explained := 0
+	for _, p := range live {
+		m := scrape(t, p.Base)
+		explained += int(m["flashsale_grab_undecided_calls_total"] + m["flashsale_segment_lease_lost_total"])
+	}
+	t.Logf("activations the live members saw end on an undecided call or a lost lease: %d", explained)
 	for seg := range segments {
 		key := "{v" + voucherID + "}:fence"
 		if seg > 0 {
@@ -327,8 +342,9 @@ func (rig *clusterRig) verify(s *clusterSale, voucherID string, stock, segments,
 		}
 		f, _ := rdb.Get(ctx, key).Int()
 		t.Logf("segment %d: fencing token taken %d times", seg, f)
-		if f < 1 || f > maxFence {
-			t.Errorf("segment %d's fencing token taken %d times, want 1..%d", seg, f, maxFence)
+		if f < 1 || f > maxFence+explained {
+			t.Errorf("segment %d's fencing token taken %d times, want 1..%d (%d, and %d activations the live members saw end on an undecided call or a lost lease)",
+				seg, f, maxFence+explained, maxFence, explained)
 		}
 	}
 	t.Logf("codes %v, %d retries at another member", s.codes, s.retries.Load())
