@@ -77,7 +77,7 @@ func StartService(ctx context.Context, bin string, env map[string]string) (*Serv
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		s := &Service{Base: "http://" + addr, bin: bin, out: &tailBuffer{max: 1 << 20}}
-		s.env = append(os.Environ(), "HTTP_ADDR="+addr, fmt.Sprintf("DATABASE_MAX_CONNS=%d", PoolSize))
+		s.env = append(os.Environ(), "HTTP_ADDR="+addr)
 		for k, v := range env {
 			s.env = append(s.env, k+"="+v)
 		}
