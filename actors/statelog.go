@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -52,7 +53,9 @@ func (l *troubleLog) failedOf(what, idName string, id int64, err error, args ...
 		l.log.Warn(what+" (logged once until it succeeds again)", append([]any{idName, id, "err", err}, args...)...)
 		return
 	}
-	l.log.Debug(what+" again", append([]any{idName, id, "err", err, "failures", n + 1}, args...)...)
+	if l.log.Enabled(context.Background(), slog.LevelDebug) { // no allocation per failed grab at the usual levels
+		l.log.Debug(what+" again", append([]any{idName, id, "err", err, "failures", n + 1}, args...)...)
+	}
 }
 
 // ok records a success of what for the voucher: an INFO if it had failed.
