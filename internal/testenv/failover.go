@@ -544,8 +544,8 @@ func (c *RedisCluster) replicaAddrs(ctx context.Context, primary *RedisServer) (
 }
 
 // WaitPromoted waits until a replica of the killed primary old serves its
-// slots, and every running node says the cluster is ok; it returns the
-// promoted node.
+// slots, and every running node says so and that the cluster is ok; it
+// returns the promoted node.
 func (c *RedisCluster) WaitPromoted(ctx context.Context, old *RedisServer) (*RedisServer, error) {
 	ctx, cancel := context.WithTimeout(ctx, FailoverTimeout)
 	defer cancel()
@@ -570,15 +570,27 @@ func (c *RedisCluster) WaitPromoted(ctx context.Context, old *RedisServer) (*Red
 		if promoted == nil {
 			return false, fmt.Errorf("no replica of %s serves its slots yet", old.Addr())
 		}
+		// Every running node must say so: a client that loads its slot
+		// map from one that has not heard of the promotion yet would send
+		// the slots' commands to the killed node.
 		for _, n := range c.Nodes {
 			if !n.running() {
 				continue
 			}
 			cl := n.newClient()
 			info, err := cl.ClusterInfo(ctx).Result()
+			var out string
+			if err == nil {
+				out, err = cl.ClusterNodes(ctx).Result()
+			}
 			_ = cl.Close()
 			if err != nil || !strings.Contains(info, "cluster_state:ok") {
 				return false, fmt.Errorf("node %s: cluster not ok: %v", n.Addr(), err)
+			}
+			for _, seen := range parseClusterNodes(out) {
+				if seen.addr == old.Addr() && len(seen.slots) > 0 || seen.addr == promoted.Addr() && len(seen.slots) == 0 {
+					return false, fmt.Errorf("node %s has not seen %s promoted yet", n.Addr(), promoted.Addr())
+				}
 			}
 		}
 		return true, nil
