@@ -26,6 +26,9 @@ var (
 		prometheus.ExponentialBuckets(1, 2, 10))
 	actorsAlive = metrics.Gauge("actors_alive",
 		"Voucher actors running on this node (started and not yet stopped).")
+	actorPanics = metrics.CounterVec("actor_panics_total",
+		"Actors whose message handler panicked (a bug: each is logged at ERROR with its stack), by kind (voucher, red_packet); the activation stopped and its grabs went to a new one.",
+		"kind")
 	actorsFull = metrics.Counter("grab_actor_cap_total",
 		"Grabs answered UNAVAILABLE because this node runs MaxActors voucher actors already.")
 	// The cluster's metrics: where segments live and how fairly the

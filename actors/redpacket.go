@@ -138,6 +138,15 @@ func (p *RedPackets) enqueue(ref *voucherRef, msg *rpGrabMsg) bool {
 	return true
 }
 
+// forget drops ref if it is still the red packet's actor.
+func (p *RedPackets) forget(id int64, ref *voucherRef) {
+	p.mu.Lock()
+	if p.actors[id] == ref {
+		delete(p.actors, id)
+	}
+	p.mu.Unlock()
+}
+
 // Active reports whether this node has an actor for the red packet.
 func (p *RedPackets) Active(id int64) bool {
 	p.mu.RLock()
@@ -169,6 +178,7 @@ type rpBatchDone struct {
 
 // Receive implements actor.Actor.
 func (a *redPacketActor) Receive(ctx actor.Context) {
+	defer survive(a.p.r.log, "red_packet", a.id, ctx.Message(), func() { a.stop(ctx) })
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		a.activate(false)
@@ -182,11 +192,19 @@ func (a *redPacketActor) Receive(ctx actor.Context) {
 	case *rpBatchDone:
 		a.onBatch(ctx, m)
 	case *actor.Stopping:
+		a.p.forget(a.id, a.ref)
 		for _, g := range a.pending {
 			a.answer(g, domain.RedPacketResult{Code: domain.RedPacketUnavailable})
 		}
 		a.pending = nil
 	}
+}
+
+// stop takes the actor out of the red packets' map, so that the next
+// grab starts a new one, and stops it after what its mailbox holds.
+func (a *redPacketActor) stop(ctx actor.Context) {
+	a.p.forget(a.id, a.ref)
+	ctx.Poison(ctx.Self())
 }
 
 // activate reads the red packet, loading it from the database when Redis

@@ -2,6 +2,9 @@ package actors
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -61,4 +64,26 @@ func awaitAnswer[T any](ctx context.Context, reply <-chan T, timeout time.Durati
 		lost()
 		return unavailable
 	}
+}
+
+// survive is deferred by a sequencer's Receive: a panic in its handler (a
+// bug) is logged at ERROR with its stack and counted, and retire stops
+// the actor, so that its grabs go to a new activation. Left to
+// protoactor, the actor would be restarted on the same struct, with the
+// state the panic left (a batch in flight, a stale fence), and stopped
+// for good after ten panics in ten seconds while the router still sent
+// it grabs: each then waited out its deadline and answered UNAVAILABLE.
+func survive(log *slog.Logger, kind string, id int64, msg any, retire func()) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	actorPanics.WithLabelValues(kind).Inc()
+	log.Error("actor panicked; stopping it", "kind", kind, "id", id, "message", fmt.Sprintf("%T", msg), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	defer func() {
+		if v := recover(); v != nil {
+			log.Error("actor panicked while stopping", "kind", kind, "id", id, "panic", fmt.Sprint(v))
+		}
+	}()
+	retire()
 }

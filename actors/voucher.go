@@ -187,6 +187,9 @@ type voucherActor struct {
 
 // Receive implements actor.Actor.
 func (a *voucherActor) Receive(ctx actor.Context) {
+	// A batch in flight is waited for (its grabs must hear how it went);
+	// what the actor holds goes to a new activation.
+	defer survive(a.r.log, "voucher", a.id, ctx.Message(), func() { a.retireAfterBatch(ctx) })
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		actorsAlive.Inc()
@@ -213,6 +216,9 @@ func (a *voucherActor) Receive(ctx actor.Context) {
 			a.retireAfterBatch(ctx)
 		}
 	case *actor.Stopping:
+		// However it stops (passivated, retired, or by protoactor), the
+		// router must not send it another grab.
+		a.r.forget(a.key(), a.ref)
 		for _, g := range a.pending {
 			a.answer(g, domain.GrabResult{Code: domain.SeckillUnavailable})
 		}
