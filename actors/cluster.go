@@ -57,9 +57,10 @@ const entryName = "flashsale-segments"
 // its fencing token, so a duplicate can neither sell twice nor oversell;
 // it stops itself (see voucherActor).
 type Cluster struct {
-	r   *Router
-	c   *cluster.Cluster
-	log *slog.Logger
+	r    *Router
+	c    *cluster.Cluster
+	log  *slog.Logger
+	name string
 
 	// members is the sorted placement view: each hosting member's address
 	// and its hash seed.
@@ -74,6 +75,8 @@ type Cluster struct {
 	// when that member leaves the placement: the grabs waiting on it are
 	// sent to the segment's new host at once (see request).
 	departures map[string]chan struct{}
+	// joined: Join ran (the cluster's member list and remoting started).
+	joined bool
 }
 
 type placed struct {
@@ -83,12 +86,14 @@ type placed struct {
 
 var _ cluster.IdentityLookup = (*placement)(nil)
 
-// NewClusteredRouter starts a router that is a member of a protoactor
-// cluster: grabs of a segment hosted by another member are sent to it
-// (see Cluster.request). Close leaves the cluster.
+// NewClusteredRouter starts a router that will be a member of a protoactor
+// cluster once Join is called: grabs of a segment hosted by another member
+// are sent to it (see Cluster.request). Until then it hosts nothing and
+// answers every grab UNAVAILABLE. Close leaves the cluster.
 func NewClusteredRouter(store Store, ids OrderIDs, preheater Preheater, log *slog.Logger, opts Options, co ClusterOptions) (*Router, error) {
 	r := NewRouter(store, ids, preheater, log, opts)
-	c := &Cluster{r: r, log: log, handed: map[string]struct{}{}, departures: map[string]chan struct{}{}}
+	c := &Cluster{r: r, log: log, name: co.Name, handed: map[string]struct{}{}, departures: map[string]chan struct{}{}}
+	c.members.Store(&[]placed{})
 	r.cluster = c
 	if _, err := r.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &entryActor{r: r} }), entryName); err != nil {
 		r.Close()
@@ -103,10 +108,24 @@ func NewClusteredRouter(store Store, ids OrderIDs, preheater Preheater, log *slo
 			c.onTopology(t)
 		}
 	})
+	return r, nil
+}
+
+// Join makes the router a member: other members send it the grabs of the
+// segments it hosts from then on. A node joins last, once everything a
+// grab reaches (the order writer, live stock) is built: a member is found
+// by the others, and sent grabs, the moment it joins.
+func (c *Cluster) Join() {
+	c.mu.Lock()
+	joined := c.joined
+	c.joined = true
+	c.mu.Unlock()
+	if joined {
+		return
+	}
 	c.c.StartMember() // publishes the first topologies (onTopology) before it returns
 	c.place(c.c.MemberList.Members().Members())
-	log.Info("cluster member started", "cluster", co.Name, "address", c.Address())
-	return r, nil
+	c.log.Info("cluster member started", "cluster", c.name, "address", c.Address())
 }
 
 // Address is this member's actor remoting address.
@@ -292,6 +311,9 @@ func (c *Cluster) request(ctx context.Context, key segKey, g *grabMsg) (domain.G
 			return domain.GrabResult{Code: domain.SeckillUnavailable}, 0
 		}
 		addr, gone := c.owner(id)
+		if addr == "" { // not joined yet: no member to send it to
+			break
+		}
 		req := &clusterpb.GrabRequest{
 			VoucherId: key.voucher, Segment: int32(key.seg), UserId: g.user, ClientIp: g.ip,
 			RequestId: g.req, Keyed: g.keyed, Sent: sent, BudgetMs: max((left - replyRoom).Milliseconds(), 1), // 0 would mean none
@@ -361,6 +383,13 @@ func (c *Cluster) owner(id uint64) (string, <-chan struct{}) {
 
 func (c *Cluster) shutdown() {
 	c.r.system.EventStream.Unsubscribe(c.sub)
+	c.mu.Lock()
+	joined := c.joined
+	c.mu.Unlock()
+	if !joined { // a start that failed before the node joined
+		c.r.system.Shutdown()
+		return
+	}
 	c.c.Shutdown(true)
 }
 

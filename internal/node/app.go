@@ -165,7 +165,13 @@ func (a *app) order() []step {
 		// The Redlock: segment leases of the actors and the singletons of
 		// the maintenance, released after both stopped.
 		{"locks", func(context.Context, *loops) error { return a.openLocks() }, a.locks.close},
-		// The sequencers: they take the leases and the ids above.
+		// Orders after the sale: pay timeout, sweeper, reconciliation.
+		{"orders", a.startOrdersStep, func() { a.orders.stop() }},
+		// Live stock needs the orders' service; the router's sales reach
+		// it (Sold), and no grab is taken before HTTP.
+		{"live", a.startLiveStep, nil},
+		// The sequencers: they take the leases and the ids above, and
+		// tell live stock what they sold.
 		{"router", a.startRouter, a.closeRouter},
 		// The breaker's probe and its re-sync after an outage use the
 		// router: closed before it.
@@ -177,13 +183,8 @@ func (a *app) order() []step {
 		{"voucher events", a.watchVoucherEvents, nil},
 		// Status changes Redis missed are copied by every node.
 		{"status sync", a.startStatusSync, a.stopStatusSync},
-		// Orders after the sale: pay timeout, sweeper, reconciliation.
-		{"orders", a.startOrdersStep, func() { a.orders.stop() }},
 		// Red packets need the router's actor system and the orders' lock.
 		{"red packets", a.startRedPacketsStep, func() { a.redPkts.stop() }},
-		// Live stock needs the orders' service; the router's sales reach
-		// it (Sold), and no grab is taken before HTTP.
-		{"live", a.startLiveStep, nil},
 		// The gate loads its blocklist before the first grab.
 		{"gate", a.startGateStep, a.closeGate},
 		// GraphQL over everything above.
@@ -191,6 +192,10 @@ func (a *app) order() []step {
 		// The port is bound once everything it serves is built: a node
 		// that cannot listen fails its start before it is announced.
 		{"listener", a.listen, a.closeListener},
+		// A cluster member is sent grabs by the others as soon as it
+		// joins: it joins once everything a grab reaches is built and its
+		// port is bound (leaving is the router's close).
+		{"cluster", a.joinCluster, nil},
 		// The profiler listens on its own private address.
 		{"profiler", a.startProfilerStep, func() { a.profiler.close() }},
 		// The HTTP server serves once run calls serve; its requests'
@@ -514,8 +519,7 @@ func (a *app) startRouter(_ context.Context, bg *loops) error {
 		a.fallback = persistence.NewDBGrabs(a.db, a.breaker, 0)
 		routerOpts.Fallback = a.fallback
 	}
-	// a.live is set by a later step, before the server takes any grab.
-	routerOpts.Sold = func(voucherID int64) { a.live.Sold(voucherID) }
+	routerOpts.Sold = a.live.Sold
 	routerOpts.Leases = newSegmentLeases(a.locks.redlock, cfg.SegmentLeaseTTL)
 	routerOpts.LeaseWait = min(cfg.SegmentLeaseTTL+time.Second, max(cfg.GrabTimeout-time.Second, cfg.GrabTimeout/2))
 	if a.hooks.Actors != nil {
@@ -534,6 +538,13 @@ func (a *app) startRouter(_ context.Context, bg *loops) error {
 	}
 	if a.router, err = actors.NewClusteredRouter(grabs, a.ids, a.catalog, log, routerOpts, co); err != nil {
 		return fmt.Errorf("cluster (%s): %w", clusterLabel(cfg), err)
+	}
+	return nil
+}
+
+func (a *app) joinCluster(context.Context, *loops) error {
+	if c := a.router.Cluster(); c != nil {
+		c.Join()
 	}
 	return nil
 }
