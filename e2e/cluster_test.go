@@ -1,12 +1,15 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -60,10 +63,11 @@ func newClusterRig(t *testing.T) *clusterRig {
 	const secret = "cluster-test-secret-0123456789abcdef"
 	rig.env = map[string]string{
 		"REDIS_URL": rig.stock.URL(), "LOCK_REDIS_URLS": strings.Join(locks, ","), "DATABASE_URL": rig.dbURL,
-		"JWT_SECRET": secret, "ORDER_LOG_CLAIM_IDLE": "1s", "LOG_LEVEL": "warn",
+		"JWT_SECRET": secret, "ORDER_LOG_CLAIM_IDLE": "1s", "LOG_LEVEL": cmp.Or(os.Getenv("CLUSTER_TEST_LOG_LEVEL"), "warn"),
 		"CLUSTER_PROVIDER": "automanaged", "CLUSTER_NAME": "c" + strconv.FormatInt(time.Now().UnixNano(), 36),
 		"CLUSTER_SEEDS": strings.Join(rig.seeds, ","), "SEGMENT_LEASE_TTL": "2s",
 		"SHED_IP_PER_SEC": "0", // one address stands for every buyer of the sale
+		"GOTRACEBACK":     "all",
 	}
 	rig.tokens = auth.NewTokens(secret)
 	rig.admin, _ = rig.tokens.Issue(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, time.Hour)
@@ -124,7 +128,40 @@ func (rig *clusterRig) start(i int) *process {
 	env["NODE_ID"] = "member-" + strconv.Itoa(i)
 	p := startProcess(rig.t, rig.bin, env)
 	rig.members = append(rig.members, p)
+	rig.t.Cleanup(func() { rig.dumpOnFailure(env["NODE_ID"], p) })
 	return p
+}
+
+// dumpOnFailure writes a failed test's member output to a file beside the
+// test's others and logs where, with the member's voucher actors and
+// grab answers when it still runs: a stalled member is read from outside.
+func (rig *clusterRig) dumpOnFailure(name string, p *process) {
+	t := rig.t
+	if !t.Failed() {
+		return
+	}
+	if p.Running() {
+		if resp, err := http.Get(p.Base + "/metrics"); err == nil {
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(make([]byte, 1<<20), 1<<20)
+			for sc.Scan() {
+				if line := sc.Text(); strings.HasPrefix(line, "flashsale_actors_alive") || strings.HasPrefix(line, "flashsale_segment") ||
+					strings.HasPrefix(line, "flashsale_cluster_segments_hosted") || strings.HasPrefix(line, "flashsale_grab_total") {
+					t.Logf("%s: %s", name, line)
+				}
+			}
+			resp.Body.Close()
+		}
+		// Its goroutines, to read where a stalled member waits: SIGQUIT
+		// prints them all (GOTRACEBACK=all) and ends the process.
+		_, _ = p.Stop(syscall.SIGQUIT, 3*time.Second)
+	}
+	f, err := os.CreateTemp("", "flashsale-"+name+"-*.log")
+	if err == nil {
+		_, _ = f.WriteString(p.Output())
+		_ = f.Close()
+		t.Logf("%s: output in %s", name, f.Name())
+	}
 }
 
 // waitMembers waits until the member's /metrics show n cluster members.
