@@ -140,6 +140,29 @@ func (s *Stock) Preheat(ctx context.Context, snap domain.LoadSnapshot, stamp str
 	return domain.LoadWritten, nil
 }
 
+// Stale returns the vouchers among ids whose load Redis does not hold
+// verified on the server now serving: none at all, or one written before a
+// restart, a failover or evictions (load_verified.lua). A voucher Redis
+// could not be asked about (its shard down) is left out, and the first
+// such error is returned beside the others' answer; while Redis evicts
+// keys no voucher is stale, since none may be loaded.
+func (s *Stock) Stale(ctx context.Context, ids []int64) ([]int64, error) {
+	var stale []int64
+	var first error
+	for _, id := range ids {
+		n, err := loadVerifiedScript.Run(ctx, s.rdb, []string{metaKey(id)}).Int()
+		switch {
+		case err != nil:
+			if first == nil {
+				first = fmt.Errorf("is voucher %d's load verified: %w", id, unavailable(err))
+			}
+		case n == 0 || n == 2:
+			stale = append(stale, id)
+		}
+	}
+	return stale, first
+}
+
 func (s *Stock) preheatArgs(snap domain.LoadSnapshot, stock int, stamp, mode string) []any {
 	v, sk := snap.Voucher, snap.Voucher.Seckill
 	var hold int64

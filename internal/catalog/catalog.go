@@ -4,6 +4,7 @@
 package catalog
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -52,6 +53,10 @@ type StockStore interface {
 	// voucher; a voucher not in Redis is absent.
 	StatusVersions(ctx context.Context, ids []int64) (map[int64]time.Time, error)
 	Levels(ctx context.Context, ids []int64, now time.Time) (map[int64]domain.StockLevel, error)
+	// Stale returns the vouchers among ids whose load Redis does not hold
+	// verified on the server now serving; one it could not ask about is
+	// left out, and the first such error returned.
+	Stale(ctx context.Context, ids []int64) ([]int64, error)
 }
 
 // Service is the voucher catalog.
@@ -301,6 +306,41 @@ func (s *Service) PreheatAll(ctx context.Context) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// PreheatStale preheats the live vouchers whose load Redis does not hold
+// verified on the server now serving (a restart, a failover, a flush,
+// evictions): they are rebuilt, and their holds begin, now rather than at
+// each one's next grab. Loads still verified cost one Redis call each, no
+// row lock; each stale one is asked about again just before its preheat,
+// so that a voucher another node rebuilt meanwhile is left alone. A
+// voucher that fails is left to its next grab and the others go on; it
+// returns how many it preheated and the first error.
+func (s *Service) PreheatStale(ctx context.Context) (int, error) {
+	vs, err := s.vouchers.SeckillsEndingAfter(ctx, s.now())
+	if err != nil {
+		return 0, err
+	}
+	ids := make([]int64, len(vs))
+	for i, v := range vs {
+		ids[i] = v.ID
+	}
+	stale, first := s.stock.Stale(ctx, ids)
+	n := 0
+	for _, id := range stale {
+		if ctx.Err() != nil {
+			return n, cmp.Or(first, ctx.Err())
+		}
+		if again, err := s.stock.Stale(ctx, []int64{id}); err == nil && len(again) == 0 {
+			continue
+		}
+		if err := s.preheat(ctx, id); err != nil {
+			first = cmp.Or(first, fmt.Errorf("preheat voucher %d: %w", id, err))
+			continue
+		}
+		n++
+	}
+	return n, first
 }
 
 // ResyncDBSold re-syncs Redis from the database for every voucher the

@@ -2,6 +2,7 @@ package catalog_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"testing"
@@ -75,5 +76,51 @@ func TestCreateWhileRedisIsDownAnswersUnavailable(t *testing.T) {
 		Type: domain.VoucherSeckill, Stock: &stock, BeginAt: &begin, EndAt: &end, PerUserLimit: &limit})
 	if code := domain.ErrorCode(err); code != domain.CodeUnavailable {
 		t.Fatalf("create with Redis down: %v (code %q), want %s", err, code, domain.CodeUnavailable)
+	}
+}
+
+// After Redis changed (a restart, a failover, a flush), the node rebuilds
+// exactly the live vouchers whose load Redis no longer holds verified: one
+// whose keys are gone, one whose load was written on another server; a
+// voucher whose load is verified is left alone (no row lock, no reload).
+func TestPreheatStaleRebuildsOnlyWhatRedisNoLongerHoldsVerified(t *testing.T) {
+	t.Parallel()
+	db, rdb := testenv.MustPostgres(t), testenv.MustRedis(t).Client()
+	ctx := t.Context()
+	gone := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10})
+	older := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10})
+	kept := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 10})
+	cat := catalog.New(persistence.NewVouchers(db), persistence.NewStock(rdb), slog.New(slog.DiscardHandler))
+	if n, err := cat.PreheatStale(ctx); err != nil || n != 0 {
+		t.Fatalf("every load verified: preheated %d (%v), want 0", n, err)
+	}
+	keys, err := rdb.Keys(ctx, fmt.Sprintf("{v%d}:*", gone.ID)).Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("keys of voucher %d: %v %v", gone.ID, keys, err)
+	}
+	if err := rdb.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, fmt.Sprintf("{v%d}:meta", older.ID), "run", "a-server-gone-since").Err(); err != nil {
+		t.Fatal(err)
+	}
+	keptRun, err := rdb.HGet(ctx, fmt.Sprintf("{v%d}:meta", kept.ID), "life").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := cat.PreheatStale(ctx)
+	if err != nil || n != 2 {
+		t.Fatalf("preheated %d (%v), want 2: the voucher whose keys are gone and the one loaded on another server", n, err)
+	}
+	for _, v := range []domain.Voucher{gone, older} {
+		if left, err := rdb.Get(ctx, fmt.Sprintf("{v%d}:stock", v.ID)).Int(); err != nil || left != 10 {
+			t.Errorf("voucher %d after the rebuild: stock %d (%v), want 10", v.ID, left, err)
+		}
+	}
+	if now, _ := rdb.HGet(ctx, fmt.Sprintf("{v%d}:meta", kept.ID), "life").Result(); now != keptRun {
+		t.Errorf("the verified voucher %d was loaded again (stamp %q, was %q)", kept.ID, now, keptRun)
+	}
+	if n, err := cat.PreheatStale(ctx); err != nil || n != 0 {
+		t.Fatalf("after the rebuild: preheated %d (%v), want 0", n, err)
 	}
 }

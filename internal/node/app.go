@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -108,9 +109,18 @@ type app struct {
 	// prober (the breaker's probe), redisWatch and statusSync are this
 	// node's own maintenance jobs, run on every node.
 	prober, redisWatch, statusSync maintenance.Service
-	listener                       net.Listener
-	http                           *http.Server
-	profiler                       *profiler // PPROF_ADDR only
+	// warmer preheats every live voucher through the background client:
+	// at start, and again when Redis may have lost loads (rewarm, one run
+	// at a time, waited for by closeBreaker).
+	warmer *catalog.Service
+	// rewarmCtx is the context of the rewarm runs: the breaker step's
+	// loops', which end before its stop waits for them.
+	rewarmCtx              atomic.Pointer[context.Context]
+	rewarming, rewarmAgain atomic.Bool
+	rewarms                sync.WaitGroup
+	listener               net.Listener
+	http                   *http.Server
+	profiler               *profiler // PPROF_ADDR only
 	// cancelRequests ends every request's context; the http step's stop
 	// calls it, after the shutdown has let the open requests finish.
 	cancelRequests context.CancelFunc
@@ -428,9 +438,9 @@ func (a *app) openCatalog(ctx context.Context, bg *loops) error {
 	// busy Redis must not stop a node from starting.
 	startStock := persistence.NewStock(a.bg)
 	startStock.ReloadHold = stock.ReloadHold
-	starter := catalog.New(persistence.NewVouchers(a.db), startStock, log)
-	starter.Holds = holds
-	n, err := starter.PreheatAll(ctx)
+	a.warmer = catalog.New(persistence.NewVouchers(a.db), startStock, log)
+	a.warmer.Holds = holds
+	n, err := a.warmer.PreheatAll(ctx)
 	if err != nil {
 		return fmt.Errorf("preheat vouchers: %w", err)
 	}
@@ -559,12 +569,15 @@ func (a *app) closeRouter() {
 // an outage, and the watch that says in one line when Redis changed
 // (redisWatch; not for the in-process Redis, which never does).
 func (a *app) watchBreaker(_ context.Context, bg *loops) error {
+	a.rewarmCtx.Store(&bg.ctx)
 	a.prober = a.breaker.Prober(breakerProbeInterval, func(ctx context.Context) error { return a.rdb.Ping(ctx).Err() })
 	if err := a.prober.Start(bg.ctx); err != nil {
 		return err
 	}
 	if a.mini == nil {
-		a.redisWatch = newRedisWatch(a.bg, a.log).job()
+		w := newRedisWatch(a.bg, a.log)
+		w.onChange = a.rewarm
+		a.redisWatch = w.job()
 		return a.redisWatch.Start(bg.ctx)
 	}
 	return nil
@@ -580,6 +593,7 @@ func (a *app) closeBreaker() {
 	if a.breaker != nil {
 		a.breaker.Close() // a re-sync after an outage uses the router and the database
 	}
+	a.rewarms.Wait() // on the step's loops' context, ended before this stop
 }
 
 func (a *app) startOrderWriter(ctx context.Context, bg *loops) error {
@@ -1001,8 +1015,58 @@ func (a *app) afterRedisOutage(ctx context.Context) error {
 	}
 	cancel()
 	a.router.Resync()
+	a.rewarm(ctx)
 	a.log.Info("redis is back; grabs use it again")
 	return nil
+}
+
+// rewarm rebuilds, in the background, every live voucher Redis no
+// longer holds verified (a restart, a failover, a flush, evictions:
+// catalog.PreheatStale), and their holds begin, now rather than at each
+// one's next grab, so that a buyer who asks again a moment later finds
+// the voucher selling, not a hold just begun. A load still verified costs
+// one Redis call. One run at a time; a failure leaves a voucher to its
+// next grab.
+func (a *app) rewarm(context.Context) {
+	pctx := a.rewarmCtx.Load()
+	if a.warmer == nil || pctx == nil {
+		return
+	}
+	// A change seen while a run is under way (another shard's circuit
+	// closing) is served by one more run after it, not dropped.
+	a.rewarmAgain.Store(true)
+	if !a.rewarming.CompareAndSwap(false, true) {
+		return
+	}
+	ctx := *pctx
+	a.rewarms.Add(1)
+	go func() {
+		defer a.rewarms.Done()
+		for {
+			for a.rewarmAgain.Swap(false) && ctx.Err() == nil {
+				a.rewarmOnce(ctx)
+			}
+			a.rewarming.Store(false)
+			// A trigger between the last Swap and the Store found the run
+			// still on and left it to this one.
+			if !a.rewarmAgain.Load() || ctx.Err() != nil || !a.rewarming.CompareAndSwap(false, true) {
+				return
+			}
+		}
+	}()
+}
+
+// rewarmOnce is one run of rewarm: the stale vouchers, rebuilt.
+func (a *app) rewarmOnce(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	n, err := a.warmer.PreheatStale(ctx)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		a.log.Warn("live vouchers not all reloaded after redis changed; the rest reload at their next grab", "reloaded", n, "err", err)
+	case n > 0:
+		a.log.Info("live vouchers reloaded after redis changed", "vouchers", n)
+	}
 }
 
 // displayAddr turns a listen address into one a browser can open.

@@ -29,6 +29,9 @@ const redisWatchInterval = time.Second
 type redisWatch struct {
 	rdb redis.Scripter
 	log *slog.Logger
+	// onChange, if set, hears that loads may have been lost (another
+	// server, keys evicted, the evicting policy off again).
+	onChange func(ctx context.Context)
 
 	mu      sync.Mutex
 	last    string            // the token last read; "" before the first read
@@ -43,7 +46,13 @@ func newRedisWatch(rdb redis.Scripter, log *slog.Logger) *redisWatch {
 // job is the watch as a maintenance job of every node.
 func (w *redisWatch) job() *maintenance.Job[bool] {
 	return maintenance.New(maintenance.Config{Name: "redis-watch", Interval: redisWatchInterval, Timeout: redisWatchInterval}, w.log,
-		func(ctx context.Context) (bool, error) { return w.step(ctx), nil })
+		func(ctx context.Context) (bool, error) {
+			changed := w.step(ctx)
+			if changed && w.onChange != nil {
+				w.onChange(ctx)
+			}
+			return changed, nil
+		})
 }
 
 // step reads the token and logs what changed since the last read; it
