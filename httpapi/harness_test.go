@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"flashsale/domain"
+	"flashsale/httpapi"
 	"flashsale/internal/node"
 	"flashsale/internal/node/nodetest"
 	"flashsale/internal/testenv"
@@ -49,6 +51,20 @@ func postRequest(ip, token string, body any) *http.Request {
 func serve(tb testing.TB, h http.Handler) *httptest.Server {
 	tb.Helper()
 	srv := httptest.NewServer(h)
+	tb.Cleanup(srv.Close)
+	return srv
+}
+
+// serveAsNode serves n's routes on a listener of the test's own as the
+// node serves them: through httpapi.NewServer (each request's deadlines
+// and the server's limits at their defaults, the per-connection state of
+// /query), every request's context derived from base. Closed when the
+// test ends.
+func serveAsNode(tb testing.TB, base context.Context, n *nodetest.Node) *httptest.Server {
+	tb.Helper()
+	srv := httptest.NewUnstartedServer(nil)
+	srv.Config = httpapi.NewServer(base, n.Handler, httpapi.ServerOptions{})
+	srv.Start()
 	tb.Cleanup(srv.Close)
 	return srv
 }

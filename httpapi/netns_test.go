@@ -23,9 +23,9 @@ import (
 	"flashsale/internal/testenv"
 )
 
-// serveOnLink serves the node's handler on l's server address as the
-// node serves it (the listener's per-address admission at its defaults,
-// the per-connection state of /query) and returns its base URL.
+// serveOnLink serves the node's routes on l's server address as the node
+// serves them (the listener's per-address admission at its defaults, the
+// node's server: httpapi.NewServer) and returns its base URL.
 func serveOnLink(tb testing.TB, l *testenv.IPv6Link, n *nodetest.Node) string {
 	tb.Helper()
 	ln, err := l.Listen()
@@ -37,7 +37,7 @@ func serveOnLink(tb testing.TB, l *testenv.IPv6Link, n *nodetest.Node) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := &http.Server{Handler: n.Handler, ConnContext: httpapi.ConnContext, ReadHeaderTimeout: 5 * time.Second}
+	srv := httpapi.NewServer(context.Background(), n.Handler, httpapi.ServerOptions{})
 	go func() { _ = srv.Serve(limited) }()
 	tb.Cleanup(func() { _ = srv.Close() })
 	return "http://" + ln.Addr().String()

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"runtime"
@@ -59,8 +58,8 @@ type probeStats struct {
 	MaxRSSKB int64         // peak resident set
 }
 
-// TestProbeServer is the probe node: the handler served over TCP as the
-// node serves it (MaxHeaderBytes included), with one user at the
+// TestProbeServer is the probe node: its routes served over TCP as the
+// node serves them (serveAsNode: deadlines, MaxHeaderBytes), with one user at the
 // per-user cap and one address (127.0.0.2) at the per-address cap. It
 // prints a probeHello line, answers each line "stats" on stdin with a
 // probeStats line, and returns when stdin closes. Run by the benchmarks
@@ -70,11 +69,7 @@ func TestProbeServer(t *testing.T) {
 		t.Skip("the probe node of BenchmarkTransportProbes; not a test")
 	}
 	n := startNode(t, map[string]string{"WS_MAX_PER_IP": strconv.Itoa(rigAddressCap)}, node.Hooks{})
-	srv := httptest.NewUnstartedServer(n.GraphQL)
-	srv.Config.MaxHeaderBytes = httpapi.MaxHeaderBytesDefault
-	srv.Config.ReadHeaderTimeout = 5 * time.Second
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv := serveAsNode(t, context.Background(), n)
 	hello := probeHello{Addr: srv.Listener.Addr().String(), Capped: n.Token(t, 1000, auth.RoleUser)}
 	for i := range 64 {
 		hello.Users = append(hello.Users, n.Token(t, int64(2000+i), auth.RoleUser))

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,21 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"flashsale/httpapi"
 	"flashsale/internal/node"
 	"flashsale/internal/node/nodetest"
 )
-
-// serveConns serves h as the node does: with the per-connection state
-// with which refusals are paced (httpapi.ConnContext).
-func serveConns(tb testing.TB, h http.Handler) *httptest.Server {
-	tb.Helper()
-	srv := httptest.NewUnstartedServer(h)
-	srv.Config.ConnContext = httpapi.ConnContext
-	srv.Start()
-	tb.Cleanup(srv.Close)
-	return srv
-}
 
 // rawConn is one keep-alive HTTP/1.1 connection to a server.
 type rawConn struct {
@@ -87,7 +76,7 @@ const typename = `{"query":"{ __typename }"}`
 // a small body that is no JSON, refused unparsed, its connection kept.
 func TestAClientOverItsAllowanceIsRefusedBeforeItsBodyIsRead(t *testing.T) {
 	t.Parallel()
-	srv := serveConns(t, startNode(t, map[string]string{"SHED_IP_PER_SEC": "1"}, node.Hooks{}).GraphQL)
+	srv := serveAsNode(t, context.Background(), startNode(t, map[string]string{"SHED_IP_PER_SEC": "1"}, node.Hooks{}))
 	rc := dialRaw(t, srv)
 	for range 2 { // the burst
 		rc.send(typename, false)
@@ -136,7 +125,7 @@ func TestAConnectionCollectingRefusalsIsClosed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			rc := dialRaw(t, serveConns(t, startNode(t, tc.env, node.Hooks{}).GraphQL))
+			rc := dialRaw(t, serveAsNode(t, context.Background(), startNode(t, tc.env, node.Hooks{})))
 			inARow := 0
 			for i := range 40 {
 				rc.send(typename, false)

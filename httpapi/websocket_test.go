@@ -386,10 +386,7 @@ func TestShutdownClosesWebsocketsWithACloseFrame(t *testing.T) {
 	v := mustVoucher(t, n, testenv.VoucherSpec{Stock: 10})
 	base, shutdown := context.WithCancel(context.Background())
 	defer shutdown()
-	srv := httptest.NewUnstartedServer(n.GraphQL)
-	srv.Config.BaseContext = func(net.Listener) context.Context { return base }
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv := serveAsNode(t, base, n)
 	c := nodetest.InitWS(t, srv, n.Token(t, 2, auth.RoleUser))
 	nodetest.SendWS(t, c, `{"id":"s","type":"subscribe","payload":{"query":"subscription($v: ID!) { stockChanged(voucherId: $v) { remaining soldOut } }","variables":{"v":"`+strconv.FormatInt(v.ID, 10)+`"}}}`)
 	// The subscription's first event comes at once.

@@ -310,9 +310,9 @@ var settings = []setting{
 			}
 			return ""
 		}),
-	durationVar("HTTP_HEADER_TIMEOUT", 5*time.Second, "a request's headers must arrive within this", func(c *Config) *time.Duration { return &c.HTTPHeaderTimeout }),
-	durationVar("HTTP_BODY_TIMEOUT", 10*time.Second, "a request's body must arrive within this after its headers", func(c *Config) *time.Duration { return &c.HTTPBodyTimeout }),
-	durationVar("HTTP_WRITE_TIMEOUT", 15*time.Second, "an answer must be taken by the client within this after the request's headers (not websockets)", func(c *Config) *time.Duration { return &c.HTTPWriteTimeout }).
+	durationVar("HTTP_HEADER_TIMEOUT", httpapi.HeaderTimeoutDefault, "a request's headers must arrive within this", func(c *Config) *time.Duration { return &c.HTTPHeaderTimeout }),
+	durationVar("HTTP_BODY_TIMEOUT", httpapi.BodyTimeoutDefault, "a request's body must arrive within this after its headers", func(c *Config) *time.Duration { return &c.HTTPBodyTimeout }),
+	durationVar("HTTP_WRITE_TIMEOUT", httpapi.WriteTimeoutDefault, "an answer must be taken by the client within this after the request's headers (not websockets)", func(c *Config) *time.Duration { return &c.HTTPWriteTimeout }).
 		checked(func(c Config) string {
 			if c.HTTPWriteTimeout <= 0 {
 				return "must be positive"

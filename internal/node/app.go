@@ -49,6 +49,7 @@ var (
 	_ catalog.StockStore   = (*persistence.Stock)(nil)
 	_ httpapi.IPLimiter    = (*persistence.RateLimits)(nil)
 	_ httpapi.LoadGauge    = (*actors.Router)(nil)
+	_ httpapi.RedisBreaker = (*breaker.Breaker)(nil)
 	_ graph.DeadLetters    = (*persistence.DeadLetters)(nil)
 	_ graph.Gate           = (*gate.Service)(nil)
 	_ gate.Store           = (*persistence.Gate)(nil)
@@ -85,7 +86,7 @@ type app struct {
 	fallback *persistence.DBGrabs  // DEGRADE_TO_DB only
 	probe    redis.UniversalClient // /readyz's own client, with short timeouts
 	holds    *catalog.Holds        // this node's reloads that hold their sales
-	ready    *readiness
+	ready    *httpapi.Readiness
 	secret   string // JWT_SECRET, or the embedded mode's from its file
 	tokens   *auth.Tokens
 	stock    *persistence.Stock // the request path's
@@ -102,7 +103,7 @@ type app struct {
 	gate     *gate.Service
 	gateRdb  redis.UniversalClient // the gate's own client, with Hooks.GateRedis only
 	gql      http.Handler          // /query
-	mux      http.Handler          // every route, behind hosts in embedded mode
+	routes   http.Handler          // every route, behind hosts in embedded mode (httpapi.Routes)
 	// hosts, in embedded mode, refuses requests to other Hosts than this
 	// machine's (DNS rebinding); nil in real mode.
 	hosts *httpapi.LocalHosts
@@ -382,20 +383,25 @@ func (a *app) openReadiness(context.Context, *loops) error {
 	// /readyz pings through a client of its own: the shared one waits
 	// seconds for a stalled Redis, and its pool may be busy with grabs.
 	a.probe = a.target.Client(persistence.ClientTuning{ContextTimeout: true,
-		Dial: readyTimeout, Read: readyTimeout, Write: readyTimeout, Pool: readyTimeout,
+		Dial: httpapi.ReadyTimeout, Read: httpapi.ReadyTimeout, Write: httpapi.ReadyTimeout, Pool: httpapi.ReadyTimeout,
 		MaxRetries: -1, PoolSize: 2, MinIdleConns: 0})
 	a.probe.AddHook(persistence.RedisErrors{})
-	a.ready = &readiness{
-		redis:   func(ctx context.Context) (string, error) { return persistence.ReadRunID(ctx, a.probe) },
-		breaker: a.breaker,
-		db:      a.db.PingContext,
-		held: func() int {
+	a.ready = &httpapi.Readiness{
+		Redis: func(ctx context.Context) (string, error) {
+			// The token the scripts verify a load under says whether
+			// Redis's maxmemory-policy evicts keys.
+			token, err := persistence.ReadRunID(ctx, a.probe)
+			return persistence.ParseRunToken(token).Evicting, err
+		},
+		Breaker: a.breaker,
+		DB:      a.db.PingContext,
+		Held: func() int {
 			if a.holds == nil {
 				return 0
 			}
 			return a.holds.Held()
 		},
-		fallback: a.cfg.DegradeToDB,
+		Fallback: a.cfg.DegradeToDB,
 	}
 	return nil
 }
@@ -704,18 +710,10 @@ func (a *app) buildHandler(context.Context, *loops) error {
 	gql := httpapi.NewHandler(&graph.Resolver{Catalog: a.catalog, Seckill: seckill.New(a.gate, grabber), DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: reconciliationQuery{a.orders.reconciler},
 		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live, Gate: a.gate, RedPackets: a.redPkts.service}, opts)
 	a.gql = gql
-	mux := http.NewServeMux()
-	mux.Handle("/query", gql)
 	pgOpts, err := playgroundOptions(cfg, a.tokens)
 	if err != nil {
 		return err
 	}
-	mux.Handle("GET /{$}", playground.Handler("flashsale", "/query", pgOpts...))
-	mux.Handle("GET "+playground.AssetsPath, playground.Assets())
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.Handle("GET /readyz", a.ready)
-	mux.Handle("GET /metrics", promhttp.Handler())
-	a.mux = mux
 	if cfg.Embedded() {
 		// Every route, before anything reads the request: see
 		// httpapi.LocalHosts.
@@ -723,8 +721,15 @@ func (a *app) buildHandler(context.Context, *loops) error {
 		if err != nil {
 			return &config.Error{Var: "EMBEDDED_ALLOWED_HOSTS", Msg: err.Error()}
 		}
-		a.mux = a.hosts.Guard(mux)
 	}
+	a.routes = httpapi.Routes(httpapi.Endpoints{
+		GraphQL:    gql,
+		Playground: playground.Handler("flashsale", "/query", pgOpts...),
+		Assets:     playground.Assets(),
+		Ready:      a.ready,
+		Metrics:    promhttp.Handler(),
+		Hosts:      a.hosts,
+	})
 	return nil
 }
 
@@ -763,19 +768,12 @@ func (a *app) buildServer(ctx context.Context, _ *loops) error {
 	requests, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancelRequests = cancelRequests
 	a.closeWebsockets = func() int { cancelRequests(); return -1 }
-	a.http = &http.Server{
-		Handler:           withDeadlines(a.mux, cfg.HTTPBodyTimeout, cfg.HTTPWriteTimeout),
-		ReadHeaderTimeout: cfg.HTTPHeaderTimeout,
-		MaxHeaderBytes:    cfg.HTTPMaxHeaderBytes,
-		// Also set per request by withDeadlines (and lifted for
-		// websockets); here it covers what net/http answers itself.
-		WriteTimeout: cfg.HTTPWriteTimeout,
-		IdleTimeout:  2 * time.Minute,
-		BaseContext:  func(net.Listener) context.Context { return requests },
-		// Per-connection state of /query: it closes a connection that
-		// collects refusals (httpapi.ConnContext).
-		ConnContext: httpapi.ConnContext,
-	}
+	a.http = httpapi.NewServer(requests, a.routes, httpapi.ServerOptions{
+		HeaderTimeout:  cfg.HTTPHeaderTimeout,
+		BodyTimeout:    cfg.HTTPBodyTimeout,
+		WriteTimeout:   cfg.HTTPWriteTimeout,
+		MaxHeaderBytes: cfg.HTTPMaxHeaderBytes,
+	})
 	return nil
 }
 
@@ -911,7 +909,7 @@ func (a *app) shutdown() error {
 	began := time.Now()
 	inFlight, _ := a.router.Load()
 	answered, persisted := a.router.Answered(), a.writer.Persisted()
-	a.ready.draining.Store(true)
+	a.ready.Drain()
 	if d := a.cfg.HTTPDrainDelay; d > 0 {
 		a.log.Info("draining", "delay", d)
 		time.Sleep(d)
@@ -978,7 +976,7 @@ func (a *app) stop() {
 	if a.started == nil {
 		return
 	}
-	if a.ready == nil || !a.ready.draining.Load() { // not drained by shutdown: a failed start or server
+	if a.ready == nil || !a.ready.Draining() { // not drained by shutdown: a failed start or server
 		a.closeListener()
 		if a.router != nil {
 			a.router.Drain()

@@ -83,7 +83,8 @@ type Parts struct {
 	// without a listener.
 	GraphQL http.Handler
 	// Handler is everything the node serves (/query, /healthz, /readyz,
-	// /metrics, the playground), without the server's deadlines.
+	// /metrics, the playground: httpapi.Routes), without the server's
+	// deadlines (httpapi.NewServer adds them).
 	Handler    http.Handler
 	Catalog    *catalog.Service
 	Router     *actors.Router
@@ -95,7 +96,7 @@ type Parts struct {
 // Parts returns the node's parts.
 func (n *Node) Parts() Parts {
 	a := n.a
-	p := Parts{DB: a.db, GraphQL: a.gql, Handler: a.mux, Catalog: a.catalog, Router: a.router, Gate: a.gate, Orders: a.writer}
+	p := Parts{DB: a.db, GraphQL: a.gql, Handler: a.routes, Catalog: a.catalog, Router: a.router, Gate: a.gate, Orders: a.writer}
 	if a.redPkts != nil {
 		p.RedPackets = a.redPkts.writer
 	}

@@ -1,4 +1,4 @@
-package node
+package httpapi
 
 import (
 	"context"
@@ -8,14 +8,13 @@ import (
 	"time"
 
 	"flashsale/internal/metrics"
-	"flashsale/persistence"
 )
 
-// readyTimeout bounds each store's check of one /readyz probe. Load
+// ReadyTimeout bounds each store's check of one /readyz probe. Load
 // balancers probe every few seconds with a timeout of their own; an
 // answer after that is no answer, and a stalled Redis must read as "cannot
 // sell", not hold the probe.
-const readyTimeout = 500 * time.Millisecond
+const ReadyTimeout = 500 * time.Millisecond
 
 // degraded says, per store, whether the last /readyz probe found it
 // unreachable while the node still sells: an operator alerts on it, while
@@ -23,7 +22,19 @@ const readyTimeout = 500 * time.Millisecond
 var degraded = metrics.GaugeVec("degraded",
 	"1 while the node sells without this store (as of the last /readyz probe).", "store")
 
-// readiness answers /readyz: whether a load balancer should send this node
+// RedisBreaker is the circuit breaker on the request path's Redis client
+// (breaker.Breaker) as /readyz reads it.
+type RedisBreaker interface {
+	// Usable says whether grabs may use Redis: not while the breaker is
+	// open, nor while Redis is re-synced from the database after an
+	// outage.
+	Usable() bool
+	// Down says whether Redis is taken to be down (open or half-open):
+	// the database fallback sells then, not during the re-sync.
+	Down() bool
+}
+
+// Readiness answers /readyz: whether a load balancer should send this node
 // grabs. Grabs need Redis only (accepted orders wait in the order log while
 // Postgres is away), or, with the database fallback, Postgres while Redis
 // is down; so Redis decides, and with the fallback Postgres may stand in; a Postgres outage is reported
@@ -31,44 +42,52 @@ var degraded = metrics.GaugeVec("degraded",
 // out: every node shares the database, and a blip would otherwise empty the
 // whole pool at once. Draining (shutdown started) is 503, so the balancer
 // stops sending before the listener closes.
-type readiness struct {
-	// redis reads the token the scripts verify a load under (persistence.
-	// ReadRunID) with a client whose own timeouts are short: a ping that
-	// also tells whether Redis's maxmemory-policy evicts keys ("!<policy>"),
-	// under which nothing is sold.
-	redis func(context.Context) (string, error)
-	// breaker says whether grabs may use Redis (Usable: not while it is
-	// open, nor while Redis is re-synced from the database after an
-	// outage) and whether it is down (open or half-open: the database
-	// fallback sells then, not during the re-sync). nil: always usable.
-	breaker interface {
-		Usable() bool
-		Down() bool
-	}
-	db func(context.Context) error
-	// held is how many vouchers this node's reloads hold (catalog.Holds):
+//
+// The node fills in what only it knows: its stores' checks, its breaker
+// and its held vouchers.
+type Readiness struct {
+	// Redis reads the token the scripts verify a load under with a client
+	// whose own timeouts are short, and returns Redis's maxmemory-policy
+	// when it evicts keys (nothing is sold then), "" when it does not.
+	Redis func(context.Context) (evicting string, err error)
+	// Breaker, if set, keeps the node out while grabs may not use Redis;
+	// nil: always usable.
+	Breaker RedisBreaker
+	// DB pings the database.
+	DB func(context.Context) error
+	// Held is how many vouchers this node's reloads hold (catalog.Holds):
 	// they sell nothing until no order writer can hold an order of the
 	// load Redis lost. nil: none.
-	held func() int
-	// fallback (DEGRADE_TO_DB) sells from the database while Redis is
+	Held func() int
+	// Fallback (DEGRADE_TO_DB) sells from the database while Redis is
 	// down, so then a reachable database is enough to sell.
-	fallback bool
+	Fallback bool
+
 	draining atomic.Bool
 }
 
-func (rd *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// Drain makes every later probe answer 503 "draining": the shutdown
+// calls it first, so that load balancers stop sending before the
+// listener closes.
+func (rd *Readiness) Drain() { rd.draining.Store(true) }
+
+// Draining reports whether Drain was called.
+func (rd *Readiness) Draining() bool { return rd.draining.Load() }
+
+// ServeHTTP answers one probe: 200 while the node can sell ("ready",
+// or "ready (degraded: ...)"), 503 with the reason otherwise.
+func (rd *Readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	if rd.draining.Load() {
 		http.Error(w, "draining", http.StatusServiceUnavailable)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), ReadyTimeout)
 	defer cancel()
 	// Both at once: the probe takes the slower of the two, not the sum.
 	dbErr := make(chan error, 1)
-	go func() { dbErr <- rd.db(ctx) }()
-	token, redisErr := rd.redis(ctx)
-	evicting := persistence.ParseRunToken(token).Evicting
+	go func() { dbErr <- rd.DB(ctx) }()
+	evicting, redisErr := rd.Redis(ctx)
 	pgErr := <-dbErr
 	if pgErr != nil {
 		degraded.WithLabelValues("postgres").Set(1)
@@ -76,7 +95,7 @@ func (rd *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		degraded.WithLabelValues("postgres").Set(0)
 	}
 	switch {
-	case redisErr != nil && rd.fallback && pgErr == nil:
+	case redisErr != nil && rd.Fallback && pgErr == nil:
 		_, _ = w.Write([]byte("ready (degraded: redis unavailable; grabs sold from the database)\n"))
 		return
 	case redisErr != nil:
@@ -85,9 +104,9 @@ func (rd *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case evicting != "":
 		http.Error(w, "redis maxmemory-policy "+evicting+" evicts keys: cannot sell until it is noeviction", http.StatusServiceUnavailable)
 		return
-	case rd.breaker != nil && !rd.breaker.Usable():
-		switch down := rd.breaker.Down(); {
-		case down && rd.fallback && pgErr == nil:
+	case rd.Breaker != nil && !rd.Breaker.Usable():
+		switch down := rd.Breaker.Down(); {
+		case down && rd.Fallback && pgErr == nil:
 			_, _ = w.Write([]byte("ready (degraded: redis unavailable; grabs sold from the database)\n"))
 		case down:
 			http.Error(w, "redis unavailable (circuit breaker open): cannot sell", http.StatusServiceUnavailable)
@@ -108,9 +127,9 @@ func (rd *readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write([]byte("ready\n"))
 }
 
-func (rd *readiness) heldVouchers() int {
-	if rd.held == nil {
+func (rd *Readiness) heldVouchers() int {
+	if rd.Held == nil {
 		return 0
 	}
-	return rd.held()
+	return rd.Held()
 }

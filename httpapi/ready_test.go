@@ -1,4 +1,4 @@
-package node
+package httpapi_test
 
 import (
 	"context"
@@ -6,16 +6,18 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"flashsale/httpapi"
 )
 
 // A node whose reloads still hold vouchers cannot sell them: /readyz says
 // so with 503 and the count, and says ready again once they sell.
 func TestReadyzIsUnavailableWhileAReloadHoldsVouchers(t *testing.T) {
 	held := 2
-	rd := &readiness{
-		redis: func(context.Context) (string, error) { return "run", nil },
-		db:    func(context.Context) error { return nil },
-		held:  func() int { return held },
+	rd := &httpapi.Readiness{
+		Redis: func(context.Context) (string, error) { return "", nil },
+		DB:    func(context.Context) error { return nil },
+		Held:  func() int { return held },
 	}
 	probe := func() (int, string) {
 		rec := httptest.NewRecorder()
