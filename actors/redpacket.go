@@ -67,6 +67,8 @@ type rpGrabMsg struct {
 	ref   *voucherRef
 }
 
+func (m *rpGrabMsg) queuedOn(ref *voucherRef) { m.ref = ref }
+
 // Grab grabs a packet of the red packet for the user; requestID is the
 // client's idempotency key ("" for none). UNAVAILABLE is safe to retry: a
 // grab that did take a packet answers ALREADY_GRABBED with its amount.
@@ -95,47 +97,13 @@ func (p *RedPackets) grab(ctx context.Context, id, userID int64, requestID strin
 	return awaitAnswer(ctx, msg.reply, p.r.opts.GrabTimeout, func() bool { return true }, domain.RedPacketResult{Code: domain.RedPacketUnavailable}, func() {})
 }
 
-// send enqueues msg for the red packet's actor, spawning it if needed,
-// under the lock passivation takes (see Router.send).
+// send enqueues msg for the red packet's actor, spawning it if needed (see
+// sendTo).
 func (p *RedPackets) send(id int64, msg *rpGrabMsg) bool {
-	p.mu.RLock()
-	if ref := p.actors[id]; ref != nil {
-		ok := p.enqueue(ref, msg)
-		p.mu.RUnlock()
-		return ok
-	}
-	p.mu.RUnlock()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.r.mu.RLock()
-	closed := p.r.closed
-	p.r.mu.RUnlock()
-	ref := p.actors[id]
-	switch {
-	case closed:
-		return false
-	case ref == nil && len(p.actors) >= p.r.opts.MaxActors:
-		actorsFull.Inc()
-		return false
-	case ref == nil:
-		ref = &voucherRef{}
+	return sendTo(p.r, &p.mu, p.actors, id, msg, p.r.isClosed, func(ref *voucherRef) *actor.PID {
 		a := &redPacketActor{p: p, ref: ref, id: id}
-		ref.pid = p.r.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
-		p.actors[id] = ref
-	}
-	return p.enqueue(ref, msg)
-}
-
-func (p *RedPackets) enqueue(ref *voucherRef, msg *rpGrabMsg) bool {
-	if ref.queued.Add(1) > int64(p.r.opts.QueueBound) {
-		ref.queued.Add(-1)
-		return false
-	}
-	p.r.load.queued.Add(1)
-	ref.lastUsed.Store(time.Now().UnixNano())
-	msg.ref = ref
-	p.r.system.Root.Send(ref.pid, msg)
-	return true
+		return p.r.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
+	})
 }
 
 // forget drops ref if it is still the red packet's actor.

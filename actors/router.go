@@ -359,49 +359,22 @@ func (r *Router) learnSegments(voucherID int64, n int) {
 	}
 }
 
-// send enqueues msg for the segment's actor, spawning it if needed. The
-// lookup and the enqueue happen under the router's lock so that an actor
-// that forgets itself (forget takes the write lock) receives nothing after
-// it queued its own poison pill.
+// send enqueues msg for the segment's actor, spawning it if needed (see
+// sendTo).
 func (r *Router) send(key segKey, msg *grabMsg) bool {
-	r.mu.RLock()
-	if ref := r.vouchers[key]; ref != nil || r.closed {
-		ok := !r.closed && r.enqueue(ref, msg)
-		r.mu.RUnlock()
-		return ok
-	}
-	r.mu.RUnlock()
-
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return false
-	}
-	ref := r.vouchers[key]
-	if ref == nil {
-		if len(r.vouchers) >= r.opts.MaxActors {
-			actorsFull.Inc()
-			return false
-		}
-		ref = &voucherRef{}
+	return sendTo(r, &r.mu, r.vouchers, key, msg, func() bool { return r.closed }, func(ref *voucherRef) *actor.PID {
 		a := &voucherActor{r: r, ref: ref, id: key.voucher, seg: key.seg, rates: newUserRates(r.opts.UserRate)}
-		ref.pid = r.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
-		r.vouchers[key] = ref
-		segmentsHosted.Set(float64(len(r.vouchers)))
-	}
-	return r.enqueue(ref, msg)
+		pid := r.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
+		segmentsHosted.Set(float64(len(r.vouchers) + 1)) // this one is added as spawn returns
+		return pid
+	})
 }
 
-func (r *Router) enqueue(ref *voucherRef, msg *grabMsg) bool {
-	if ref.queued.Add(1) > int64(r.opts.QueueBound) {
-		ref.queued.Add(-1)
-		return false
-	}
-	r.load.queued.Add(1)
-	ref.lastUsed.Store(time.Now().UnixNano())
-	msg.ref = ref
-	r.system.Root.Send(ref.pid, msg)
-	return true
+// isClosed reports whether Drain has begun: no new grabs.
+func (r *Router) isClosed() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.closed
 }
 
 // forget drops ref if it is still the segment's current activation.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -13,6 +14,59 @@ import (
 // What the two sequencers (a voucher segment's actor, a red packet's
 // actor) share: one passivation rule, run by the router's one scanner,
 // and one wait for a grab's answer.
+
+// queuedMsg is a grab a sequencer's actor holds until it answers it: it
+// records the handle whose count of queued grabs its answer lowers.
+type queuedMsg interface{ queuedOn(ref *voucherRef) }
+
+func (g *grabMsg) queuedOn(ref *voucherRef) { g.ref = ref }
+
+// sendTo is both sequencers' registry: it enqueues msg for key's actor in
+// refs, spawning it (spawn, given the new handle) when there is none and
+// fewer than MaxActors run, and refuses when closed says so. The lookup
+// and the enqueue happen under mu, the lock passivation and forget take
+// for writing, so that an actor taken out of refs (its own poison pill
+// queued) receives nothing after it.
+func sendTo[K comparable](r *Router, mu *sync.RWMutex, refs map[K]*voucherRef, key K, msg queuedMsg, closed func() bool, spawn func(*voucherRef) *actor.PID) bool {
+	mu.RLock()
+	if ref := refs[key]; ref != nil {
+		ok := !closed() && r.enqueue(ref, msg)
+		mu.RUnlock()
+		return ok
+	}
+	mu.RUnlock()
+	mu.Lock()
+	defer mu.Unlock()
+	if closed() {
+		return false
+	}
+	ref := refs[key]
+	if ref == nil {
+		if len(refs) >= r.opts.MaxActors {
+			actorsFull.Inc()
+			return false
+		}
+		ref = &voucherRef{}
+		ref.pid = spawn(ref)
+		refs[key] = ref
+	}
+	return r.enqueue(ref, msg)
+}
+
+// enqueue sends msg to ref's actor unless that actor already holds
+// QueueBound grabs sent and not yet answered: the bounded queue is a
+// count, not a bounded mailbox (protoactor's block or drop silently).
+func (r *Router) enqueue(ref *voucherRef, msg queuedMsg) bool {
+	if ref.queued.Add(1) > int64(r.opts.QueueBound) {
+		ref.queued.Add(-1)
+		return false
+	}
+	r.load.queued.Add(1)
+	ref.lastUsed.Store(time.Now().UnixNano())
+	msg.queuedOn(ref)
+	r.system.Root.Send(ref.pid, msg)
+	return true
+}
 
 // passivateIdle stops, and removes from refs, the actors idle for idle
 // (an unknown id's after min(unknownIdle, idle)) that hold no grab queued
