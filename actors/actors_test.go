@@ -80,6 +80,7 @@ func (e *env) router(tb testing.TB, cnt *testenv.Counter, opts actors.Options) *
 	opts.BatchTimeout = cmp.Or(opts.BatchTimeout, 5*time.Second)
 	r := actors.NewRouter(persistence.NewGrabs(rdb), testenv.MustOrderIDs(tb, e.db), e.catalog, quiet, opts)
 	tb.Cleanup(func() { r.Close(); _ = rdb.Close() })
+	_ = r.Start(tb.Context())
 	return r
 }
 

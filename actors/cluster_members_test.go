@@ -61,6 +61,7 @@ func (e *env) member(tb testing.TB, agent *test.InMemAgent, name string, opts ac
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { r.Close(); _ = rdb.Close() })
+	_ = r.Start(tb.Context())
 	r.Cluster().Join()
 	return r
 }

@@ -211,6 +211,7 @@ type Router struct {
 	// actors its scanner passivates too.
 	redPackets []*RedPackets
 	closed     bool // no new grabs (Drain)
+	started    bool // Start ran: the scanner runs
 	stopped    bool // Close ran
 
 	stop chan struct{}
@@ -253,7 +254,9 @@ type voucherRef struct {
 // to absorb a burst of grabs of a mistyped id, short enough to stay small.
 const unknownIdle = 5 * time.Second
 
-// NewRouter starts a router with its own actor system. Close stops it.
+// NewRouter returns a router with its own actor system; it starts no
+// goroutine of its own. Start runs its passivation scanner; Close stops
+// it.
 func NewRouter(store Store, ids OrderIDs, preheater Preheater, log *slog.Logger, opts Options) *Router {
 	r := &Router{
 		system: actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
@@ -267,8 +270,20 @@ func NewRouter(store Store, ids OrderIDs, preheater Preheater, log *slog.Logger,
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
-	go r.passivate()
 	return r
+}
+
+// Start runs the router's passivation scanner (passivate) until Close:
+// without it, idle actors are never stopped.
+func (r *Router) Start(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started || r.stopped {
+		return nil
+	}
+	r.started = true
+	go r.passivate()
+	return nil
 }
 
 // ActorSystem is the node's actor system: the persistence actors are
@@ -494,8 +509,13 @@ func (r *Router) Close() {
 		return
 	}
 	r.Drain()
-	close(r.stop)
-	<-r.done
+	r.mu.Lock()
+	started := r.started
+	r.mu.Unlock()
+	if started {
+		close(r.stop)
+		<-r.done
+	}
 	r.mu.Lock()
 	refs := r.vouchers
 	r.vouchers = map[segKey]*voucherRef{}

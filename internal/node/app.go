@@ -546,7 +546,7 @@ func (a *app) startRouter(_ context.Context, bg *loops) error {
 		// same leases and fencing (docs/DECISIONS.md, "A single node is
 		// not a cluster member").
 		a.router = actors.NewRouter(grabs, a.ids, a.catalog, log, routerOpts)
-		return nil
+		return a.router.Start(bg.ctx)
 	}
 	co, err := clusterOptions(cfg)
 	if err != nil {
@@ -555,7 +555,7 @@ func (a *app) startRouter(_ context.Context, bg *loops) error {
 	if a.router, err = actors.NewClusteredRouter(grabs, a.ids, a.catalog, log, routerOpts, co); err != nil {
 		return fmt.Errorf("cluster (%s): %w", clusterLabel(cfg), err)
 	}
-	return nil
+	return a.router.Start(bg.ctx)
 }
 
 func (a *app) joinCluster(context.Context, *loops) error {
