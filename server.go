@@ -24,6 +24,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"flashsale/internal/config"
+	"flashsale/internal/config/owners"
 	"flashsale/internal/node"
 )
 
@@ -57,7 +58,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		_, err := fmt.Fprintln(stdout, version())
 		return err
 	}
-	cfg, err := config.Load(args, getenv, stderr)
+	table := owners.Table()
+	cfg, err := config.Load(args, getenv, stderr, table)
 	if err != nil {
 		return err
 	}
@@ -65,8 +67,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	slog.SetDefault(log) // libraries that log through slog's default (go-redis, via redisLogger) use ours
 	// One record per setting rather than one of ~2,000 characters: an
 	// operator greps for the setting (name=grab_timeout), a log shipper
-	// keeps each whole.
-	settings := cfg.LogValue().Group()
+	// keeps each whole. Each setting left unset shows its package's
+	// default, which that package applies.
+	settings := cfg.Effective(table).LogValue().Group()
 	log.Info("starting", "version", version(), "settings", len(settings))
 	for _, s := range settings {
 		log.Info("setting", "name", s.Key, "value", s.Value)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"flashsale/internal/config"
+	"flashsale/internal/config/owners"
 	"flashsale/internal/node"
 	"flashsale/internal/testenv"
 )
@@ -49,7 +50,7 @@ var (
 // server.go), in-process: the configuration from env alone, the logs
 // discarded, the demo banner on out, the node served until ctx ends.
 func serve(ctx context.Context, env map[string]string, out, logs io.Writer) error {
-	cfg, err := config.Load(nil, func(k string) string { return env[k] }, io.Discard)
+	cfg, err := config.Load(nil, func(k string) string { return env[k] }, io.Discard, owners.Table())
 	if err != nil {
 		return err
 	}

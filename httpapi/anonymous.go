@@ -1,8 +1,10 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,7 +34,8 @@ import (
 // priced elsewhere (a few milliseconds at most), so PerSecond times that
 // price bounds their share of the node's time.
 //
-// The zero value is off.
+// A zero field takes its default (per core for InFlight and PerSecond); a
+// negative one turns that bound off, or for Wait, the wait.
 type AnonymousBudget struct {
 	InFlight  int
 	PerSecond int
@@ -50,6 +53,16 @@ const (
 	AnonymousPerSecondPerCore = 100
 	AnonymousWaitDefault      = time.Second
 )
+
+// WithDefaults is b with its zero fields at their defaults, as the
+// handler applies them.
+func (b AnonymousBudget) WithDefaults() AnonymousBudget {
+	cores := runtime.GOMAXPROCS(0)
+	b.InFlight = cmp.Or(b.InFlight, AnonymousInFlightPerCore*cores)
+	b.PerSecond = cmp.Or(b.PerSecond, AnonymousPerSecondPerCore*cores)
+	b.Wait = cmp.Or(b.Wait, AnonymousWaitDefault)
+	return b
+}
 
 // anonymousWaitersPerSlot bounds the requests waiting for an in-flight
 // slot: each holds a goroutine and its body (up to MAX_BODY_BYTES).

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -71,15 +72,24 @@ func (scriptedGate) CheckGrab(_ context.Context, _ int64, _ string, _ int64, tic
 }
 
 // twinHandlers are two handlers over the same resolver, one with the
-// compiled path and one without.
+// compiled path and one without, limited to flood requests a second per
+// address (0: no limit) and without an anonymous budget.
 func twinHandlers(tb testing.TB, tokens *auth.Tokens, flood int) (compiled, gqlgen http.Handler) {
 	tb.Helper()
 	r := &graph.Resolver{Seckill: seckill.New(scriptedGate{}, scriptedGrabber{}), Gate: scriptedGate{}}
-	opts := HandlerOptions{Tokens: tokens, Log: slog.New(slog.DiscardHandler), FloodPerSec: flood}
+	opts := twinOptions(tokens, flood)
 	gqlgen = NewHandler(r, opts)
 	opts.CompiledGrabs = true
 	compiled = NewHandler(r, opts)
 	return compiled, gqlgen
+}
+
+// twinOptions are the twin handlers' options: the handler's zero options
+// take the node's defaults, so the limits these tests do not exercise are
+// turned off (negative).
+func twinOptions(tokens *auth.Tokens, flood int) HandlerOptions {
+	return HandlerOptions{Tokens: tokens, Log: slog.New(slog.DiscardHandler), FloodPerSec: cmp.Or(flood, -1),
+		Anonymous: AnonymousBudget{InFlight: -1, PerSecond: -1}}
 }
 
 // twinUser returns the twin handlers' token issuer and a user's token.

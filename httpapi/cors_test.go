@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"log"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,8 +20,9 @@ func corsHandler(tb testing.TB, origins []string, flood int) (http.Handler, stri
 	tb.Helper()
 	tokens, user := twinUser(tb)
 	r := &graph.Resolver{Seckill: seckill.New(scriptedGate{}, scriptedGrabber{}), Gate: scriptedGate{}}
-	return NewHandler(r, HandlerOptions{Tokens: tokens, Log: slog.New(slog.DiscardHandler), FloodPerSec: flood,
-		CORSOrigins: origins, CompiledGrabs: true}), "Bearer " + user
+	opts := twinOptions(tokens, flood)
+	opts.CORSOrigins, opts.CompiledGrabs = origins, true
+	return NewHandler(r, opts), "Bearer " + user
 }
 
 func preflight(origin, method, headers string) statusRequest {

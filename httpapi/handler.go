@@ -101,12 +101,12 @@ type HandlerOptions struct {
 	// IPLimit, if set, limits the requests of each client IP (grabs are
 	// limited in their voucher actor instead), before they are parsed.
 	IPLimit IPLimiter
-	// FloodPerSec, if positive, is the in-process per-IP limit
-	// (SHED_IP_PER_SEC) every request passes before it is parsed; see
-	// floodShedder.
+	// FloodPerSec is the in-process per-IP limit (SHED_IP_PER_SEC) every
+	// request passes before it is parsed (see floodShedder): 0 takes
+	// FloodPerSecDefault, a negative value turns it off.
 	FloodPerSec int
 	// Anonymous bounds the requests without a valid token (see
-	// AnonymousBudget); the zero value is off.
+	// AnonymousBudget, whose zero fields take their defaults).
 	Anonymous AnonymousBudget
 	// Suggestions adds "Did you mean ...?" to the errors of unknown names
 	// (embedded mode only: see graph.CappedValidationRules).
@@ -114,7 +114,8 @@ type HandlerOptions struct {
 	// Budget, if set, is each caller's budget of request cost (see
 	// CostBudget).
 	Budget CostBudget
-	// Shed configures shedding non-core operations under grab load.
+	// Shed configures shedding non-core operations under grab load (see
+	// LoadShedding, whose zero thresholds take their defaults).
 	Shed LoadShedding
 	// CORSOrigins are the origins whose pages may call /query
 	// (CORS_ALLOWED_ORIGINS): "*", or scheme://host[:port] with at most
@@ -142,7 +143,7 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 	present := graph.PresentErrors(opts.Log)
 	es := graph.NewExecutableSchema(graph.Config{Resolvers: r, Complexity: graph.Complexity(func() domain.TextSizes { return r.Catalog.TextSizes() })})
 	srv := handler.New(es)
-	flood := newFloodShedder(opts.FloodPerSec)
+	flood := newFloodShedder(cmp.Or(opts.FloodPerSec, FloodPerSecDefault))
 	policy := newCORS(opts.CORSOrigins)
 	srv.AddTransport(websocketTransport{
 		Websocket: transport.Websocket{
@@ -185,7 +186,7 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 		cache:   queries,
 		flood:   flood,
 		ipLimit: opts.IPLimit,
-		shed:    newLoadShedder(opts.Shed),
+		shed:    newLoadShedder(opts.Shed.withDefaults()),
 		shape:   newShapeLimits(lim),
 		tokens:  lim.MaxTokens,
 		log:     opts.Log,
@@ -219,7 +220,7 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 	}
 	var h http.Handler = requestGuard{
 		next: http.MaxBytesHandler(withClientIP(opts.Tokens.Middleware(budgetGate{refused: refused, present: present,
-			next: anonymousGate{next: srv, budget: newAnonymousBudget(opts.Anonymous), present: present}})), lim.MaxBodyBytes),
+			next: anonymousGate{next: srv, budget: newAnonymousBudget(opts.Anonymous.WithDefaults()), present: present}})), lim.MaxBodyBytes),
 		fast:        fast,
 		present:     present,
 		maxURLQuery: int(lim.MaxBodyBytes),

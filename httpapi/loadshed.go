@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"sync"
 	"time"
 
@@ -19,8 +20,8 @@ type LoadGauge interface {
 // SHED_GRAB_LATENCY): while the grabs waiting on this node reach
 // QueueDepth, or their recent average duration reaches GrabLatency, the
 // node answers non-core operations UNAVAILABLE so that their CPU, database
-// and Redis time go to grabs. A zero threshold is off; both zero (or no
-// Gauge) turns shedding off.
+// and Redis time go to grabs. A zero threshold takes its default, a
+// negative one is off; both off (or no Gauge) turns shedding off.
 type LoadShedding struct {
 	Gauge       LoadGauge
 	QueueDepth  int
@@ -35,6 +36,12 @@ const (
 	ShedQueueDepthDefault  = 2048
 	ShedGrabLatencyDefault = 250 * time.Millisecond
 )
+
+func (cfg LoadShedding) withDefaults() LoadShedding {
+	cfg.QueueDepth = cmp.Or(cfg.QueueDepth, ShedQueueDepthDefault)
+	cfg.GrabLatency = cmp.Or(cfg.GrabLatency, ShedGrabLatencyDefault)
+	return cfg
+}
 
 // shedCooldown is how long the load must stay under half of both
 // thresholds before shedding stops: hysteresis, so that the node does not

@@ -4,6 +4,7 @@
 package persistence
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"embed"
@@ -78,9 +79,11 @@ func Open(ctx context.Context, databaseURL string) (*bun.DB, error) {
 // most (DATABASE_MAX_CONNS).
 const MaxConnsDefault = 32
 
-// SizePool bounds a Postgres pool to n connections, a quarter of them (at
-// least 2) kept open while idle. SQLite keeps its one connection.
+// SizePool bounds a Postgres pool to n connections (0: MaxConnsDefault),
+// a quarter of them (at least 2) kept open while idle. SQLite keeps its
+// one connection.
 func SizePool(db *bun.DB, n int) {
+	n = cmp.Or(n, MaxConnsDefault)
 	if !IsPostgres(db) || n < 1 {
 		return
 	}

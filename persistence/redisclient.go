@@ -42,9 +42,11 @@ type RedisTarget struct {
 	cluster  *redis.ClusterOptions
 }
 
-// ParseRedisTarget parses url in mode. Its errors say what is wrong
-// without repeating the URL, which may hold a password.
+// ParseRedisTarget parses url in mode; an empty mode is RedisSingle. Its
+// errors say what is wrong without repeating the URL, which may hold a
+// password.
 func ParseRedisTarget(mode, url string) (RedisTarget, error) {
+	mode = cmp.Or(mode, RedisSingle)
 	t := RedisTarget{mode: mode}
 	var err error
 	switch mode {
@@ -62,6 +64,16 @@ func ParseRedisTarget(mode, url string) (RedisTarget, error) {
 		return t, fmt.Errorf("unknown redis mode %q: want %s", mode, strings.Join(RedisModes, ", "))
 	}
 	return t, err
+}
+
+// LockNodeMode is the mode a Redlock node (LOCK_REDIS_URLS) is reached
+// in: the stock Redis's, redisMode, if it is that Redis (redisURL), and
+// one server otherwise: Redlock wants independent nodes.
+func LockNodeMode(redisMode, redisURL, node string) string {
+	if node == redisURL {
+		return redisMode
+	}
+	return RedisSingle
 }
 
 // failoverProblem refuses what would not reach the primary: grabs write,

@@ -5,6 +5,7 @@
 package config
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -16,25 +17,27 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
-
-	"flashsale/graph"
-	"flashsale/persistence"
 )
 
-// Config is the whole configuration. Each field is one setting of the
-// table in settings.go, which names its variable, flag, default and help;
-// the flag is the variable in kebab case (REDIS_URL -> --redis-url).
+// Config is the whole configuration: the values given. Each field is one
+// setting of the table in settings.go, which names its variable, flag,
+// default and help; the flag is the variable in kebab case (REDIS_URL ->
+// --redis-url). A setting whose default its package owns holds its zero
+// value when unset, which that package takes as its default (Effective
+// shows those defaults); one whose 0 means off holds Off when set to 0.
 type Config struct {
 	HTTPAddr string
 	// NodeID is this node's identity, stable across its restarts: its
 	// consumer name in the order logs' group, so that a restarted node
 	// resumes the orders it left pending at once (see DefaultNodeID).
 	NodeID string
-	// RedisMode is how RedisURL reaches Redis: persistence.RedisSingle,
-	// RedisSentinel or RedisCluster, each with go-redis's URL form.
+	// RedisMode is how RedisURL reaches Redis: persistence.RedisSingle
+	// (the default), RedisSentinel or RedisCluster, each with go-redis's
+	// URL form.
 	RedisMode     string
 	RedisURL      string   // empty = embedded in-process Redis
 	LockRedisURLs []string // default = RedisURL
@@ -106,7 +109,7 @@ type Config struct {
 	// first writer is presumed dead).
 	OrderLogClaimIdle time.Duration
 	// OrderLogLinger: how long a log writer waits after a batch that did
-	// not fill before it reads the next (0: not at all).
+	// not fill before it reads the next (Off: not at all).
 	OrderLogLinger time.Duration
 
 	// GrabBatchSize caps the grabs of one script call; GrabQueueBound the
@@ -143,7 +146,7 @@ type Config struct {
 	// MaxRequestCost caps one request's cost in points, known before it
 	// runs; CostBudget and CostRestorePerSec are each caller's budget of
 	// request cost (a bucket of CostBudget points refilled at
-	// CostRestorePerSec; 0 = no budget). See httpapi.CostBudget.
+	// CostRestorePerSec; Off = no budget). See httpapi.CostBudget.
 	MaxRequestCost    int
 	CostBudget        int
 	CostRestorePerSec int
@@ -171,8 +174,9 @@ type Config struct {
 	HTTPMaxHeaderBytes int
 
 	// ConnPerIPPerSec and ConnPerIPBurst are the rate of new connections
-	// per client address (0 = off); ConnPerIPWait and ConnMaxWaiting bound
-	// how long and how many wait for their turn. See connlimit.Config.
+	// per client address (Off = off); ConnPerIPWait and ConnMaxWaiting
+	// bound how long and how many wait for their turn. See
+	// connlimit.Config.
 	ConnPerIPPerSec int
 	ConnPerIPBurst  int
 	ConnPerIPWait   time.Duration
@@ -182,14 +186,15 @@ type Config struct {
 	// Redis is down, so that a Redis outage slows the sale rather than
 	// stopping it.
 	DegradeToDB bool
-	// ShedIPPerSec is the in-process per-IP request limit (0 = off);
+	// ShedIPPerSec is the in-process per-IP request limit (Off = off);
 	// ShedQueueDepth and ShedGrabLatency the grab load at which non-core
-	// operations are shed (0 = off). See httpapi.LoadShedding.
+	// operations are shed (Off = off). See httpapi.LoadShedding.
 	ShedIPPerSec    int
 	ShedQueueDepth  int
 	ShedGrabLatency time.Duration
 	// AnonMaxInFlight, AnonPerSec and AnonWait are the budget of requests
-	// without a valid token (0 = that bound off). See httpapi.AnonymousBudget.
+	// without a valid token (Off = that bound off). See
+	// httpapi.AnonymousBudget.
 	AnonMaxInFlight int
 	AnonPerSec      int
 	AnonWait        time.Duration
@@ -206,8 +211,8 @@ type Config struct {
 	GateRefresh         time.Duration
 
 	// Introspection says who may ask the schema on /query: off, token
-	// (a valid token of any role) or public.
-	Introspection graph.IntrospectionMode
+	// (a valid token of any role) or public (graph.IntrospectionMode).
+	Introspection string
 	// PprofAddr, if set, serves Go's profiles on a listener of its own.
 	PprofAddr string
 	// CompiledGrabs answers known grab documents without gqlgen's
@@ -266,9 +271,14 @@ type Error struct {
 func (e *Error) Error() string { return "invalid " + e.Var + ": " + oneLine(e.Msg) }
 
 // Load reads the configuration from getenv and args (without the program
-// name). The usage goes to out when asked for (-h), and Load then returns
-// flag.ErrHelp; any other flag error is returned as one line.
-func Load(args []string, getenv func(string) string, out io.Writer) (Config, error) {
+// name), with what the packages it configures say of their settings
+// (owners: their defaults, for the usage and the checks, and their rules).
+// The usage goes to out when asked for (-h), and Load then returns
+// flag.ErrHelp; any other flag error is returned as one line. The values
+// are checked as the node will run with them, every unset setting at its
+// default; a setting whose default owners lacks is checked only when set.
+func Load(args []string, getenv func(string) string, out io.Writer, owners Owners) (Config, error) {
+	all := owners.settings()
 	fs := flag.NewFlagSet("flashsale", flag.ContinueOnError)
 	// The flag package prints the whole usage after every parse error; a
 	// mistyped flag should give one line naming it, so usage is printed
@@ -277,14 +287,16 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	// Defaults are static and the environment is applied after parsing:
 	// a default taken from the environment would be printed by the usage
 	// ("(default "...")"), and with it JWT_SECRET and database passwords.
-	raw := make([]*flagText, len(settings))
-	for i, s := range settings {
+	raw := make([]*flagText, len(all))
+	defaults := map[string]string{} // by flag, for the usage
+	for i, s := range all {
 		raw[i] = &flagText{text: s.def, kind: s.kind}
 		fs.Var(raw[i], s.flag(), s.help+" ("+s.env+")")
+		defaults[s.flag()] = cmp.Or(s.def, owners.defaultOf(s))
 	}
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(out, Usage)
-		printDefaults(out, fs)
+		printDefaults(out, fs, defaults)
 		return Config{}, err
 	} else if err != nil {
 		return Config{}, fmt.Errorf("%w (see --help)", err)
@@ -294,9 +306,12 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var c Config
+	// c holds the values given; checked, the same with the packages'
+	// defaults of the settings left unset, as the node runs with them.
+	var c, checked Config
 	var unset []setting
-	for i, s := range settings {
+	unchecked := map[string]bool{}
+	for i, s := range all {
 		text := raw[i].text
 		if v := strings.TrimSpace(getenv(s.env)); v != "" && !given[s.flag()] {
 			text = v
@@ -307,6 +322,13 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 		if err := s.parse(&c, text); err != nil {
 			return Config{}, &Error{Var: s.env, Msg: err.Error()}
 		}
+		if text == "" {
+			text = owners.defaultOf(s)
+			unchecked[s.env] = text == "" && s.byPackage
+		}
+		if err := s.parse(&checked, text); err != nil {
+			return Config{}, &Error{Var: s.env, Msg: "its package's default " + strconv.Quote(text) + ": " + err.Error()}
+		}
 		if text == "" && s.derive != nil {
 			unset = append(unset, s)
 		}
@@ -314,8 +336,9 @@ func Load(args []string, getenv func(string) string, out io.Writer) (Config, err
 	// Defaults that depend on other settings, once all are read.
 	for _, s := range unset {
 		s.derive(&c)
+		s.derive(&checked)
 	}
-	return c, c.Validate()
+	return c, validate(all, checked, unchecked)
 }
 
 // Usage is the head of -h: every subcommand, then the service's flags.
@@ -353,9 +376,11 @@ func (f *flagText) IsBoolFlag() bool { return f.kind == "bool" }
 
 // printDefaults prints the flags as flag.PrintDefaults prints typed ones
 // (a flag.Value of our own would be typed "value"): the type after the
-// name, none for a boolean, and the default unless it is the zero value.
-func printDefaults(w io.Writer, fs *flag.FlagSet) {
+// name, none for a boolean, and the default (by flag) unless it is the
+// zero value.
+func printDefaults(w io.Writer, fs *flag.FlagSet, defaults map[string]string) {
 	fs.VisitAll(func(f *flag.Flag) {
+		def := defaults[f.Name]
 		kind := f.Value.(*flagText).kind
 		var b strings.Builder
 		b.WriteString("  -" + f.Name)
@@ -364,21 +389,21 @@ func printDefaults(w io.Writer, fs *flag.FlagSet) {
 		}
 		b.WriteString("\n    \t" + strings.ReplaceAll(f.Usage, "\n", "\n    \t"))
 		switch zero := map[string]string{"string": "", "int": "0", "duration": "0s", "bool": "false"}[kind]; {
-		case f.DefValue == "" || f.DefValue == zero:
+		case def == "" || def == zero:
 		case kind == "string":
-			fmt.Fprintf(&b, " (default %q)", f.DefValue)
+			fmt.Fprintf(&b, " (default %q)", def)
 		default:
-			fmt.Fprintf(&b, " (default %s)", f.DefValue)
+			fmt.Fprintf(&b, " (default %s)", def)
 		}
 		fmt.Fprintln(w, b.String())
 	})
 }
 
-// Validate checks every setting, in the table's order, and returns the
-// first problem.
-func (c Config) Validate() error {
-	for _, s := range settings {
-		if s.check == nil {
+// validate checks every setting of all in c, in the table's order, but
+// those unchecked, and returns the first problem.
+func validate(all []setting, c Config, unchecked map[string]bool) error {
+	for _, s := range all {
+		if s.check == nil || unchecked[s.env] {
 			continue
 		}
 		if msg := s.check(c); msg != "" {
@@ -413,11 +438,11 @@ func orEmbedded(s string) string {
 	return s
 }
 
-// redactURL hides the passwords of a URL: the user's, and any query
-// parameter named like a password (Postgres reads ?password= and
-// ?sslpassword=). Pairs are rewritten in place, which keeps their order;
-// url.Values would sort them.
-func redactURL(s string) string {
+// RedactURL hides the passwords of a URL, for logs and errors: the
+// user's, and any query parameter named like a password (Postgres reads
+// ?password= and ?sslpassword=). Pairs are rewritten in place, which
+// keeps their order; url.Values would sort them.
+func RedactURL(s string) string {
 	if s == "" {
 		return ""
 	}
@@ -440,47 +465,6 @@ func redactURL(s string) string {
 		u.RawQuery = strings.Join(pairs, "&")
 	}
 	return u.Redacted()
-}
-
-// LockNodeMode is the mode a LOCK_REDIS_URLS node is reached in: REDIS_URL
-// (the default) in REDIS_MODE, any other URL as one server: Redlock wants
-// independent nodes.
-func LockNodeMode(c Config, u string) string {
-	if u == c.RedisURL {
-		return c.RedisMode
-	}
-	return persistence.RedisSingle
-}
-
-// redisModeURLProblem says what is wrong with a Redis URL in mode, or
-// returns "". It checks the scheme itself because go-redis reports a
-// missing one as "invalid URL scheme: " with nothing after it.
-func redisModeURLProblem(mode, s string) string {
-	want := map[string]string{
-		persistence.RedisSingle:   "want redis://host:port/db (or rediss://, unix://)",
-		persistence.RedisSentinel: "want go-redis's failover URL, redis://sentinel:26379?master_name=NAME&addr=sentinel2:26379 (or rediss://), with REDIS_MODE=sentinel",
-		persistence.RedisCluster:  "want go-redis's cluster URL, redis://node1:7000?addr=node2:7001 (or rediss://), with REDIS_MODE=cluster",
-	}[mode]
-	if want == "" {
-		return "" // REDIS_MODE names the problem
-	}
-	if !strings.Contains(s, "://") { // host:port alone fails url.Parse obscurely
-		return want
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return "not a URL: " + errMsg(err)
-	}
-	if u.Scheme != "redis" && u.Scheme != "rediss" && (u.Scheme != "unix" || mode != persistence.RedisSingle) {
-		return want
-	}
-	if _, err := persistence.ParseRedisTarget(mode, s); err != nil {
-		if mode != persistence.RedisSingle {
-			return errMsg(err) + " (REDIS_MODE=" + mode + ")"
-		}
-		return errMsg(err)
-	}
-	return ""
 }
 
 // hostname is os.Hostname; tests replace it.
@@ -532,22 +516,6 @@ func list(s string) []string {
 		}
 	}
 	return out
-}
-
-// errMsg says what a URL parse error found wrong without echoing the URL,
-// which may hold a password: url.Error quotes the whole input, so only its
-// cause is kept. go-redis errors name the part at fault (database number,
-// option) and keep their text, less the package prefix.
-func errMsg(err error) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
-	msg := strings.TrimPrefix(err.Error(), "redis: ")
-	if msg = strings.TrimRight(msg, ": "); msg == "" {
-		return "malformed URL"
-	}
-	return msg
 }
 
 // oneLine joins the lines of a message, keeping each line's text.

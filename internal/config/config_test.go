@@ -14,65 +14,17 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"flashsale/graph"
 )
 
+// load is Load from env and args without the packages' part of the
+// settings (internal/config/owners, whose tests load with it): settings
+// whose packages own their defaults are unset and checked only when set.
 func load(env map[string]string, args ...string) (Config, error) {
-	return Load(args, func(k string) string { return env[k] }, io.Discard)
-}
-
-// withEnv is base with the variables kv (name, value, ...) set.
-func withEnv(base map[string]string, kv ...string) map[string]string {
-	m := map[string]string{}
-	for k, v := range base {
-		m[k] = v
-	}
-	for i := 0; i < len(kv); i += 2 {
-		m[kv[i]] = kv[i+1]
-	}
-	return m
+	return Load(args, func(k string) string { return env[k] }, io.Discard, nil)
 }
 
 // realSecret is a JWT_SECRET real mode accepts (at least 32 bytes).
 const realSecret = "config-test-secret-0123456789abcdef"
-
-// Real mode refuses an HMAC key shorter than 32 bytes, JWT_SECRET's and
-// TICKET_SECRET's, at start, with the variable named and the secret not
-// shown; the embedded mode makes its own and takes a given one as is.
-func TestShortSecretsAreRefusedInRealMode(t *testing.T) {
-	real := map[string]string{"REDIS_URL": "redis://127.0.0.1:6379/0", "DATABASE_URL": "postgres://u@h:5432/d"}
-	cases := []struct {
-		name    string
-		env     map[string]string
-		refused string // the variable named, "" = accepted
-	}{
-		{"3-byte jwt secret", withEnv(real, "JWT_SECRET", "abc"), "JWT_SECRET"},
-		{"31-byte jwt secret", withEnv(real, "JWT_SECRET", strings.Repeat("x", 31)), "JWT_SECRET"},
-		{"32-byte jwt secret", withEnv(real, "JWT_SECRET", strings.Repeat("x", 32)), ""},
-		{"short ticket secret", withEnv(real, "JWT_SECRET", realSecret, "TICKET_SECRET", "tkt"), "TICKET_SECRET"},
-		{"ticket secret derived", withEnv(real, "JWT_SECRET", realSecret), ""},
-		{"embedded mode takes a short one", map[string]string{"JWT_SECRET": "abc"}, ""},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := load(tc.env)
-			if tc.refused == "" {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			var ce *Error
-			if !errors.As(err, &ce) || ce.Var != tc.refused || !strings.Contains(err.Error(), "at least 32 bytes") {
-				t.Fatalf("err %v, want invalid %s: at least 32 bytes", err, tc.refused)
-			}
-			if strings.Contains(err.Error(), tc.env[tc.refused]) {
-				t.Fatalf("the error shows the secret: %v", err)
-			}
-		})
-	}
-}
 
 // The embedded mode prints an admin token, so by default it listens on
 // loopback only; real mode keeps the contract's :8080; a given HTTP_ADDR
@@ -99,56 +51,131 @@ func TestListenAddressDefaultsToLoopbackWhenEmbedded(t *testing.T) {
 	}
 }
 
-// Introspection is public when embedded (the playground shows the
-// schema before a token is pasted) and needs a token with real stores,
-// unless INTROSPECTION says otherwise; true and false, its values when it
-// was a switch, still mean public and off.
-func TestIntrospectionDefaultsPerMode(t *testing.T) {
-	real := map[string]string{"DATABASE_URL": "postgres://u@h:5432/d", "REDIS_URL": "redis://127.0.0.1:6379/0", "JWT_SECRET": realSecret}
-	withReal := func(v string) map[string]string {
-		env := map[string]string{"INTROSPECTION": v}
-		for k, val := range real {
-			env[k] = val
-		}
-		return env
-	}
-	for _, tc := range []struct {
-		name string
-		env  map[string]string
-		want graph.IntrospectionMode
-	}{
-		{"embedded", nil, graph.IntrospectionPublic},
-		{"real stores", real, graph.IntrospectionToken},
-		{"real stores, opened", withReal("public"), graph.IntrospectionPublic},
-		{"real stores, off", withReal("OFF"), graph.IntrospectionOff},
-		{"embedded, token", map[string]string{"INTROSPECTION": "token"}, graph.IntrospectionToken},
-		{"true is public", withReal("true"), graph.IntrospectionPublic},
-		{"false is off", map[string]string{"INTROSPECTION": "false"}, graph.IntrospectionOff},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := load(tc.env)
-			if err != nil || c.Introspection != tc.want {
-				t.Fatalf("INTROSPECTION %q (%v), want %q", c.Introspection, err, tc.want)
-			}
-		})
-	}
-}
-
 func TestDefaultsAreTheEmbeddedMode(t *testing.T) {
 	c, err := load(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.Embedded() || !c.Demo || c.HTTPAddr != "127.0.0.1:8080" || c.PayTimeout != 30*time.Minute || c.ClusterProvider != "test" ||
+	if !c.Embedded() || !c.Demo || c.HTTPAddr != "127.0.0.1:8080" || c.ClusterProvider != "test" || c.Introspection != "public" ||
 		c.ClusterName != "flashsale" || c.RateUserPerSec != 10 || c.LogFormat != "text" || c.LogLevel != "info" {
 		t.Fatalf("defaults %+v", c)
 	}
-	// The stores' own defaults, and today's shutdown waits.
-	if c.GrabBatchSize != 256 || c.GrabQueueBound != 8192 || c.OrderLogClaimIdle != 30*time.Second ||
-		c.GrabTimeout != 5*time.Second || c.OrderLogDrainTimeout != 5*time.Second || c.HTTPShutdownTimeout != 10*time.Second ||
-		c.JWTMaxTTL != 24*time.Hour || c.MaxResponseBytes != 4<<20 || c.WSMaxOperations != 32 ||
-		c.StatusSyncInterval != time.Second || c.AllowEmbeddedRedis {
+	// Today's shutdown waits.
+	if c.OrderLogDrainTimeout != 5*time.Second || c.HTTPShutdownTimeout != 10*time.Second || c.AllowEmbeddedRedis {
 		t.Fatalf("defaults %+v", c)
+	}
+}
+
+// Settings hold values: one whose default its package owns holds zero
+// while unset, for that package to take as its default; set, it holds
+// the value given, and 0 where 0 means off holds Off, which is logged as 0.
+func TestSettingsWhosePackagesOwnTheirDefaultsHoldZeroWhileUnset(t *testing.T) {
+	c, err := load(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.GrabTimeout != 0 || c.GrabBatchSize != 0 || c.PayTimeout != 0 || c.RedisMode != "" || c.ShedIPPerSec != 0 || c.OrderLogLinger != 0 || c.PowDifficulty != 0 {
+		t.Fatalf("unset: %+v", c)
+	}
+	c, err = load(map[string]string{"GRAB_TIMEOUT": "2s", "SHED_IP_PER_SEC": "0", "ORDER_LOG_LINGER": "0s", "ANON_WAIT": "0", "COST_BUDGET": "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.GrabTimeout != 2*time.Second || c.ShedIPPerSec != Off || c.OrderLogLinger != Off || c.AnonWait != Off || c.CostBudget != Off {
+		t.Fatalf("set: %+v", c)
+	}
+	var b strings.Builder
+	slog.New(slog.NewTextHandler(&b, nil)).Info("start", "config", c)
+	for _, want := range []string{"config.shed_ip_per_sec=0 ", "config.order_log_linger=0s ", "config.anon_wait=0s ", "config.cost_budget=0 "} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the log lacks %q: %s", want, b.String())
+		}
+	}
+}
+
+// Effective is what the node runs with: each setting left unset at its
+// package's default as owners gives it, every other as it is.
+func TestEffectiveTakesThePackagesDefaultsOfTheSettingsLeftUnset(t *testing.T) {
+	owners := Owners{"GRAB_TIMEOUT": {Default: "5s"}, "GRAB_BATCH_SIZE": {Default: "256"}, "SHED_IP_PER_SEC": {Default: "1000"}, "REDIS_MODE": {Default: "single"}}
+	c, err := Load(nil, func(k string) string { return map[string]string{"GRAB_BATCH_SIZE": "7", "SHED_IP_PER_SEC": "0"}[k] }, io.Discard, owners)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := c.Effective(owners)
+	if e.GrabTimeout != 5*time.Second || e.GrabBatchSize != 7 || e.ShedIPPerSec != Off || e.RedisMode != "single" || e.PayTimeout != 0 {
+		t.Fatalf("effective %+v", e)
+	}
+	if c.GrabTimeout != 0 || c.RedisMode != "" {
+		t.Fatalf("Effective changed the configuration it was given: %+v", c)
+	}
+}
+
+// The checks see the packages' defaults of the settings left unset (a
+// write timeout within an unset GRAB_TIMEOUT is refused naming its
+// default), and without them check an unset setting not at all.
+func TestChecksSeeThePackagesDefaults(t *testing.T) {
+	env := map[string]string{"HTTP_WRITE_TIMEOUT": "5s"}
+	getenv := func(k string) string { return env[k] }
+	_, err := Load(nil, getenv, io.Discard, Owners{"GRAB_TIMEOUT": {Default: "5s"}})
+	var ce *Error
+	if !errors.As(err, &ce) || ce.Var != "HTTP_WRITE_TIMEOUT" || !strings.Contains(err.Error(), "GRAB_TIMEOUT (5s)") {
+		t.Fatalf("got %v, want HTTP_WRITE_TIMEOUT refused naming GRAB_TIMEOUT (5s)", err)
+	}
+	if _, err := Load(nil, getenv, io.Discard, nil); err != nil {
+		t.Fatalf("without the packages' defaults: %v", err)
+	}
+	if _, err := Load(nil, func(string) string { return "" }, io.Discard, Owners{"GRAB_TIMEOUT": {Default: "0s"}}); err == nil {
+		t.Fatal("a package's default the setting refuses was taken")
+	}
+}
+
+// What a package says of its setting comes first: its reading of the text
+// (the package's spelling, or what is wrong), then its check.
+func TestOwnersReadAndCheckFirst(t *testing.T) {
+	owners := Owners{
+		"INTROSPECTION": {Parse: func(s string) (string, error) {
+			if s == "yes" {
+				return "public", nil
+			}
+			return "", errors.New("want yes")
+		}},
+		"CLUSTER_NAME": {Check: func(c Config) string {
+			if c.ClusterName == "forbidden" {
+				return "not that one"
+			}
+			return ""
+		}},
+	}
+	for _, tc := range []struct {
+		env      map[string]string
+		variable string
+		says     string
+	}{
+		{map[string]string{"INTROSPECTION": "no"}, "INTROSPECTION", "want yes"},
+		{map[string]string{"CLUSTER_NAME": "forbidden"}, "CLUSTER_NAME", "not that one"},
+	} {
+		_, err := Load(nil, func(k string) string { return tc.env[k] }, io.Discard, owners)
+		var ce *Error
+		if !errors.As(err, &ce) || ce.Var != tc.variable || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%v: got %v, want %s refused: %s", tc.env, err, tc.variable, tc.says)
+		}
+	}
+	c, err := Load(nil, func(k string) string { return map[string]string{"INTROSPECTION": "yes"}[k] }, io.Discard, owners)
+	if err != nil || c.Introspection != "public" {
+		t.Fatalf("INTROSPECTION=yes: %q (%v), want public", c.Introspection, err)
+	}
+}
+
+// Owners' problems name a setting whose package owns its default without
+// one (it would show none), a default config would never apply, one that
+// does not parse, and a variable that is no setting.
+func TestOwnersProblems(t *testing.T) {
+	o := Owners{"LOG_LEVEL": {Default: "debug"}, "GRAB_BATCH_SIZE": {Default: "many"}, "NO_SUCH_SETTING": {}}
+	got := strings.Join(o.Problems(), "\n")
+	for _, want := range []string{"GRAB_TIMEOUT: its package owns its default", "LOG_LEVEL: config owns its default", "GRAB_BATCH_SIZE: its package's default \"many\"", "NO_SUCH_SETTING: not a setting"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("problems lack %q:\n%s", want, got)
+		}
 	}
 }
 
@@ -231,11 +258,9 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		name, variable string
 		env            map[string]string
 	}{
-		{"bad redis url", "REDIS_URL", with("REDIS_URL", "http://nope")},
 		{"bad database url", "DATABASE_URL", with("DATABASE_URL", "mysql://x")},
 		{"missing jwt secret in real mode", "JWT_SECRET", with("JWT_SECRET", "")},
 		{"even number of lock nodes", "LOCK_REDIS_URLS", with("LOCK_REDIS_URLS", "redis://a:1,redis://b:2")},
-		{"bad lock url", "LOCK_REDIS_URLS", with("LOCK_REDIS_URLS", "ftp://a")},
 		{"bad pay timeout", "PAY_TIMEOUT", with("PAY_TIMEOUT", "soon")},
 		{"negative pay timeout", "PAY_TIMEOUT", with("PAY_TIMEOUT", "-1m")},
 		{"bad jwt max ttl", "JWT_MAX_TTL", with("JWT_MAX_TTL", "forever")},
@@ -259,8 +284,11 @@ func TestInvalidValuesNameTheirVariable(t *testing.T) {
 		{"negative http shutdown timeout", "HTTP_SHUTDOWN_TIMEOUT", with("HTTP_SHUTDOWN_TIMEOUT", "-1s")},
 		{"negative drain delay", "HTTP_DRAIN_DELAY", with("HTTP_DRAIN_DELAY", "-1s")},
 		{"zero body timeout", "HTTP_BODY_TIMEOUT", with("HTTP_BODY_TIMEOUT", "0s")},
-		{"write timeout within the grab timeout", "HTTP_WRITE_TIMEOUT", with("HTTP_WRITE_TIMEOUT", "5s")},
-		{"bad introspection", "INTROSPECTION", with("INTROSPECTION", "maybe")},
+		{"write timeout within the grab timeout", "HTTP_WRITE_TIMEOUT", func() map[string]string {
+			m := with("HTTP_WRITE_TIMEOUT", "5s")
+			m["GRAB_TIMEOUT"] = "5s"
+			return m
+		}()},
 		{"zero response cap", "MAX_RESPONSE_BYTES", with("MAX_RESPONSE_BYTES", "0")},
 		{"zero websocket operations", "WS_MAX_OPERATIONS", with("WS_MAX_OPERATIONS", "0")},
 		{"negative connection rate", "CONN_PER_IP_PER_SEC", with("CONN_PER_IP_PER_SEC", "-1")},
@@ -322,7 +350,7 @@ func TestUsageNeverShowsSecrets(t *testing.T) {
 	for _, args := range [][]string{{"--bogus-flag"}, {"--help"}, {"-h"}} {
 		t.Run(args[0], func(t *testing.T) {
 			var out strings.Builder
-			_, err := Load(args, func(k string) string { return env[k] }, &out)
+			_, err := Load(args, func(k string) string { return env[k] }, &out, nil)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -346,35 +374,13 @@ func TestUsageNeverShowsSecrets(t *testing.T) {
 	}
 }
 
-func TestInvalidURLsSayWhatIsWrong(t *testing.T) {
-	real := map[string]string{"REDIS_URL": "redis://127.0.0.1:6379/0", "DATABASE_URL": "postgres://u@h:5432/db", "JWT_SECRET": realSecret}
-	cases := []struct{ variable, value string }{
-		{"REDIS_URL", "//h:6379"},
-		{"REDIS_URL", "127.0.0.1:6379"},
-		{"REDIS_URL", "http://h:6379"},
-		{"REDIS_URL", "redis://:pwsecret@h:6379/abc"},
-		{"REDIS_URL", "redis://:pwsecret@h:6379/1/2"},
-		{"REDIS_URL", "redis://:pwsecret@h:6379/0?bogus=1"},
-		{"REDIS_URL", "redis://:pwsecret@h:6379/0?dial_timeout=soon"},
-		{"REDIS_URL", "redis://:pwsecret@h:port/0"},
-		{"REDIS_URL", "redis://:pw%zzsecret@h:6379/0"},
-		{"REDIS_URL", "unix://"},
-		{"LOCK_REDIS_URLS", "//h:6379"},
-		{"LOCK_REDIS_URLS", "redis://:pwsecret@h:6379/abc"},
-		{"DATABASE_URL", "//h:5432/db"},
-		{"DATABASE_URL", "postgres://u:pwsecret@h:port/db"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.variable+"="+tc.value, func(t *testing.T) {
-			env := map[string]string{}
-			for k, v := range real {
-				env[k] = v
-			}
-			env[tc.variable] = tc.value
-			_, err := load(env)
+func TestInvalidDatabaseURLsSayWhatIsWrong(t *testing.T) {
+	for _, value := range []string{"//h:5432/db", "postgres://u:pwsecret@h:port/db"} {
+		t.Run(value, func(t *testing.T) {
+			_, err := load(map[string]string{"REDIS_URL": "redis://127.0.0.1:6379/0", "DATABASE_URL": value, "JWT_SECRET": realSecret})
 			var ce *Error
-			if !errors.As(err, &ce) || ce.Var != tc.variable {
-				t.Fatalf("got %v, want an error naming %s", err, tc.variable)
+			if !errors.As(err, &ce) || ce.Var != "DATABASE_URL" {
+				t.Fatalf("got %v, want an error naming DATABASE_URL", err)
 			}
 			// A phrase, not an empty message or a bare echo of the value.
 			if msg := strings.TrimSpace(ce.Msg); !strings.Contains(msg, " ") || strings.HasSuffix(msg, ":") {
@@ -481,7 +487,7 @@ func contractVariables(tb testing.TB) []string {
 // lists every one, with secrets masked.
 func TestEverySettingHasAFlagAVariableAndALogEntry(t *testing.T) {
 	var usage strings.Builder
-	if _, err := Load([]string{"-h"}, func(string) string { return "" }, &usage); !errors.Is(err, flag.ErrHelp) {
+	if _, err := Load([]string{"-h"}, func(string) string { return "" }, &usage, nil); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v", err)
 	}
 	byEnv := map[string]setting{}
@@ -515,7 +521,7 @@ func TestEverySettingHasAFlagAVariableAndALogEntry(t *testing.T) {
 	t.Run("the usage types each flag", func(t *testing.T) {
 		for _, want := range []string{
 			"\n  -grab-timeout duration\n", "\n  -grab-batch-size int\n", "\n  -redis-url string\n",
-			"\n  -degrade-to-db\n", "\n  -demo\n", `(default "test")`, "(default 30m)",
+			"\n  -degrade-to-db\n", "\n  -demo\n", `(default "test")`, "(default 10s)",
 			"flashsale token", "flashsale solve", "flashsale --version",
 		} {
 			if !strings.Contains(usage.String(), want) {
@@ -597,77 +603,8 @@ func TestEverySettingHasAFlagAVariableAndALogEntry(t *testing.T) {
 			t.Errorf("jwt_secret logged as %v, want ***", rec.Config["jwt_secret"])
 		}
 		// Durations as text, not nanoseconds.
-		if rec.Config["pay_timeout"] != "30m" || rec.Config["order_log_claim_idle"] != "30s" {
-			t.Errorf("durations logged as %v and %v, want 30m and 30s", rec.Config["pay_timeout"], rec.Config["order_log_claim_idle"])
+		if rec.Config["http_shutdown_timeout"] != "10s" || rec.Config["segment_lease_ttl"] != "3s" {
+			t.Errorf("durations logged as %v and %v, want 10s and 3s", rec.Config["http_shutdown_timeout"], rec.Config["segment_lease_ttl"])
 		}
 	})
-}
-
-// REDIS_MODE decides which of go-redis's URL forms REDIS_URL must have;
-// a URL that does not parse in its mode and a mode without REDIS_URL are
-// refused naming the variable at fault.
-// Acknowledgements need a Redis of its own and a timeout WAIT can count
-// and a grab can wait out.
-func TestRedisModesAndAcknowledgements(t *testing.T) {
-	const (
-		single   = "redis://:pwsecret@127.0.0.1:6379/0"
-		failover = "redis://:pwsecret@127.0.0.1:26379/0?master_name=fs&addr=127.0.0.1:26380&password=pwsecret"
-		cluster  = "redis://:pwsecret@127.0.0.1:7000?addr=127.0.0.1:7001&addr=127.0.0.1:7002"
-	)
-	base := map[string]string{"DATABASE_URL": "postgres://u@h:5432/db", "JWT_SECRET": realSecret}
-	env := func(kv ...string) map[string]string { return withEnv(base, kv...) }
-	cases := []struct {
-		name    string
-		env     map[string]string
-		refused string // the variable named, "" = accepted
-		says    string // a phrase the refusal holds
-	}{
-		{"single by default", env("REDIS_URL", single), "", ""},
-		{"sentinel with a failover URL", env("REDIS_MODE", "sentinel", "REDIS_URL", failover), "", ""},
-		{"mode in capitals", env("REDIS_MODE", "SENTINEL", "REDIS_URL", failover), "", ""},
-		{"acknowledged by two replicas", env("REDIS_MODE", "sentinel", "REDIS_URL", failover, "REDIS_ACK_REPLICAS", "2", "REDIS_ACK_TIMEOUT", "50ms"), "", ""},
-		{"unknown mode", env("REDIS_MODE", "ring", "REDIS_URL", single), "REDIS_MODE", "single, sentinel, cluster"},
-		{"sentinel without REDIS_URL", env("REDIS_MODE", "sentinel", "ALLOW_EMBEDDED_REDIS", "true"), "REDIS_MODE", "needs REDIS_URL"},
-		{"cluster", env("REDIS_MODE", "cluster", "REDIS_URL", cluster), "", ""},
-		{"cluster acknowledged by a replica", env("REDIS_MODE", "cluster", "REDIS_URL", cluster, "REDIS_ACK_REPLICAS", "1"), "", ""},
-		{"cluster read from replicas", env("REDIS_MODE", "cluster", "REDIS_URL", cluster+"&read_only=true"), "REDIS_URL", "primary"},
-		{"single with a failover URL", env("REDIS_URL", failover), "REDIS_URL", "master_name"},
-		{"sentinel without master_name", env("REDIS_MODE", "sentinel", "REDIS_URL", single), "REDIS_URL", "master_name is required"},
-		{"sentinel routed to replicas", env("REDIS_MODE", "sentinel", "REDIS_URL", failover+"&replica_only=true"), "REDIS_URL", "primary"},
-		{"sentinel with a unix socket", env("REDIS_MODE", "sentinel", "REDIS_URL", "unix:///tmp/redis.sock"), "REDIS_URL", "failover URL"},
-		{"another lock node in the failover form", env("REDIS_MODE", "sentinel", "REDIS_URL", failover, "LOCK_REDIS_URLS", strings.Replace(failover, "26379", "26999", 1)), "LOCK_REDIS_URLS", "master_name"},
-		{"negative replicas", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "-1"), "REDIS_ACK_REPLICAS", ">= 0"},
-		{"replicas of the in-process redis", env("ALLOW_EMBEDDED_REDIS", "true", "REDIS_ACK_REPLICAS", "1"), "REDIS_ACK_REPLICAS", "no replicas"},
-		{"acknowledgement under a millisecond", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "1", "REDIS_ACK_TIMEOUT", "500us"), "REDIS_ACK_TIMEOUT", "1ms"},
-		{"acknowledgement as long as a grab", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "1", "REDIS_ACK_TIMEOUT", "5s"), "REDIS_ACK_TIMEOUT", "GRAB_TIMEOUT (5s) less 200ms"},
-		{"acknowledgement without room in a grab", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "1", "REDIS_ACK_TIMEOUT", "900ms", "GRAB_TIMEOUT", "1s"), "REDIS_ACK_TIMEOUT", "GRAB_TIMEOUT (1s) less 200ms"},
-		{"no acknowledgements: the timeout is not checked against a short grab", env("REDIS_URL", single, "GRAB_TIMEOUT", "300ms"), "", ""},
-		{"acknowledgement with just the room", env("REDIS_URL", single, "REDIS_ACK_REPLICAS", "1", "REDIS_ACK_TIMEOUT", "800ms", "GRAB_TIMEOUT", "1s"), "", ""},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			c, err := load(tc.env)
-			if tc.refused == "" {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				// The default lock node is REDIS_URL, reached in its mode.
-				if len(c.LockRedisURLs) != 1 || LockNodeMode(c, c.LockRedisURLs[0]) != c.RedisMode {
-					t.Fatalf("lock nodes %v in mode %s", c.LockRedisURLs, c.RedisMode)
-				}
-				return
-			}
-			var ce *Error
-			if !errors.As(err, &ce) || ce.Var != tc.refused || !strings.Contains(err.Error(), tc.says) {
-				t.Fatalf("got %v, want an error naming %s that says %q", err, tc.refused, tc.says)
-			}
-			if strings.Contains(err.Error(), "pwsecret") {
-				t.Fatalf("%q shows the password", err)
-			}
-		})
-	}
-	c, err := load(env("REDIS_URL", single))
-	if err != nil || c.RedisMode != "single" || c.RedisAckReplicas != 0 || c.RedisAckTimeout != 200*time.Millisecond {
-		t.Fatalf("defaults: mode %q, %d replicas within %s (%v), want single, 0 and 200ms", c.RedisMode, c.RedisAckReplicas, c.RedisAckTimeout, err)
-	}
 }

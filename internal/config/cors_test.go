@@ -7,9 +7,9 @@ import (
 )
 
 // CORS_ALLOWED_ORIGINS: none by default with real stores, local dev
-// servers on any port when embedded, "none" turns that off, and a
-// pattern that is no origin is refused at start naming the variable.
-func TestCORSOriginsPerModeAndChecked(t *testing.T) {
+// servers on any port when embedded, and "none" turns that off (httpapi
+// checks the patterns: see the owners' test).
+func TestCORSOriginsPerMode(t *testing.T) {
 	real := map[string]string{"DATABASE_URL": "postgres://u@h:5432/d", "REDIS_URL": "redis://127.0.0.1:6379/0", "JWT_SECRET": strings.Repeat("s", 32)}
 	with := func(base map[string]string, v string) map[string]string {
 		env := map[string]string{"CORS_ALLOWED_ORIGINS": v}
@@ -35,11 +35,5 @@ func TestCORSOriginsPerModeAndChecked(t *testing.T) {
 				t.Fatalf("origins %q (%v), want %q", c.CORSOrigins(), err, tc.want)
 			}
 		})
-	}
-	for _, bad := range []string{"localhost:5173", "http://localhost:5173/", "ftp://x", "http://*.*.example.com", "https://a.example/path", "none,http://x"} {
-		_, err := load(with(real, bad))
-		if err == nil || !strings.Contains(err.Error(), "CORS_ALLOWED_ORIGINS") {
-			t.Errorf("%q: %v, want refused naming CORS_ALLOWED_ORIGINS", bad, err)
-		}
 	}
 }

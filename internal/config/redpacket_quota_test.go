@@ -6,12 +6,12 @@ import (
 	"time"
 )
 
-// The red packets' quota is 10 unless set, by variable or flag, to a whole
-// number of at least 1 (0 would refuse every create; an operator who wants
-// no quota sets a large number).
+// The red packets' quota is redpackets' default unless set, by variable or
+// flag, to a whole number of at least 1 (0 would refuse every create; an
+// operator who wants no quota sets a large number).
 func TestRedPacketQuotaIsSettable(t *testing.T) {
-	if c, err := load(nil); err != nil || c.RedPacketMaxOpenPerUser != 10 {
-		t.Fatalf("default: %d (%v), want 10", c.RedPacketMaxOpenPerUser, err)
+	if c, err := load(nil); err != nil || c.RedPacketMaxOpenPerUser != 0 {
+		t.Fatalf("unset: %d (%v), want 0, redpackets' default", c.RedPacketMaxOpenPerUser, err)
 	}
 	if c, err := load(map[string]string{"RED_PACKET_MAX_OPEN_PER_USER": "3"}); err != nil || c.RedPacketMaxOpenPerUser != 3 {
 		t.Fatalf("variable: %d (%v), want 3", c.RedPacketMaxOpenPerUser, err)
@@ -27,11 +27,11 @@ func TestRedPacketQuotaIsSettable(t *testing.T) {
 	}
 }
 
-// The daily bound of red packets per user is 50 unless set to a whole
-// number of at least 1.
+// The daily bound of red packets per user is redpackets' default unless
+// set to a whole number of at least 1.
 func TestRedPacketDailyLimitIsSettable(t *testing.T) {
-	if c, err := load(nil); err != nil || c.RedPacketMaxPerUserPerDay != 50 {
-		t.Fatalf("default: %d (%v), want 50", c.RedPacketMaxPerUserPerDay, err)
+	if c, err := load(nil); err != nil || c.RedPacketMaxPerUserPerDay != 0 {
+		t.Fatalf("unset: %d (%v), want 0, redpackets' default", c.RedPacketMaxPerUserPerDay, err)
 	}
 	if c, err := load(map[string]string{"RED_PACKET_MAX_PER_USER_PER_DAY": "7"}); err != nil || c.RedPacketMaxPerUserPerDay != 7 {
 		t.Fatalf("variable: %d (%v), want 7", c.RedPacketMaxPerUserPerDay, err)
@@ -44,11 +44,11 @@ func TestRedPacketDailyLimitIsSettable(t *testing.T) {
 	}
 }
 
-// Settled red packets are kept 30 days unless set otherwise, and never
-// less than the daily limit's 24 hours.
+// Settled red packets are kept as long as redpackets' default unless set
+// otherwise, and never less than the daily limit's 24 hours.
 func TestRedPacketRetentionIsADayOrMore(t *testing.T) {
-	if c, err := load(nil); err != nil || c.RedPacketRetention != 30*24*time.Hour {
-		t.Fatalf("default: %s (%v), want 720h", c.RedPacketRetention, err)
+	if c, err := load(nil); err != nil || c.RedPacketRetention != 0 {
+		t.Fatalf("unset: %s (%v), want 0, redpackets' default", c.RedPacketRetention, err)
 	}
 	if c, err := load(map[string]string{"RED_PACKET_RETENTION": "24h"}); err != nil || c.RedPacketRetention != 24*time.Hour {
 		t.Fatalf("variable: %s (%v), want 24h", c.RedPacketRetention, err)

@@ -15,31 +15,33 @@ import (
 // The settings reference of the operators' documentation sits between
 // these two lines; everything between them is generated from the table.
 const (
-	ReferenceBegin = "<!-- settings reference: generated from internal/config/settings.go by `go generate ./internal/config`; do not edit -->"
+	ReferenceBegin = "<!-- settings reference: generated from internal/config/settings.go and internal/config/owners by `go generate ./internal/config`; do not edit -->"
 	ReferenceEnd   = "<!-- end of the settings reference -->"
 )
 
 // Reference is the settings table as Markdown: one row per setting, in
 // the table's order, with its default (in each mode where the modes
-// differ), its help, and what a wrong value is told, as the service
-// itself says it. Nothing in it is written twice: a setting added to the
-// table appears here once the documentation is regenerated, and a test
-// fails until it is. It changes GOMAXPROCS for a moment (see
+// differ; its package's, from owners, where the package owns it), its
+// help, and what a wrong value is told, as the service itself says it.
+// Nothing in it is written twice: a setting added to the table appears
+// here once the documentation is regenerated, and a test fails until it
+// is. It builds owners again with GOMAXPROCS changed for a moment (see
 // derivedDefaults), so it is for the generator and for a test that runs
 // alone, not for a running service.
-func Reference() string {
-	defaults := derivedDefaults()
+func Reference(owners func() Owners) string {
+	defaults := derivedDefaults(owners)
+	o := owners()
 	var b strings.Builder
 	b.WriteString("| setting | default | what it does | a wrong value is told |\n|---|---|---|---|\n")
-	for _, s := range settings {
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", s.env, cell(defaults[s.env]), cell(s.help), cell(validValues(s)))
+	for _, s := range o.settings() {
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", s.env, cell(defaults[s.env]), cell(s.help), cell(validValues(s, o)))
 	}
 	return b.String()
 }
 
 // RewriteReference replaces what lies between ReferenceBegin and
 // ReferenceEnd in doc by Reference.
-func RewriteReference(doc []byte) ([]byte, error) {
+func RewriteReference(doc []byte, owners func() Owners) ([]byte, error) {
 	begin, end, err := referenceSpan(doc)
 	if err != nil {
 		return nil, err
@@ -47,7 +49,7 @@ func RewriteReference(doc []byte) ([]byte, error) {
 	var out bytes.Buffer
 	out.Write(doc[:begin])
 	out.WriteString("\n\n")
-	out.WriteString(Reference())
+	out.WriteString(Reference(owners))
 	out.WriteString("\n")
 	out.Write(doc[end:])
 	return out.Bytes(), nil
@@ -83,17 +85,18 @@ func cell(s string) string {
 }
 
 // derivedDefaults is each setting's default as the documentation shows it.
-// A fixed default is shown as it is. A derived one is worked out in the
-// embedded mode and in real mode (stores configured); if it follows
-// anything else (another setting, the host's name, the cores), which is
-// found out by working it out again with those changed, it is shown as
-// derived, and its help says from what.
-func derivedDefaults() map[string]string {
-	embedded, realMode := baseConfig(nil), baseConfig(map[string]string{
+// A fixed default is shown as it is, a package's as owners gives it. A
+// derived one is worked out in the embedded mode and in real mode (stores
+// configured); if it follows anything else (another setting, the host's
+// name, the cores), which is found out by working it out again with those
+// changed, it is shown as derived, and its help says from what.
+func derivedDefaults(owners func() Owners) map[string]string {
+	o := owners()
+	embedded, realMode := baseConfig(nil, o), baseConfig(map[string]string{
 		"REDIS_URL":    "redis://127.0.0.1:6379/0",
 		"DATABASE_URL": "postgres://flashsale@127.0.0.1:5432/flashsale",
 		"JWT_SECRET":   "a-secret-of-at-least-32-bytes-for-real-mode",
-	})
+	}, o)
 	// The same modes on another machine with other settings: another
 	// listen address, another Redis and more cores.
 	embedded2, real2 := embedded, realMode
@@ -103,6 +106,19 @@ func derivedDefaults() map[string]string {
 	out := map[string]string{}
 	for _, s := range settings {
 		switch {
+		case s.byPackage:
+			d := o.defaultOf(s)
+			runtime.GOMAXPROCS(prev + 1)
+			d2 := owners().defaultOf(s)
+			runtime.GOMAXPROCS(prev)
+			switch {
+			case d == "":
+				out[s.env] = "unset"
+			case d != d2:
+				out[s.env] = "derived (see what it does)"
+			default:
+				out[s.env] = "`" + d + "`"
+			}
 		case s.secret || (s.def == "" && s.derive == nil):
 			out[s.env] = "unset"
 		case s.def != "":
@@ -127,8 +143,8 @@ func derivedDefaults() map[string]string {
 
 // baseConfig is the configuration loaded from env alone, every other
 // setting at its default; it must be valid.
-func baseConfig(env map[string]string) Config {
-	c, err := Load(nil, func(k string) string { return env[k] }, nil)
+func baseConfig(env map[string]string, o Owners) Config {
+	c, err := Load(nil, func(k string) string { return env[k] }, nil, o)
 	if err != nil {
 		panic(fmt.Sprintf("the settings reference's base configuration: %v", err))
 	}
@@ -147,8 +163,8 @@ func deriveShown(s setting, c Config) string {
 // format messages every duration and every boolean shares say nothing
 // about the setting and are left out, and so is the probe a message
 // quotes.
-func validValues(s setting) string {
-	base := baseConfig(nil)
+func validValues(s setting, o Owners) string {
+	base := baseConfig(nil, o).Effective(o)
 	try := func(probe string) (msg string, parsed bool) {
 		c := base
 		if err := s.parse(&c, probe); err != nil {

@@ -1,39 +1,31 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
-	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"flashsale/actors"
-	"flashsale/actors/writer"
 	"flashsale/domain"
-	"flashsale/graph"
-	"flashsale/httpapi"
-	"flashsale/internal/auth"
-	"flashsale/internal/catalog"
-	"flashsale/internal/connlimit"
-	"flashsale/internal/gate"
-	"flashsale/internal/orders"
-	"flashsale/internal/redpackets"
-	"flashsale/persistence"
 )
 
 // setting is one configuration variable, declared once: its variable (the
 // flag is the same name in kebab case), default, help, how its text is
 // parsed into Config, what is checked once all are read, and how it is
-// shown in the start-up log. Load, Validate, LogValue and the usage (-h)
+// shown in the start-up log. Load, LogValue, Effective and the usage (-h)
 // all walk the table below, so a setting cannot be read but not logged.
+// What only the package a setting configures knows (its default, the
+// rules of its values) comes from Owners.
 type setting struct {
 	env  string // REDIS_URL
 	def  string // as the text a flag or variable would give; "" = unset
 	help string
+	// byPackage: the default is the package's (see owned).
+	byPackage bool
 	// kind is the type -h shows: string, int, duration or bool.
 	kind string
 	// secret values are shown masked whole and never have a default: the
@@ -55,6 +47,8 @@ type setting struct {
 	// show is the value for the start-up log; it masks what may hold a
 	// secret.
 	show func(c Config) slog.Value
+	// zero reports whether the setting holds its zero value.
+	zero func(c Config) bool
 }
 
 func (s setting) flag() string   { return flagName(s.env) }
@@ -67,8 +61,23 @@ func (s setting) shown(f func(c Config) slog.Value) setting {
 	return s
 }
 
+// owned marks a setting whose default the package it configures owns:
+// unset, it holds its zero value, which that package takes as its default
+// (cmp.Or where the option is used). Owners gives that default as text,
+// for the usage, the start-up log, the reference and the checks.
+func (s setting) owned() setting {
+	parse := s.parse
+	s.def, s.byPackage = "", true
+	s.parse = func(c *Config, t string) error {
+		if t == "" {
+			return nil
+		}
+		return parse(c, t)
+	}
+	return s
+}
+
 // settings is the whole configuration, in the order of the start-up log.
-// Defaults owned by a store come from its exported constants.
 var settings = []setting{
 	// Embedded mode prints an admin token and puts one in the playground
 	// page, so it listens on the loopback interface unless told otherwise.
@@ -94,22 +103,11 @@ var settings = []setting{
 			c.NodeID = DefaultNodeID(host, c.HTTPAddr)
 		}).
 		checked(func(c Config) string { return nodeIDProblem(c.NodeID) }),
-	lowerVar("REDIS_MODE", persistence.RedisSingle, "how REDIS_URL reaches Redis: single (redis://host:port/db), sentinel (go-redis's failover URL, redis://sentinel:26379?master_name=NAME&addr=sentinel2:26379) or cluster (go-redis's cluster URL, redis://node1:7000?addr=node2:7001: any nodes, the rest is discovered; each voucher's and red packet's keys live on one shard)", func(c *Config) *string { return &c.RedisMode }).
-		checked(func(c Config) string {
-			switch {
-			case !slices.Contains(persistence.RedisModes, c.RedisMode):
-				return "want " + strings.Join(persistence.RedisModes, ", ")
-			case c.RedisMode != persistence.RedisSingle && c.RedisURL == "":
-				return c.RedisMode + " needs REDIS_URL: the in-process Redis is a single server"
-			}
-			return ""
-		}),
+	lowerVar("REDIS_MODE", "", "how REDIS_URL reaches Redis: single (redis://host:port/db), sentinel (go-redis's failover URL, redis://sentinel:26379?master_name=NAME&addr=sentinel2:26379) or cluster (go-redis's cluster URL, redis://node1:7000?addr=node2:7001: any nodes, the rest is discovered; each voucher's and red packet's keys live on one shard)", func(c *Config) *string { return &c.RedisMode }).
+		owned(),
 	stringVar("REDIS_URL", "", "stock Redis URL in REDIS_MODE's form; empty runs an in-process Redis", func(c *Config) *string { return &c.RedisURL }).
 		checked(func(c Config) string {
-			switch {
-			case c.RedisURL != "":
-				return redisModeURLProblem(c.RedisMode, c.RedisURL)
-			case c.DatabaseURL != "" && !c.AllowEmbeddedRedis:
+			if c.RedisURL == "" && c.DatabaseURL != "" && !c.AllowEmbeddedRedis {
 				return "required when DATABASE_URL is set: an in-process Redis dies with the process, losing the orders " +
 					"answered OK on their way to the database, and every node would sell the whole stock from its own; " +
 					"set REDIS_URL to a Redis run with appendonly yes and appendfsync always " +
@@ -117,7 +115,7 @@ var settings = []setting{
 			}
 			return ""
 		}).
-		shown(func(c Config) slog.Value { return slog.StringValue(orEmbedded(redactURL(c.RedisURL))) }),
+		shown(func(c Config) slog.Value { return slog.StringValue(orEmbedded(RedactURL(c.RedisURL))) }),
 	boolVar("ALLOW_EMBEDDED_REDIS", "false", "with DATABASE_URL set and no REDIS_URL, run on an in-process Redis anyway (refused otherwise): a crash loses orders answered OK and nodes sharing the database oversell; for trying, never for a sale", func(c *Config) *bool { return &c.AllowEmbeddedRedis }),
 	listVar("LOCK_REDIS_URLS", "comma-separated Redlock nodes, each one server; default REDIS_URL (in REDIS_MODE)", func(c *Config) *[]string { return &c.LockRedisURLs }).
 		derived(func(c *Config) {
@@ -126,11 +124,6 @@ var settings = []setting{
 			}
 		}).
 		checked(func(c Config) string {
-			for _, u := range c.LockRedisURLs {
-				if msg := redisModeURLProblem(LockNodeMode(c, u), u); msg != "" {
-					return fmt.Sprintf("%q: %s", redactURL(u), msg)
-				}
-			}
 			if n := len(c.LockRedisURLs); n > 0 && n%2 == 0 {
 				return fmt.Sprintf("Redlock needs an odd number of independent nodes (1, 3 or 5), got %d", n)
 			}
@@ -150,20 +143,10 @@ var settings = []setting{
 			}
 			return ""
 		}),
-	durationVar("REDIS_ACK_TIMEOUT", persistence.AckTimeoutDefault, "how long a grab batch waits for REDIS_ACK_REPLICAS; past it the batch answers UNAVAILABLE (undecided, settled by request id)", func(c *Config) *time.Duration { return &c.RedisAckTimeout }).
-		checked(func(c Config) string {
-			// WAIT counts in milliseconds; a batch waits for its answer at
-			// most GRAB_TIMEOUT (whose own check reports a bad one), and a
-			// call needs room besides the wait (persistence.AckRoom). The
-			// timeout means nothing without acknowledgements to wait for.
-			if c.RedisAckReplicas == 0 {
-				return ""
-			}
-			if c.RedisAckTimeout < time.Millisecond || c.GrabTimeout > 0 && c.RedisAckTimeout+persistence.AckRoom > c.GrabTimeout {
-				return "want 1ms or more, at most GRAB_TIMEOUT (" + formatDuration(c.GrabTimeout) + ") less " + formatDuration(persistence.AckRoom)
-			}
-			return ""
-		}),
+	// Checked by its package's rule alone: it means nothing without
+	// acknowledgements to wait for.
+	ownedDuration("REDIS_ACK_TIMEOUT", "how long a grab batch waits for REDIS_ACK_REPLICAS; past it the batch answers UNAVAILABLE (undecided, settled by request id)", func(c *Config) *time.Duration { return &c.RedisAckTimeout }).
+		checked(nil),
 	stringVar("DATABASE_URL", "", "Postgres URL; empty uses the embedded SQLite file", func(c *Config) *string { return &c.DatabaseURL }).
 		checked(func(c Config) string {
 			if c.DatabaseURL == "" {
@@ -175,35 +158,34 @@ var settings = []setting{
 			}
 			return ""
 		}).
-		shown(func(c Config) slog.Value { return slog.StringValue(orEmbedded(redactURL(c.DatabaseURL))) }),
-	intVar("DATABASE_MAX_CONNS", strconv.Itoa(persistence.MaxConnsDefault), "connections a node opens to Postgres at most (a quarter of them, at least 2, stay open while idle); every node's together must stay under the server's max_connections", func(c *Config) *int { return &c.DatabaseMaxConns }, positive),
+		shown(func(c Config) slog.Value { return slog.StringValue(orEmbedded(RedactURL(c.DatabaseURL))) }),
+	ownedInt("DATABASE_MAX_CONNS", "connections a node opens to Postgres at most (a quarter of them, at least 2, stay open while idle); every node's together must stay under the server's max_connections", func(c *Config) *int { return &c.DatabaseMaxConns }, positive),
 	stringVar("SQLITE_PATH", SQLitePathDefault, "embedded SQLite database file; the embedded JWT secret is kept beside it (.secret)", func(c *Config) *string { return &c.SQLitePath }),
 	secretVar("JWT_SECRET", "HS256 secret; required unless embedded (then kept in the file beside SQLITE_PATH)", func(c *Config) *string { return &c.JWTSecret }).
 		checked(func(c Config) string {
-			switch {
-			case !c.Embedded() && c.JWTSecret == "":
+			if !c.Embedded() && c.JWTSecret == "" {
 				return "required when REDIS_URL or DATABASE_URL is set"
-			case !c.Embedded():
-				return secretProblem(c.JWTSecret)
 			}
 			return ""
 		}),
-	durationVar("JWT_MAX_TTL", auth.MaxTTLDefault, "longest token lifetime accepted (exp - iat) and minted by the token command; a token is accepted until "+auth.Leeway.String()+" past its exp (clock leeway)", func(c *Config) *time.Duration { return &c.JWTMaxTTL }),
-	durationVar("PAY_TIMEOUT", orders.PayTimeoutDefault, "unpaid orders are cancelled after this", func(c *Config) *time.Duration { return &c.PayTimeout }),
-	durationVar("PAY_TIMEOUT_INTERVAL", orders.TimeoutIntervalDefault, "how often one node looks for unpaid orders past PAY_TIMEOUT", func(c *Config) *time.Duration { return &c.PayTimeoutInterval }),
-	durationVar("RECONCILE_INTERVAL", orders.ReconcileIntervalDefault, "how often one node reconciles every seckill voucher (drift metric and log)", func(c *Config) *time.Duration { return &c.ReconcileInterval }),
-	durationVar("STATUS_SYNC_INTERVAL", catalog.StatusSyncIntervalDefault, "how often every node re-applies to Redis the status of vouchers whose change Redis missed: a voucher paused in the database is sold by Redis at most about this long", func(c *Config) *time.Duration { return &c.StatusSyncInterval }).
+	// The leeway is internal/auth's (auth.Leeway), which the owners' test
+	// holds this help to.
+	ownedDuration("JWT_MAX_TTL", "longest token lifetime accepted (exp - iat) and minted by the token command; a token is accepted until 5s past its exp (clock leeway)", func(c *Config) *time.Duration { return &c.JWTMaxTTL }),
+	ownedDuration("PAY_TIMEOUT", "unpaid orders are cancelled after this", func(c *Config) *time.Duration { return &c.PayTimeout }),
+	ownedDuration("PAY_TIMEOUT_INTERVAL", "how often one node looks for unpaid orders past PAY_TIMEOUT", func(c *Config) *time.Duration { return &c.PayTimeoutInterval }),
+	ownedDuration("RECONCILE_INTERVAL", "how often one node reconciles every seckill voucher (drift metric and log)", func(c *Config) *time.Duration { return &c.ReconcileInterval }),
+	ownedDuration("STATUS_SYNC_INTERVAL", "how often every node re-applies to Redis the status of vouchers whose change Redis missed: a voucher paused in the database is sold by Redis at most about this long", func(c *Config) *time.Duration { return &c.StatusSyncInterval }).
 		checked(func(c Config) string {
 			if c.StatusSyncInterval <= 0 || c.StatusSyncInterval > time.Minute {
 				return "want more than 0, at most 1m"
 			}
 			return ""
 		}),
-	durationVar("RED_PACKET_REFUND_INTERVAL", redpackets.RefundIntervalDefault, "how often one node refunds expired red packets", func(c *Config) *time.Duration { return &c.RedPacketRefundInterval }),
-	durationVar("RED_PACKET_REFUND_GRACE", redpackets.RefundGraceDefault, "how long after its expiry a red packet is refunded (room for clock skew)", func(c *Config) *time.Duration { return &c.RedPacketRefundGrace }),
-	intVar("RED_PACKET_MAX_OPEN_PER_USER", strconv.Itoa(redpackets.MaxOpenPerUserDefault), "open red packets (neither refunded nor fully grabbed) one user may have at once; one more is RATE_LIMITED", func(c *Config) *int { return &c.RedPacketMaxOpenPerUser }, positive),
-	intVar("RED_PACKET_MAX_PER_USER_PER_DAY", strconv.Itoa(redpackets.MaxPerUserPerDayDefault), "red packets one user may create within any 24 hours (a rolling day); one more is RATE_LIMITED, retryAfterMs until the oldest of them is 24 hours old", func(c *Config) *int { return &c.RedPacketMaxPerUserPerDay }, positive),
-	durationVar("RED_PACKET_RETENTION", redpackets.RetentionDefault, "how long a settled red packet (refunded: expired, and no grab of it can still arrive) stays in the database after its refund; then one node deletes it with its packets and grabs; at least 24h, the window of RED_PACKET_MAX_PER_USER_PER_DAY (set a large value to keep them longer)", func(c *Config) *time.Duration { return &c.RedPacketRetention }).
+	ownedDuration("RED_PACKET_REFUND_INTERVAL", "how often one node refunds expired red packets", func(c *Config) *time.Duration { return &c.RedPacketRefundInterval }),
+	ownedDuration("RED_PACKET_REFUND_GRACE", "how long after its expiry a red packet is refunded (room for clock skew)", func(c *Config) *time.Duration { return &c.RedPacketRefundGrace }),
+	ownedInt("RED_PACKET_MAX_OPEN_PER_USER", "open red packets (neither refunded nor fully grabbed) one user may have at once; one more is RATE_LIMITED", func(c *Config) *int { return &c.RedPacketMaxOpenPerUser }, positive),
+	ownedInt("RED_PACKET_MAX_PER_USER_PER_DAY", "red packets one user may create within any 24 hours (a rolling day); one more is RATE_LIMITED, retryAfterMs until the oldest of them is 24 hours old", func(c *Config) *int { return &c.RedPacketMaxPerUserPerDay }, positive),
+	ownedDuration("RED_PACKET_RETENTION", "how long a settled red packet (refunded: expired, and no grab of it can still arrive) stays in the database after its refund; then one node deletes it with its packets and grabs; at least 24h, the window of RED_PACKET_MAX_PER_USER_PER_DAY (set a large value to keep them longer)", func(c *Config) *time.Duration { return &c.RedPacketRetention }).
 		checked(func(c Config) string {
 			if c.RedPacketRetention < domain.RedPacketDay {
 				return "want 24h or more: RED_PACKET_MAX_PER_USER_PER_DAY counts the red packets created within the last 24h"
@@ -290,17 +272,17 @@ var settings = []setting{
 			return ""
 		}),
 
-	durationVar("ORDER_LOG_CLAIM_IDLE", writer.ClaimIdleDefault, "take over order-log entries pending this long with a dead node", func(c *Config) *time.Duration { return &c.OrderLogClaimIdle }),
-	durationVar("ORDER_LOG_LINGER", writer.LingerDefault, "after a batch that did not fill, the log writers wait this long before reading the next, so a steady trickle of orders is stored in fewer transactions (0 = no wait)", func(c *Config) *time.Duration { return &c.OrderLogLinger }).
+	ownedDuration("ORDER_LOG_CLAIM_IDLE", "take over order-log entries pending this long with a dead node", func(c *Config) *time.Duration { return &c.OrderLogClaimIdle }),
+	offDuration("ORDER_LOG_LINGER", "after a batch that did not fill, the log writers wait this long before reading the next, so a steady trickle of orders is stored in fewer transactions (0 = no wait)", func(c *Config) *time.Duration { return &c.OrderLogLinger }, "want 0 to 1s").
 		checked(func(c Config) string {
-			if c.OrderLogLinger < 0 || c.OrderLogLinger > time.Second {
+			if c.OrderLogLinger > time.Second {
 				return "want 0 to 1s"
 			}
 			return ""
 		}),
-	intVar("GRAB_BATCH_SIZE", strconv.Itoa(actors.BatchSizeDefault), "grabs per script call, at most", func(c *Config) *int { return &c.GrabBatchSize }, positive),
-	intVar("GRAB_QUEUE_BOUND", strconv.Itoa(actors.QueueBoundDefault), "grabs waiting per voucher before shedding", func(c *Config) *int { return &c.GrabQueueBound }, positive),
-	durationVar("GRAB_TIMEOUT", actors.GrabTimeoutDefault, "a grab's wait for its answer; shutdown waits as long for queued grabs", func(c *Config) *time.Duration { return &c.GrabTimeout }),
+	ownedInt("GRAB_BATCH_SIZE", "grabs per script call, at most", func(c *Config) *int { return &c.GrabBatchSize }, positive),
+	ownedInt("GRAB_QUEUE_BOUND", "grabs waiting per voucher before shedding", func(c *Config) *int { return &c.GrabQueueBound }, positive),
+	ownedDuration("GRAB_TIMEOUT", "a grab's wait for its answer; shutdown waits as long for queued grabs", func(c *Config) *time.Duration { return &c.GrabTimeout }),
 	durationVar("ORDER_LOG_DRAIN_TIMEOUT", 5*time.Second, "shutdown waits this long for accepted orders to reach the database", func(c *Config) *time.Duration { return &c.OrderLogDrainTimeout }),
 	durationVar("HTTP_SHUTDOWN_TIMEOUT", 10*time.Second, "shutdown waits this long for open HTTP requests", func(c *Config) *time.Duration { return &c.HTTPShutdownTimeout }),
 	durationVar("HTTP_DRAIN_DELAY", 0, "at shutdown, serve this long with /readyz at 503 before closing the listener (0 = at once)", func(c *Config) *time.Duration { return &c.HTTPDrainDelay }).
@@ -310,15 +292,15 @@ var settings = []setting{
 			}
 			return ""
 		}),
-	durationVar("HTTP_HEADER_TIMEOUT", httpapi.HeaderTimeoutDefault, "a request's headers must arrive within this", func(c *Config) *time.Duration { return &c.HTTPHeaderTimeout }),
-	durationVar("HTTP_BODY_TIMEOUT", httpapi.BodyTimeoutDefault, "a request's body must arrive within this after its headers", func(c *Config) *time.Duration { return &c.HTTPBodyTimeout }),
-	durationVar("HTTP_WRITE_TIMEOUT", httpapi.WriteTimeoutDefault, "an answer must be taken by the client within this after the request's headers (not websockets)", func(c *Config) *time.Duration { return &c.HTTPWriteTimeout }).
+	ownedDuration("HTTP_HEADER_TIMEOUT", "a request's headers must arrive within this", func(c *Config) *time.Duration { return &c.HTTPHeaderTimeout }),
+	ownedDuration("HTTP_BODY_TIMEOUT", "a request's body must arrive within this after its headers", func(c *Config) *time.Duration { return &c.HTTPBodyTimeout }),
+	ownedDuration("HTTP_WRITE_TIMEOUT", "an answer must be taken by the client within this after the request's headers (not websockets)", func(c *Config) *time.Duration { return &c.HTTPWriteTimeout }).
 		checked(func(c Config) string {
 			if c.HTTPWriteTimeout <= 0 {
 				return "must be positive"
 			}
 			if c.HTTPWriteTimeout <= c.GrabTimeout {
-				return "must be longer than GRAB_TIMEOUT (" + formatDuration(c.GrabTimeout) + "): a grab's answer needs time to be written"
+				return "must be longer than GRAB_TIMEOUT (" + FormatDuration(c.GrabTimeout) + "): a grab's answer needs time to be written"
 			}
 			return ""
 		}),
@@ -326,43 +308,34 @@ var settings = []setting{
 	// New connections per client address, decided in the listener before
 	// net/http reads anything: what net/http refuses itself (431) and
 	// websocket refusals cost a flooding client only a new connection.
-	intVar("CONN_PER_IP_PER_SEC", strconv.Itoa(connlimit.PerSecondDefault), "new TCP connections per second one client address (an IPv6 /64) gets read; more wait unread for their turn (CONN_PER_IP_WAIT) or are closed; 0 = off (set 0 behind a proxy or load balancer: every client then has its address)", func(c *Config) *int { return &c.ConnPerIPPerSec }, rate),
-	intVar("CONN_PER_IP_BURST", strconv.Itoa(connlimit.BurstDefault), "new connections one client address may open at once after a quiet spell (CONN_PER_IP_PER_SEC)", func(c *Config) *int { return &c.ConnPerIPBurst }, positive),
-	durationVar("CONN_PER_IP_WAIT", connlimit.WaitDefault, "longest a connection over its address's rate waits, unread, for its turn; one whose turn is later is closed at once (0 = no wait)", func(c *Config) *time.Duration { return &c.ConnPerIPWait }).
-		checked(nonNegative(func(c Config) time.Duration { return c.ConnPerIPWait })),
-	intVar("CONN_MAX_WAITING", strconv.Itoa(connlimit.MaxWaitingDefault), "connections waiting for their turn at once, every address together; one more over its rate is closed at once (0 = none wait)", func(c *Config) *int { return &c.ConnMaxWaiting }, rate),
-	intVar("SHED_IP_PER_SEC", strconv.Itoa(httpapi.FloodPerSecDefault), "in-process limit of requests (and websocket operations) per second per client address (an IPv6 /64) on this node, burst two seconds' worth, checked before anything is parsed, no Redis; over it: 429 RATE_LIMITED; 0 = off (set 0 behind a proxy or load balancer: every client then has its address)", func(c *Config) *int { return &c.ShedIPPerSec }, rate),
-	intVar("SHED_QUEUE_DEPTH", strconv.Itoa(httpapi.ShedQueueDepthDefault), "grabs waiting on this node at which non-core operations are shed (0 = off)", func(c *Config) *int { return &c.ShedQueueDepth }, rate),
-	durationVar("SHED_GRAB_LATENCY", httpapi.ShedGrabLatencyDefault, "recent average grab latency at which non-core operations are shed (0 = off)", func(c *Config) *time.Duration { return &c.ShedGrabLatency }).
-		checked(func(c Config) string {
-			if c.ShedGrabLatency < 0 {
-				return "must not be negative"
-			}
-			return ""
-		}),
+	offInt("CONN_PER_IP_PER_SEC", "new TCP connections per second one client address (an IPv6 /64) gets read; more wait unread for their turn (CONN_PER_IP_WAIT) or are closed; 0 = off (set 0 behind a proxy or load balancer: every client then has its address)", func(c *Config) *int { return &c.ConnPerIPPerSec }),
+	ownedInt("CONN_PER_IP_BURST", "new connections one client address may open at once after a quiet spell (CONN_PER_IP_PER_SEC)", func(c *Config) *int { return &c.ConnPerIPBurst }, positive),
+	offDuration("CONN_PER_IP_WAIT", "longest a connection over its address's rate waits, unread, for its turn; one whose turn is later is closed at once (0 = no wait)", func(c *Config) *time.Duration { return &c.ConnPerIPWait }, "must not be negative"),
+	offInt("CONN_MAX_WAITING", "connections waiting for their turn at once, every address together; one more over its rate is closed at once (0 = none wait)", func(c *Config) *int { return &c.ConnMaxWaiting }),
+	offInt("SHED_IP_PER_SEC", "in-process limit of requests (and websocket operations) per second per client address (an IPv6 /64) on this node, burst two seconds' worth, checked before anything is parsed, no Redis; over it: 429 RATE_LIMITED; 0 = off (set 0 behind a proxy or load balancer: every client then has its address)", func(c *Config) *int { return &c.ShedIPPerSec }),
+	offInt("SHED_QUEUE_DEPTH", "grabs waiting on this node at which non-core operations are shed (0 = off)", func(c *Config) *int { return &c.ShedQueueDepth }),
+	offDuration("SHED_GRAB_LATENCY", "recent average grab latency at which non-core operations are shed (0 = off)", func(c *Config) *time.Duration { return &c.ShedGrabLatency }, "must not be negative"),
 	// The anonymous budget scales with the cores the node schedules on:
-	// what it bounds is a share of their time.
-	intVar("ANON_MAX_IN_FLIGHT", "", "requests without a valid token running at once on this node; one more waits for its turn (ANON_WAIT), then 429 RATE_LIMITED; default "+strconv.Itoa(httpapi.AnonymousInFlightPerCore)+" per core (GOMAXPROCS) (0 = no bound)", func(c *Config) *int { return &c.AnonMaxInFlight }, optional(rate)).
-		derived(func(c *Config) { c.AnonMaxInFlight = httpapi.AnonymousInFlightPerCore * runtime.GOMAXPROCS(0) }),
-	intVar("ANON_PER_SEC", "", "requests without a valid token started per second on this node, a body taking one start per 8 KiB; more wait for their turn (ANON_WAIT), then 429 RATE_LIMITED; default "+strconv.Itoa(httpapi.AnonymousPerSecondPerCore)+" per core (GOMAXPROCS) (0 = no bound)", func(c *Config) *int { return &c.AnonPerSec }, optional(rate)).
-		derived(func(c *Config) { c.AnonPerSec = httpapi.AnonymousPerSecondPerCore * runtime.GOMAXPROCS(0) }),
-	durationVar("ANON_WAIT", httpapi.AnonymousWaitDefault, "how long a request without a valid token waits for the anonymous budget (ANON_MAX_IN_FLIGHT, ANON_PER_SEC) before it is answered 429 (0 = not at all)", func(c *Config) *time.Duration { return &c.AnonWait }).
-		checked(nonNegative(func(c Config) time.Duration { return c.AnonWait })),
-	intVar("MAX_RESPONSE_BYTES", strconv.Itoa(httpapi.MaxAnswerBytesDefault), "largest GraphQL answer in bytes; a larger one is refused with an error", func(c *Config) *int { return &c.MaxResponseBytes }, positive),
-	intVar("MAX_REQUEST_COST", strconv.Itoa(httpapi.MaxComplexityDefault), "largest cost of one GraphQL request, in points (a field 1, a list its page size times an item and 10 for its row, a text 1 more per 128 bytes of the longest stored), known before it runs; a costlier one is refused with BAD_USER_INPUT (COMPLEXITY_LIMIT_EXCEEDED)", func(c *Config) *int { return &c.MaxRequestCost }, positive),
-	intVar("COST_BUDGET", strconv.Itoa(httpapi.CostBudgetDefault), "each caller's budget of request cost in points, per user and per address (IPv6: its /64) without a token, shared by every node; a request it cannot pay is refused with RATE_LIMITED and retryAfterMs; grabs are never charged (0 = no budget)", func(c *Config) *int { return &c.CostBudget }, rate).
+	// what it bounds is a share of their time. The numbers per core are
+	// httpapi's, which the owners' test holds these helps to.
+	offInt("ANON_MAX_IN_FLIGHT", "requests without a valid token running at once on this node; one more waits for its turn (ANON_WAIT), then 429 RATE_LIMITED; default 1 per core (GOMAXPROCS) (0 = no bound)", func(c *Config) *int { return &c.AnonMaxInFlight }),
+	offInt("ANON_PER_SEC", "requests without a valid token started per second on this node, a body taking one start per 8 KiB; more wait for their turn (ANON_WAIT), then 429 RATE_LIMITED; default 100 per core (GOMAXPROCS) (0 = no bound)", func(c *Config) *int { return &c.AnonPerSec }),
+	offDuration("ANON_WAIT", "how long a request without a valid token waits for the anonymous budget (ANON_MAX_IN_FLIGHT, ANON_PER_SEC) before it is answered 429 (0 = not at all)", func(c *Config) *time.Duration { return &c.AnonWait }, "must not be negative"),
+	ownedInt("MAX_RESPONSE_BYTES", "largest GraphQL answer in bytes; a larger one is refused with an error", func(c *Config) *int { return &c.MaxResponseBytes }, positive),
+	ownedInt("MAX_REQUEST_COST", "largest cost of one GraphQL request, in points (a field 1, a list its page size times an item and 10 for its row, a text 1 more per 128 bytes of the longest stored), known before it runs; a costlier one is refused with BAD_USER_INPUT (COMPLEXITY_LIMIT_EXCEEDED)", func(c *Config) *int { return &c.MaxRequestCost }, positive),
+	offInt("COST_BUDGET", "each caller's budget of request cost in points, per user and per address (IPv6: its /64) without a token, shared by every node; a request it cannot pay is refused with RATE_LIMITED and retryAfterMs; grabs are never charged (0 = no budget)", func(c *Config) *int { return &c.CostBudget }).
 		checked(func(c Config) string {
 			if c.CostBudget > 0 && c.CostBudget < c.MaxRequestCost {
 				return "must be 0 or at least MAX_REQUEST_COST: a budget smaller than one request refuses that request for ever"
 			}
 			return ""
 		}),
-	intVar("COST_RESTORE_PER_SEC", strconv.Itoa(httpapi.CostRestorePerSecDefault), "points each caller's budget (COST_BUDGET) gets back a second", func(c *Config) *int { return &c.CostRestorePerSec }, positive),
-	intVar("WS_MAX_OPERATIONS", strconv.Itoa(httpapi.WebsocketMaxOperationsDefault), "operations running at once on one websocket; one more gets an error", func(c *Config) *int { return &c.WSMaxOperations }, positive),
-	intVar("WS_MAX_PER_USER", strconv.Itoa(httpapi.WebsocketMaxPerUserDefault), "websockets one user holds open at once on this node; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerUser }, positive),
-	intVar("WS_MAX_PER_IP", strconv.Itoa(httpapi.WebsocketMaxPerIPDefault), "websockets open at once from one client address (an IPv6 /64) on this node, tokens or not; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerIP }, positive),
-	intVar("WS_SUBSCRIBES_PER_SEC", strconv.Itoa(httpapi.WebsocketSubscribesPerSecDefault), "operations (subscribe messages) one websocket may start per second, after a burst of WS_MAX_OPERATIONS or a second's worth, the larger; one more gets RATE_LIMITED with retryAfterMs, and a socket that sends as many again without waiting is closed with 4429", func(c *Config) *int { return &c.WSSubscribesPerSec }, positive),
-	intVar("WS_MAX_UNINITIALIZED", strconv.Itoa(httpapi.WebsocketMaxUninitializedDefault), "websockets on this node accepted but not yet sent connection_init, every address together; one more handshake is answered 503 with Retry-After before the upgrade", func(c *Config) *int { return &c.WSMaxUninitialized }, positive),
+	ownedInt("COST_RESTORE_PER_SEC", "points each caller's budget (COST_BUDGET) gets back a second", func(c *Config) *int { return &c.CostRestorePerSec }, positive),
+	ownedInt("WS_MAX_OPERATIONS", "operations running at once on one websocket; one more gets an error", func(c *Config) *int { return &c.WSMaxOperations }, positive),
+	ownedInt("WS_MAX_PER_USER", "websockets one user holds open at once on this node; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerUser }, positive),
+	ownedInt("WS_MAX_PER_IP", "websockets open at once from one client address (an IPv6 /64) on this node, tokens or not; one more is closed with 4429", func(c *Config) *int { return &c.WSMaxPerIP }, positive),
+	ownedInt("WS_SUBSCRIBES_PER_SEC", "operations (subscribe messages) one websocket may start per second, after a burst of WS_MAX_OPERATIONS or a second's worth, the larger; one more gets RATE_LIMITED with retryAfterMs, and a socket that sends as many again without waiting is closed with 4429", func(c *Config) *int { return &c.WSSubscribesPerSec }, positive),
+	ownedInt("WS_MAX_UNINITIALIZED", "websockets on this node accepted but not yet sent connection_init, every address together; one more handshake is answered 503 with Retry-After before the upgrade", func(c *Config) *int { return &c.WSMaxUninitialized }, positive),
 	// A page on another origin (a frontend's dev server, the shop's site)
 	// may call /query only if its origin is listed; embedded mode, which
 	// listens on the loopback interface, lets local dev servers in.
@@ -371,17 +344,6 @@ var settings = []setting{
 			if c.Embedded() {
 				c.CORSAllowedOrigins = EmbeddedCORSOriginsDefault
 			}
-		}).
-		checked(func(c Config) string {
-			for _, o := range c.CORSAllowedOrigins {
-				if o == "none" && len(c.CORSAllowedOrigins) == 1 {
-					continue
-				}
-				if err := httpapi.CheckOrigin(o); err != nil {
-					return err.Error()
-				}
-			}
-			return ""
 		}).
 		// Origins hold no secret, and a pattern's * is no URL port.
 		shown(func(c Config) slog.Value {
@@ -392,16 +354,8 @@ var settings = []setting{
 		}),
 	// Embedded mode's playground page holds an admin token: a page on a
 	// name rebound to this machine must get nothing from it.
-	listVar("EMBEDDED_ALLOWED_HOSTS", "embedded mode answers only requests whose Host is localhost, a loopback address (127.0.0.1, [::1]) or one of these comma-separated names or addresses (port ignored); any other gets 421 and nothing else, so a page on a name rebound to this machine (DNS rebinding) gets no token; ignored in real mode", func(c *Config) *[]string { return &c.EmbeddedAllowedHosts }).
-		checked(func(c Config) string {
-			for _, h := range c.EmbeddedAllowedHosts {
-				if err := httpapi.CheckAllowedHost(h); err != nil {
-					return err.Error()
-				}
-			}
-			return ""
-		}),
-	intVar("HTTP_MAX_HEADER_BYTES", strconv.Itoa(httpapi.MaxHeaderBytesDefault), "largest request line plus headers in bytes (net/http reads up to 4 KiB past it); more is answered 431", func(c *Config) *int { return &c.HTTPMaxHeaderBytes }, positive).
+	listVar("EMBEDDED_ALLOWED_HOSTS", "embedded mode answers only requests whose Host is localhost, a loopback address (127.0.0.1, [::1]) or one of these comma-separated names or addresses (port ignored); any other gets 421 and nothing else, so a page on a name rebound to this machine (DNS rebinding) gets no token; ignored in real mode", func(c *Config) *[]string { return &c.EmbeddedAllowedHosts }),
+	ownedInt("HTTP_MAX_HEADER_BYTES", "largest request line plus headers in bytes (net/http reads up to 4 KiB past it); more is answered 431", func(c *Config) *int { return &c.HTTPMaxHeaderBytes }, positive).
 		checked(func(c Config) string {
 			if c.HTTPMaxHeaderBytes > 1<<20 {
 				return "want at most 1048576"
@@ -409,59 +363,31 @@ var settings = []setting{
 			return ""
 		}),
 	boolVar("DEGRADE_TO_DB", "false", "while Redis is down (circuit breaker open), sell grabs from the database, one transaction each, at bounded concurrency; Redis is re-synced from the database when it returns", func(c *Config) *bool { return &c.DegradeToDB }),
-	secretVar("TICKET_SECRET", "key of grab tickets and proof-of-work challenges, the same on every node; default derived from JWT_SECRET", func(c *Config) *string { return &c.TicketSecret }).
-		checked(func(c Config) string {
-			if c.Embedded() || c.TicketSecret == "" {
-				return ""
-			}
-			return secretProblem(c.TicketSecret)
-		}),
-	durationVar("TICKET_RELEASE_BEFORE", gate.ReleaseBeforeDefault, "grab tickets (and challenges) are issued from this long before a sale begins until it ends", func(c *Config) *time.Duration { return &c.TicketReleaseBefore }).
+	secretVar("TICKET_SECRET", "key of grab tickets and proof-of-work challenges, the same on every node; default derived from JWT_SECRET", func(c *Config) *string { return &c.TicketSecret }),
+	ownedDuration("TICKET_RELEASE_BEFORE", "grab tickets (and challenges) are issued from this long before a sale begins until it ends", func(c *Config) *time.Duration { return &c.TicketReleaseBefore }).
 		checked(nonNegative(func(c Config) time.Duration { return c.TicketReleaseBefore })),
-	durationVar("TICKET_TTL", gate.TicketTTLDefault, "a grab ticket's lifetime", func(c *Config) *time.Duration { return &c.TicketTTL }).
+	ownedDuration("TICKET_TTL", "a grab ticket's lifetime", func(c *Config) *time.Duration { return &c.TicketTTL }).
 		checked(positiveDuration(func(c Config) time.Duration { return c.TicketTTL })),
-	durationVar("CHALLENGE_TTL", gate.ChallengeTTLDefault, "a proof-of-work challenge's lifetime", func(c *Config) *time.Duration { return &c.ChallengeTTL }).
+	ownedDuration("CHALLENGE_TTL", "a proof-of-work challenge's lifetime", func(c *Config) *time.Duration { return &c.ChallengeTTL }).
 		checked(positiveDuration(func(c Config) time.Duration { return c.ChallengeTTL })),
-	intVar("POW_DIFFICULTY", strconv.Itoa(gate.DifficultyDefault), "leading zero bits of SHA-256(challenge+nonce) a proof of work needs (1-32; 16 takes a browser ~50-200 ms)", func(c *Config) *int { return &c.PowDifficulty }, difficulty),
-	durationVar("GATE_REFRESH", gate.RefreshDefault, "how often every node re-reads the blocklist and the cached vouchers' gates, besides pub/sub announcements", func(c *Config) *time.Duration { return &c.GateRefresh }).
+	ownedInt("POW_DIFFICULTY", "leading zero bits of SHA-256(challenge+nonce) a proof of work needs (1-32; 16 takes a browser ~50-200 ms)", func(c *Config) *int { return &c.PowDifficulty }, positive),
+	ownedDuration("GATE_REFRESH", "how often every node re-reads the blocklist and the cached vouchers' gates, besides pub/sub announcements", func(c *Config) *time.Duration { return &c.GateRefresh }).
 		checked(positiveDuration(func(c Config) time.Duration { return c.GateRefresh })),
 	// Real stores mean a deployment that strangers can reach: there the
 	// schema is answered to token holders only, unless the operator opens
 	// it; the embedded mode's playground needs it before a token is pasted.
-	setting{env: "INTROSPECTION", def: "", kind: "string", help: "who may ask the schema (__schema, __type): off, token (a valid token of any role) or public; default public when embedded, token otherwise (true = public, false = off)",
-		parse: func(c *Config, s string) error {
-			if s == "" {
-				return nil
+	// Its words are graph's (graph.ParseIntrospectionMode reads them).
+	lowerVar("INTROSPECTION", "", "who may ask the schema (__schema, __type): off, token (a valid token of any role) or public; default public when embedded, token otherwise (true = public, false = off)", func(c *Config) *string { return &c.Introspection }).
+		derived(func(c *Config) {
+			c.Introspection = "token"
+			if c.Embedded() {
+				c.Introspection = "public"
 			}
-			m, err := graph.ParseIntrospectionMode(s)
-			if err != nil {
-				return err
-			}
-			c.Introspection = m
-			return nil
-		},
-		show: func(c Config) slog.Value { return slog.StringValue(string(c.Introspection)) },
-	}.derived(func(c *Config) {
-		c.Introspection = graph.IntrospectionToken
-		if c.Embedded() {
-			c.Introspection = graph.IntrospectionPublic
-		}
-	}),
+		}),
 	stringVar("PPROF_ADDR", "", "serve Go's profiles (/debug/pprof/) on this address, a listener of its own; keep it private (empty = off)", func(c *Config) *string { return &c.PprofAddr }),
 	boolVar("GRAPHQL_COMPILED_GRABS", "true", "answer plain seckillVoucher documents on the compiled path (the same answers as gqlgen's, a fraction of the CPU)", func(c *Config) *bool { return &c.CompiledGrabs }),
 	boolVar("DEMO", "", "create a demo voucher and print tokens; default on when embedded", func(c *Config) *bool { return &c.Demo }).
 		derived(func(c *Config) { c.Demo = c.Embedded() }),
-}
-
-// secretProblem says what is wrong with a secret that keys an HMAC in real
-// mode, or returns "": one token or ticket is enough to guess a short
-// secret offline, and then to forge them. The embedded mode makes its own.
-func secretProblem(s string) string {
-	if len(s) < auth.MinSecretBytes {
-		return fmt.Sprintf("want at least %d bytes, got %d: a shorter HMAC-SHA256 key can be guessed offline from one token; "+
-			"make one with: openssl rand -hex 32", auth.MinSecretBytes, len(s))
-	}
-	return ""
 }
 
 // stringVar is a setting kept as text.
@@ -469,6 +395,7 @@ func stringVar(env, def, help string, field func(*Config) *string) setting {
 	return setting{env: env, def: def, help: help, kind: "string",
 		parse: func(c *Config, s string) error { *field(c) = s; return nil },
 		show:  func(c Config) slog.Value { return slog.StringValue(*field(&c)) },
+		zero:  func(c Config) bool { return *field(&c) == "" },
 	}
 }
 
@@ -503,18 +430,19 @@ func listVar(env, help string, field func(*Config) *[]string) setting {
 			for i, it := range items {
 				out[i] = it
 				if strings.Contains(it, "://") {
-					out[i] = redactURL(it)
+					out[i] = RedactURL(it)
 				}
 			}
 			return slog.StringValue(strings.Join(out, ","))
 		},
+		zero: func(c Config) bool { return len(*field(&c)) == 0 },
 	}
 }
 
 // durationVar is a positive duration, logged as text (30m, not 30m0s or
 // nanoseconds in JSON).
 func durationVar(env string, def time.Duration, help string, field func(*Config) *time.Duration) setting {
-	return setting{env: env, def: formatDuration(def), help: help, kind: "duration",
+	return setting{env: env, def: FormatDuration(def), help: help, kind: "duration",
 		parse: func(c *Config, s string) error {
 			d, err := time.ParseDuration(s)
 			if err != nil {
@@ -529,7 +457,8 @@ func durationVar(env string, def time.Duration, help string, field func(*Config)
 			}
 			return ""
 		},
-		show: func(c Config) slog.Value { return slog.StringValue(formatDuration(*field(&c))) },
+		show: func(c Config) slog.Value { return slog.StringValue(FormatDuration(*field(&c))) },
+		zero: func(c Config) bool { return *field(&c) == 0 },
 	}
 }
 
@@ -545,7 +474,65 @@ func intVar(env, def, help string, field func(*Config) *int, conv func(string) (
 			return nil
 		},
 		show: func(c Config) slog.Value { return slog.IntValue(*field(&c)) },
+		zero: func(c Config) bool { return *field(&c) == 0 },
 	}
+}
+
+// ownedDuration and ownedInt are settings whose default their package
+// owns (see owned).
+func ownedDuration(env, help string, field func(*Config) *time.Duration) setting {
+	return durationVar(env, 0, help, field).owned()
+}
+
+func ownedInt(env, help string, field func(*Config) *int, conv func(string) (int, error)) setting {
+	return intVar(env, "", help, field, conv).owned()
+}
+
+// Off is what a setting whose 0 means off (no bound, no wait) holds when
+// set to 0, since its zero value means its package's default: the
+// packages take a negative value as off. The start-up log shows it as 0.
+const Off = -1
+
+// offInt is a whole number >= 0 whose default its package owns and whose
+// 0 means off, held as Off.
+func offInt(env, help string, field func(*Config) *int) setting {
+	s := ownedInt(env, help, field, rate)
+	parse := s.parse
+	s.parse = func(c *Config, t string) error {
+		if err := parse(c, t); err != nil {
+			return err
+		}
+		if t != "" && *field(c) == 0 {
+			*field(c) = Off
+		}
+		return nil
+	}
+	s.show = func(c Config) slog.Value { return slog.IntValue(max(*field(&c), 0)) }
+	return s
+}
+
+// offDuration is a duration whose default its package owns and whose 0
+// means off (no wait), held as Off; a negative one is refused with
+// negative when it is read, since Off is negative.
+func offDuration(env, help string, field func(*Config) *time.Duration, negative string) setting {
+	s := ownedDuration(env, help, field)
+	parse := s.parse
+	s.parse = func(c *Config, t string) error {
+		if err := parse(c, t); err != nil {
+			return err
+		}
+		switch d := field(c); {
+		case t == "":
+		case *d < 0:
+			return errors.New(negative)
+		case *d == 0:
+			*d = Off
+		}
+		return nil
+	}
+	s.check = nil // 0 is allowed
+	s.show = func(c Config) slog.Value { return slog.StringValue(FormatDuration(max(*field(&c), 0))) }
+	return s
 }
 
 // boolVar is true or false (strconv.ParseBool). Empty is accepted only
@@ -564,12 +551,13 @@ func boolVar(env, def, help string, field func(*Config) *bool) setting {
 			return nil
 		},
 		show: func(c Config) slog.Value { return slog.BoolValue(*field(&c)) },
+		zero: func(c Config) bool { return !*field(&c) },
 	}
 }
 
-// formatDuration drops the zero units time.Duration.String keeps: 30m, 1h,
-// 1h30m, 90s as 1m30s.
-func formatDuration(d time.Duration) string {
+// FormatDuration is a duration as settings show it: without the zero
+// units time.Duration.String keeps (30m, 1h, 1h30m, 90s as 1m30s).
+func FormatDuration(d time.Duration) string {
 	s := d.String()
 	if strings.HasSuffix(s, "m0s") {
 		s = strings.TrimSuffix(s, "0s")
@@ -621,15 +609,6 @@ func positive(s string) (int, error) {
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 1 {
 		return 0, fmt.Errorf("want a whole number >= 1")
-	}
-	return n, nil
-}
-
-// difficulty is a proof of work's leading zero bits, 1 to gate.MaxDifficulty.
-func difficulty(s string) (int, error) {
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 1 || n > gate.MaxDifficulty {
-		return 0, fmt.Errorf("want 1 to %d", gate.MaxDifficulty)
 	}
 	return n, nil
 }

@@ -30,7 +30,8 @@ import (
 )
 
 // Config is the admission of new connections per client address. A zero
-// PerSecond turns it off (New returns the listener as it is).
+// field takes its default (the ...Default constants below); a negative
+// PerSecond turns admission off (New returns the listener as it is).
 type Config struct {
 	// PerSecond is the rate of new connections one address gets passed
 	// on, and Burst how many it may open at once after a quiet spell.
@@ -38,11 +39,12 @@ type Config struct {
 	Burst     int
 	// Wait is the longest a connection over its address's rate is held
 	// before it is passed on; one that would wait longer is closed at
-	// once. Zero closes every connection over the rate. It also bounds
+	// once. Negative closes every connection over the rate. It also bounds
 	// those held per address: at most PerSecond × Wait.
 	Wait time.Duration
 	// MaxWaiting bounds the connections held at once, every address
-	// together; one more over its rate is closed at once.
+	// together; one more over its rate is closed at once. Negative: none
+	// is held.
 	MaxWaiting int
 	// Addresses bounds the addresses remembered (AddressesDefault when
 	// 0).
@@ -71,6 +73,15 @@ const (
 	// remembers: an entry is about 100 bytes, so 6-7 MB at most.
 	AddressesDefault = 65536
 )
+
+func (cfg Config) withDefaults() Config {
+	cfg.PerSecond = cmp.Or(cfg.PerSecond, PerSecondDefault)
+	cfg.Burst = cmp.Or(cfg.Burst, BurstDefault)
+	cfg.Wait = cmp.Or(cfg.Wait, WaitDefault)
+	cfg.MaxWaiting = cmp.Or(cfg.MaxWaiting, MaxWaitingDefault)
+	cfg.Addresses = cmp.Or(cfg.Addresses, AddressesDefault)
+	return cfg
+}
 
 // Listener is a net.Listener whose Accept passes on each client address's
 // connections at its rate (Config). A connection over the rate is accepted
@@ -101,11 +112,12 @@ type Listener struct {
 // errNoDeadline is New's answer for a listener it cannot wrap.
 var errNoDeadline = errors.New("connlimit: the listener cannot set a deadline on Accept")
 
-// New wraps l. With cfg.PerSecond 0 it returns l itself. l must support
-// SetDeadline (a *net.TCPListener does): Accept waits for the next new
-// connection only until the first held one is due.
+// New wraps l. With a negative cfg.PerSecond it returns l itself. l must
+// support SetDeadline (a *net.TCPListener does): Accept waits for the next
+// new connection only until the first held one is due.
 func New(l net.Listener, cfg Config) (net.Listener, error) {
-	if cfg.PerSecond <= 0 {
+	cfg = cfg.withDefaults()
+	if cfg.PerSecond < 0 {
 		return l, nil
 	}
 	d, ok := l.(interface{ SetDeadline(time.Time) error })
@@ -115,7 +127,6 @@ func New(l net.Listener, cfg Config) (net.Listener, error) {
 	if cfg.Burst < 1 {
 		return nil, fmt.Errorf("connlimit: burst %d, want at least 1", cfg.Burst)
 	}
-	cfg.Addresses = cmp.Or(cfg.Addresses, AddressesDefault)
 	peers, err := simplelru.NewLRU[netip.Addr, time.Time](cfg.Addresses, nil)
 	if err != nil {
 		return nil, fmt.Errorf("connlimit: %w", err)

@@ -212,19 +212,30 @@ func TestAddressesRememberedStayBounded(t *testing.T) {
 	}
 }
 
-func TestZeroRateLeavesTheListenerAsItIs(t *testing.T) {
+// A negative rate turns admission off; a zero one, like every zero
+// field, takes its default.
+func TestNegativeRateLeavesTheListenerAsItIs(t *testing.T) {
 	t.Parallel()
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer inner.Close()
-	l, err := New(inner, Config{PerSecond: 0, Burst: 1, Wait: time.Second, MaxWaiting: 1})
+	l, err := New(inner, Config{PerSecond: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if l != inner {
 		t.Fatalf("New with no rate returned %T, want the listener itself", l)
+	}
+	l, err = New(inner, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := l.(*Listener)
+	if !ok || got.interval != time.Second/PerSecondDefault || got.tolerance != BurstDefault*got.interval ||
+		got.wait != WaitDefault || got.maxHeld != MaxWaitingDefault {
+		t.Fatalf("New with the zero Config: %+v, want the defaults", l)
 	}
 }
 
@@ -293,7 +304,7 @@ func TestA64SharesOneRate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = inner.Close() })
-	l, err := New(inner, Config{PerSecond: 1, Burst: 2})
+	l, err := New(inner, Config{PerSecond: 1, Burst: 2, Wait: -1}) // none waits
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -333,8 +334,7 @@ func (a *app) openRedis(ctx context.Context, _ *loops) (err error) {
 	persistence.AddBreakerHooks(a.rdb, a.breaker, persistence.RedisErrors{})
 	persistence.AddHooks(a.bg, persistence.RedisErrors{})
 	a.acked = a.rdb
-	acks := persistence.Acks{Replicas: cfg.RedisAckReplicas, Timeout: cfg.RedisAckTimeout}
-	if acks.Replicas > 0 {
+	if acks := acksOf(cfg); acks.Replicas > 0 {
 		// A pipeline reads its replies under the client's read timeout,
 		// WAIT's included: the grab scripts get a client whose timeout
 		// leaves room for the acknowledgement, so that a slow replica is
@@ -537,7 +537,8 @@ func (a *app) startRouter(_ context.Context, bg *loops) error {
 	}
 	routerOpts.Sold = a.live.Sold
 	routerOpts.Leases = newSegmentLeases(a.locks.redlock, cfg.SegmentLeaseTTL)
-	routerOpts.LeaseWait = min(cfg.SegmentLeaseTTL+time.Second, max(cfg.GrabTimeout-time.Second, cfg.GrabTimeout/2))
+	grabTimeout := cmp.Or(cfg.GrabTimeout, actors.GrabTimeoutDefault)
+	routerOpts.LeaseWait = min(cfg.SegmentLeaseTTL+time.Second, max(grabTimeout-time.Second, grabTimeout/2))
 	if a.hooks.Actors != nil {
 		a.hooks.Actors(&routerOpts)
 	}
@@ -689,7 +690,7 @@ func (a *app) buildHandler(context.Context, *loops) error {
 		FloodPerSec:               cfg.ShedIPPerSec,
 		Anonymous:                 httpapi.AnonymousBudget{InFlight: cfg.AnonMaxInFlight, PerSecond: cfg.AnonPerSec, Wait: cfg.AnonWait},
 		Shed:                      httpapi.LoadShedding{Gauge: a.router, QueueDepth: cfg.ShedQueueDepth, GrabLatency: cfg.ShedGrabLatency},
-		Introspection:             cfg.Introspection,
+		Introspection:             graph.IntrospectionMode(cfg.Introspection),
 		CompiledGrabs:             cfg.CompiledGrabs,
 		Limits:                    httpapi.Limits{MaxAnswerBytes: int64(cfg.MaxResponseBytes), MaxComplexity: cfg.MaxRequestCost},
 		WebsocketMaxOperations:    cfg.WSMaxOperations,
@@ -701,7 +702,9 @@ func (a *app) buildHandler(context.Context, *loops) error {
 		// Embedded mode serves local Hosts only, so a developer's own.
 		Suggestions: cfg.Embedded(),
 	}
-	if b := persistence.NewCostBudgets(a.rdb, cfg.CostBudget, cfg.CostRestorePerSec); b != nil {
+	// The budget's defaults are the handler's (httpapi), its store persistence.
+	budget, restore := cmp.Or(cfg.CostBudget, httpapi.CostBudgetDefault), cmp.Or(cfg.CostRestorePerSec, httpapi.CostRestorePerSecDefault)
+	if b := persistence.NewCostBudgets(a.rdb, budget, restore); b != nil {
 		opts.Budget = b
 	}
 	if a.hooks.HTTP != nil {
@@ -1080,19 +1083,17 @@ func displayAddr(addr net.Addr) string {
 }
 
 // logConsumerOptions are the settings the order and red-packet writers
-// share. ORDER_LOG_LINGER=0 means no wait, which the options spell as a
-// negative linger (their zero takes the default).
+// share. ORDER_LOG_LINGER=0 is held as config.Off, the options' "no
+// wait" (their zero takes the default).
 func logConsumerOptions(cfg config.Config) writer.Options {
-	o := writer.Options{Consumer: cfg.NodeID, ClaimIdle: cfg.OrderLogClaimIdle, Linger: cfg.OrderLogLinger}
-	if o.Linger == 0 {
-		o.Linger = -1
-	}
-	return o
+	return writer.Options{Consumer: cfg.NodeID, ClaimIdle: cfg.OrderLogClaimIdle, Linger: cfg.OrderLogLinger}
 }
 
-// acksOf is the grab batches' acknowledgement as cfg asks for it.
+// acksOf is the grab batches' acknowledgement as cfg asks for it, its
+// timeout at persistence's default when unset: the node adds it to the
+// clients' and the router's own deadlines.
 func acksOf(cfg config.Config) persistence.Acks {
-	acks := persistence.Acks{Replicas: cfg.RedisAckReplicas, Timeout: cfg.RedisAckTimeout}
+	acks := persistence.Acks{Replicas: cfg.RedisAckReplicas, Timeout: cmp.Or(cfg.RedisAckTimeout, persistence.AckTimeoutDefault)}
 	if cfg.RedisAckAOF {
 		acks.AOF = &persistence.AOFAcks{}
 	}

@@ -34,7 +34,7 @@ func (a *app) openLocks() error {
 	for _, u := range a.cfg.LockRedisURLs {
 		// The default node, REDIS_URL, is reached in REDIS_MODE (its
 		// primary, through Sentinel); any other is one server.
-		target, err := persistence.ParseRedisTarget(config.LockNodeMode(a.cfg, u), u) // validated by config
+		target, err := persistence.ParseRedisTarget(persistence.LockNodeMode(a.cfg.RedisMode, a.cfg.RedisURL, u), u) // validated by config
 		if err != nil {
 			return &config.Error{Var: "LOCK_REDIS_URLS", Msg: err.Error()}
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"flashsale/internal/config"
+	"flashsale/internal/config/owners"
 )
 
 // embeddedNode starts an embedded-mode node (in-process Redis, SQLite in
@@ -26,7 +27,7 @@ func embeddedNode(tb testing.TB, env map[string]string) string {
 	for k, v := range env {
 		all[k] = v
 	}
-	cfg, err := config.Load(nil, func(k string) string { return all[k] }, io.Discard)
+	cfg, err := config.Load(nil, func(k string) string { return all[k] }, io.Discard, owners.Table())
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -9,16 +9,20 @@ import (
 	"time"
 
 	"flashsale/internal/config"
+	"flashsale/internal/config/owners"
 )
 
 // TestLogsRenderDurationsAsText: the JSON and the text handler write a
 // duration as "30m0s", not as nanoseconds, at the top level, inside a
-// group and inside the logged configuration.
+// group and inside the logged configuration (as the start-up log shows
+// it, unset settings at their packages' defaults).
 func TestLogsRenderDurationsAsText(t *testing.T) {
-	cfg, err := config.Load(nil, func(string) string { return "" }, &bytes.Buffer{})
+	table := owners.Table()
+	cfg, err := config.Load(nil, func(string) string { return "" }, &bytes.Buffer{}, table)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg = cfg.Effective(table)
 	for _, tc := range []struct {
 		name   string
 		format string

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -50,7 +51,8 @@ func (a *app) startRedPackets(ctx context.Context, bg *loops) (*redPacketsPart, 
 	p.service = redpackets.New(store, a.ids, a.router.RedPackets(rds, store), redpackets.Config{
 		MaxOpenPerUser:   a.cfg.RedPacketMaxOpenPerUser,
 		MaxPerUserPerDay: a.cfg.RedPacketMaxPerUserPerDay,
-		RefundLag:        a.cfg.RedPacketRefundGrace + a.cfg.RedPacketRefundInterval,
+		RefundLag: cmp.Or(a.cfg.RedPacketRefundGrace, redpackets.RefundGraceDefault) +
+			cmp.Or(a.cfg.RedPacketRefundInterval, redpackets.RefundIntervalDefault),
 	})
 	opts := logConsumerOptions(a.cfg)
 	p.writer = writer.New(writer.RedPackets(a.db, a.bg, a.log, opts), a.log, opts)

@@ -25,6 +25,7 @@ import (
 	"flashsale/domain"
 	"flashsale/internal/auth"
 	"flashsale/internal/config"
+	"flashsale/internal/config/owners"
 	"flashsale/internal/node"
 	"flashsale/internal/testenv"
 )
@@ -103,7 +104,7 @@ func Start(tb testing.TB, o Options) *Node {
 	env["REDIS_URL"] = o.Redis.URL()
 	env["NODE_ID"] = fmt.Sprintf("test-node-%d", nodeSeq.Add(1))
 	maps.Copy(env, o.Env)
-	cfg, err := config.Load(nil, func(k string) string { return env[k] }, io.Discard)
+	cfg, err := config.Load(nil, func(k string) string { return env[k] }, io.Discard, owners.Table())
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1,5 +1,7 @@
 // Command settingsdoc rewrites the settings reference of the operators'
-// documentation from the settings table: go generate ./internal/config.
+// documentation from the settings table and the defaults its packages own
+// (internal/config/owners, which imports them): go generate
+// ./internal/config.
 package main
 
 import (
@@ -7,6 +9,7 @@ import (
 	"os"
 
 	"flashsale/internal/config"
+	"flashsale/internal/config/owners"
 )
 
 func main() {
@@ -24,7 +27,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	out, err := config.RewriteReference(doc)
+	out, err := config.RewriteReference(doc, owners.Table)
 	if err != nil {
 		return fmt.Errorf("%s: %w", args[0], err)
 	}
