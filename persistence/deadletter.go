@@ -66,6 +66,11 @@ func refusalReason(err error) string {
 	return DeadRefused
 }
 
+// refuse is an entry's refusal for reason, err saying what exactly.
+func refuse(reason string, err error) *domain.Refusal {
+	return &domain.Refusal{Reason: reason, Err: err}
+}
+
 // deadLetterRow is a tb_order_dead_letter row.
 type deadLetterRow struct {
 	bun.BaseModel `bun:"table:tb_order_dead_letter"`
@@ -86,7 +91,7 @@ type deadLetterRow struct {
 // tb_order_dead_letter (the persistence actor calls it before it acknowledges
 // them, under one attempt's deadline; a replayed entry is recorded once,
 // by its key).
-func (w *OrderWriter) DeadLetter(ctx context.Context, dead []DeadEntry) error {
+func (w *OrderWriter) DeadLetter(ctx context.Context, dead []domain.DeadEntry) error {
 	rows := make([]deadLetterRow, 0, len(dead))
 	now := w.now().UTC()
 	for _, d := range dead {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
+
+	"flashsale/domain"
 )
 
 // BatchOptions tunes a batch writer of a family of logs.
@@ -89,13 +91,13 @@ func InFlight(ctx context.Context, rdb redis.UniversalClient, voucherID int64) (
 // is refused for good.
 type pendingOrder struct {
 	orderEntry
-	bad *Refusal
+	bad *domain.Refusal
 }
 
 // Handle persists a batch of order-log entries (see persist) and returns
 // the entries refused for good: malformed ones, and those the database
 // proves cannot exist.
-func (w *OrderWriter) Handle(ctx context.Context, batch []LogEntry) (map[int]*Refusal, error) {
+func (w *OrderWriter) Handle(ctx context.Context, batch []domain.LogEntry) (map[int]*domain.Refusal, error) {
 	began := time.Now()
 	writeBatchSize.Observe(float64(len(batch)))
 	defer func() { writeDuration.Observe(time.Since(began).Seconds()) }()
@@ -109,7 +111,7 @@ func (w *OrderWriter) Handle(ctx context.Context, batch []LogEntry) (map[int]*Re
 		}
 	}
 	err := w.persist(ctx, entries)
-	refused := map[int]*Refusal{}
+	refused := map[int]*domain.Refusal{}
 	var recorded []int64
 	for i, e := range entries {
 		if e.bad != nil {

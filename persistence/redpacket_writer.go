@@ -15,6 +15,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
+
+	"flashsale/domain"
 )
 
 // DeadRedPacketRefunded is the dead-letter reason (beside deadletter.go's)
@@ -88,8 +90,8 @@ func decodeGrabEntry(v map[string]any) (GrabRow, error) {
 // grabs it has not committed, the writer is among their red packets'
 // holders, and their refunds wait (holdGrabs); once the batch is handled
 // it leaves them.
-func (w *RedPacketWriter) Handle(ctx context.Context, batch []LogEntry) (map[int]*Refusal, error) {
-	refused := map[int]*Refusal{}
+func (w *RedPacketWriter) Handle(ctx context.Context, batch []domain.LogEntry) (map[int]*domain.Refusal, error) {
+	refused := map[int]*domain.Refusal{}
 	rows := make([]GrabRow, 0, len(batch))
 	idx := make([]int, 0, len(batch))
 	for i, e := range batch {
@@ -109,7 +111,7 @@ func (w *RedPacketWriter) Handle(ctx context.Context, batch []LogEntry) (map[int
 
 // handle commits rows (the batch's grabs; idx maps them to their entries)
 // and adds the refused ones to refused.
-func (w *RedPacketWriter) handle(ctx context.Context, rows []GrabRow, idx []int, refused map[int]*Refusal) (map[int]*Refusal, error) {
+func (w *RedPacketWriter) handle(ctx context.Context, rows []GrabRow, idx []int, refused map[int]*domain.Refusal) (map[int]*domain.Refusal, error) {
 	var err error
 	for {
 		err = w.insert(ctx, rows)
@@ -255,7 +257,7 @@ func (w *RedPacketWriter) adopt(ctx context.Context, tx bun.Tx, rows []GrabRow) 
 	if err := q.Scan(ctx); err != nil {
 		return fmt.Errorf("lock red packets %v: %w", ids, err)
 	}
-	out := &refusedGrabs{at: map[int]*Refusal{}}
+	out := &refusedGrabs{at: map[int]*domain.Refusal{}}
 	for _, p := range locked {
 		if p.RefundTime == nil {
 			continue
@@ -300,7 +302,7 @@ func (w *RedPacketWriter) adopt(ctx context.Context, tx bun.Tx, rows []GrabRow) 
 // sold from a Redis load that was lost and the reloaded red packet can no
 // longer take them back. at holds their refusals by position in the rows
 // tried.
-type refusedGrabs struct{ at map[int]*Refusal }
+type refusedGrabs struct{ at map[int]*domain.Refusal }
 
 func (r *refusedGrabs) Error() string {
 	return fmt.Sprintf("%d red-packet grabs refused before their commit", len(r.at))
@@ -369,7 +371,7 @@ func (w *RedPacketWriter) returnPacket(ctx context.Context, entryID string, g Gr
 }
 
 // DeadLetter records refused red-packet grabs in tb_order_dead_letter.
-func (w *RedPacketWriter) DeadLetter(ctx context.Context, dead []DeadEntry) error {
+func (w *RedPacketWriter) DeadLetter(ctx context.Context, dead []domain.DeadEntry) error {
 	rows := make([]deadLetterRow, 0, len(dead))
 	now := time.Now().UTC()
 	for _, d := range dead {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"flashsale/actors/writer"
+	"flashsale/domain"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -20,7 +21,7 @@ type gated struct {
 	tries atomic.Int64
 }
 
-func (g *gated) Handle(ctx context.Context, batch []persistence.LogEntry) (map[int]*persistence.Refusal, error) {
+func (g *gated) Handle(ctx context.Context, batch []domain.LogEntry) (map[int]*domain.Refusal, error) {
 	g.tries.Add(1)
 	if !g.open.Load() {
 		return nil, errors.New("not yet")

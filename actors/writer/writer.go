@@ -34,6 +34,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 
+	"flashsale/domain"
 	"flashsale/internal/lease"
 	"flashsale/persistence"
 )
@@ -41,10 +42,10 @@ import (
 // Logs is the Redis side of a family of logs (persistence.Logs).
 type Logs interface {
 	List(ctx context.Context) ([]string, error)
-	Read(ctx context.Context, consumer string, logs []string, id string, count int, block time.Duration) ([]persistence.LogEntry, error)
-	Claim(ctx context.Context, consumer string, logs []string, minIdle time.Duration, count int) ([]persistence.LogEntry, error)
-	Ack(ctx context.Context, batch []persistence.LogEntry) error
-	Sample(ctx context.Context, logs []string) (persistence.LogSample, error)
+	Read(ctx context.Context, consumer string, logs []string, id string, count int, block time.Duration) ([]domain.LogEntry, error)
+	Claim(ctx context.Context, consumer string, logs []string, minIdle time.Duration, count int) ([]domain.LogEntry, error)
+	Ack(ctx context.Context, batch []domain.LogEntry) error
+	Sample(ctx context.Context, logs []string) (domain.LogSample, error)
 	Length(ctx context.Context) (int64, error)
 	RemoveDeadConsumers(ctx context.Context, self string, logs []string, idle time.Duration) int
 	ConsumerName(consumer string) *persistence.ConsumerName
@@ -61,11 +62,11 @@ type Handler interface {
 	// of the batch is retried, with backoff, until Handle returns nil;
 	// only then are the refused entries dead-lettered and the whole batch
 	// acknowledged.
-	Handle(ctx context.Context, batch []persistence.LogEntry) (map[int]*persistence.Refusal, error)
+	Handle(ctx context.Context, batch []domain.LogEntry) (map[int]*domain.Refusal, error)
 	// DeadLetter keeps refused entries durably, before the writer
 	// acknowledges them. The same entry may come again (a crash before the
 	// acknowledgement): it must be kept once, by its log and id.
-	DeadLetter(ctx context.Context, dead []persistence.DeadEntry) error
+	DeadLetter(ctx context.Context, dead []domain.DeadEntry) error
 	// Prune drops finished logs from the registry and returns how many;
 	// it runs with every claim pass.
 	Prune(ctx context.Context, logs []string) int
