@@ -345,6 +345,16 @@ func (l *Logs) Length(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
+// InFlight counts a voucher's orders accepted in Redis but not yet
+// committed to the database.
+func InFlight(ctx context.Context, rdb redis.UniversalClient, voucherID int64) (int64, error) {
+	n, err := rdb.XLen(ctx, LogKey(voucherID)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("order log length of voucher %d: %w", voucherID, err)
+	}
+	return n, nil
+}
+
 // removeDeadConsumerScript deletes a log's idle consumers that hold nothing: scripts/remove_dead_consumer.lua.
 var removeDeadConsumerScript = newScript("remove_dead_consumer")
 

@@ -19,7 +19,7 @@ import (
 var quiet = testenv.QuietLogger()
 
 // logStore is a family's store as the persistence actor drives it:
-// persistence.OrderWriter, persistence.RedPacketWriter.
+// persistence.OrderLogHandler, persistence.RedPacketLogHandler.
 type logStore interface {
 	Handle(ctx context.Context, batch []domain.LogEntry) (map[int]*domain.Refusal, error)
 	DeadLetter(ctx context.Context, dead []domain.DeadEntry) error
@@ -88,8 +88,8 @@ func handOver(ctx context.Context, logs *persistence.Logs, store logStore, batch
 const writerBatch = 500
 
 // orderStore is the order log's store on db and rdb.
-func orderStore(db *bun.DB, rdb redis.UniversalClient) *persistence.OrderWriter {
-	return persistence.NewOrderWriter(db, rdb, quiet, persistence.BatchOptions{})
+func orderStore(db *bun.DB, rdb redis.UniversalClient) *persistence.OrderLogHandler {
+	return persistence.NewOrderLogHandler(db, rdb, quiet, persistence.BatchOptions{})
 }
 
 // drainOrders stores every order in the order logs through the order
@@ -103,7 +103,7 @@ func drainOrders(tb testing.TB, db *bun.DB, rdb redis.UniversalClient) {
 // through their store, in the actor's batches.
 func drainRedPackets(tb testing.TB, db *bun.DB, rdb redis.UniversalClient) {
 	tb.Helper()
-	store := persistence.NewRedPacketWriter(db, rdb, quiet, persistence.BatchOptions{Consumer: "storage-test"})
+	store := persistence.NewRedPacketLogHandler(db, rdb, quiet, persistence.BatchOptions{Consumer: "storage-test"})
 	drain(tb, persistence.NewRedPacketLogs(rdb), store, writerBatch, 30*time.Second)
 }
 

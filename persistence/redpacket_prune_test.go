@@ -167,7 +167,7 @@ func TestARedPacketLogLeavesTheRegistryOnceItsRedPacketIsSettledOrPruned(t *test
 	db, rdb, r, store := redPacketStores(t)
 	ctx := t.Context()
 	logs := persistence.NewRedPacketLogs(rdb)
-	w := persistence.NewRedPacketWriter(db, rdb, quiet, persistence.BatchOptions{Consumer: "prune-test"})
+	w := persistence.NewRedPacketLogHandler(db, rdb, quiet, persistence.BatchOptions{Consumer: "prune-test"})
 	testenv.MustRedPacket(t, store, 1, []int64{1, 1}, time.Hour)
 	registered := func() []string {
 		t.Helper()

@@ -107,7 +107,7 @@ func TestGrabOfARefundedRedPacketIsDeadLettered(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, "UPDATE tb_red_packet SET refund_cents = 70, refund_count = 2, refund_time = now() WHERE id = ?", rp2.ID); err != nil {
 		t.Fatal(err)
 	}
-	w := persistence.NewRedPacketWriter(db, rdb, quiet, persistence.BatchOptions{Consumer: "test-writer"})
+	w := persistence.NewRedPacketLogHandler(db, rdb, quiet, persistence.BatchOptions{Consumer: "test-writer"})
 	type result struct {
 		refused map[int]*domain.Refusal
 		err     error

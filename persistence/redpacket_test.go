@@ -240,7 +240,7 @@ func TestHeldRedPacketGrabIsAdoptedByTheReload(t *testing.T) {
 		t.Fatalf("a grab during the hold: %v %s", err, testenv.RedPacketCodes(out))
 	}
 	// The database is back: the writer commits the held grab.
-	w := persistence.NewRedPacketWriter(db, rdb, quiet, persistence.BatchOptions{Consumer: "test-writer"})
+	w := persistence.NewRedPacketLogHandler(db, rdb, quiet, persistence.BatchOptions{Consumer: "test-writer"})
 	if refused, err := w.Handle(ctx, []domain.LogEntry{held}); err != nil || len(refused) != 0 {
 		t.Fatalf("the held grab: refused %v, %v", refused, err)
 	}
@@ -268,7 +268,7 @@ func TestHeldRedPacketGrabPastTheHoldIsDeadLetteredNotPaidTwice(t *testing.T) {
 	if out, err := r.Grab(ctx, 6, []domain.RedPacketGrab{{RequestID: "b", UserID: 2}}); err != nil || testenv.RedPacketCodes(out) != "OK:40 " {
 		t.Fatalf("user 2 after the reload: %v %s", err, testenv.RedPacketCodes(out))
 	}
-	w := persistence.NewRedPacketWriter(db, rdb, quiet, persistence.BatchOptions{Consumer: "test-writer"})
+	w := persistence.NewRedPacketLogHandler(db, rdb, quiet, persistence.BatchOptions{Consumer: "test-writer"})
 	refused, err := w.Handle(ctx, []domain.LogEntry{held})
 	if err != nil || len(refused) != 1 || refused[0].Reason != persistence.DeadLostLoad {
 		t.Fatalf("the held grab: refused %v, %v; want it lost_load", refused, err)
@@ -359,7 +359,7 @@ func TestRedPacketWriterAdoptsAfterAReload(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, "SELECT id FROM tb_red_packet WHERE id = 9 FOR UPDATE"); err != nil { // a reload's lock
 		t.Fatal(err)
 	}
-	w := persistence.NewRedPacketWriter(db, rdb, quiet, persistence.BatchOptions{Consumer: "test-writer"})
+	w := persistence.NewRedPacketLogHandler(db, rdb, quiet, persistence.BatchOptions{Consumer: "test-writer"})
 	done := make(chan error, 1)
 	go func() { _, err := w.Handle(ctx, []domain.LogEntry{held}); done <- err }()
 	select {

@@ -51,8 +51,8 @@ type Logs interface {
 	ConsumerName(consumer string) *persistence.ConsumerName
 }
 
-// Handler writes a family's batches (persistence.OrderWriter,
-// persistence.RedPacketWriter).
+// Handler writes a family's batches (persistence.OrderLogHandler,
+// persistence.RedPacketLogHandler).
 type Handler interface {
 	// Handle processes a batch of entries of one or more logs. Its work
 	// must be idempotent per entry: a crash before the acknowledgement
@@ -76,8 +76,8 @@ type Handler interface {
 
 var (
 	_ Logs    = (*persistence.Logs)(nil)
-	_ Handler = (*persistence.OrderWriter)(nil)
-	_ Handler = (*persistence.RedPacketWriter)(nil)
+	_ Handler = (*persistence.OrderLogHandler)(nil)
+	_ Handler = (*persistence.RedPacketLogHandler)(nil)
 )
 
 // Family is a set of logs read by one consumer group, and what the writer
@@ -111,22 +111,22 @@ type LeaseRows interface {
 }
 
 // Orders is the family of the vouchers' order logs, written by
-// persistence.OrderWriter into tb_voucher_order.
+// persistence.OrderLogHandler into tb_voucher_order.
 func Orders(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opts Options) Family {
 	return Family{
 		Name: "order writer", Logs: persistence.NewOrderLogs(rdb),
-		Handler: persistence.NewOrderWriter(db, rdb, log, opts.withDefaults().batchOptions()),
+		Handler: persistence.NewOrderLogHandler(db, rdb, log, opts.withDefaults().batchOptions()),
 		Lag:     orderLogLag, LagSeconds: orderLogLagSeconds, Pending: orderLogPending, Failures: orderWriteErrors,
 		Leases: persistence.NewWriterLeases(db, persistence.OrdersFamily),
 	}
 }
 
 // RedPackets is the family of the red packets' order logs, written by
-// persistence.RedPacketWriter into tb_red_packet_grab.
+// persistence.RedPacketLogHandler into tb_red_packet_grab.
 func RedPackets(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opts Options) Family {
 	return Family{
 		Name: "red-packet writer", Logs: persistence.NewRedPacketLogs(rdb),
-		Handler: persistence.NewRedPacketWriter(db, rdb, log, opts.withDefaults().batchOptions()),
+		Handler: persistence.NewRedPacketLogHandler(db, rdb, log, opts.withDefaults().batchOptions()),
 		Lag:     redPacketLogLag, Failures: redPacketWriteErrors,
 	}
 }
