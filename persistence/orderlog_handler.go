@@ -19,7 +19,8 @@ import (
 )
 
 // BatchOptions tunes the handler of a family of logs (OrderLogHandler,
-// RedPacketLogHandler).
+// RedPacketLogHandler). Its fields match the persistence actor's
+// StoreOptions one for one, which converts to it.
 type BatchOptions struct {
 	// AttemptTimeout bounds one database attempt (a batch's transaction,
 	// a dead-letter insert): a database that stops answering without

@@ -40,7 +40,7 @@ func TestAWriterHoldingABatchIsNeverReportedClean(t *testing.T) {
 	rows := persistence.NewWriterLeases(db, persistence.OrdersFamily)
 	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 100, Limit: 1})
 	opts := writer.Options{Consumer: "node-a", MaxBackoff: 100 * time.Millisecond}
-	fam := writer.Orders(db, rdb, testenv.QuietLogger(), opts)
+	fam := testenv.OrderLogFamily(db, rdb, opts)
 	g := &gated{Handler: fam.Handler}
 	fam.Handler = g
 	w := testenv.StartWriter(t, fam, opts) // stopping twice is harmless

@@ -47,7 +47,7 @@ func (f *failing) Handle(ctx context.Context, batch []domain.LogEntry) (map[int]
 // attempts the returned handler counts, until the test ends.
 func startFailingOrderWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts writer.Options) (*writer.Writer, *failing) {
 	tb.Helper()
-	fam := writer.Orders(db, rdb, testenv.QuietLogger(), opts)
+	fam := testenv.OrderLogFamily(db, rdb, opts)
 	h := &failing{Handler: fam.Handler}
 	fam.Handler = h
 	return testenv.StartWriter(tb, fam, opts), h

@@ -79,7 +79,7 @@ func TestWriterRestartsAfterAFailureWithBackoffAndLosesNothing(t *testing.T) {
 
 	const backoff = 300 * time.Millisecond
 	opts := writer.Options{Batch: 10, Linger: -1, RestartBackoff: backoff}
-	fam := writer.Orders(db, rdb, testenv.QuietLogger(), opts)
+	fam := testenv.OrderLogFamily(db, rdb, opts)
 	h := &crashing{Handler: fam.Handler}
 	fam.Handler = h
 	w := testenv.StartWriter(t, fam, opts)

@@ -95,7 +95,7 @@ func (t *tally) Persisted() int64 {
 func startTally(tb testing.TB, rdb redis.UniversalClient, h writer.Handler, opts writer.Options) *writer.Writer {
 	tb.Helper()
 	log := testenv.QuietLogger()
-	w := writer.New(writer.Family{Name: "tally", Logs: persistence.NewLogs(rdb, "tally:logs", "tally", "tally:consumer:"), Handler: h}, log, opts)
+	w := writer.New(writer.NewFamily("tally", persistence.NewLogs(rdb, "tally:logs", "tally", "tally:consumer:"), h), log, opts)
 	if err := w.Acquire(tb.Context()); err != nil {
 		tb.Fatal(err)
 	}
