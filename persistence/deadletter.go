@@ -3,7 +3,6 @@ package persistence
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -66,6 +65,11 @@ func refusalReason(err error) string {
 	return DeadRefused
 }
 
+// refuse is an entry's refusal for reason, err saying what exactly.
+func refuse(reason string, err error) *domain.Refusal {
+	return &domain.Refusal{Reason: reason, Err: err}
+}
+
 // deadLetterRow is a tb_order_dead_letter row.
 type deadLetterRow struct {
 	bun.BaseModel `bun:"table:tb_order_dead_letter"`
@@ -80,35 +84,6 @@ type deadLetterRow struct {
 	Detail     string    `bun:"detail,notnull"`
 	Entry      string    `bun:"entry,notnull"`
 	CreateTime time.Time `bun:"create_time,notnull"`
-}
-
-// DeadLetter records refused order-log entries, with their reasons, in
-// tb_order_dead_letter (the persistence actor calls it before it acknowledges
-// them, under one attempt's deadline; a replayed entry is recorded once,
-// by its key).
-func (w *OrderWriter) DeadLetter(ctx context.Context, dead []DeadEntry) error {
-	rows := make([]deadLetterRow, 0, len(dead))
-	now := w.now().UTC()
-	for _, d := range dead {
-		e := d.Entry
-		raw, _ := json.Marshal(e.Values)
-		row := deadLetterRow{
-			Key: e.Log + "/" + e.ID, Reason: d.Why.Reason, Detail: d.Why.Err.Error(), Entry: string(raw), CreateTime: now,
-		}
-		if stamp, _ := e.Values[EntryLoadStamp].(string); stamp != "" {
-			row.LoadStamp = &stamp
-		}
-		if oe, err := decodeOrderEntry(e.Values, now); err == nil && row.Reason != DeadMalformed {
-			o := oe.order
-			row.OrderID, row.UserID, row.VoucherID, row.RequestID = &o.ID, &o.UserID, &o.VoucherID, o.RequestID
-		} else if id, ok := voucherIDFromKey(e.Log); ok {
-			row.VoucherID = &id // the log it came from still says whose it was
-		}
-		rows = append(rows, row)
-		w.log.ErrorContext(ctx, "order refused by the database, dead-lettered",
-			"log", e.Log, "entry", e.ID, "reason", row.Reason, "detail", row.Detail)
-	}
-	return insertDeadLetters(ctx, w.db, rows)
 }
 
 // insertDeadLetters records dead-lettered entries of any order log (a

@@ -10,37 +10,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"flashsale/domain"
 )
 
 // The Redis side of the log writers: a family of stream logs listed in a
 // registry and read by one consumer group. Each method is one round trip
 // (Claim and the lag sample one per log at most); the loop that drives
 // them, its retries and its pacing belong to the persistence actor.
-
-// LogEntry is one entry of a log as a writer read it.
-type LogEntry struct {
-	Log    string         // the key of the log it was read from
-	ID     string         // its id in that log
-	Values map[string]any // its fields, as written
-}
-
-// Refusal says why an entry can never be processed: it is dead-lettered
-// with its reason instead of blocking the log or vanishing.
-type Refusal struct {
-	Reason string // low-cardinality code: a metric label and a column
-	Err    error  // what exactly, in words
-}
-
-func (r *Refusal) Error() string { return r.Reason + ": " + r.Err.Error() }
-func (r *Refusal) Unwrap() error { return r.Err }
-
-func refuse(reason string, err error) *Refusal { return &Refusal{Reason: reason, Err: err} }
-
-// DeadEntry is an entry refused for good, with why.
-type DeadEntry struct {
-	Entry LogEntry
-	Why   *Refusal
-}
 
 // Logs is one family of order logs: the registry listing them, their
 // consumer group, and the prefix of the lease on a consumer's name.
@@ -90,7 +67,7 @@ var ErrStaleList = errors.New("a log has no consumer group; listing the logs aga
 // One server reads every log in one XREADGROUP. A Redis Cluster refuses a
 // command whose keys hash to different slots (CROSSSLOT), so there the
 // logs are read one hash tag at a time (readSharded).
-func (l *Logs) Read(ctx context.Context, consumer string, logs []string, id string, count int, block time.Duration) ([]LogEntry, error) {
+func (l *Logs) Read(ctx context.Context, consumer string, logs []string, id string, count int, block time.Duration) ([]domain.LogEntry, error) {
 	if _, ok := l.rdb.(*redis.ClusterClient); ok {
 		return l.readSharded(ctx, consumer, logs, id, count, block)
 	}
@@ -112,7 +89,7 @@ func (l *Logs) readArgs(consumer string, logs []string, id string, count int, bl
 }
 
 // readResult turns one XREADGROUP's reply into entries.
-func (l *Logs) readResult(ctx context.Context, res []redis.XStream, err error) ([]LogEntry, error) {
+func (l *Logs) readResult(ctx context.Context, res []redis.XStream, err error) ([]domain.LogEntry, error) {
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
 	}
@@ -125,7 +102,7 @@ func (l *Logs) readResult(ctx context.Context, res []redis.XStream, err error) (
 		}
 		return nil, fmt.Errorf("xreadgroup: %w", err)
 	}
-	var out []LogEntry
+	var out []domain.LogEntry
 	for _, s := range res {
 		out = appendEntries(out, s.Stream, s.Messages)
 	}
@@ -142,7 +119,7 @@ const clusterReadPoll = 25 * time.Millisecond
 // XREADGROUP can wait on one slot only, so while nothing comes the read
 // looks again every clusterReadPoll until block has passed: new orders
 // reach the database that much later, never less surely.
-func (l *Logs) readSharded(ctx context.Context, consumer string, logs []string, id string, count int, block time.Duration) ([]LogEntry, error) {
+func (l *Logs) readSharded(ctx context.Context, consumer string, logs []string, id string, count int, block time.Duration) ([]domain.LogEntry, error) {
 	groups := map[string][]string{}
 	var tags []string
 	for _, s := range logs {
@@ -160,7 +137,7 @@ func (l *Logs) readSharded(ctx context.Context, consumer string, logs []string, 
 			reads[i] = pipe.XReadGroup(ctx, l.readArgs(consumer, groups[t], id, count, -1))
 		}
 		_, _ = pipe.Exec(ctx) // each reply is checked below
-		var out []LogEntry
+		var out []domain.LogEntry
 		for _, r := range reads {
 			got, err := l.readResult(ctx, r.Val(), r.Err())
 			if err != nil {
@@ -196,8 +173,8 @@ func hashTag(key string) string {
 
 // Claim takes over, for consumer, up to count entries that other
 // consumers left pending for minIdle or longer.
-func (l *Logs) Claim(ctx context.Context, consumer string, logs []string, minIdle time.Duration, count int) ([]LogEntry, error) {
-	var out []LogEntry
+func (l *Logs) Claim(ctx context.Context, consumer string, logs []string, minIdle time.Duration, count int) ([]domain.LogEntry, error) {
+	var out []domain.LogEntry
 	for _, s := range logs {
 		start := "0-0"
 		for len(out) < count {
@@ -221,9 +198,9 @@ func (l *Logs) Claim(ctx context.Context, consumer string, logs []string, minIdl
 	return out, nil
 }
 
-func appendEntries(out []LogEntry, log string, msgs []redis.XMessage) []LogEntry {
+func appendEntries(out []domain.LogEntry, log string, msgs []redis.XMessage) []domain.LogEntry {
 	for _, m := range msgs {
-		out = append(out, LogEntry{Log: log, ID: m.ID, Values: m.Values})
+		out = append(out, domain.LogEntry{Log: log, ID: m.ID, Values: m.Values})
 	}
 	return out
 }
@@ -262,7 +239,7 @@ var ackScript = newScript("ack")
 // Ack acknowledges and deletes handled entries, one pipeline for the
 // batch, so that a log holds exactly the entries not yet handled
 // (reconciliation counts them).
-func (l *Logs) Ack(ctx context.Context, batch []LogEntry) error {
+func (l *Logs) Ack(ctx context.Context, batch []domain.LogEntry) error {
 	ids := map[string][]string{}
 	for _, e := range batch {
 		ids[e.Log] = append(ids[e.Log], e.ID)
@@ -289,16 +266,9 @@ func (l *Logs) Ack(ctx context.Context, batch []LogEntry) error {
 	return nil
 }
 
-// LogSample is the state of a family's logs at one moment.
-type LogSample struct {
-	Entries int64         // entries in all logs: not yet handled
-	Pending int64         // delivered to a consumer and not yet acknowledged
-	Age     time.Duration // how long ago the oldest entry was appended; 0 if none
-}
-
 // Sample reads the lengths, oldest entries and pending counts of logs in
 // one pipeline.
-func (l *Logs) Sample(ctx context.Context, logs []string) (LogSample, error) {
+func (l *Logs) Sample(ctx context.Context, logs []string) (domain.LogSample, error) {
 	pipe := l.rdb.Pipeline()
 	lens := make([]*redis.IntCmd, len(logs))
 	firsts := make([]*redis.XMessageSliceCmd, len(logs))
@@ -309,12 +279,12 @@ func (l *Logs) Sample(ctx context.Context, logs []string) (LogSample, error) {
 		pending[i] = pipe.XPending(ctx, s, l.group)
 	}
 	_, _ = pipe.Exec(ctx) // each reply is checked below: a log without its group yet fails alone
-	var out LogSample
+	var out domain.LogSample
 	now := time.Now()
 	oldest := now
 	for i := range logs {
 		if err := firstErr(lens[i].Err(), firsts[i].Err()); err != nil {
-			return LogSample{}, fmt.Errorf("sample %s: %w", logs[i], err)
+			return domain.LogSample{}, fmt.Errorf("sample %s: %w", logs[i], err)
 		}
 		out.Entries += lens[i].Val()
 		if msgs := firsts[i].Val(); len(msgs) > 0 {
@@ -373,6 +343,16 @@ func (l *Logs) Length(ctx context.Context) (int64, error) {
 		total += c.Val()
 	}
 	return total, nil
+}
+
+// InFlight counts a voucher's orders accepted in Redis but not yet
+// committed to the database.
+func InFlight(ctx context.Context, rdb redis.UniversalClient, voucherID int64) (int64, error) {
+	n, err := rdb.XLen(ctx, LogKey(voucherID)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, fmt.Errorf("order log length of voucher %d: %w", voucherID, err)
+	}
+	return n, nil
 }
 
 // removeDeadConsumerScript deletes a log's idle consumers that hold nothing: scripts/remove_dead_consumer.lua.

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 
+	"flashsale/domain"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -18,10 +19,10 @@ import (
 var quiet = testenv.QuietLogger()
 
 // logStore is a family's store as the persistence actor drives it:
-// persistence.OrderWriter, persistence.RedPacketWriter.
+// persistence.OrderLogHandler, persistence.RedPacketLogHandler.
 type logStore interface {
-	Handle(ctx context.Context, batch []persistence.LogEntry) (map[int]*persistence.Refusal, error)
-	DeadLetter(ctx context.Context, dead []persistence.DeadEntry) error
+	Handle(ctx context.Context, batch []domain.LogEntry) (map[int]*domain.Refusal, error)
+	DeadLetter(ctx context.Context, dead []domain.DeadEntry) error
 }
 
 // drain does by hand what the persistence actor does, without its
@@ -65,14 +66,14 @@ func drain(tb testing.TB, logs *persistence.Logs, store logStore, batch int, wit
 // handOver is one step of the persistence actor, without its retries: it
 // hands a batch to the store, dead-letters what the store refuses and
 // acknowledges the batch.
-func handOver(ctx context.Context, logs *persistence.Logs, store logStore, batch []persistence.LogEntry) error {
+func handOver(ctx context.Context, logs *persistence.Logs, store logStore, batch []domain.LogEntry) error {
 	refused, err := store.Handle(ctx, batch)
 	if err != nil {
 		return fmt.Errorf("handle a batch of %d: %w", len(batch), err)
 	}
-	var dead []persistence.DeadEntry
+	var dead []domain.DeadEntry
 	for i, why := range refused {
-		dead = append(dead, persistence.DeadEntry{Entry: batch[i], Why: why})
+		dead = append(dead, domain.DeadEntry{Entry: batch[i], Why: why})
 	}
 	if len(dead) > 0 {
 		if err := store.DeadLetter(ctx, dead); err != nil {
@@ -87,8 +88,8 @@ func handOver(ctx context.Context, logs *persistence.Logs, store logStore, batch
 const writerBatch = 500
 
 // orderStore is the order log's store on db and rdb.
-func orderStore(db *bun.DB, rdb redis.UniversalClient) *persistence.OrderWriter {
-	return persistence.NewOrderWriter(db, rdb, quiet, persistence.BatchOptions{})
+func orderStore(db *bun.DB, rdb redis.UniversalClient) *persistence.OrderLogHandler {
+	return persistence.NewOrderLogHandler(db, rdb, quiet, persistence.BatchOptions{})
 }
 
 // drainOrders stores every order in the order logs through the order
@@ -102,7 +103,7 @@ func drainOrders(tb testing.TB, db *bun.DB, rdb redis.UniversalClient) {
 // through their store, in the actor's batches.
 func drainRedPackets(tb testing.TB, db *bun.DB, rdb redis.UniversalClient) {
 	tb.Helper()
-	store := persistence.NewRedPacketWriter(db, rdb, quiet, persistence.BatchOptions{Consumer: "storage-test"})
+	store := persistence.NewRedPacketLogHandler(db, rdb, quiet, persistence.BatchOptions{Consumer: "storage-test"})
 	drain(tb, persistence.NewRedPacketLogs(rdb), store, writerBatch, 30*time.Second)
 }
 

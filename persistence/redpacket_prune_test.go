@@ -167,7 +167,7 @@ func TestARedPacketLogLeavesTheRegistryOnceItsRedPacketIsSettledOrPruned(t *test
 	db, rdb, r, store := redPacketStores(t)
 	ctx := t.Context()
 	logs := persistence.NewRedPacketLogs(rdb)
-	w := persistence.NewRedPacketWriter(db, rdb, quiet, persistence.BatchOptions{Consumer: "prune-test"})
+	w := persistence.NewRedPacketLogHandler(db, rdb, quiet, persistence.BatchOptions{Consumer: "prune-test"})
 	testenv.MustRedPacket(t, store, 1, []int64{1, 1}, time.Hour)
 	registered := func() []string {
 		t.Helper()
@@ -198,11 +198,11 @@ func TestARedPacketLogLeavesTheRegistryOnceItsRedPacketIsSettledOrPruned(t *test
 	}
 	// A grab of it that turns up anyway finds no row and is refused, to
 	// be dead-lettered, never stored.
-	late := persistence.LogEntry{Log: log, ID: "1-1", Values: map[string]any{
+	late := domain.LogEntry{Log: log, ID: "1-1", Values: map[string]any{
 		persistence.EntryRedPacketID: "1", persistence.EntryPacketSeq: "0", persistence.EntryUserID: "50",
 		persistence.EntryAmount: "1", persistence.EntryTime: strconv.FormatInt(time.Now().UnixMilli(), 10),
 	}}
-	refused, err := w.Handle(ctx, []persistence.LogEntry{late})
+	refused, err := w.Handle(ctx, []domain.LogEntry{late})
 	if err != nil || refused[0] == nil {
 		t.Fatalf("a grab of a pruned red packet: refused %v (%v), want refused", refused, err)
 	}

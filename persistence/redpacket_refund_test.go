@@ -107,14 +107,14 @@ func TestGrabOfARefundedRedPacketIsDeadLettered(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, "UPDATE tb_red_packet SET refund_cents = 70, refund_count = 2, refund_time = now() WHERE id = ?", rp2.ID); err != nil {
 		t.Fatal(err)
 	}
-	w := persistence.NewRedPacketWriter(db, rdb, quiet, persistence.BatchOptions{Consumer: "test-writer"})
+	w := persistence.NewRedPacketLogHandler(db, rdb, quiet, persistence.BatchOptions{Consumer: "test-writer"})
 	type result struct {
-		refused map[int]*persistence.Refusal
+		refused map[int]*domain.Refusal
 		err     error
 	}
 	out := make(chan result, 1)
 	go func() {
-		refused, err := w.Handle(context.Background(), []persistence.LogEntry{held})
+		refused, err := w.Handle(context.Background(), []domain.LogEntry{held})
 		out <- result{refused, err}
 	}()
 	select {
@@ -129,7 +129,7 @@ func TestGrabOfARefundedRedPacketIsDeadLettered(t *testing.T) {
 	if res.err != nil || len(res.refused) != 1 || res.refused[0].Reason != persistence.DeadRedPacketRefunded {
 		t.Fatalf("the late grab: refused %v, %v; want it %s", res.refused, res.err, persistence.DeadRedPacketRefunded)
 	}
-	if err := w.DeadLetter(ctx, []persistence.DeadEntry{{Entry: held, Why: res.refused[0]}}); err != nil {
+	if err := w.DeadLetter(ctx, []domain.DeadEntry{{Entry: held, Why: res.refused[0]}}); err != nil {
 		t.Fatal(err)
 	}
 	n, err := db.NewSelect().Model((*persistence.GrabRow)(nil)).Where("red_packet_id = ?", rp2.ID).Count(ctx)

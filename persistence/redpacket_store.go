@@ -413,7 +413,7 @@ func (s *RedPacketStore) Due(ctx context.Context, cutoff time.Time, limit int) (
 // in the table and records the refund (total less those), so a writer's
 // commit is either counted or comes after the refund, and then finds the
 // red packet refunded under the same lock and is refused (see
-// RedPacketWriter.adopt): grabbed + refunded = total, whatever the order.
+// RedPacketLogHandler.adopt): grabbed + refunded = total, whatever the order.
 // The same transaction takes it off its creator's open red packets (the
 // quota, see CreateWithin). A second run, on any node, changes nothing.
 // Then it removes the red packet's Redis state. done is false while

@@ -173,7 +173,7 @@ func afterHold(tb testing.TB, r *persistence.RedPacketRedis, id int64, grabs []d
 // heldGrab grabs packet 0 of red packet id for user 1 and returns its
 // order-log entry, as a writer reads it before it can commit it; then
 // Redis loses its data (the test's own server).
-func heldGrab(tb testing.TB, rdb *redis.Client, r *persistence.RedPacketRedis, id int64) persistence.LogEntry {
+func heldGrab(tb testing.TB, rdb *redis.Client, r *persistence.RedPacketRedis, id int64) domain.LogEntry {
 	tb.Helper()
 	ctx := tb.Context()
 	if out, err := r.Grab(ctx, id, []domain.RedPacketGrab{{RequestID: "a", UserID: 1}}); err != nil || testenv.RedPacketCodes(out) != "OK:40 " {
@@ -186,7 +186,7 @@ func heldGrab(tb testing.TB, rdb *redis.Client, r *persistence.RedPacketRedis, i
 	if err := rdb.FlushDB(ctx).Err(); err != nil {
 		tb.Fatal(err)
 	}
-	return persistence.LogEntry{Log: persistence.RedPacketLogKey(id), ID: held[0].ID, Values: held[0].Values}
+	return domain.LogEntry{Log: persistence.RedPacketLogKey(id), ID: held[0].ID, Values: held[0].Values}
 }
 
 // redPacketSettles drains the red packet's log and checks where its money
@@ -240,8 +240,8 @@ func TestHeldRedPacketGrabIsAdoptedByTheReload(t *testing.T) {
 		t.Fatalf("a grab during the hold: %v %s", err, testenv.RedPacketCodes(out))
 	}
 	// The database is back: the writer commits the held grab.
-	w := persistence.NewRedPacketWriter(db, rdb, quiet, persistence.BatchOptions{Consumer: "test-writer"})
-	if refused, err := w.Handle(ctx, []persistence.LogEntry{held}); err != nil || len(refused) != 0 {
+	w := persistence.NewRedPacketLogHandler(db, rdb, quiet, persistence.BatchOptions{Consumer: "test-writer"})
+	if refused, err := w.Handle(ctx, []domain.LogEntry{held}); err != nil || len(refused) != 0 {
 		t.Fatalf("the held grab: refused %v, %v", refused, err)
 	}
 	out, err = afterHold(t, r, 5, []domain.RedPacketGrab{{RequestID: "b", UserID: 2}, {RequestID: "c", UserID: 1}})
@@ -268,12 +268,12 @@ func TestHeldRedPacketGrabPastTheHoldIsDeadLetteredNotPaidTwice(t *testing.T) {
 	if out, err := r.Grab(ctx, 6, []domain.RedPacketGrab{{RequestID: "b", UserID: 2}}); err != nil || testenv.RedPacketCodes(out) != "OK:40 " {
 		t.Fatalf("user 2 after the reload: %v %s", err, testenv.RedPacketCodes(out))
 	}
-	w := persistence.NewRedPacketWriter(db, rdb, quiet, persistence.BatchOptions{Consumer: "test-writer"})
-	refused, err := w.Handle(ctx, []persistence.LogEntry{held})
+	w := persistence.NewRedPacketLogHandler(db, rdb, quiet, persistence.BatchOptions{Consumer: "test-writer"})
+	refused, err := w.Handle(ctx, []domain.LogEntry{held})
 	if err != nil || len(refused) != 1 || refused[0].Reason != persistence.DeadLostLoad {
 		t.Fatalf("the held grab: refused %v, %v; want it lost_load", refused, err)
 	}
-	if err := w.DeadLetter(ctx, []persistence.DeadEntry{{Entry: held, Why: refused[0]}}); err != nil {
+	if err := w.DeadLetter(ctx, []domain.DeadEntry{{Entry: held, Why: refused[0]}}); err != nil {
 		t.Fatal(err)
 	}
 	redPacketSettles(t, db, rdb, 6, map[int64]int64{40: 2}, 60, []string{persistence.DeadLostLoad})
@@ -359,9 +359,9 @@ func TestRedPacketWriterAdoptsAfterAReload(t *testing.T) {
 	if _, err := tx.ExecContext(ctx, "SELECT id FROM tb_red_packet WHERE id = 9 FOR UPDATE"); err != nil { // a reload's lock
 		t.Fatal(err)
 	}
-	w := persistence.NewRedPacketWriter(db, rdb, quiet, persistence.BatchOptions{Consumer: "test-writer"})
+	w := persistence.NewRedPacketLogHandler(db, rdb, quiet, persistence.BatchOptions{Consumer: "test-writer"})
 	done := make(chan error, 1)
-	go func() { _, err := w.Handle(ctx, []persistence.LogEntry{held}); done <- err }()
+	go func() { _, err := w.Handle(ctx, []domain.LogEntry{held}); done <- err }()
 	select {
 	case err := <-done:
 		t.Fatalf("the writer committed beside a reload (err %v)", err)

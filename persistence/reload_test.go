@@ -28,8 +28,8 @@ type heldOrders struct {
 	rdb   *redis.Client
 	v     domain.Voucher
 	limit int
-	first []int64                // the orders the writer holds
-	batch []persistence.LogEntry // the same, as the writer read them
+	first []int64           // the orders the writer holds
+	batch []domain.LogEntry // the same, as the writer read them
 }
 
 const heldStock = 10

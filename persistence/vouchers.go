@@ -313,7 +313,7 @@ func (s *Vouchers) SeckillsEndingAfter(ctx context.Context, t time.Time) ([]doma
 // takes the same row before it persists orders, so every order is either
 // in the snapshot or persisted after the stamp is recorded, where the
 // writer sees that the order's stamp differs and returns it to Redis (see
-// OrderWriter). It answers NOT_FOUND for an id that is no seckill voucher.
+// OrderLogHandler). It answers NOT_FOUND for an id that is no seckill voucher.
 func (s *Vouchers) Preload(ctx context.Context, id int64, load domain.Loader) error {
 	return s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		locked, err := lockSeckillRows(ctx, tx, []int64{id})

@@ -65,7 +65,7 @@ mutants=(
   # Postgres, the last guard
   "db-limit|persistence/migrations/20261122000003_guards.tx.up.sql|s/^    CHECK (live <= per_user_limit)$/    CHECK (live >= 0)/"
   "db-stock|persistence/migrations/20261122000001_schema.tx.up.sql|s/^    stock          INT NOT NULL CHECK (stock >= 0),$/    stock          INT NOT NULL,/"
-  "collision|persistence/orders.go|s/^\t\t\tif !sameOrder(e.order, st) {$/\t\t\tif false {/"
+  "collision|persistence/orderlog_handler.go|s/^\t\t\tif !sameOrder(e.order, st) {$/\t\t\tif false {/"
   "ids|persistence/orderids.go|s/^\t\t\tstart := max(c.ReservedUntilSec+1, o.second())$/\t\t\tstart := o.second()/"
   # availability: a cluster client follows a failover at once
   "slot-map|persistence/redisclient.go|s/^\t\tcc.OnNewNode(func(node \*redis.Client) { node.AddHook(slotMapRefresh{cc}) })$/\t\t_ = slotMapRefresh{cc}/"
@@ -89,14 +89,14 @@ mutants=(
   "tally|actors/salememory.go|s/ && t.Requests == int64(len(m.keyed))+m.unkeyed$//"
   "claim|actors/salememory.go|s/ && t.Claim == m.claim && / \&\& /"
   "req-user|actors/router.go|s/^\t\treturn \"u\" + strconv.FormatInt(req.UserID, 10) + \":\" + req.RequestID$/\t\treturn \"u:\" + req.RequestID/"
-  # the order writer (actors/writer drives persistence.OrderWriter)
+  # the order writer (actors/writer drives persistence.OrderLogHandler)
   "lost|actors/writer/actor.go|s/^\t\t\t\treturn a.pause(ctx, \"handle\", err)$/\t\t\t\t_ = err/"
   "ack|actors/writer/actor.go|s/^\t\tif len(live) > 0 {$/\t\tif false {/"
   "dead-letter|actors/writer/actor.go|s/^\tif len(h.refused) == 0 {$/\tif true {/"
   "reclaim|actors/writer/actor.go|s/^\tcase time.Since(a.lastClaim) > o.ClaimEvery:$/\tcase false:/"
   "reclaim-lease|actors/writer/actor.go|s/^\tif o.Reclaim == nil {$/\tif true {/"
   "own-pending|actors/writer/actor.go|/a.logs, a.lastList = logs, time.Now()/,/a.ownPending = true/s/^\t\ta.ownPending = true$/\t\ta.ownPending = false/"
-  "attempt|persistence/orderlog.go|s/^\t\tactx, cancel := context.WithTimeout(ctx, w.attempt)$/\t\tactx, cancel := context.WithCancel(ctx)/"
+  "attempt|persistence/orderlog_handler.go|s/^\t\tactx, cancel := context.WithTimeout(ctx, h.attempt)$/\t\tactx, cancel := context.WithCancel(ctx)/"
   "dead-consumer|persistence/scripts/remove_dead_consumer.lua|s/ and tonumber(f\['pending'\]) == 0 and / and /"
   "finished|persistence/scripts/log_finished.lua|s/^if redis.call('EXISTS', KEYS\[2\]) == 1 and redis.call('XLEN', KEYS\[2\]) > 0 then return 0 end$/if false then return 0 end/"
   "prune|persistence/scripts/unregister_log.lua|s/^if g ~= ARGV\[2\] then return 0 end$/if false then return 0 end/"
@@ -111,12 +111,12 @@ mutants=(
   "rp-return|persistence/scripts/return_packet.lua|s/^if redis.call('EXISTS', KEYS\[1\]) == 0 then return 0 end$/if true then return 0 end/"
   "rp-holders|persistence/scripts/settle_red_packet.lua|s/^if redis.call('ZCOUNT', KEYS\[4\], .*) > 0 then return 0 end$/-- holders not counted/"
   "rp-wipe|persistence/scripts/settle_red_packet.lua|s/^  if now < wait then return 0 end$/  -- no wait/"
-  "rp-refunded|persistence/redpacket_writer.go|s/^\t\tif p.RefundTime == nil {$/\t\tif true {/"
-  "rp-lock|persistence/redpacket_writer.go|s/^\t\tq = q.For(\"SHARE\")$/\t\t_ = q/"
+  "rp-refunded|persistence/redpacketlog_handler.go|s/^\t\tif p.RefundTime == nil {$/\t\tif true {/"
+  "rp-lock|persistence/redpacketlog_handler.go|s/^\t\tq = q.For(\"SHARE\")$/\t\t_ = q/"
   "refund-lock|persistence/redpacket_store.go|/^func (s \*RedPacketStore) Refund(/,/^}/s/^\t\t\tq = q.For(\"UPDATE\")$/\t\t\t_ = q/"
   "rp-forget|persistence/redpacket_store.go|s/^\tif err := s.redis.Forget(ctx, id); err != nil {$/\tif err := error(nil); err != nil {/"
   "prune-cutoff|persistence/redpacket_store.go|s/^const settledBefore = \"refund_time IS NOT NULL AND refund_time < ?\"$/const settledBefore = \"refund_time IS NOT NULL OR refund_time < ?\"/"
-  "open-log|persistence/redpacket_writer.go|s/^\t\tif err != nil || open {$/\t\tif err != nil || open \&\& false {/"
+  "open-log|persistence/redpacketlog_handler.go|s/^\t\tif err != nil || open {$/\t\tif err != nil || open \&\& false {/"
   "split|domain/redpacket.go|s/^\t\thi := min(2\*left\/packets, left-(packets-1))$/\t\thi := 2 * left \/ packets/"
   # the edge and the node
   "segments-paused|persistence/vouchers.go|s/^\t\tcase status != domain.StatusPaused:$/\t\tcase false:/"

@@ -6,7 +6,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 
-	"flashsale/persistence"
+	"flashsale/domain"
 )
 
 // poll asks the actor for its next step; inc is the incarnation that sent
@@ -35,8 +35,8 @@ type writerActor struct {
 // heldBatch is a batch between its read and its acknowledgement: refused
 // holds what the handler refused for good so far.
 type heldBatch struct {
-	entries []persistence.LogEntry
-	refused map[int]*persistence.Refusal
+	entries []domain.LogEntry
+	refused map[int]*domain.Refusal
 	handled bool
 }
 
@@ -113,7 +113,7 @@ func (a *writerActor) step(ctx context.Context) time.Duration {
 			return o.Block
 		}
 	}
-	var batch []persistence.LogEntry
+	var batch []domain.LogEntry
 	var err error
 	switch {
 	case time.Since(a.lastClaim) > o.ClaimEvery:
@@ -151,7 +151,7 @@ func (a *writerActor) step(ctx context.Context) time.Duration {
 		}
 		return 0
 	}
-	a.held = &heldBatch{entries: batch, refused: map[int]*persistence.Refusal{}}
+	a.held = &heldBatch{entries: batch, refused: map[int]*domain.Refusal{}}
 	return a.finish(ctx)
 }
 
@@ -181,12 +181,12 @@ func (a *writerActor) report(ctx context.Context) {
 
 // reclaim takes over entries other consumers left pending too long, under
 // the Reclaim singleton when there is one.
-func (a *writerActor) reclaim(ctx context.Context) ([]persistence.LogEntry, error) {
+func (a *writerActor) reclaim(ctx context.Context) ([]domain.LogEntry, error) {
 	w, o := a.w, a.w.opts
-	claim := func(ctx context.Context) ([]persistence.LogEntry, error) {
+	claim := func(ctx context.Context) ([]domain.LogEntry, error) {
 		return w.fam.Logs.Claim(ctx, o.Consumer, a.logs, o.ClaimIdle, o.Batch)
 	}
-	var out []persistence.LogEntry
+	var out []domain.LogEntry
 	var err error
 	if o.Reclaim == nil {
 		out, err = claim(ctx)
@@ -210,7 +210,7 @@ func (a *writerActor) finish(ctx context.Context) time.Duration {
 	w, h := a.w, a.held
 	if !h.handled {
 		idx := make([]int, 0, len(h.entries))
-		live := make([]persistence.LogEntry, 0, len(h.entries))
+		live := make([]domain.LogEntry, 0, len(h.entries))
 		for i, e := range h.entries {
 			if h.refused[i] == nil {
 				idx, live = append(idx, i), append(live, e)
@@ -258,10 +258,10 @@ func (a *writerActor) deadLetter(ctx context.Context, h *heldBatch) error {
 	if len(h.refused) == 0 {
 		return nil
 	}
-	dead := make([]persistence.DeadEntry, 0, len(h.refused))
+	dead := make([]domain.DeadEntry, 0, len(h.refused))
 	for i, e := range h.entries {
 		if why := h.refused[i]; why != nil {
-			dead = append(dead, persistence.DeadEntry{Entry: e, Why: why})
+			dead = append(dead, domain.DeadEntry{Entry: e, Why: why})
 		}
 	}
 	actx, cancel := context.WithTimeout(ctx, a.w.opts.AttemptTimeout)

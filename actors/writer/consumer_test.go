@@ -40,7 +40,7 @@ func startWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts writ
 
 // orderWriter is a persistence actor of the order log, not started.
 func orderWriter(db *bun.DB, rdb redis.UniversalClient, opts writer.Options) *writer.Writer {
-	return writer.New(writer.Orders(db, rdb, testenv.QuietLogger(), opts), testenv.QuietLogger(), opts)
+	return writer.New(testenv.OrderLogFamily(db, rdb, opts), testenv.QuietLogger(), opts)
 }
 
 // consumers returns the pending count of each consumer of a log's group.

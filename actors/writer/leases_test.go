@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"flashsale/actors/writer"
+	"flashsale/domain"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -20,7 +21,7 @@ type gated struct {
 	tries atomic.Int64
 }
 
-func (g *gated) Handle(ctx context.Context, batch []persistence.LogEntry) (map[int]*persistence.Refusal, error) {
+func (g *gated) Handle(ctx context.Context, batch []domain.LogEntry) (map[int]*domain.Refusal, error) {
 	g.tries.Add(1)
 	if !g.open.Load() {
 		return nil, errors.New("not yet")
@@ -39,7 +40,7 @@ func TestAWriterHoldingABatchIsNeverReportedClean(t *testing.T) {
 	rows := persistence.NewWriterLeases(db, persistence.OrdersFamily)
 	v := testenv.MustVoucher(t, db, rdb, testenv.VoucherSpec{Stock: 100, Limit: 1})
 	opts := writer.Options{Consumer: "node-a", MaxBackoff: 100 * time.Millisecond}
-	fam := writer.Orders(db, rdb, testenv.QuietLogger(), opts)
+	fam := testenv.OrderLogFamily(db, rdb, opts)
 	g := &gated{Handler: fam.Handler}
 	fam.Handler = g
 	w := testenv.StartWriter(t, fam, opts) // stopping twice is harmless

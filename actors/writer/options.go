@@ -5,8 +5,6 @@ import (
 	"context"
 	"strconv"
 	"time"
-
-	"flashsale/persistence"
 )
 
 // Options tunes a Writer; zero values take defaults.
@@ -45,7 +43,7 @@ type Options struct {
 	MaxBackoff time.Duration
 	// AttemptTimeout bounds one database attempt (a batch's transaction,
 	// a dead-letter insert). MaxBackoff + AttemptTimeout must stay below
-	// persistence.ReloadHoldDefault: an order sold before Redis lost a
+	// persistence.ReloadHoldDefault (the node's tests check the defaults): an order sold before Redis lost a
 	// voucher is returned to the reloaded stock only while the reload
 	// holds its sales, and a writer holding it retries within that time.
 	AttemptTimeout time.Duration
@@ -71,7 +69,7 @@ const (
 	LingerDefault           = 20 * time.Millisecond
 	ClaimIdleDefault        = 30 * time.Second
 	MaxBackoffDefault       = 2 * time.Second // with AttemptTimeoutDefault, below persistence.ReloadHoldDefault
-	AttemptTimeoutDefault   = persistence.AttemptTimeoutDefault
+	AttemptTimeoutDefault   = 3 * time.Second // persistence.AttemptTimeoutDefault
 	ConsumerLeaseDefault    = 10 * time.Second
 	DeadConsumerIdleDefault = 10 * time.Minute
 	RestartBackoffDefault   = 200 * time.Millisecond
@@ -98,7 +96,22 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// batchOptions are the store's share of the options.
-func (o Options) batchOptions() persistence.BatchOptions {
-	return persistence.BatchOptions{AttemptTimeout: o.AttemptTimeout, Consumer: o.Consumer, Hold: 2 * (o.MaxBackoff + o.AttemptTimeout)}
+// StoreOptions is the share of a writer's options that its family's
+// handler is built with, defaults applied: persistence.BatchOptions, which
+// converts from it.
+type StoreOptions struct {
+	// AttemptTimeout bounds one database attempt.
+	AttemptTimeout time.Duration
+	// Consumer is the writer's consumer name.
+	Consumer string
+	// Hold is how long a claim the handler makes for the writer lasts:
+	// two of its retries (a pause and an attempt), so that a live writer
+	// renews it before it lapses.
+	Hold time.Duration
+}
+
+// StoreOptions returns the handler's share of the options.
+func (o Options) StoreOptions() StoreOptions {
+	o = o.withDefaults()
+	return StoreOptions{AttemptTimeout: o.AttemptTimeout, Consumer: o.Consumer, Hold: 2 * (o.MaxBackoff + o.AttemptTimeout)}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"flashsale/actors/writer"
+	"flashsale/domain"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -34,7 +35,7 @@ type failing struct {
 	failed atomic.Int64
 }
 
-func (f *failing) Handle(ctx context.Context, batch []persistence.LogEntry) (map[int]*persistence.Refusal, error) {
+func (f *failing) Handle(ctx context.Context, batch []domain.LogEntry) (map[int]*domain.Refusal, error) {
 	refused, err := f.Handler.Handle(ctx, batch)
 	if err != nil {
 		f.failed.Add(1)
@@ -46,7 +47,7 @@ func (f *failing) Handle(ctx context.Context, batch []persistence.LogEntry) (map
 // attempts the returned handler counts, until the test ends.
 func startFailingOrderWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts writer.Options) (*writer.Writer, *failing) {
 	tb.Helper()
-	fam := writer.Orders(db, rdb, testenv.QuietLogger(), opts)
+	fam := testenv.OrderLogFamily(db, rdb, opts)
 	h := &failing{Handler: fam.Handler}
 	fam.Handler = h
 	return testenv.StartWriter(tb, fam, opts), h

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"flashsale/actors/writer"
+	"flashsale/domain"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -27,7 +28,7 @@ type crashing struct {
 	batches [][]string // entry ids of each call
 }
 
-func (c *crashing) Handle(ctx context.Context, batch []persistence.LogEntry) (map[int]*persistence.Refusal, error) {
+func (c *crashing) Handle(ctx context.Context, batch []domain.LogEntry) (map[int]*domain.Refusal, error) {
 	c.mu.Lock()
 	c.calls = append(c.calls, time.Now())
 	ids := make([]string, len(batch))
@@ -37,7 +38,7 @@ func (c *crashing) Handle(ctx context.Context, batch []persistence.LogEntry) (ma
 	c.batches = append(c.batches, ids)
 	n := len(c.calls)
 	c.mu.Unlock()
-	var refused map[int]*persistence.Refusal
+	var refused map[int]*domain.Refusal
 	var err error
 	if n != 2 {
 		refused, err = c.Handler.Handle(ctx, batch)
@@ -78,7 +79,7 @@ func TestWriterRestartsAfterAFailureWithBackoffAndLosesNothing(t *testing.T) {
 
 	const backoff = 300 * time.Millisecond
 	opts := writer.Options{Batch: 10, Linger: -1, RestartBackoff: backoff}
-	fam := writer.Orders(db, rdb, testenv.QuietLogger(), opts)
+	fam := testenv.OrderLogFamily(db, rdb, opts)
 	h := &crashing{Handler: fam.Handler}
 	fam.Handler = h
 	w := testenv.StartWriter(t, fam, opts)

@@ -31,27 +31,36 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
-	"github.com/uptrace/bun"
 
+	"flashsale/domain"
 	"flashsale/internal/lease"
-	"flashsale/persistence"
 )
 
-// Logs is the Redis side of a family of logs (persistence.Logs).
+// Logs is the Redis side of a family of logs (persistence.Logs): each
+// call is one round trip, or one per log at most.
 type Logs interface {
 	List(ctx context.Context) ([]string, error)
-	Read(ctx context.Context, consumer string, logs []string, id string, count int, block time.Duration) ([]persistence.LogEntry, error)
-	Claim(ctx context.Context, consumer string, logs []string, minIdle time.Duration, count int) ([]persistence.LogEntry, error)
-	Ack(ctx context.Context, batch []persistence.LogEntry) error
-	Sample(ctx context.Context, logs []string) (persistence.LogSample, error)
+	Read(ctx context.Context, consumer string, logs []string, id string, count int, block time.Duration) ([]domain.LogEntry, error)
+	Claim(ctx context.Context, consumer string, logs []string, minIdle time.Duration, count int) ([]domain.LogEntry, error)
+	Ack(ctx context.Context, batch []domain.LogEntry) error
+	Sample(ctx context.Context, logs []string) (domain.LogSample, error)
 	Length(ctx context.Context) (int64, error)
 	RemoveDeadConsumers(ctx context.Context, self string, logs []string, idle time.Duration) int
-	ConsumerName(consumer string) *persistence.ConsumerName
 }
 
-// Handler writes a family's batches (persistence.OrderWriter,
-// persistence.RedPacketWriter).
+// NamedLogs are Logs that also keep the leases on their consumers' names
+// (persistence.Logs). N is the store's own type of lease
+// (persistence.ConsumerName): Go matches a method's result type exactly,
+// so a store whose ConsumerName returns its own type satisfies
+// NamedLogs[N] but never an interface whose ConsumerName returns a
+// lease.Named.
+type NamedLogs[N lease.Named] interface {
+	Logs
+	ConsumerName(consumer string) N
+}
+
+// Handler writes a family's batches (persistence.OrderLogHandler,
+// persistence.RedPacketLogHandler).
 type Handler interface {
 	// Handle processes a batch of entries of one or more logs. Its work
 	// must be idempotent per entry: a crash before the acknowledgement
@@ -61,43 +70,16 @@ type Handler interface {
 	// of the batch is retried, with backoff, until Handle returns nil;
 	// only then are the refused entries dead-lettered and the whole batch
 	// acknowledged.
-	Handle(ctx context.Context, batch []persistence.LogEntry) (map[int]*persistence.Refusal, error)
+	Handle(ctx context.Context, batch []domain.LogEntry) (map[int]*domain.Refusal, error)
 	// DeadLetter keeps refused entries durably, before the writer
 	// acknowledges them. The same entry may come again (a crash before the
 	// acknowledgement): it must be kept once, by its log and id.
-	DeadLetter(ctx context.Context, dead []persistence.DeadEntry) error
+	DeadLetter(ctx context.Context, dead []domain.DeadEntry) error
 	// Prune drops finished logs from the registry and returns how many;
 	// it runs with every claim pass.
 	Prune(ctx context.Context, logs []string) int
 	// Persisted counts what the handler inserted.
 	Persisted() int64
-}
-
-var (
-	_ Logs    = (*persistence.Logs)(nil)
-	_ Handler = (*persistence.OrderWriter)(nil)
-	_ Handler = (*persistence.RedPacketWriter)(nil)
-)
-
-// Family is a set of logs read by one consumer group, and what the writer
-// does with them.
-type Family struct {
-	Name    string // who works, in log messages ("order writer")
-	Logs    Logs
-	Handler Handler
-	// Lag, if set, is kept at the number of entries in all logs;
-	// LagSeconds at the age of the oldest of them; Pending at the number
-	// delivered to a consumer and not yet acknowledged. They are sampled
-	// after each batch and, while the logs are quiet, once a second.
-	Lag        prometheus.Gauge
-	LagSeconds prometheus.Gauge
-	Pending    prometheus.Gauge
-	// Failures, if set, counts failed attempts of the handler.
-	Failures prometheus.Counter
-	// Leases, if set, keeps the writer's lease row and the last time it
-	// held nothing (persistence.WriterLeases), which a reload of a voucher
-	// Redis lost waits for instead of a fixed hold.
-	Leases LeaseRows
 }
 
 // LeaseRows is a family's writers' lease rows (persistence.WriterLeases).
@@ -109,25 +91,56 @@ type LeaseRows interface {
 	Release(ctx context.Context, consumer string) error
 }
 
-// Orders is the family of the vouchers' order logs, written by
-// persistence.OrderWriter into tb_voucher_order.
-func Orders(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opts Options) Family {
+// Family is a set of logs read by one consumer group, and what the writer
+// does with them. The node builds it from persistence's stores (Orders,
+// RedPackets).
+type Family struct {
+	Name string // who works, in log messages ("order writer")
+	Logs Logs
+	// ConsumerName is where the lease on a consumer's name in the family
+	// lives (NamedLogs.ConsumerName): Writer.Acquire takes it.
+	ConsumerName func(consumer string) lease.Named
+	Handler      Handler
+	// Lag, if set, is kept at the number of entries in all logs;
+	// LagSeconds at the age of the oldest of them; Pending at the number
+	// delivered to a consumer and not yet acknowledged. They are sampled
+	// after each batch and, while the logs are quiet, once a second.
+	Lag        prometheus.Gauge
+	LagSeconds prometheus.Gauge
+	Pending    prometheus.Gauge
+	// Failures, if set, counts failed attempts of the handler.
+	Failures prometheus.Counter
+	// Leases, if set, keeps the writer's lease row and the last time it
+	// held nothing, which a reload of a voucher Redis lost waits for
+	// instead of a fixed hold.
+	Leases LeaseRows
+}
+
+// NewFamily returns the family called name: logs, whose batches handler
+// writes; it keeps no metrics and no lease rows.
+func NewFamily[N lease.Named](name string, logs NamedLogs[N], handler Handler) Family {
 	return Family{
-		Name: "order writer", Logs: persistence.NewOrderLogs(rdb),
-		Handler: persistence.NewOrderWriter(db, rdb, log, opts.withDefaults().batchOptions()),
-		Lag:     orderLogLag, LagSeconds: orderLogLagSeconds, Pending: orderLogPending, Failures: orderWriteErrors,
-		Leases: persistence.NewWriterLeases(db, persistence.OrdersFamily),
+		Name: name, Logs: logs, Handler: handler,
+		ConsumerName: func(consumer string) lease.Named { return logs.ConsumerName(consumer) },
 	}
 }
 
-// RedPackets is the family of the red packets' order logs, written by
-// persistence.RedPacketWriter into tb_red_packet_grab.
-func RedPackets(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opts Options) Family {
-	return Family{
-		Name: "red-packet writer", Logs: persistence.NewRedPacketLogs(rdb),
-		Handler: persistence.NewRedPacketWriter(db, rdb, log, opts.withDefaults().batchOptions()),
-		Lag:     redPacketLogLag, Failures: redPacketWriteErrors,
-	}
+// Orders is the family of the vouchers' order logs: handler writes them
+// into tb_voucher_order (persistence.OrderLogHandler), and leases keeps
+// the rows a reload of a voucher Redis lost waits for.
+func Orders[N lease.Named](logs NamedLogs[N], handler Handler, leases LeaseRows) Family {
+	f := NewFamily("order writer", logs, handler)
+	f.Lag, f.LagSeconds, f.Pending, f.Failures = orderLogLag, orderLogLagSeconds, orderLogPending, orderWriteErrors
+	f.Leases = leases
+	return f
+}
+
+// RedPackets is the family of the red packets' order logs: handler
+// writes them into tb_red_packet_grab (persistence.RedPacketLogHandler).
+func RedPackets[N lease.Named](logs NamedLogs[N], handler Handler) Family {
+	f := NewFamily("red-packet writer", logs, handler)
+	f.Lag, f.Failures = redPacketLogLag, redPacketWriteErrors
+	return f
 }
 
 // Writer is the handle on one persistence actor: Acquire takes its
@@ -161,7 +174,7 @@ func New(fam Family, log *slog.Logger, opts Options) *Writer {
 // given the same NODE_ID fail here with an error wrapping lease.ErrInUse.
 // Start keeps it, Stop releases it.
 func (w *Writer) Acquire(ctx context.Context) error {
-	l, err := lease.TakeName(ctx, w.fam.Logs.ConsumerName(w.opts.Consumer), w.opts.ConsumerLease)
+	l, err := lease.TakeName(ctx, w.fam.ConsumerName(w.opts.Consumer), w.opts.ConsumerLease)
 	if errors.Is(err, lease.ErrInUse) {
 		return fmt.Errorf("consumer name %q %w", w.opts.Consumer, err) // "... in use by another running process"
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"flashsale/actors/writer"
+	"flashsale/domain"
 	"flashsale/internal/testenv"
 	"flashsale/persistence"
 )
@@ -41,18 +42,18 @@ func newTally(rdb redis.UniversalClient, failFirst int) *tally {
 		refused: map[string]int{}, dead: map[string]string{}, deadPend: map[string]int64{}}
 }
 
-func key(e persistence.LogEntry) string { return e.Log + "/" + e.ID }
+func key(e domain.LogEntry) string { return e.Log + "/" + e.ID }
 
-func (t *tally) Handle(_ context.Context, batch []persistence.LogEntry) (map[int]*persistence.Refusal, error) {
+func (t *tally) Handle(_ context.Context, batch []domain.LogEntry) (map[int]*domain.Refusal, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.calls = append(t.calls, time.Now())
 	t.sizes = append(t.sizes, len(batch))
-	refused := map[int]*persistence.Refusal{}
+	refused := map[int]*domain.Refusal{}
 	for i, e := range batch {
 		t.seen[key(e)]++
 		if e.Values["bad"] == "yes" {
-			refused[i] = &persistence.Refusal{Reason: "odd", Err: errors.New("marked bad")}
+			refused[i] = &domain.Refusal{Reason: "odd", Err: errors.New("marked bad")}
 			t.refused[key(e)]++
 		}
 	}
@@ -67,7 +68,7 @@ func (t *tally) Handle(_ context.Context, batch []persistence.LogEntry) (map[int
 	return refused, nil
 }
 
-func (t *tally) DeadLetter(ctx context.Context, dead []persistence.DeadEntry) error {
+func (t *tally) DeadLetter(ctx context.Context, dead []domain.DeadEntry) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, d := range dead {
@@ -94,7 +95,7 @@ func (t *tally) Persisted() int64 {
 func startTally(tb testing.TB, rdb redis.UniversalClient, h writer.Handler, opts writer.Options) *writer.Writer {
 	tb.Helper()
 	log := testenv.QuietLogger()
-	w := writer.New(writer.Family{Name: "tally", Logs: persistence.NewLogs(rdb, "tally:logs", "tally", "tally:consumer:"), Handler: h}, log, opts)
+	w := writer.New(writer.NewFamily("tally", persistence.NewLogs(rdb, "tally:logs", "tally", "tally:consumer:"), h), log, opts)
 	if err := w.Acquire(tb.Context()); err != nil {
 		tb.Fatal(err)
 	}
@@ -272,13 +273,13 @@ func TestWriterLingersOnlyAfterABatchThatDidNotFill(t *testing.T) {
 // down is a handler whose store is always down.
 type down struct{ calls atomic.Int64 }
 
-func (d *down) Handle(context.Context, []persistence.LogEntry) (map[int]*persistence.Refusal, error) {
+func (d *down) Handle(context.Context, []domain.LogEntry) (map[int]*domain.Refusal, error) {
 	d.calls.Add(1)
 	return nil, errors.New("the store is down")
 }
-func (d *down) DeadLetter(context.Context, []persistence.DeadEntry) error { return nil }
-func (d *down) Prune(context.Context, []string) int                       { return 0 }
-func (d *down) Persisted() int64                                          { return 0 }
+func (d *down) DeadLetter(context.Context, []domain.DeadEntry) error { return nil }
+func (d *down) Prune(context.Context, []string) int                  { return 0 }
+func (d *down) Persisted() int64                                     { return 0 }
 
 // Stop is honoured at once while the actor waits out a long backoff after
 // failed attempts: no message blocks its mailbox, and the entry it could

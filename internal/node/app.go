@@ -57,6 +57,10 @@ var (
 	_ gate.Vouchers        = (*persistence.Vouchers)(nil)
 	_ gate.Announcements   = (*persistence.Subscription)(nil)
 	_ actors.Announcements = (*persistence.Subscription)(nil)
+
+	_ writer.NamedLogs[*persistence.ConsumerName] = (*persistence.Logs)(nil)
+	_ writer.Handler                              = (*persistence.OrderLogHandler)(nil)
+	_ writer.LeaseRows                            = (*persistence.WriterLeases)(nil)
 )
 
 // The database fallback sells only while the breaker says Redis is down.
@@ -608,7 +612,10 @@ func (a *app) startOrderWriter(ctx context.Context, bg *loops) error {
 	writerOpts.Reclaim = func(ctx context.Context, fn func(context.Context) error) (bool, error) {
 		return a.locks.redlock.Do(ctx, "order-log-reclaim", fn)
 	}
-	w := writer.New(writer.Orders(a.db, a.bg, a.log, writerOpts), a.log, writerOpts)
+	fam := writer.Orders(persistence.NewOrderLogs(a.bg),
+		persistence.NewOrderLogHandler(a.db, a.bg, a.log, persistence.BatchOptions(writerOpts.StoreOptions())),
+		persistence.NewWriterLeases(a.db, persistence.OrdersFamily))
+	w := writer.New(fam, a.log, writerOpts)
 	if err := w.Acquire(ctx); errors.Is(err, lease.ErrInUse) {
 		return &config.Error{Var: "NODE_ID", Msg: err.Error() + "; give each node its own NODE_ID"}
 	} else if err != nil {

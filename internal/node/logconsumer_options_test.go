@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"flashsale/actors/writer"
 	"flashsale/internal/config"
 	"flashsale/internal/config/owners"
+	"flashsale/persistence"
 )
 
 // ORDER_LOG_LINGER=0 must reach the writers as "no wait" (a negative
@@ -31,5 +33,18 @@ func TestLogConsumerOptionsCarryTheLinger(t *testing.T) {
 		if o.Linger != tc.want || o.Consumer != "n1" || o.ClaimIdle != 7*time.Second {
 			t.Errorf("ORDER_LOG_LINGER=%q: options %+v, want linger %v, consumer n1, claim idle 7s", tc.set, o, tc.want)
 		}
+	}
+}
+
+// A writer holding an order of a Redis load that was lost retries it
+// (a pause of at most MaxBackoff, then an attempt) before the reload
+// stops holding the voucher's sales. The persistence actor and its
+// handlers each declare the attempt's default; they must agree.
+func TestWriterRetriesFitInAReloadHold(t *testing.T) {
+	if writer.AttemptTimeoutDefault != persistence.AttemptTimeoutDefault {
+		t.Errorf("attempt timeout: the writer's default %v, its handlers' %v", writer.AttemptTimeoutDefault, persistence.AttemptTimeoutDefault)
+	}
+	if retry := writer.MaxBackoffDefault + writer.AttemptTimeoutDefault; retry >= persistence.ReloadHoldDefault {
+		t.Errorf("a writer's retry takes up to %v, not below a reload's hold of %v", retry, persistence.ReloadHoldDefault)
 	}
 }

@@ -24,6 +24,7 @@ var (
 	_ redpackets.Grabber     = (*actors.RedPackets)(nil)
 	_ actors.RedPacketStore  = (*persistence.RedPacketRedis)(nil)
 	_ actors.RedPacketLoader = (*persistence.RedPacketStore)(nil)
+	_ writer.Handler         = (*persistence.RedPacketLogHandler)(nil)
 )
 
 // redPacketsPart is the wiring of red packets: the red-packet service, its
@@ -55,7 +56,9 @@ func (a *app) startRedPackets(ctx context.Context, bg *loops) (*redPacketsPart, 
 			cmp.Or(a.cfg.RedPacketRefundInterval, redpackets.RefundIntervalDefault),
 	})
 	opts := logConsumerOptions(a.cfg)
-	p.writer = writer.New(writer.RedPackets(a.db, a.bg, a.log, opts), a.log, opts)
+	fam := writer.RedPackets(persistence.NewRedPacketLogs(a.bg),
+		persistence.NewRedPacketLogHandler(a.db, a.bg, a.log, persistence.BatchOptions(opts.StoreOptions())))
+	p.writer = writer.New(fam, a.log, opts)
 	if err := p.writer.Acquire(ctx); errors.Is(err, lease.ErrInUse) {
 		return nil, &config.Error{Var: "NODE_ID", Msg: err.Error() + "; give each node its own NODE_ID"}
 	} else if err != nil {

@@ -63,7 +63,7 @@ func (n *node) startWriter() {
 		return
 	}
 	opts := writer.Options{Consumer: n.name}
-	n.writer = writer.New(writer.Orders(n.stores.db, n.stores.rdb, quiet, opts), quiet, opts)
+	n.writer = writer.New(testenv.OrderLogFamily(n.stores.db, n.stores.rdb, opts), quiet, opts)
 	if err := n.writer.Acquire(context.Background()); err != nil {
 		n.t.Errorf("order writer: %v", err)
 		return

@@ -65,7 +65,7 @@ func newRefundRig(t *testing.T, ttl time.Duration) *refundRig {
 	g.refunds = persistence.NewRedPacketStore(through(g.refundProxy), g.r)
 	g.refunds.ReloadHold = refundHold
 	opts := writer.Options{MaxBackoff: writerBackoff, AttemptTimeout: writerAttempt}
-	g.writer = testenv.StartWriter(t, writer.RedPackets(through(g.writerProxy), g.rdb, testenv.QuietLogger(), opts), opts)
+	g.writer = testenv.StartWriter(t, testenv.RedPacketLogFamily(through(g.writerProxy), g.rdb, opts), opts)
 	g.rp = testenv.MustRedPacket(t, persistence.NewRedPacketStore(g.direct, g.r), 1, refundRigAmounts, ttl)
 	return g
 }

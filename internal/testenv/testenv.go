@@ -395,18 +395,33 @@ func StartWriter(tb testing.TB, fam writer.Family, opts writer.Options) *writer.
 	return w
 }
 
+// OrderLogFamily is the persistence actor's family of the order logs over
+// db and rdb, built as the node builds it.
+func OrderLogFamily(db *bun.DB, rdb redis.UniversalClient, opts writer.Options) writer.Family {
+	return writer.Orders(persistence.NewOrderLogs(rdb),
+		persistence.NewOrderLogHandler(db, rdb, QuietLogger(), persistence.BatchOptions(opts.StoreOptions())),
+		persistence.NewWriterLeases(db, persistence.OrdersFamily))
+}
+
+// RedPacketLogFamily is the persistence actor's family of the red-packet
+// logs over db and rdb, built as the node builds it.
+func RedPacketLogFamily(db *bun.DB, rdb redis.UniversalClient, opts writer.Options) writer.Family {
+	return writer.RedPackets(persistence.NewRedPacketLogs(rdb),
+		persistence.NewRedPacketLogHandler(db, rdb, QuietLogger(), persistence.BatchOptions(opts.StoreOptions())))
+}
+
 // StartOrderWriter runs the order log's persistence actor until the test
 // ends.
 func StartOrderWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts writer.Options) *writer.Writer {
 	tb.Helper()
-	return StartWriter(tb, writer.Orders(db, rdb, QuietLogger(), opts), opts)
+	return StartWriter(tb, OrderLogFamily(db, rdb, opts), opts)
 }
 
 // StartRedPacketWriter runs the red-packet logs' persistence actor until
 // the test ends.
 func StartRedPacketWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts writer.Options) *writer.Writer {
 	tb.Helper()
-	return StartWriter(tb, writer.RedPackets(db, rdb, QuietLogger(), opts), opts)
+	return StartWriter(tb, RedPacketLogFamily(db, rdb, opts), opts)
 }
 
 // QuietLogger drops every record: for the services a test builds, whose

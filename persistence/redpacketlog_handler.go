@@ -15,6 +15,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
+
+	"flashsale/domain"
 )
 
 // DeadRedPacketRefunded is the dead-letter reason (beside deadletter.go's)
@@ -23,13 +25,13 @@ import (
 // waits out. The refund paid its cents to the creator.
 const DeadRedPacketRefunded = "red_packet_refunded"
 
-// RedPacketWriter moves batches of grabbed packets from the red packets'
-// order logs into tb_red_packet_grab: the persistence actor's second
-// family (the order writer is the first). The actor reads, claims,
+// RedPacketLogHandler moves batches of grabbed packets from the red
+// packets' order logs into tb_red_packet_grab: the handler of the
+// persistence actor's second family (OrderLogHandler's is the first). The actor reads, claims,
 // retries, dead-letters and acknowledges; Handle inserts a batch with one
 // multi-row INSERT ... ON CONFLICT (red_packet_id, seq) DO NOTHING, so a
 // replay after a crash is a no-op and every grab lands exactly once.
-type RedPacketWriter struct {
+type RedPacketLogHandler struct {
 	db        *bun.DB
 	rdb       redis.UniversalClient
 	log       *slog.Logger
@@ -42,14 +44,14 @@ type RedPacketWriter struct {
 	holdFor time.Duration
 }
 
-// NewRedPacketWriter returns the batch writer of the red-packet logs.
-func NewRedPacketWriter(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opts BatchOptions) *RedPacketWriter {
+// NewRedPacketLogHandler returns the handler of the red-packet logs' batches.
+func NewRedPacketLogHandler(db *bun.DB, rdb redis.UniversalClient, log *slog.Logger, opts BatchOptions) *RedPacketLogHandler {
 	opts = opts.withDefaults()
-	return &RedPacketWriter{db: db, rdb: rdb, log: log, attempt: opts.AttemptTimeout, name: opts.Consumer, holdFor: opts.Hold}
+	return &RedPacketLogHandler{db: db, rdb: rdb, log: log, attempt: opts.AttemptTimeout, name: opts.Consumer, holdFor: opts.Hold}
 }
 
-// Persisted counts the grabs this writer inserted.
-func (w *RedPacketWriter) Persisted() int64 { return w.persisted.Load() }
+// Persisted counts the grabs this handler inserted.
+func (h *RedPacketLogHandler) Persisted() int64 { return h.persisted.Load() }
 
 // decodeGrabEntry reads a red-packet order-log entry.
 func decodeGrabEntry(v map[string]any) (GrabRow, error) {
@@ -88,8 +90,8 @@ func decodeGrabEntry(v map[string]any) (GrabRow, error) {
 // grabs it has not committed, the writer is among their red packets'
 // holders, and their refunds wait (holdGrabs); once the batch is handled
 // it leaves them.
-func (w *RedPacketWriter) Handle(ctx context.Context, batch []LogEntry) (map[int]*Refusal, error) {
-	refused := map[int]*Refusal{}
+func (h *RedPacketLogHandler) Handle(ctx context.Context, batch []domain.LogEntry) (map[int]*domain.Refusal, error) {
+	refused := map[int]*domain.Refusal{}
 	rows := make([]GrabRow, 0, len(batch))
 	idx := make([]int, 0, len(batch))
 	for i, e := range batch {
@@ -100,19 +102,19 @@ func (w *RedPacketWriter) Handle(ctx context.Context, batch []LogEntry) (map[int
 		}
 		rows, idx = append(rows, g), append(idx, i)
 	}
-	refused, err := w.handle(ctx, rows, idx, refused)
+	refused, err := h.handle(ctx, rows, idx, refused)
 	if err == nil {
-		w.releaseGrabs(ctx, rows)
+		h.releaseGrabs(ctx, rows)
 	}
 	return refused, err
 }
 
 // handle commits rows (the batch's grabs; idx maps them to their entries)
 // and adds the refused ones to refused.
-func (w *RedPacketWriter) handle(ctx context.Context, rows []GrabRow, idx []int, refused map[int]*Refusal) (map[int]*Refusal, error) {
+func (h *RedPacketLogHandler) handle(ctx context.Context, rows []GrabRow, idx []int, refused map[int]*domain.Refusal) (map[int]*domain.Refusal, error) {
 	var err error
 	for {
-		err = w.insert(ctx, rows)
+		err = h.insert(ctx, rows)
 		var out *refusedGrabs
 		if !errors.As(err, &out) {
 			if err == nil || !refusable(err) {
@@ -130,9 +132,9 @@ func (w *RedPacketWriter) handle(ctx context.Context, rows []GrabRow, idx []int,
 		}
 		rows, idx = keepRows, keepIdx
 	}
-	w.log.WarnContext(ctx, "database refused a batch of red-packet grabs; retrying them one by one", "grabs", len(rows))
+	h.log.WarnContext(ctx, "database refused a batch of red-packet grabs; retrying them one by one", "grabs", len(rows))
 	for j := range rows {
-		err := w.insert(ctx, rows[j:j+1])
+		err := h.insert(ctx, rows[j:j+1])
 		var out *refusedGrabs
 		switch {
 		case errors.As(err, &out) && out.at[0] != nil:
@@ -151,12 +153,12 @@ func (w *RedPacketWriter) handle(ctx context.Context, rows []GrabRow, idx []int,
 // refund waits while a writer holds grabs of its red packet, also when
 // the database refuses the writer and Redis lost the log the grabs came
 // from (the writer records itself again before its next attempt).
-func (w *RedPacketWriter) holdGrabs(ctx context.Context, rows []GrabRow) error {
+func (h *RedPacketLogHandler) holdGrabs(ctx context.Context, rows []GrabRow) error {
 	// EVAL, not EVALSHA: a pipeline cannot fall back on a NOSCRIPT reply,
 	// and this runs just after Redis lost its data, scripts included.
-	pipe := w.rdb.Pipeline()
+	pipe := h.rdb.Pipeline()
 	for _, id := range redPacketsOf(rows) {
-		holdGrabsScript.Eval(ctx, pipe, []string{redPacketHoldersKey(id)}, w.name, w.holdFor.Milliseconds())
+		holdGrabsScript.Eval(ctx, pipe, []string{redPacketHoldersKey(id)}, h.name, h.holdFor.Milliseconds())
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("hold grabs of red packets: %w", err)
@@ -167,17 +169,17 @@ func (w *RedPacketWriter) holdGrabs(ctx context.Context, rows []GrabRow) error {
 // releaseGrabs removes the writer from the holders of its red packets'
 // grabs once they are committed or refused. If it fails, the claims lapse
 // after holdFor.
-func (w *RedPacketWriter) releaseGrabs(ctx context.Context, rows []GrabRow) {
+func (h *RedPacketLogHandler) releaseGrabs(ctx context.Context, rows []GrabRow) {
 	if len(rows) == 0 {
 		return
 	}
-	pipe := w.rdb.Pipeline()
+	pipe := h.rdb.Pipeline()
 	for _, id := range redPacketsOf(rows) {
-		pipe.ZRem(ctx, redPacketHoldersKey(id), w.name)
+		pipe.ZRem(ctx, redPacketHoldersKey(id), h.name)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		w.log.WarnContext(ctx, "red-packet writer could not release its grabs; their refunds wait until the claims lapse",
-			"err", err, "lapse", w.holdFor.String())
+		h.log.WarnContext(ctx, "red-packet writer could not release its grabs; their refunds wait until the claims lapse",
+			"err", err, "lapse", h.holdFor.String())
 	}
 }
 
@@ -199,18 +201,18 @@ func redPacketsOf(rows []GrabRow) []int64 {
 // user, or a second packet for a user, violates a constraint; grabs of a
 // refunded red packet, and those a reloaded red packet could not take
 // back, abort the transaction as *refusedGrabs.
-func (w *RedPacketWriter) insert(ctx context.Context, rows []GrabRow) error {
+func (h *RedPacketLogHandler) insert(ctx context.Context, rows []GrabRow) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	actx, cancel := context.WithTimeout(ctx, w.attempt)
+	actx, cancel := context.WithTimeout(ctx, h.attempt)
 	defer cancel()
-	if err := w.holdGrabs(actx, rows); err != nil {
+	if err := h.holdGrabs(actx, rows); err != nil {
 		return err
 	}
 	var added []int
-	err := w.db.RunInTx(actx, nil, func(ctx context.Context, tx bun.Tx) error {
-		if err := w.adopt(ctx, tx, rows); err != nil {
+	err := h.db.RunInTx(actx, nil, func(ctx context.Context, tx bun.Tx) error {
+		if err := h.adopt(ctx, tx, rows); err != nil {
 			return err
 		}
 		added = nil
@@ -221,14 +223,14 @@ func (w *RedPacketWriter) insert(ctx context.Context, rows []GrabRow) error {
 		if len(added) < len(rows) {
 			// Skipped ones must be replays of the same grab, not another
 			// user's claim on a packet.
-			return w.checkReplays(ctx, tx, rows)
+			return h.checkReplays(ctx, tx, rows)
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	w.persisted.Add(int64(len(added)))
+	h.persisted.Add(int64(len(added)))
 	return nil
 }
 
@@ -241,7 +243,7 @@ var adoptGrabsScript = newScript("adopt_grabs")
 // as *refusedGrabs. The lock is what makes the refund's check final: a
 // refund locks the row exclusively, counts the grabs and records itself,
 // so a grab is either counted by it or sees it here.
-func (w *RedPacketWriter) adopt(ctx context.Context, tx bun.Tx, rows []GrabRow) error {
+func (h *RedPacketLogHandler) adopt(ctx context.Context, tx bun.Tx, rows []GrabRow) error {
 	byPacket := map[int64][]int{}
 	for j, r := range rows {
 		byPacket[r.RedPacketID] = append(byPacket[r.RedPacketID], j)
@@ -255,7 +257,7 @@ func (w *RedPacketWriter) adopt(ctx context.Context, tx bun.Tx, rows []GrabRow) 
 	if err := q.Scan(ctx); err != nil {
 		return fmt.Errorf("lock red packets %v: %w", ids, err)
 	}
-	out := &refusedGrabs{at: map[int]*Refusal{}}
+	out := &refusedGrabs{at: map[int]*domain.Refusal{}}
 	for _, p := range locked {
 		if p.RefundTime == nil {
 			continue
@@ -277,7 +279,7 @@ func (w *RedPacketWriter) adopt(ctx context.Context, tx bun.Tx, rows []GrabRow) 
 			r := rows[j]
 			args = append(args, r.UserID, strconv.Itoa(r.Seq)+":"+strconv.FormatInt(r.AmountCents, 10), deref(r.RequestID), r.AmountCents)
 		}
-		lost, err := adoptGrabsScript.Run(ctx, w.rdb, []string{redPacketMetaKey(id), redPacketPacketsKey(id), redPacketUsersKey(id)}, args...).Int64Slice()
+		lost, err := adoptGrabsScript.Run(ctx, h.rdb, []string{redPacketMetaKey(id), redPacketPacketsKey(id), redPacketUsersKey(id)}, args...).Int64Slice()
 		if err != nil {
 			return fmt.Errorf("adopt grabs of red packet %d: %w", id, err)
 		}
@@ -295,12 +297,12 @@ func (w *RedPacketWriter) adopt(ctx context.Context, tx bun.Tx, rows []GrabRow) 
 	return nil
 }
 
-// refusedGrabs aborts a red-packet writer's transaction that holds grabs
+// refusedGrabs aborts a red-packet handler's transaction that holds grabs
 // the database must not take: their red packet is refunded, or they were
 // sold from a Redis load that was lost and the reloaded red packet can no
 // longer take them back. at holds their refusals by position in the rows
 // tried.
-type refusedGrabs struct{ at map[int]*Refusal }
+type refusedGrabs struct{ at map[int]*domain.Refusal }
 
 func (r *refusedGrabs) Error() string {
 	return fmt.Sprintf("%d red-packet grabs refused before their commit", len(r.at))
@@ -308,7 +310,7 @@ func (r *refusedGrabs) Error() string {
 
 // checkReplays verifies that every row is in the database as written
 // (a replay), and reports a constraint violation otherwise.
-func (w *RedPacketWriter) checkReplays(ctx context.Context, db bun.IDB, rows []GrabRow) error {
+func (h *RedPacketLogHandler) checkReplays(ctx context.Context, db bun.IDB, rows []GrabRow) error {
 	for _, r := range rows {
 		var have GrabRow
 		err := db.NewSelect().Model(&have).Where("red_packet_id = ? AND seq = ?", r.RedPacketID, r.Seq).Scan(ctx)
@@ -350,26 +352,26 @@ var returnPacketScript = newScript("return_packet")
 // nobody and must not vanish with the refused grab (found by the fault
 // suite, seed 407107706, round 7). A packet the database holds for
 // another user stays with that user.
-func (w *RedPacketWriter) returnPacket(ctx context.Context, entryID string, g GrabRow) error {
-	held, err := w.db.NewSelect().Model((*GrabRow)(nil)).Where("red_packet_id = ? AND seq = ?", g.RedPacketID, g.Seq).Exists(ctx)
+func (h *RedPacketLogHandler) returnPacket(ctx context.Context, entryID string, g GrabRow) error {
+	held, err := h.db.NewSelect().Model((*GrabRow)(nil)).Where("red_packet_id = ? AND seq = ?", g.RedPacketID, g.Seq).Exists(ctx)
 	if err != nil || held {
 		return err
 	}
 	id := g.RedPacketID
 	keys := []string{redPacketMetaKey(id), redPacketPacketsKey(id), redPacketReturnedKey(id)}
 	packet := strconv.Itoa(g.Seq) + ":" + strconv.FormatInt(g.AmountCents, 10)
-	n, err := returnPacketScript.Run(ctx, w.rdb, keys, entryID, packet, g.AmountCents).Int()
+	n, err := returnPacketScript.Run(ctx, h.rdb, keys, entryID, packet, g.AmountCents).Int()
 	if err != nil {
 		return fmt.Errorf("return packet %d of red packet %d: %w", g.Seq, g.RedPacketID, err)
 	}
 	if n == 1 {
-		w.log.WarnContext(ctx, "a refused grab's packet went back to its red packet", "red_packet", g.RedPacketID, "packet", g.Seq)
+		h.log.WarnContext(ctx, "a refused grab's packet went back to its red packet", "red_packet", g.RedPacketID, "packet", g.Seq)
 	}
 	return nil
 }
 
 // DeadLetter records refused red-packet grabs in tb_order_dead_letter.
-func (w *RedPacketWriter) DeadLetter(ctx context.Context, dead []DeadEntry) error {
+func (h *RedPacketLogHandler) DeadLetter(ctx context.Context, dead []domain.DeadEntry) error {
 	rows := make([]deadLetterRow, 0, len(dead))
 	now := time.Now().UTC()
 	for _, d := range dead {
@@ -379,10 +381,10 @@ func (w *RedPacketWriter) DeadLetter(ctx context.Context, dead []DeadEntry) erro
 			row.UserID, row.RequestID = &g.UserID, g.RequestID
 		}
 		rows = append(rows, row)
-		w.log.ErrorContext(ctx, "red-packet grab refused by the database, dead-lettered",
+		h.log.ErrorContext(ctx, "red-packet grab refused by the database, dead-lettered",
 			"log", d.Entry.Log, "entry", d.Entry.ID, "reason", row.Reason, "detail", row.Detail)
 	}
-	if err := insertDeadLetters(ctx, w.db, rows); err != nil {
+	if err := insertDeadLetters(ctx, h.db, rows); err != nil {
 		return err
 	}
 	for _, d := range dead {
@@ -392,7 +394,7 @@ func (w *RedPacketWriter) DeadLetter(ctx context.Context, dead []DeadEntry) erro
 			continue
 		}
 		if g, err := decodeGrabEntry(d.Entry.Values); err == nil {
-			if err := w.returnPacket(ctx, d.Entry.Log+"/"+d.Entry.ID, g); err != nil {
+			if err := h.returnPacket(ctx, d.Entry.Log+"/"+d.Entry.ID, g); err != nil {
 				return err
 			}
 		}
@@ -406,25 +408,25 @@ func (w *RedPacketWriter) DeadLetter(ctx context.Context, dead []DeadEntry) erro
 // again: a refunded red packet is never loaded, nor one the database
 // lacks; and a log is registered only after its red packet's row is
 // committed.
-func (w *RedPacketWriter) Prune(ctx context.Context, logs []string) int {
+func (h *RedPacketLogHandler) Prune(ctx context.Context, logs []string) int {
 	n := 0
 	for _, s := range logs {
 		id, ok := redPacketIDFromLog(s)
 		if !ok {
 			continue
 		}
-		if there, err := w.rdb.Exists(ctx, redPacketMetaKey(id)).Result(); err != nil || there != 0 {
+		if there, err := h.rdb.Exists(ctx, redPacketMetaKey(id)).Result(); err != nil || there != 0 {
 			continue
 		}
-		if l, err := w.rdb.XLen(ctx, s).Result(); err != nil || l > 0 {
+		if l, err := h.rdb.XLen(ctx, s).Result(); err != nil || l > 0 {
 			continue
 		}
-		open, err := w.db.NewSelect().Model((*redPacketRow)(nil)).Where("id = ? AND refund_time IS NULL", id).Exists(ctx)
+		open, err := h.db.NewSelect().Model((*redPacketRow)(nil)).Where("id = ? AND refund_time IS NULL", id).Exists(ctx)
 		if err != nil || open {
 			continue
 		}
-		if err := w.rdb.SRem(ctx, redPacketLogsKey, s).Err(); err == nil {
-			_ = w.rdb.Del(ctx, s).Err()
+		if err := h.rdb.SRem(ctx, redPacketLogsKey, s).Err(); err == nil {
+			_ = h.rdb.Del(ctx, s).Err()
 			n++
 		}
 	}
