@@ -65,6 +65,7 @@ type rpGrabMsg struct {
 	keyed bool
 	reply chan domain.RedPacketResult
 	ref   *voucherRef
+	hops  int // times handed on by a stopped actor (reroute)
 }
 
 func (m *rpGrabMsg) queuedOn(ref *voucherRef) { m.ref = ref }
@@ -135,6 +136,8 @@ type redPacketActor struct {
 	holders  map[int64]int64
 	pending  []*rpGrabMsg
 	inflight bool
+	// stopped: a panic stopped it (stop); what reaches it goes on.
+	stopped bool
 }
 
 // rpBatchDone carries a batch's outcome back into the actor.
@@ -151,6 +154,10 @@ func (a *redPacketActor) Receive(ctx actor.Context) {
 	case *actor.Started:
 		a.activate(false)
 	case *rpGrabMsg:
+		if a.stopped {
+			a.reroute(m)
+			return
+		}
 		if res, ok := a.known(m, time.Now()); ok {
 			a.answer(m, res)
 			return
@@ -169,10 +176,29 @@ func (a *redPacketActor) Receive(ctx actor.Context) {
 }
 
 // stop takes the actor out of the red packets' map, so that the next
-// grab starts a new one, and stops it after what its mailbox holds.
+// grab starts a new one, and stops it after what its mailbox holds: the
+// grabs there go to the new one (reroute), since what this one knows may
+// be what its panic left.
 func (a *redPacketActor) stop(ctx actor.Context) {
+	a.stopped = true
 	a.p.forget(a.id, a.ref)
+	for _, g := range a.pending {
+		a.reroute(g)
+	}
+	a.pending = nil
 	ctx.Poison(ctx.Self())
+}
+
+// reroute hands a grab this stopped actor holds to the red packet's next
+// actor (none of its grabs reached a script call here), or answers it
+// UNAVAILABLE when none can take it or it has moved too often.
+func (a *redPacketActor) reroute(g *rpGrabMsg) {
+	g.ref.queued.Add(-1)
+	a.p.r.load.queued.Add(-1)
+	g.hops++
+	if g.hops > maxHops || !a.p.send(a.id, g) {
+		g.reply <- domain.RedPacketResult{Code: domain.RedPacketUnavailable} // buffered: never blocks
+	}
 }
 
 // activate reads the red packet, loading it from the database when Redis
