@@ -28,11 +28,7 @@ func Queued(r *Router, voucherID int64) int64 {
 
 // Closing reports whether Close has begun (it takes no new grabs and holds
 // its own copy of the actors it waits for).
-func Closing(r *Router) bool {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.closed
-}
+func Closing(r *Router) bool { return r.closed.Load() }
 
 // Hosted lists the segments (voucher, segment) this node runs an
 // activation of.

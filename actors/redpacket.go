@@ -101,7 +101,7 @@ func (p *RedPackets) grab(ctx context.Context, id, userID int64, requestID strin
 // send enqueues msg for the red packet's actor, spawning it if needed (see
 // sendTo).
 func (p *RedPackets) send(id int64, msg *rpGrabMsg) bool {
-	return sendTo(p.r, &p.mu, p.actors, id, msg, p.r.isClosed, func(ref *voucherRef) *actor.PID {
+	return sendTo(p.r, &p.mu, p.actors, id, msg, func(ref *voucherRef) *actor.PID {
 		a := &redPacketActor{p: p, ref: ref, id: id}
 		return p.r.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
 	})

@@ -210,7 +210,7 @@ type Router struct {
 	// redPackets are the red-packet sequencers on this router, whose
 	// actors its scanner passivates too.
 	redPackets []*RedPackets
-	closed     bool // no new grabs (Drain)
+	closed     atomic.Bool // no new grabs (Drain sets it under mu)
 	started    bool // Start ran: the scanner runs
 	stopped    bool // Close ran
 
@@ -377,19 +377,12 @@ func (r *Router) learnSegments(voucherID int64, n int) {
 // send enqueues msg for the segment's actor, spawning it if needed (see
 // sendTo).
 func (r *Router) send(key segKey, msg *grabMsg) bool {
-	return sendTo(r, &r.mu, r.vouchers, key, msg, func() bool { return r.closed }, func(ref *voucherRef) *actor.PID {
+	return sendTo(r, &r.mu, r.vouchers, key, msg, func(ref *voucherRef) *actor.PID {
 		a := &voucherActor{r: r, ref: ref, id: key.voucher, seg: key.seg, rates: newUserRates(r.opts.UserRate)}
 		pid := r.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
 		segmentsHosted.Set(float64(len(r.vouchers) + 1)) // this one is added as spawn returns
 		return pid
 	})
-}
-
-// isClosed reports whether Drain has begun: no new grabs.
-func (r *Router) isClosed() bool {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.closed
 }
 
 // forget drops ref if it is still the segment's current activation.
@@ -485,7 +478,7 @@ func (r *Router) passivate() {
 // order writer can drain, and websockets close, before they go.
 func (r *Router) Drain() {
 	r.mu.Lock()
-	r.closed = true
+	r.closed.Store(true)
 	// Retiring actors delete from r.vouchers (forget) while Drain waits:
 	// iterate a copy.
 	refs := maps.Clone(r.vouchers)

@@ -23,21 +23,21 @@ func (g *grabMsg) queuedOn(ref *voucherRef) { g.ref = ref }
 
 // sendTo is both sequencers' registry: it enqueues msg for key's actor in
 // refs, spawning it (spawn, given the new handle) when there is none and
-// fewer than MaxActors run, and refuses when closed says so. The lookup
-// and the enqueue happen under mu, the lock passivation and forget take
-// for writing, so that an actor taken out of refs (its own poison pill
-// queued) receives nothing after it.
-func sendTo[K comparable](r *Router, mu *sync.RWMutex, refs map[K]*voucherRef, key K, msg queuedMsg, closed func() bool, spawn func(*voucherRef) *actor.PID) bool {
+// fewer than MaxActors run, and refuses once the router drains. The
+// lookup and the enqueue happen under mu, the lock passivation and forget
+// take for writing, so that an actor taken out of refs (its own poison
+// pill queued) receives nothing after it.
+func sendTo[K comparable](r *Router, mu *sync.RWMutex, refs map[K]*voucherRef, key K, msg queuedMsg, spawn func(*voucherRef) *actor.PID) bool {
 	mu.RLock()
 	if ref := refs[key]; ref != nil {
-		ok := !closed() && r.enqueue(ref, msg)
+		ok := !r.closed.Load() && r.enqueue(ref, msg)
 		mu.RUnlock()
 		return ok
 	}
 	mu.RUnlock()
 	mu.Lock()
 	defer mu.Unlock()
-	if closed() {
+	if r.closed.Load() {
 		return false
 	}
 	ref := refs[key]
