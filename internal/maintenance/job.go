@@ -17,6 +17,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"flashsale/internal/lifecycle"
 )
 
 // Locker runs work under a cluster-wide lease (lease.Redlock): ran is
@@ -25,12 +27,8 @@ type Locker interface {
 	Do(ctx context.Context, name string, fn func(ctx context.Context) error) (ran bool, err error)
 }
 
-// Service is what the node starts in order and stops in reverse: every
-// Job is one.
-type Service interface {
-	Start(ctx context.Context) error
-	Stop()
-}
+// Every Job is a service the node starts in order and stops in reverse.
+var _ lifecycle.Service = (*Job[int])(nil)
 
 // IntervalDefault is the time between runs of a job whose Config says
 // none.
@@ -65,15 +63,15 @@ type Run[R any] struct {
 }
 
 // Job runs a function every interval, under a lease when it has a
-// Locker, from Start until Stop or the end of Start's context.
+// Locker, from Start until Stop.
 type Job[R any] struct {
 	cfg     Config
 	log     *slog.Logger
 	runOnce func(ctx context.Context) (R, error)
+	loop    *lifecycle.Loop
 
 	mu      sync.Mutex
 	started bool
-	cancel  context.CancelFunc
 	stopped chan struct{}
 	runs    chan Run[R] // nil unless a test asked for the signals
 }
@@ -82,7 +80,9 @@ type Job[R any] struct {
 // returns what it did, for the log and the tests.
 func New[R any](cfg Config, log *slog.Logger, runOnce func(ctx context.Context) (R, error)) *Job[R] {
 	cfg.Interval = cmp.Or(cfg.Interval, IntervalDefault)
-	return &Job[R]{cfg: cfg, log: log, runOnce: runOnce, stopped: make(chan struct{})}
+	j := &Job[R]{cfg: cfg, log: log, runOnce: runOnce, stopped: make(chan struct{})}
+	j.loop = lifecycle.NewLoop(j.run)
+	return j
 }
 
 // Name is the job's name (its lease's, when it has one).
@@ -94,8 +94,8 @@ func (j *Job[R]) Interval() time.Duration { return j.cfg.Interval }
 // errStarted is returned by a second Start: a job runs once.
 var errStarted = errors.New("maintenance job started already")
 
-// Start runs the job in a goroutine of its own until Stop or until ctx
-// ends. A job starts once.
+// Start runs the job in a goroutine of its own until Stop (ctx's values
+// reach its runs, its cancellation does not). A job starts once.
 func (j *Job[R]) Start(ctx context.Context) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -103,26 +103,14 @@ func (j *Job[R]) Start(ctx context.Context) error {
 		return errStarted
 	}
 	j.started = true
-	ctx, j.cancel = context.WithCancel(ctx)
-	go j.loop(ctx)
-	return nil
+	return j.loop.Start(ctx)
 }
 
 // Stop ends the job and waits for its run under way (whose context ends)
 // to return. It is safe before Start and to repeat.
-func (j *Job[R]) Stop() {
-	j.mu.Lock()
-	started, cancel := j.started, j.cancel
-	j.mu.Unlock()
-	if !started {
-		return
-	}
-	cancel()
-	<-j.stopped
-}
+func (j *Job[R]) Stop() { j.loop.Stop() }
 
-// Stopped is closed once a started job has stopped (Stop, or the end of
-// Start's context).
+// Stopped is closed once a started job has stopped.
 func (j *Job[R]) Stopped() <-chan struct{} { return j.stopped }
 
 // TestSignals returns a channel that receives every run's outcome, so a
@@ -137,7 +125,7 @@ func (j *Job[R]) TestSignals() <-chan Run[R] {
 	return j.runs
 }
 
-func (j *Job[R]) loop(ctx context.Context) {
+func (j *Job[R]) run(ctx context.Context) {
 	defer close(j.stopped)
 	t := time.NewTicker(j.cfg.Interval)
 	defer t.Stop()

@@ -29,8 +29,8 @@ import (
 	"flashsale/internal/connlimit"
 	"flashsale/internal/gate"
 	"flashsale/internal/lease"
+	"flashsale/internal/lifecycle"
 	"flashsale/internal/live"
-	"flashsale/internal/maintenance"
 	"flashsale/internal/playground"
 	"flashsale/internal/seckill"
 	"flashsale/persistence"
@@ -114,7 +114,7 @@ type app struct {
 	hosts *httpapi.LocalHosts
 	// prober (the breaker's probe), redisWatch and statusSync are this
 	// node's own maintenance jobs, run on every node.
-	prober, redisWatch, statusSync maintenance.Service
+	prober, redisWatch, statusSync lifecycle.Service
 	// warmer preheats every live voucher through the background client:
 	// at start, and again when Redis may have lost loads (rewarm, one run
 	// at a time, waited for by closeBreaker).

@@ -7,6 +7,7 @@ import (
 	"flashsale/graph"
 	"flashsale/internal/catalog"
 	"flashsale/internal/lease"
+	"flashsale/internal/lifecycle"
 	"flashsale/internal/maintenance"
 	"flashsale/internal/orders"
 	"flashsale/persistence"
@@ -34,7 +35,7 @@ type ordersPart struct {
 	// locker runs the cluster-wide singletons (red-packet refunds too).
 	locker *lease.Redlock
 	// jobs are started in this order and stopped in reverse.
-	jobs []maintenance.Service
+	jobs []lifecycle.Service
 }
 
 // startOrders wires the order services and starts their maintenance on bg;
@@ -47,7 +48,7 @@ func (a *app) startOrders(bg context.Context, stock *persistence.Stock) (*orders
 	p.service = orders.New(store, a.catalog, orders.Config{PayTimeout: a.cfg.PayTimeout}, a.log)
 	p.reconciler = orders.NewReconciler(persistence.NewReconciliations(a.db, a.rdb), stock, a.catalog, locker,
 		orders.ReconcileConfig{Interval: a.cfg.ReconcileInterval}, a.log)
-	for _, job := range []maintenance.Service{
+	for _, job := range []lifecycle.Service{
 		orders.NewTimeouts(store, locker, orders.TimeoutConfig{PayTimeout: a.cfg.PayTimeout, Interval: a.cfg.PayTimeoutInterval}, a.log),
 		orders.NewSweeper(store, locker, orders.SweepConfig{}, a.log),
 		p.reconciler,
