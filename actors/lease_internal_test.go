@@ -23,7 +23,7 @@ func (l *slowLease) Extend(ctx context.Context) error {
 func (l *slowLease) Release(context.Context) {}
 func (l *slowLease) TTL() time.Duration      { return 3 * time.Second }
 
-// A renewal in flight when the activation stops (lease.Keep's stop
+// A renewal in flight when the activation stops (a lease.Keeper's Stop
 // cancels the renewal's context) runs to its end: cut short, internal/
 // node's segment lease takes the failure for a lease lost for want of
 // Redis and skips its release, and the segment's next host waits out the

@@ -318,14 +318,16 @@ func (a *voucherActor) takeLease(ctx actor.Context) bool {
 	// the segment from then on.
 	self, system, every := ctx.Self(), a.r.system, max(l.TTL()/3, time.Millisecond)
 	a.lease = l
-	a.stopLease = lease.Held(a.key().leaseName(), l.TTL(), heldLease{l}).Keep(context.Background(), lease.KeepOptions{
+	keeper := lease.Held(a.key().leaseName(), l.TTL(), heldLease{l}).Keeper(lease.KeepOptions{
 		Every: every, Timeout: every, GiveUp: true, Keep: true,
 		OnError: func(err error) { system.Root.Send(self, leaseLost{err: err}) },
 	})
+	_ = keeper.Start(context.Background())
+	a.stopLease = keeper.Stop
 	return true
 }
 
-// heldLease is a segment's lease as lease.Keep renews it.
+// heldLease is a segment's lease as a lease.Keeper renews it.
 type heldLease struct{ l Lease }
 
 // Renew extends the lease under the renewal's deadline but not its

@@ -86,7 +86,7 @@ type orderIDNode struct {
 // OrderIDs hands out unique, roughly time-ordered order ids from memory:
 // a grab batch costs no round trip. Only leasing a node slot (Acquire) and
 // renewing its reservation (Renew) touch the database. It is the claim of
-// the slot's lease: lease.Lease.Keep renews it every RenewEvery, and at
+// the slot's lease: a lease.Keeper renews it every RenewEvery, and at
 // once when Wake says Take ran out of reserved seconds.
 type OrderIDs struct {
 	db   *bun.DB

@@ -79,9 +79,11 @@ func startIDs(tb testing.TB, db *bun.DB, opts persistence.OrderIDOptions) (ids *
 // keepIDs renews an acquired slot as lease.KeepSlot does, but leaves it
 // held when stopped (crash): release it with Release.
 func keepIDs(ids *persistence.OrderIDs) (crash func()) {
-	return lease.Held("order-id slot", ids.LeaseTTL(), ids).Keep(context.Background(), lease.KeepOptions{
+	keeper := lease.Held("order-id slot", ids.LeaseTTL(), ids).Keeper(lease.KeepOptions{
 		Every: ids.RenewEvery(), Retry: min(ids.RenewEvery(), time.Second), Wake: ids.Wake(), Keep: true,
 	})
+	_ = keeper.Start(context.Background())
+	return keeper.Stop
 }
 
 func take(tb testing.TB, ids *persistence.OrderIDs, n int) []int64 {

@@ -26,12 +26,14 @@ import (
 // test's end), as a node does.
 func startWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts writer.Options) (w *writer.Writer, stop func()) {
 	tb.Helper()
-	w = orderWriter(db, rdb, opts)
+	system := actor.NewActorSystem()
+	w = orderWriter(db, rdb, system, opts)
 	if err := w.Acquire(context.Background()); err != nil {
 		tb.Fatal(err)
 	}
-	system := actor.NewActorSystem()
-	w.Start(system)
+	if err := w.Start(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
 	var once sync.Once
 	stop = func() { once.Do(func() { w.Stop(); system.Shutdown() }) }
 	tb.Cleanup(stop)
@@ -39,8 +41,8 @@ func startWriter(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, opts writ
 }
 
 // orderWriter is a persistence actor of the order log, not started.
-func orderWriter(db *bun.DB, rdb redis.UniversalClient, opts writer.Options) *writer.Writer {
-	return writer.New(testenv.OrderLogFamily(db, rdb, opts), testenv.QuietLogger(), opts)
+func orderWriter(db *bun.DB, rdb redis.UniversalClient, system *actor.ActorSystem, opts writer.Options) *writer.Writer {
+	return writer.New(testenv.OrderLogFamily(db, rdb, opts), system, testenv.QuietLogger(), opts)
 }
 
 // consumers returns the pending count of each consumer of a log's group.
@@ -109,7 +111,7 @@ func TestOrderWriterTakesTheLeaseOfADeadProcessAtOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			began := time.Now()
-			w := orderWriter(db, rdb, writer.Options{Consumer: "node-b"})
+			w := orderWriter(db, rdb, nil, writer.Options{Consumer: "node-b"})
 			if err := w.Acquire(t.Context()); err != nil {
 				t.Fatal(err)
 			}
@@ -220,7 +222,7 @@ func TestOrderWriterRefusesANameInUse(t *testing.T) {
 	_, stop := startWriter(t, db, rdb, opts)
 
 	began := time.Now()
-	err := orderWriter(db, rdb, opts).Acquire(t.Context())
+	err := orderWriter(db, rdb, nil, opts).Acquire(t.Context())
 	if !errors.Is(err, lease.ErrInUse) {
 		t.Fatalf("second writer with the same name: %v", err)
 	}
@@ -230,7 +232,7 @@ func TestOrderWriterRefusesANameInUse(t *testing.T) {
 	t.Logf("refused: %v", err)
 
 	stop()
-	if err := orderWriter(db, rdb, opts).Acquire(t.Context()); err != nil {
+	if err := orderWriter(db, rdb, nil, opts).Acquire(t.Context()); err != nil {
 		t.Fatalf("after the first writer stopped: %v", err)
 	}
 	rdb.Del(t.Context(), "flashsale:consumer:twin")
@@ -239,7 +241,7 @@ func TestOrderWriterRefusesANameInUse(t *testing.T) {
 	if err := rdb.Set(t.Context(), "flashsale:consumer:twin", "elsewhere 1 x", 1500*time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := orderWriter(db, rdb, opts).Acquire(t.Context()); err != nil {
+	if err := orderWriter(db, rdb, nil, opts).Acquire(t.Context()); err != nil {
 		t.Fatalf("a lease that expired: %v", err)
 	}
 }

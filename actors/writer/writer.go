@@ -143,30 +143,33 @@ func RedPackets[N lease.Named](logs NamedLogs[N], handler Handler) Family {
 	return f
 }
 
-// Writer is the handle on one persistence actor: Acquire takes its
-// consumer name, Start spawns it in an actor system, Stop stops it.
+// Writer is the handle on one persistence actor, a lifecycle service:
+// Acquire takes its consumer name, Start spawns it in its actor system,
+// Stop stops it.
 type Writer struct {
 	fam    Family
 	opts   Options
 	log    *slog.Logger
+	system *actor.ActorSystem
 	ctx    context.Context // every store call; cancelled by Stop
 	cancel context.CancelFunc
 
-	mu        sync.Mutex
-	system    *actor.ActorSystem
-	pid       *actor.PID
-	held      *lease.Lease
-	stopLease func()
+	mu     sync.Mutex
+	pid    *actor.PID
+	held   *lease.Lease
+	keeper *lease.Keeper
 
 	// incarnation numbers the actor's starts: polls of an earlier
 	// incarnation (a timer that fired across a restart) are ignored.
 	incarnation atomic.Int64
 }
 
-// New returns the writer of a family; nothing runs before Start.
-func New(fam Family, log *slog.Logger, opts Options) *Writer {
+// New returns the writer of a family, to run in system (the router's, in
+// a node: it starts and stops with the node's actors); nothing runs before
+// Start.
+func New(fam Family, system *actor.ActorSystem, log *slog.Logger, opts Options) *Writer {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Writer{fam: fam, opts: opts.withDefaults(), log: log, ctx: ctx, cancel: cancel}
+	return &Writer{fam: fam, system: system, opts: opts.withDefaults(), log: log, ctx: ctx, cancel: cancel}
 }
 
 // Acquire takes the lease on the writer's consumer name, so that no other
@@ -187,15 +190,18 @@ func (w *Writer) Acquire(ctx context.Context) error {
 	return nil
 }
 
-// Start spawns the actor in system, supervised: a failure restarts it
-// after RestartBackoff times the failures of the last RestartWindow. It
-// renews the lease Acquire took (if any) until Stop.
-func (w *Writer) Start(system *actor.ActorSystem) {
+// Start spawns the actor in the writer's actor system, supervised: a
+// failure restarts it after RestartBackoff times the failures of the last
+// RestartWindow. It renews the lease Acquire took (if any) until Stop.
+func (w *Writer) Start(context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.pid != nil {
+		return nil
+	}
 	if w.held != nil {
 		clash := false
-		w.stopLease = w.held.Keep(w.ctx, lease.KeepOptions{Every: w.opts.ConsumerLease / 5, OnError: func(err error) {
+		w.keeper = w.held.Keeper(lease.KeepOptions{Every: w.opts.ConsumerLease / 5, OnError: func(err error) {
 			// Another process uses the name: two nodes share a NODE_ID.
 			// The writer goes on (nothing is lost, see lease.TakeName).
 			if errors.Is(err, lease.ErrLost) && !clash {
@@ -204,10 +210,12 @@ func (w *Writer) Start(system *actor.ActorSystem) {
 			}
 			clash = errors.Is(err, lease.ErrLost)
 		}})
+		_ = w.keeper.Start(w.ctx)
 	}
 	supervisor := actor.NewExponentialBackoffStrategy(w.opts.RestartWindow, w.opts.RestartBackoff)
 	props := actor.PropsFromProducer(func() actor.Actor { return &writerActor{w: w} }, actor.WithGuardian(supervisor))
-	w.system, w.pid = system, system.Root.Spawn(props)
+	w.pid = w.system.Root.Spawn(props)
+	return nil
 }
 
 // Stop ends the actor's store calls, stops it and waits for it, then
@@ -216,14 +224,14 @@ func (w *Writer) Start(system *actor.ActorSystem) {
 func (w *Writer) Stop() {
 	w.cancel()
 	w.mu.Lock()
-	system, pid, stopLease := w.system, w.pid, w.stopLease
-	w.pid, w.stopLease = nil, nil
+	pid, keeper := w.pid, w.keeper
+	w.pid, w.keeper = nil, nil
 	w.mu.Unlock()
 	if pid != nil {
-		_ = system.Root.StopFuture(pid).Wait()
+		_ = w.system.Root.StopFuture(pid).Wait()
 	}
-	if stopLease != nil {
-		stopLease()
+	if keeper != nil {
+		keeper.Stop()
 	}
 	if pid != nil && w.fam.Leases != nil {
 		// Stopped, the writer holds nothing: a reload need not wait for

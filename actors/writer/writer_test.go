@@ -95,12 +95,14 @@ func (t *tally) Persisted() int64 {
 func startTally(tb testing.TB, rdb redis.UniversalClient, h writer.Handler, opts writer.Options) *writer.Writer {
 	tb.Helper()
 	log := testenv.QuietLogger()
-	w := writer.New(writer.NewFamily("tally", persistence.NewLogs(rdb, "tally:logs", "tally", "tally:consumer:"), h), log, opts)
+	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
+	w := writer.New(writer.NewFamily("tally", persistence.NewLogs(rdb, "tally:logs", "tally", "tally:consumer:"), h), system, log, opts)
 	if err := w.Acquire(tb.Context()); err != nil {
 		tb.Fatal(err)
 	}
-	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
-	w.Start(system)
+	if err := w.Start(tb.Context()); err != nil {
+		tb.Fatal(err)
+	}
 	tb.Cleanup(func() { w.Stop(); system.Shutdown() })
 	return w
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 )
 
@@ -63,7 +64,7 @@ func (l *Lease) Value() string {
 	return ""
 }
 
-// KeepOptions says how Keep renews a lease.
+// KeepOptions says how a Keeper renews a lease.
 type KeepOptions struct {
 	// Every is the time between renewals; TTL/3 when zero.
 	Every time.Duration
@@ -78,68 +79,103 @@ type KeepOptions struct {
 	// OnError, if set, hears of each failed renewal.
 	OnError func(error)
 	// GiveUp stops renewing after the first failure (the Redlock
-	// watchdog: the work stops); otherwise Keep goes on, after Retry.
+	// watchdog: the work stops); otherwise the Keeper goes on, after Retry.
 	GiveUp bool
-	// Keep, if set, leaves the lease held when stop is called (it lapses
-	// after its TTL) instead of releasing it.
+	// Keep, if set, leaves the lease held at Stop (it lapses after its
+	// TTL) instead of releasing it.
 	Keep bool
 }
 
-// Keep renews the lease in a goroutine it owns until ctx ends or stop is
-// called; stop waits for that goroutine and then releases the lease
-// (unless opts.Keep). stop is safe to call more than once, from one
-// goroutine.
-func (l *Lease) Keep(ctx context.Context, opts KeepOptions) (stop func()) {
-	every := cmp.Or(opts.Every, max(l.ttl/3, time.Millisecond))
-	retry := cmp.Or(opts.Retry, every)
-	timeout := cmp.Or(opts.Timeout, every)
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		wait := every
-		for {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C:
-			case <-opts.Wake:
-				t.Stop()
-			}
-			// Renewals keep their own pace: the time a renewal took comes off
-			// the wait for the next, so that a slow one does not push the
-			// next toward the lease's end.
-			began := time.Now()
-			rctx, rcancel := context.WithTimeout(ctx, timeout)
-			err := l.claim.Renew(rctx)
-			rcancel()
-			wait = max(every-time.Since(began), time.Millisecond)
-			if err == nil || ctx.Err() != nil {
-				continue
-			}
-			if opts.OnError != nil {
-				opts.OnError(fmt.Errorf("renew lease %s: %w", l.name, err))
-			}
-			if opts.GiveUp {
-				return
-			}
-			wait = retry
+// Keeper renews a lease in a goroutine of its own from Start until Stop,
+// which waits for that goroutine and then releases the lease (unless
+// KeepOptions.Keep). It is the lease's part of the node's lifecycle.
+type Keeper struct {
+	l    *Lease
+	opts KeepOptions
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	ctx     context.Context // the renewals', cancelled by Stop
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// Keeper returns the keeper of the lease; nothing runs before Start.
+func (l *Lease) Keeper(opts KeepOptions) *Keeper {
+	opts.Every = cmp.Or(opts.Every, max(l.ttl/3, time.Millisecond))
+	opts.Retry = cmp.Or(opts.Retry, opts.Every)
+	opts.Timeout = cmp.Or(opts.Timeout, opts.Every)
+	return &Keeper{l: l, opts: opts, done: make(chan struct{})}
+}
+
+// Start renews the lease until Stop (ctx's values reach the renewals, its
+// cancellation does not). A second Start does nothing.
+func (k *Keeper) Start(ctx context.Context) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.started {
+		return nil
+	}
+	k.started = true
+	k.ctx, k.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	go k.renew(k.ctx)
+	return nil
+}
+
+func (k *Keeper) renew(ctx context.Context) {
+	defer close(k.done)
+	l, opts := k.l, k.opts
+	wait := opts.Every
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		case <-opts.Wake:
+			t.Stop()
 		}
-	}()
-	var stopped bool
-	return func() {
-		cancel()
-		<-done
-		if stopped || opts.Keep {
+		// Renewals keep their own pace: the time a renewal took comes off
+		// the wait for the next, so that a slow one does not push the
+		// next toward the lease's end.
+		began := time.Now()
+		rctx, rcancel := context.WithTimeout(ctx, opts.Timeout)
+		err := l.claim.Renew(rctx)
+		rcancel()
+		wait = max(opts.Every-time.Since(began), time.Millisecond)
+		if err == nil || ctx.Err() != nil {
+			continue
+		}
+		if opts.OnError != nil {
+			opts.OnError(fmt.Errorf("renew lease %s: %w", l.name, err))
+		}
+		if opts.GiveUp {
 			return
 		}
-		stopped = true
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), max(timeout, time.Second))
-		defer rcancel()
-		l.Release(rctx)
+		wait = opts.Retry
 	}
+}
+
+// Stop ends the renewals, waits for them, and releases the lease (unless
+// KeepOptions.Keep). Safe before Start and to repeat.
+func (k *Keeper) Stop() {
+	k.mu.Lock()
+	started, stopped, ctx, cancel := k.started, k.stopped, k.ctx, k.cancel
+	k.stopped = started
+	k.mu.Unlock()
+	if !started {
+		return
+	}
+	cancel()
+	<-k.done
+	if stopped || k.opts.Keep {
+		return
+	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), max(k.opts.Timeout, time.Second))
+	defer rcancel()
+	k.l.Release(rctx)
 }
 
 // Slot is a claim that says how it wants renewing: the order-id slot
@@ -153,12 +189,12 @@ type Slot interface {
 	Wake() <-chan struct{}
 }
 
-// KeepSlot renews an acquired slot as the lease name until stop, which
-// releases it: every RenewEvery, at once on Wake, and every second while
-// renewals fail (each failure logged).
-func KeepSlot(ctx context.Context, name string, s Slot, log *slog.Logger) (stop func()) {
+// KeepSlot is the keeper of an acquired slot as the lease name, which
+// Stop releases: from Start it renews every RenewEvery, at once on Wake,
+// and every second while renewals fail (each failure logged).
+func KeepSlot(name string, s Slot, log *slog.Logger) *Keeper {
 	every := s.RenewEvery()
-	return Held(name, s.LeaseTTL(), s).Keep(ctx, KeepOptions{
+	return Held(name, s.LeaseTTL(), s).Keeper(KeepOptions{
 		Every: every, Retry: min(every, time.Second), Timeout: min(every, 5*time.Second), Wake: s.Wake(),
 		OnError: func(err error) {
 			log.Warn(name+" not renewed; grabs fail once its reservation runs out", "err", err)

@@ -38,7 +38,7 @@ func (c *fakeClaim) counts() (renewals, released int) {
 	return len(c.renewals), c.released
 }
 
-// Keep renews every interval and at once when woken, releases the lease
+// A Keeper renews every interval and at once when woken, releases the lease
 // once when stopped (however often stop is called), and leaves it held
 // when told to.
 func TestKeepRenewsWakesAndReleases(t *testing.T) {
@@ -55,7 +55,10 @@ func TestKeepRenewsWakesAndReleases(t *testing.T) {
 			t.Parallel()
 			c := &fakeClaim{}
 			wake := make(chan struct{}, 1)
-			stop := lease.Held("test", time.Hour, c).Keep(context.Background(), lease.KeepOptions{Every: time.Hour, Wake: wake, Keep: tc.keep})
+			keeper := lease.Held("test", time.Hour, c).Keeper(lease.KeepOptions{Every: time.Hour, Wake: wake, Keep: tc.keep})
+			if err := keeper.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 			wake <- struct{}{}
 			deadline := time.Now().Add(5 * time.Second)
 			for n, _ := c.counts(); n < 1; n, _ = c.counts() {
@@ -64,8 +67,8 @@ func TestKeepRenewsWakesAndReleases(t *testing.T) {
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-			stop()
-			stop()
+			keeper.Stop()
+			keeper.Stop()
 			if _, released := c.counts(); released != tc.wantRelease {
 				t.Fatalf("released %d times, want %d", released, tc.wantRelease)
 			}
@@ -98,7 +101,7 @@ func TestKeepRetriesOrGivesUp(t *testing.T) {
 			c := &fakeClaim{fail: lease.ErrLost}
 			var mu sync.Mutex
 			reports := 0
-			stop := lease.Held("test", time.Hour, c).Keep(context.Background(), lease.KeepOptions{
+			keeper := lease.Held("test", time.Hour, c).Keeper(lease.KeepOptions{
 				Every: 20 * time.Millisecond, Retry: 10 * time.Millisecond, GiveUp: tc.giveUp,
 				OnError: func(err error) {
 					if !errors.Is(err, lease.ErrLost) {
@@ -109,8 +112,11 @@ func TestKeepRetriesOrGivesUp(t *testing.T) {
 					mu.Unlock()
 				},
 			})
+			if err := keeper.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 			time.Sleep(200 * time.Millisecond)
-			stop()
+			keeper.Stop()
 			renewals, _ := c.counts()
 			mu.Lock()
 			defer mu.Unlock()

@@ -1,5 +1,5 @@
 // Package lease holds leases: one type, Lease, whatever backend keeps
-// it, renewed by one loop (Lease.Keep). Three backends take one:
+// it, renewed by one loop (Keeper, from Lease.Keeper). Three backends take one:
 //
 //   - Redlock (go-redsync over the LOCK_REDIS_URLS nodes): cluster-wide
 //     singleton work (the pay-timeout cancellation, the pending-stock
@@ -82,12 +82,13 @@ func (l *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 	}
 	h := Held(name, l.ttl, redlockClaim{m})
 	work, cancel := context.WithCancel(ctx)
-	stop := h.Keep(work, KeepOptions{Every: l.ttl / 3, Timeout: l.ttl, OnError: func(err error) {
+	keeper := h.Keeper(KeepOptions{Every: l.ttl / 3, Timeout: l.ttl, OnError: func(err error) {
 		l.log.WarnContext(ctx, "lease lost; stopping its work", "lease", name, "err", err)
 		cancel()
 	}, GiveUp: true})
+	_ = keeper.Start(work)
 	err = fn(work)
-	stop()
+	keeper.Stop()
 	cancel()
 	return true, err
 }

@@ -469,7 +469,9 @@ func (a *app) startOrderIDs(ctx context.Context, _ *loops) error {
 	if err := a.ids.Acquire(ctx); err != nil {
 		return fmt.Errorf("order ids: %w", err)
 	}
-	a.stopIDs = lease.KeepSlot(context.WithoutCancel(ctx), "order-id slot", a.ids, a.log)
+	keeper := lease.KeepSlot("order-id slot", a.ids, a.log)
+	_ = keeper.Start(ctx)
+	a.stopIDs = keeper.Stop
 	warnLoneNodes(ctx, a.cfg, a.ids, a.log)
 	return nil
 }
@@ -615,7 +617,7 @@ func (a *app) startOrderWriter(ctx context.Context, bg *loops) error {
 	fam := writer.Orders(persistence.NewOrderLogs(a.bg),
 		persistence.NewOrderLogHandler(a.db, a.bg, a.log, persistence.BatchOptions(writerOpts.StoreOptions())),
 		persistence.NewWriterLeases(a.db, persistence.OrdersFamily))
-	w := writer.New(fam, a.log, writerOpts)
+	w := writer.New(fam, a.router.ActorSystem(), a.log, writerOpts)
 	if err := w.Acquire(ctx); errors.Is(err, lease.ErrInUse) {
 		return &config.Error{Var: "NODE_ID", Msg: err.Error() + "; give each node its own NODE_ID"}
 	} else if err != nil {
@@ -623,9 +625,8 @@ func (a *app) startOrderWriter(ctx context.Context, bg *loops) error {
 	}
 	// The persistence actor lives in the router's actor system, supervised
 	// there; its step's stop stops it before the router closes the system.
-	w.Start(a.router.ActorSystem())
 	a.writer = w
-	return nil
+	return w.Start(ctx)
 }
 
 func (a *app) stopOrderWriter() {

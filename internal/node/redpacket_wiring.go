@@ -58,13 +58,15 @@ func (a *app) startRedPackets(ctx context.Context, bg *loops) (*redPacketsPart, 
 	opts := logConsumerOptions(a.cfg)
 	fam := writer.RedPackets(persistence.NewRedPacketLogs(a.bg),
 		persistence.NewRedPacketLogHandler(a.db, a.bg, a.log, persistence.BatchOptions(opts.StoreOptions())))
-	p.writer = writer.New(fam, a.log, opts)
+	p.writer = writer.New(fam, a.router.ActorSystem(), a.log, opts)
 	if err := p.writer.Acquire(ctx); errors.Is(err, lease.ErrInUse) {
 		return nil, &config.Error{Var: "NODE_ID", Msg: err.Error() + "; give each node its own NODE_ID"}
 	} else if err != nil {
 		return nil, fmt.Errorf("red-packet writer: %w", err)
 	}
-	p.writer.Start(a.router.ActorSystem())
+	if err := p.writer.Start(ctx); err != nil {
+		return p, err
+	}
 	p.refunds = redpackets.NewRefunds(store, a.orders.locker, redpackets.RefundConfig{
 		Interval: a.cfg.RedPacketRefundInterval, Grace: a.cfg.RedPacketRefundGrace,
 	}, a.log)

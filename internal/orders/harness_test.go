@@ -63,12 +63,15 @@ func (n *node) startWriter() {
 		return
 	}
 	opts := writer.Options{Consumer: n.name}
-	n.writer = writer.New(testenv.OrderLogFamily(n.stores.db, n.stores.rdb, opts), quiet, opts)
+	n.writer = writer.New(testenv.OrderLogFamily(n.stores.db, n.stores.rdb, opts), n.router.ActorSystem(), quiet, opts)
 	if err := n.writer.Acquire(context.Background()); err != nil {
 		n.t.Errorf("order writer: %v", err)
 		return
 	}
-	n.writer.Start(n.router.ActorSystem())
+	if err := n.writer.Start(context.Background()); err != nil {
+		n.t.Errorf("order writer: %v", err)
+		return
+	}
 	n.stopWriting = n.writer.Stop
 }
 

@@ -375,7 +375,11 @@ func MustOrderIDs(tb testing.TB, db *bun.DB) *persistence.OrderIDs {
 	if err := ids.Acquire(context.Background()); err != nil {
 		tb.Fatalf("start the order-id allocator: %v", err)
 	}
-	tb.Cleanup(lease.KeepSlot(context.Background(), "order-id slot", ids, log))
+	keeper := lease.KeepSlot("order-id slot", ids, log)
+	if err := keeper.Start(context.Background()); err != nil {
+		tb.Fatalf("keep the order-id slot: %v", err)
+	}
+	tb.Cleanup(keeper.Stop)
 	return ids
 }
 
@@ -386,8 +390,10 @@ func StartWriter(tb testing.TB, fam writer.Family, opts writer.Options) *writer.
 	tb.Helper()
 	log := QuietLogger()
 	system := actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger { return log }))
-	w := writer.New(fam, log, opts)
-	w.Start(system)
+	w := writer.New(fam, system, log, opts)
+	if err := w.Start(context.Background()); err != nil {
+		tb.Fatalf("start the writer: %v", err)
+	}
 	tb.Cleanup(func() {
 		w.Stop()
 		system.Shutdown()
