@@ -79,7 +79,7 @@ func (e *env) router(tb testing.TB, cnt *testenv.Counter, opts actors.Options) *
 	opts.CallTimeout = cmp.Or(opts.CallTimeout, 2*time.Second)
 	opts.BatchTimeout = cmp.Or(opts.BatchTimeout, 5*time.Second)
 	r := actors.NewRouter(persistence.NewGrabs(rdb), testenv.MustOrderIDs(tb, e.db), e.catalog, quiet, opts)
-	tb.Cleanup(func() { r.Close(); _ = rdb.Close() })
+	tb.Cleanup(func() { r.Stop(); _ = rdb.Close() })
 	_ = r.Start(tb.Context())
 	return r
 }
@@ -302,7 +302,7 @@ func TestRedisDownAnswersUnavailableInBoundedTime(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	r := actors.NewRouter(persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, e.db), e.catalog, quiet,
 		actors.Options{CallTimeout: 300 * time.Millisecond, GrabTimeout: 2 * time.Second})
-	t.Cleanup(r.Close)
+	t.Cleanup(r.Stop)
 	if c := r.Grab(t.Context(), domain.GrabRequest{VoucherID: id, UserID: 1}).Code; c != domain.SeckillOK {
 		t.Fatalf("grab with redis up: %s", c)
 	}
@@ -490,7 +490,7 @@ func TestCloseAnswersTheBatchInFlight(t *testing.T) {
 	res := make(chan domain.GrabResult, 1)
 	go func() { res <- r.Grab(context.Background(), domain.GrabRequest{VoucherID: 1, UserID: 1}) }()
 	<-st.entered // the batch is in the store now
-	r.Close()
+	r.Stop()
 	if got := <-res; got.Code != domain.SeckillOK {
 		t.Fatalf("the store sold the grab but the caller got %s", got.Code)
 	}
@@ -699,7 +699,7 @@ func TestAFullQueueAnswersUnavailableAtOnce(t *testing.T) {
 	// waiting for the queue to move.
 	st := &slowStore{gate{release: make(chan struct{})}}
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{QueueBound: bound, BatchSize: 1, GrabTimeout: time.Minute})
-	t.Cleanup(r.Close)
+	t.Cleanup(r.Stop)
 	t.Cleanup(st.open) // runs before r.Close, even when the test fails
 	type answer struct {
 		user int64

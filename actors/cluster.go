@@ -89,14 +89,14 @@ var _ cluster.IdentityLookup = (*placement)(nil)
 // NewClusteredRouter starts a router that will be a member of a protoactor
 // cluster once Join is called: grabs of a segment hosted by another member
 // are sent to it (see Cluster.request). Until then it hosts nothing and
-// answers every grab UNAVAILABLE. Close leaves the cluster.
+// answers every grab UNAVAILABLE. Stop leaves the cluster.
 func NewClusteredRouter(store Store, ids OrderIDs, preheater Preheater, log *slog.Logger, opts Options, co ClusterOptions) (*Router, error) {
 	r := NewRouter(store, ids, preheater, log, opts)
 	c := &Cluster{r: r, log: log, name: co.Name, handed: map[string]struct{}{}, departures: map[string]chan struct{}{}}
 	c.members.Store(&[]placed{})
 	r.cluster = c
 	if _, err := r.system.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return &entryActor{r: r} }), entryName); err != nil {
-		r.Close()
+		r.Stop()
 		return nil, fmt.Errorf("start the cluster entry actor: %w", err)
 	}
 	rc := remote.Configure(co.Host, co.Port)

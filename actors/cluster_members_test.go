@@ -60,7 +60,7 @@ func (e *env) member(tb testing.TB, agent *test.InMemAgent, name string, opts ac
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { r.Close(); _ = rdb.Close() })
+	tb.Cleanup(func() { r.Stop(); _ = rdb.Close() })
 	_ = r.Start(tb.Context())
 	r.Cluster().Join()
 	return r
@@ -251,7 +251,7 @@ func TestMembersJoiningAndLeavingMidSaleKeepTheSaleExact(t *testing.T) {
 	s.fire(t, id, 301, 601, 1, 16, func(u int64) *actors.Router { return entry[u%3] })
 	checkNewcomerHostsItsSegments(t, id, segs, 301, 601, c, a, b)
 
-	b.Close() // leaves mid-sale
+	b.Stop() // leaves mid-sale
 	waitMembers(t, 2, a, c)
 	entry = []*actors.Router{a, c}
 	s.fire(t, id, 601, 3001, 2, 16, func(u int64) *actors.Router { return entry[u%2] })

@@ -80,7 +80,7 @@ func TestAGrabWhoseCallerGaveUpIsNeverSold(t *testing.T) {
 	t.Parallel()
 	st := &recordingStore{gate: gate{entered: make(chan struct{}, 1), release: make(chan struct{})}}
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{})
-	t.Cleanup(r.Close)
+	t.Cleanup(r.Stop)
 	t.Cleanup(st.open) // runs before r.Close, even when the test fails
 	first := grabAsync(r, context.Background(), 1, 1)
 	<-st.entered // user 1's batch is held in flight; user 2 queues behind it
@@ -113,7 +113,7 @@ func TestAGrabInFlightIsAnsweredWithItsOutcome(t *testing.T) {
 	// 200 ms, which a busy machine under -race could overrun.
 	st := &recordingStore{untilDeadline: true}
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: time.Second, BatchTimeout: time.Second, CallTimeout: time.Second})
-	t.Cleanup(r.Close)
+	t.Cleanup(r.Stop)
 	if got := r.Grab(context.Background(), domain.GrabRequest{VoucherID: 1, UserID: 1}); got.Code != domain.SeckillOK || got.OrderID == 0 {
 		t.Fatalf("the store sold the grab, the caller got %s", got.Code)
 	}
@@ -153,7 +153,7 @@ func TestGrabsQueuedBehindAFailedBatchAreAnsweredWithIt(t *testing.T) {
 	st := &failingStore{gate: gate{entered: make(chan struct{}, 1), release: make(chan struct{})}}
 	// One attempt per batch, so that calls count batches.
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{Attempts: 1, GrabTimeout: 10 * time.Second})
-	t.Cleanup(r.Close)
+	t.Cleanup(r.Stop)
 	t.Cleanup(st.open) // runs before r.Close, even when the test fails
 	res := []<-chan domain.GrabResult{grabAsync(r, context.Background(), 1, 1)}
 	<-st.entered // user 1's batch is held in flight; users 2-6 queue behind it
@@ -178,7 +178,7 @@ func TestAFailedReloadStillSendsTheWaitingGrabs(t *testing.T) {
 	t.Parallel()
 	st := &recordingStore{gate: gate{entered: make(chan struct{}, 1), release: make(chan struct{})}, failState: true}
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{GrabTimeout: 2 * time.Second})
-	t.Cleanup(r.Close)
+	t.Cleanup(r.Stop)
 	t.Cleanup(st.open) // runs before r.Close, even when the test fails
 	first := grabAsync(r, context.Background(), 1, 1)
 	<-st.entered // user 1's batch is held in flight
@@ -210,7 +210,7 @@ func TestCloseWhileActorsRetire(t *testing.T) {
 		<-st.entered // every voucher's first batch is held in flight
 	}
 	closed := make(chan struct{})
-	go func() { r.Close(); close(closed) }()
+	go func() { r.Stop(); close(closed) }()
 	testenv.WaitFor(t, "Close has begun", func() bool { return actors.Closing(r) })
 	st.open() // the actors retire while Close waits for them
 	<-closed
@@ -221,7 +221,7 @@ func TestCloseWhileActorsRetire(t *testing.T) {
 func TestActorCapAnswersUnavailable(t *testing.T) {
 	t.Parallel()
 	r := actors.NewRouter(&recordingStore{}, &seqIDs{}, nil, quiet, actors.Options{MaxActors: 2})
-	t.Cleanup(r.Close)
+	t.Cleanup(r.Stop)
 	for v := int64(1); v <= 2; v++ {
 		if got := r.Grab(context.Background(), domain.GrabRequest{VoucherID: v, UserID: 1}); got.Code != domain.SeckillOK {
 			t.Fatalf("voucher %d: %s", v, got.Code)

@@ -27,7 +27,7 @@ func (e *env) stallingNode(tb testing.TB, opts actors.Options) stallingNode {
 	tb.Helper()
 	n := stallingNode{grabs: testenv.MustStallingClient(tb, e.redis.Addr())}
 	n.Router = actors.NewRouter(persistence.NewGrabs(n.grabs), testenv.MustOrderIDs(tb, e.db), e.catalog, quiet, opts)
-	tb.Cleanup(n.Close)
+	tb.Cleanup(n.Stop)
 	return n
 }
 
@@ -133,7 +133,7 @@ func TestAReroutedGrabIsNotRateLimitedAgain(t *testing.T) {
 	t.Parallel()
 	st := &onceStale{}
 	r := actors.NewRouter(st, &seqIDs{}, nil, quiet, actors.Options{Limits: &onePerIP{seen: map[string]bool{}}})
-	t.Cleanup(r.Close)
+	t.Cleanup(r.Stop)
 	if got := r.Grab(t.Context(), domain.GrabRequest{VoucherID: 1, UserID: 1, ClientIP: "10.1.1.1"}); got.Code != domain.SeckillOK || !st.soldTo(1) {
 		t.Fatalf("re-routed grab: %s, want OK", got.Code)
 	}

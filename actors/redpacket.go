@@ -50,7 +50,7 @@ type RedPackets struct {
 
 // RedPackets returns the router's red-packet sequencer, whose actors run
 // in the router's actor system: the router's scanner passivates them, and
-// they stop with Router.Close.
+// they stop with Router.Stop.
 func (r *Router) RedPackets(store RedPacketStore, loader RedPacketLoader) *RedPackets {
 	p := &RedPackets{r: r, store: store, loader: loader, actors: map[int64]*voucherRef{}}
 	r.mu.Lock()

@@ -211,8 +211,8 @@ type Router struct {
 	// actors its scanner passivates too.
 	redPackets []*RedPackets
 	closed     atomic.Bool // no new grabs (Drain sets it under mu)
-	started    bool // Start ran: the scanner runs
-	stopped    bool // Close ran
+	started    bool        // Start ran: the scanner runs
+	stopped    bool        // Stop ran
 
 	stop chan struct{}
 	done chan struct{}
@@ -255,7 +255,7 @@ type voucherRef struct {
 const unknownIdle = 5 * time.Second
 
 // NewRouter returns a router with its own actor system; it starts no
-// goroutine of its own. Start runs its passivation scanner; Close stops
+// goroutine of its own. Start runs its passivation scanner; Stop stops
 // it.
 func NewRouter(store Store, ids OrderIDs, preheater Preheater, log *slog.Logger, opts Options) *Router {
 	r := &Router{
@@ -273,7 +273,7 @@ func NewRouter(store Store, ids OrderIDs, preheater Preheater, log *slog.Logger,
 	return r
 }
 
-// Start runs the router's passivation scanner (passivate) until Close:
+// Start runs the router's passivation scanner (passivate) until Stop:
 // without it, idle actors are never stopped.
 func (r *Router) Start(context.Context) error {
 	r.mu.Lock()
@@ -445,7 +445,7 @@ func (r *Router) Active(voucherID int64) bool {
 
 // passivate is the router's one passivation scanner: it stops the
 // voucher activations and the red-packet actors that have been idle for
-// IdleTimeout (passivateIdle), until Close.
+// IdleTimeout (passivateIdle), until Stop.
 func (r *Router) passivate() {
 	defer close(r.done)
 	tick := time.NewTicker(max(min(r.opts.IdleTimeout, unknownIdle)/4, 10*time.Millisecond))
@@ -474,7 +474,7 @@ func (r *Router) passivate() {
 // Drain takes no new grabs (each is answered UNAVAILABLE) and waits until
 // every actor has answered what it holds, up to GrabTimeout: a batch in
 // flight must come back, or a grab that sold would be reported
-// UNAVAILABLE. The actors keep running (Close stops them), so that the
+// UNAVAILABLE. The actors keep running (Stop stops them), so that the
 // order writer can drain, and websockets close, before they go.
 func (r *Router) Drain() {
 	r.mu.Lock()
@@ -491,9 +491,10 @@ func (r *Router) Drain() {
 	}
 }
 
-// Close drains the router (see Drain), then stops the actors and the
-// actor system.
-func (r *Router) Close() {
+// Stop drains the router (see Drain), then stops the scanner, the actors
+// and the actor system (leaving the cluster, if it joined). Safe to
+// repeat.
+func (r *Router) Stop() {
 	r.mu.Lock()
 	stopped := r.stopped
 	r.stopped = true

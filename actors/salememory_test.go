@@ -68,7 +68,7 @@ func TestKeyedGrabsAfterTheSellOutAreAnsweredFromTheRecord(t *testing.T) {
 	var sg scriptGrabs
 	rdb.AddHook(&sg)
 	r := actors.NewRouter(persistence.NewGrabs(rdb), testenv.MustOrderIDs(t, e.db), e.catalog, quiet, actors.Options{CallTimeout: 2 * time.Second, BatchTimeout: 5 * time.Second})
-	t.Cleanup(r.Close)
+	t.Cleanup(r.Stop)
 
 	orders := map[int64]int64{}
 	for u := int64(1); u <= 3; u++ {

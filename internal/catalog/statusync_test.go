@@ -97,7 +97,7 @@ func TestAStatusChangeRedisMissedReachesItWithinTheBound(t *testing.T) {
 				t.Errorf("redis status %s %v after it answered again, want 2 (PAUSED) within %v", s, time.Since(began), statusBound)
 			}
 			r := actors.NewRouter(persistence.NewGrabs(n.redis), testenv.MustOrderIDs(t, n.db), cat, quiet, actors.Options{})
-			t.Cleanup(r.Close)
+			t.Cleanup(r.Stop)
 			if res := r.Grab(context.Background(), domain.GrabRequest{VoucherID: n.voucher.ID, UserID: 7}); res.Code != domain.SeckillPaused {
 				t.Fatalf("grab after the pause answered %+v, want PAUSED", res)
 			}

@@ -574,7 +574,7 @@ func (a *app) joinCluster(context.Context, *loops) error {
 
 func (a *app) closeRouter() {
 	if a.router != nil {
-		a.router.Close() // drains first if the shutdown did not
+		a.router.Stop() // drains first if the shutdown did not
 	}
 }
 

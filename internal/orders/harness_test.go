@@ -104,7 +104,7 @@ func newNode(tb testing.TB, s *stores, name string, payTimeout time.Duration) *n
 	var bg sync.WaitGroup
 	events := n.stock.Subscribe(ctx)
 	bg.Go(func() { _ = n.router.Follow(ctx, events) })
-	tb.Cleanup(func() { n.router.Close(); n.stopWriter(); cancel(); bg.Wait(); _ = events.Close() })
+	tb.Cleanup(func() { n.router.Stop(); n.stopWriter(); cancel(); bg.Wait(); _ = events.Close() })
 	n.store = persistence.NewOrders(s.db, s.rdb, quiet)
 	n.service = New(n.store, n.catalog, Config{PayTimeout: payTimeout}, quiet)
 	n.locker = lease.New([]redis.UniversalClient{s.rdb}, 2*time.Second, quiet)

@@ -69,7 +69,7 @@ func TestOrderInTheOrderLogIsVisibleAndPayableOnceRecorded(t *testing.T) {
 	a.stopWriter() // no order writer runs: the order stays in the log
 
 	router := actors.NewRouter(persistence.NewGrabs(s.rdb), testenv.MustOrderIDs(t, s.db), a.catalog, quiet, actors.Options{})
-	t.Cleanup(router.Close)
+	t.Cleanup(router.Stop)
 	res := router.Grab(context.Background(), domain.GrabRequest{VoucherID: v.ID, UserID: 42})
 	if res.Code != domain.SeckillOK {
 		t.Fatalf("grab: %s", res.Code)
@@ -135,7 +135,7 @@ func TestRepairRefusesWhileOrdersAreInFlight(t *testing.T) {
 	a.stopWriter() // no order writer runs: the orders stay in the log
 
 	router := actors.NewRouter(persistence.NewGrabs(s.rdb), testenv.MustOrderIDs(t, s.db), a.catalog, quiet, actors.Options{})
-	t.Cleanup(router.Close)
+	t.Cleanup(router.Stop)
 	for u := int64(1); u <= sold; u++ {
 		if res := router.Grab(context.Background(), domain.GrabRequest{VoucherID: v.ID, UserID: u}); res.Code != domain.SeckillOK {
 			t.Fatalf("grab of user %d: %s", u, res.Code)
