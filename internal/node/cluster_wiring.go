@@ -29,7 +29,8 @@ type lockPart struct {
 	redlock *lease.Redlock
 }
 
-func (a *app) openLocks() error {
+// openLocks builds the Redlock over LOCK_REDIS_URLS.
+func (a *app) openLocks(context.Context) error {
 	var nodes []redis.UniversalClient
 	for _, u := range a.cfg.LockRedisURLs {
 		// The default node, REDIS_URL, is reached in REDIS_MODE (its

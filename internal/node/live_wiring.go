@@ -5,6 +5,7 @@ import (
 
 	"flashsale/graph"
 	"flashsale/internal/catalog"
+	"flashsale/internal/lifecycle"
 	"flashsale/internal/live"
 	"flashsale/internal/orders"
 	"flashsale/persistence"
@@ -19,20 +20,21 @@ var (
 
 var _ live.Announcements = (*persistence.Subscription)(nil)
 
-// startLive wires the live subscriptions: this node's sales are announced
+// buildLive wires the live subscriptions: this node's sales are announced
 // on Redis pub/sub, and every announcement (its own, other nodes', the
-// voucher events and order changes) reaches the subscribers here. Both
-// loops run on bg.
-func (a *app) startLive(bg *loops) *live.Service {
+// voucher events and order changes) reaches the subscribers here. Its
+// service is both loops: the fan-out and the announcements' follower,
+// which stops first.
+func (a *app) buildLive(context.Context) (lifecycle.Service, error) {
 	bus := persistence.NewLive(a.bg)
 	s := live.New(a.catalog, a.orders.service, bus, a.log, live.Options{})
-	bg.Go(s.Run)
-	announcements := bus.Subscribe(bg.ctx)
-	bg.Go(func(ctx context.Context) {
-		defer announcements.Close()
-		if err := s.Follow(ctx, announcements); err != nil {
-			a.log.Error("live-change watcher stopped", "err", err)
-		}
-	})
-	return s
+	a.live = s
+	return lifecycle.NewGroup(
+		lifecycle.Named{Name: "live fan-out", Service: lifecycle.NewLoop(s.Run)},
+		lifecycle.Named{Name: "live announcements", Service: newFollower(bus.Subscribe, func(ctx context.Context, announcements *persistence.Subscription) {
+			if err := s.Follow(ctx, announcements); err != nil {
+				a.log.Error("live-change watcher stopped", "err", err)
+			}
+		})},
+	), nil
 }

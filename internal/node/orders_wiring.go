@@ -2,10 +2,14 @@ package node
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
+	"flashsale/actors/writer"
 	"flashsale/domain"
 	"flashsale/graph"
 	"flashsale/internal/catalog"
+	"flashsale/internal/config"
 	"flashsale/internal/lease"
 	"flashsale/internal/lifecycle"
 	"flashsale/internal/maintenance"
@@ -28,48 +32,34 @@ var (
 // reconciliation and the three maintenance services (pay timeout,
 // pending-stock sweeper, background reconciliation), each running under a
 // Redlock lease over LOCK_REDIS_URLS (the stock Redis in the embedded
-// mode).
+// mode). Its service is the three jobs, started in this order and stopped
+// in reverse, each after its run under way returned.
 type ordersPart struct {
+	*lifecycle.Group
 	service    *orders.Service
 	reconciler *orders.Reconciler
 	// locker runs the cluster-wide singletons (red-packet refunds too).
 	locker *lease.Redlock
-	// jobs are started in this order and stopped in reverse.
-	jobs []lifecycle.Service
 }
 
-// startOrders wires the order services and starts their maintenance on bg;
-// stop stops it.
-func (a *app) startOrders(bg context.Context, stock *persistence.Stock) (*ordersPart, error) {
+// buildOrders wires the order services and their maintenance over the
+// request path's stock.
+func (a *app) buildOrders(context.Context) (lifecycle.Service, error) {
 	p := &ordersPart{}
 	locker := a.locks.redlock
 	p.locker = locker
 	store := persistence.NewOrders(a.db, a.rdb, a.log)
 	p.service = orders.New(store, a.catalog, orders.Config{PayTimeout: a.cfg.PayTimeout}, a.log)
-	p.reconciler = orders.NewReconciler(persistence.NewReconciliations(a.db, a.rdb), stock, a.catalog, locker,
+	p.reconciler = orders.NewReconciler(persistence.NewReconciliations(a.db, a.rdb), a.stock, a.catalog, locker,
 		orders.ReconcileConfig{Interval: a.cfg.ReconcileInterval}, a.log)
-	for _, job := range []lifecycle.Service{
-		orders.NewTimeouts(store, locker, orders.TimeoutConfig{PayTimeout: a.cfg.PayTimeout, Interval: a.cfg.PayTimeoutInterval}, a.log),
-		orders.NewSweeper(store, locker, orders.SweepConfig{}, a.log),
-		p.reconciler,
-	} {
-		if err := job.Start(bg); err != nil {
-			return p, err // stop stops the jobs started
-		}
-		p.jobs = append(p.jobs, job)
-	}
+	p.Group = lifecycle.NewGroup(
+		lifecycle.Named{Name: "pay timeout", Service: orders.NewTimeouts(store, locker,
+			orders.TimeoutConfig{PayTimeout: a.cfg.PayTimeout, Interval: a.cfg.PayTimeoutInterval}, a.log)},
+		lifecycle.Named{Name: "sweeper", Service: orders.NewSweeper(store, locker, orders.SweepConfig{}, a.log)},
+		lifecycle.Named{Name: "reconciler", Service: p.reconciler},
+	)
+	a.orders = p
 	return p, nil
-}
-
-// stop stops the maintenance jobs, in reverse order, each after its run
-// under way returned.
-func (p *ordersPart) stop() {
-	if p == nil {
-		return
-	}
-	for i := len(p.jobs) - 1; i >= 0; i-- {
-		p.jobs[i].Stop()
-	}
 }
 
 // reconciliationQuery serves the admin's reconciliation query (one
@@ -82,4 +72,32 @@ var _ graph.Reconciler = reconciliationQuery{}
 // Reconcile implements graph.Reconciler.
 func (q reconciliationQuery) Reconcile(ctx context.Context, voucherID int64) (domain.Reconciliation, error) {
 	return q.r.Reconciliation(ctx, voucherID)
+}
+
+// buildOrderWriter builds the persistence actor of the order logs in the
+// router's actor system, supervised there (it stops before the router
+// stops the system), and takes its consumer name, NODE_ID.
+func (a *app) buildOrderWriter(ctx context.Context) (lifecycle.Service, error) {
+	writerOpts := logConsumerOptions(a.cfg)
+	writerOpts.Reclaim = func(ctx context.Context, fn func(context.Context) error) (bool, error) {
+		return a.locks.redlock.Do(ctx, "order-log-reclaim", fn)
+	}
+	fam := writer.Orders(persistence.NewOrderLogs(a.bg),
+		persistence.NewOrderLogHandler(a.db, a.bg, a.log, persistence.BatchOptions(writerOpts.StoreOptions())),
+		persistence.NewWriterLeases(a.db, persistence.OrdersFamily))
+	w := writer.New(fam, a.router.ActorSystem(), a.log, writerOpts)
+	if err := w.Acquire(ctx); errors.Is(err, lease.ErrInUse) {
+		return nil, &config.Error{Var: "NODE_ID", Msg: err.Error() + "; give each node its own NODE_ID"}
+	} else if err != nil {
+		return nil, fmt.Errorf("order writer: %w", err)
+	}
+	a.writer = w
+	return w, nil
+}
+
+// logConsumerOptions are the settings the order and red-packet writers
+// share. ORDER_LOG_LINGER=0 is held as config.Off, the options' "no
+// wait" (their zero takes the default).
+func logConsumerOptions(cfg config.Config) writer.Options {
+	return writer.Options{Consumer: cfg.NodeID, ClaimIdle: cfg.OrderLogClaimIdle, Linger: cfg.OrderLogLinger}
 }

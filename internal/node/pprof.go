@@ -19,20 +19,29 @@ import (
 // costs CPU, so it is for an operator on a private interface. Off unless
 // PPROF_ADDR is set; docs/BENCHMARKS.md's CPU profiles are taken from it.
 type profiler struct {
-	srv  *http.Server
+	addr  string
+	hosts *httpapi.LocalHosts
+	log   *slog.Logger
+
+	srv  *http.Server // set by Start when addr is set
 	done sync.WaitGroup
 }
 
-// startProfiler listens on addr and serves until close; nil when addr is
-// empty. With hosts (embedded mode) it answers the same Hosts as the
-// node's own routes: a profile shows the command line.
-func startProfiler(addr string, hosts *httpapi.LocalHosts, log *slog.Logger) (*profiler, error) {
-	if addr == "" {
-		return nil, nil
+// newProfiler returns the profiler of addr ("": none, Start does nothing).
+// With hosts (embedded mode) it answers the same Hosts as the node's own
+// routes: a profile shows the command line.
+func newProfiler(addr string, hosts *httpapi.LocalHosts, log *slog.Logger) *profiler {
+	return &profiler{addr: addr, hosts: hosts, log: log}
+}
+
+// Start listens on the profiler's address and serves until Stop.
+func (p *profiler) Start(context.Context) error {
+	if p.addr == "" || p.srv != nil {
+		return nil
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", p.addr)
 	if err != nil {
-		return nil, &config.Error{Var: "PPROF_ADDR", Msg: err.Error()}
+		return &config.Error{Var: "PPROF_ADDR", Msg: err.Error()}
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -41,24 +50,24 @@ func startProfiler(addr string, hosts *httpapi.LocalHosts, log *slog.Logger) (*p
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	var h http.Handler = mux
-	if hosts != nil {
-		h = hosts.Guard(mux)
+	if p.hosts != nil {
+		h = p.hosts.Guard(mux)
 	}
-	p := &profiler{srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}}
+	p.srv = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	p.done.Add(1)
 	go func() {
 		defer p.done.Done()
 		if err := p.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("profiler stopped", "err", err)
+			p.log.Warn("profiler stopped", "err", err)
 		}
 	}()
-	log.Info("profiles served", "addr", ln.Addr().String(), "path", "/debug/pprof/")
-	return p, nil
+	p.log.Info("profiles served", "addr", ln.Addr().String(), "path", "/debug/pprof/")
+	return nil
 }
 
-// close stops the listener, ends open profiles after a second, and waits.
-func (p *profiler) close() {
-	if p == nil {
+// Stop stops the listener, ends open profiles after a second, and waits.
+func (p *profiler) Stop() {
+	if p.srv == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)

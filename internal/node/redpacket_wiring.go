@@ -12,6 +12,7 @@ import (
 	"flashsale/graph"
 	"flashsale/internal/config"
 	"flashsale/internal/lease"
+	"flashsale/internal/lifecycle"
 	"flashsale/internal/redpackets"
 	"flashsale/persistence"
 )
@@ -30,24 +31,26 @@ var (
 // redPacketsPart is the wiring of red packets: the red-packet service, its
 // sequencer in the router's actor system, the writer of the red-packet
 // order logs, the refunds and the pruning (singletons under the orders'
-// Redlock).
+// Redlock). Its service starts the writer, the refunds and the pruning in
+// this order and stops them in reverse (the shutdown drained the
+// red-packet logs already).
 type redPacketsPart struct {
+	*lifecycle.Group
 	service *redpackets.Service
 	writer  *writer.Writer
 	refunds *redpackets.Refunds
 	pruning *redpackets.Pruning
 }
 
-// startRedPackets wires the red packets, starts their persistence actor
-// in the router's actor system, their refunds and their pruning (stop
-// stops them).
-func (a *app) startRedPackets(ctx context.Context, bg *loops) (*redPacketsPart, error) {
+// buildRedPackets wires the red packets and takes their writer's consumer
+// name.
+func (a *app) buildRedPackets(ctx context.Context) (lifecycle.Service, error) {
 	p := &redPacketsPart{}
 	rds := persistence.NewRedPacketRedis(a.acked)
 	rds.Acks = acksOf(a.cfg)
 	store := persistence.NewRedPacketStore(a.db, rds)
 	if a.mini != nil {
-		store.ReloadHold = time.Millisecond // as the vouchers' (app.go): nobody to wait for
+		store.ReloadHold = time.Millisecond // as the vouchers' (buildCatalog): nobody to wait for
 	}
 	p.service = redpackets.New(store, a.ids, a.router.RedPackets(rds, store), redpackets.Config{
 		MaxOpenPerUser:   a.cfg.RedPacketMaxOpenPerUser,
@@ -64,36 +67,15 @@ func (a *app) startRedPackets(ctx context.Context, bg *loops) (*redPacketsPart, 
 	} else if err != nil {
 		return nil, fmt.Errorf("red-packet writer: %w", err)
 	}
-	if err := p.writer.Start(ctx); err != nil {
-		return p, err
-	}
 	p.refunds = redpackets.NewRefunds(store, a.orders.locker, redpackets.RefundConfig{
 		Interval: a.cfg.RedPacketRefundInterval, Grace: a.cfg.RedPacketRefundGrace,
 	}, a.log)
-	if err := p.refunds.Start(bg.ctx); err != nil {
-		return p, err
-	}
 	p.pruning = redpackets.NewPruning(store, a.orders.locker, redpackets.PruneConfig{Retention: a.cfg.RedPacketRetention}, a.log)
-	if err := p.pruning.Start(bg.ctx); err != nil {
-		return p, err
-	}
+	p.Group = lifecycle.NewGroup(
+		lifecycle.Named{Name: "red-packet writer", Service: p.writer},
+		lifecycle.Named{Name: "refunds", Service: p.refunds},
+		lifecycle.Named{Name: "pruning", Service: p.pruning},
+	)
+	a.redPkts = p
 	return p, nil
-}
-
-// stop stops the pruning and the refunds, each after its run under way
-// returned, then the persistence actor (the shutdown drained the
-// red-packet logs already).
-func (p *redPacketsPart) stop() {
-	if p == nil {
-		return
-	}
-	if p.pruning != nil {
-		p.pruning.Stop()
-	}
-	if p.refunds != nil {
-		p.refunds.Stop()
-	}
-	if p.writer != nil {
-		p.writer.Stop()
-	}
 }
