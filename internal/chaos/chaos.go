@@ -121,6 +121,8 @@ type runner struct {
 	// back is when Redis served again after the round's last Redis fault,
 	// and how soon after it the nodes must sell again (nil: no such fault).
 	back atomic.Pointer[redisBack]
+	// onBack, set by sell for its round, is told each time markBack is.
+	onBack func(*redisBack)
 }
 
 // redisBack is the end of a Redis fault: when Redis served again (a
@@ -139,7 +141,11 @@ func (rn *runner) markBack(what faultKind) {
 		if rn.cfg.Short {
 			bound *= shortRunSlack
 		}
-		rn.back.Store(&redisBack{at: time.Now(), bound: bound})
+		b := &redisBack{at: time.Now(), bound: bound}
+		rn.back.Store(b)
+		if rn.onBack != nil {
+			rn.onBack(b)
+		}
 	}
 }
 

@@ -549,13 +549,13 @@ func fallbackNote(p plan) string {
 // flush, the policy back to noeviction, the slot moved) grabs may
 // still answer UNAVAILABLE. A restart from appendfsync always files, an
 // evicting policy that evicted nothing and a Cluster slot moved to
-// another primary must sell again within 1 s; a
-// loss (a wipe, a flush, a restart from an older copy) within 2 s: the
-// reload holds its sales until every order writer and every selling node
-// has handed back what it holds of the lost load. A failover within 2 s
-// for now (measured 1.2-1.9 s: the node's own clients learn the new
-// primary from their sentinel, or the cluster's slot map, later than the
-// suite does); the aim is 1 s.
+// another primary must sell again within 1 s; a loss (a wipe, a flush, a
+// restart from an older copy) within 2 s: the reload holds its sales
+// until every order writer and every selling node has handed back what
+// it holds of the lost load. A failover within 2 s for now (the aim is
+// 1 s; see RELIABILITY.md). The round's probes (see probe) send a grab
+// every probeEvery after it, so a node that still refuses past the bound
+// meets a grab.
 var availabilityBound = map[faultKind]time.Duration{
 	faultRedisKill:          time.Second,
 	faultPrimaryKill:        2 * time.Second,

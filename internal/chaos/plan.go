@@ -531,7 +531,7 @@ func newPlan(seed int64, round int, ks []kind, short bool) plan {
 		at = defaultMoments(r, p, n)
 	}
 	slices.Sort(at)
-	userBase := 1_000_000 + int64(round)*10_000
+	userBase := userBase(round)
 	keys := make(map[int64][]string, p.users) // each user's request ids so far
 	for _, t := range at {
 		u := userBase + int64(r.IntN(p.users))
@@ -558,6 +558,14 @@ func newPlan(seed int64, round int, ks []kind, short bool) plan {
 	}
 	return p
 }
+
+// userBase is the first user id of round's plan: its users are
+// userBase + [0, p.users), and its probes (see probe) userBase +
+// probeUsers + i, far above any plan's users.
+func userBase(round int) int64 { return 1_000_000 + int64(round)*10_000 }
+
+// probeUsers is where a round's probe users begin, from its userBase.
+const probeUsers = 9_000
 
 // defaultMoments spreads n attempts over the sale, with an opening rush
 // in half the rounds and bursts after the faults.

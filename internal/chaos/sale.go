@@ -20,7 +20,9 @@ type answer struct {
 	grabAnswer
 	// keySent is set when the request carried its request id.
 	keySent bool
-	// phase: "sale" for the round's own attempts, "resolve" for retries
+	// phase: "sale" for the round's own attempts, "probe" for the grabs
+	// sent while the nodes sell again after a Redis fault (see probe),
+	// "resolve" for retries
 	// that settle an outcome the sale left unknown, "verify" for retries
 	// of sold grabs after the sale.
 	phase string
@@ -84,6 +86,18 @@ func (rn *runner) sell(ctx context.Context, p plan, voucherID string) ([]answer,
 		wg      sync.WaitGroup
 	)
 	var oks atomic.Int64 // OK answers so far, for faults fired at the sell-out
+	record := func(ans answer) {
+		if ans.Code == codeOK {
+			oks.Add(1)
+		}
+		mu.Lock()
+		answers = append(answers, ans)
+		mu.Unlock()
+	}
+	// Redis serves again after a fault (markBack, inside a lane's
+	// inject, so the lane's goroutine still counts in wg): probe it.
+	rn.onBack = func(b *redisBack) { wg.Go(func() { rn.probe(ctx, p, voucherID, b, record) }) }
+	defer func() { rn.onBack = nil }()
 	lanes := map[string][]fault{}
 	for _, f := range p.faults {
 		lanes[f.lane()] = append(lanes[f.lane()], f)
@@ -111,14 +125,6 @@ func (rn *runner) sell(ctx context.Context, p plan, voucherID string) ([]answer,
 			queue <- a
 		}
 	})
-	record := func(ans answer) {
-		if ans.Code == codeOK {
-			oks.Add(1)
-		}
-		mu.Lock()
-		answers = append(answers, ans)
-		mu.Unlock()
-	}
 	// Clients that retry do it in goroutines of their own, so that a
 	// waiting retry holds no worker; at most rn.workers of them send at
 	// once.
@@ -136,6 +142,34 @@ func (rn *runner) sell(ctx context.Context, p plan, voucherID string) ([]answer,
 	}
 	wg.Wait()
 	return answers, errs
+}
+
+// probeEvery is how often probe sends a grab.
+const probeEvery = 100 * time.Millisecond
+
+// probe sends a grab every probeEvery from the moment Redis serves again
+// after a fault that availabilityBound bounds (b), each by a user of its
+// own, until one is decided or three times b's bound has passed. The
+// sale's own attempts may have ended, or be waiting out a retry, by then:
+// the probes make the first OK after the fault measure the nodes, not
+// when the clients happened to ask, and make a node that still refuses
+// past the bound meet judgeAvailability. Their answers are the sale's
+// (recorded, checked, settled like any other).
+func (rn *runner) probe(ctx context.Context, p plan, voucherID string, b *redisBack, record func(answer)) {
+	until := b.at.Add(3 * b.bound)
+	for i := 0; time.Now().Before(until); i++ {
+		u := userBase(p.round) + probeUsers + int64(i)
+		a := attempt{user: u, node: p.nodes[i%len(p.nodes)], key: fmt.Sprintf("chaos-%d-probe-%d", p.round, i)}
+		ans := rn.send(ctx, a, voucherID, "probe")
+		record(ans)
+		switch ans.Code {
+		case codeOK, codeSoldOut, codeLimitReached:
+			return
+		}
+		if !sleep(ctx, probeEvery) {
+			return
+		}
+	}
 }
 
 // leavesOpen reports whether a client that got ans asks again with the same
