@@ -3,6 +3,7 @@ package persistence
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -156,9 +157,14 @@ func RequestTuning(timeout time.Duration) ClientTuning {
 // Redis, so they retry with backoff instead of waiting on a socket.
 func BackgroundTuning() ClientTuning { return ClientTuning{ContextTimeout: true} }
 
-// tune sets t on one mode's fields.
-func (t ClientTuning) tune(ctxTimeout *bool, dial, read, write, pool *time.Duration, retries, dialer, poolSize, minIdle *int) {
+// tune sets t on one mode's fields, and the dialer that keeps a refused
+// dial from latching the pool shut (unlatchedDialer).
+func (t ClientTuning) tune(ctxTimeout *bool, dial, read, write, pool *time.Duration, retries, dialer, poolSize, minIdle *int,
+	dialFn *func(context.Context, string, string) (net.Conn, error), tlsConf *tls.Config) {
 	*ctxTimeout = t.ContextTimeout
+	if *dialFn == nil {
+		*dialFn = unlatchedDialer(tlsConf)
+	}
 	for _, d := range []struct {
 		to  *time.Duration
 		set time.Duration
@@ -186,7 +192,7 @@ func (t RedisTarget) Options(tu ClientTuning) (_ *redis.Options, ok bool) {
 	}
 	o := *t.single
 	tu.tune(&o.ContextTimeoutEnabled, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
-		&o.MaxRetries, &o.DialerRetries, &o.PoolSize, &o.MinIdleConns)
+		&o.MaxRetries, &o.DialerRetries, &o.PoolSize, &o.MinIdleConns, &o.Dialer, o.TLSConfig)
 	return &o, true
 }
 
@@ -198,12 +204,12 @@ func (t RedisTarget) Client(tu ClientTuning) redis.UniversalClient {
 	case t.failover != nil:
 		o := *t.failover
 		tu.tune(&o.ContextTimeoutEnabled, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
-			&o.MaxRetries, &o.DialerRetries, &o.PoolSize, &o.MinIdleConns)
+			&o.MaxRetries, &o.DialerRetries, &o.PoolSize, &o.MinIdleConns, &o.Dialer, o.TLSConfig)
 		return redis.NewFailoverClient(&o)
 	case t.cluster != nil:
 		o := *t.cluster
 		tu.tune(&o.ContextTimeoutEnabled, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.PoolTimeout,
-			&o.MaxRetries, &o.DialerRetries, &o.PoolSize, &o.MinIdleConns)
+			&o.MaxRetries, &o.DialerRetries, &o.PoolSize, &o.MinIdleConns, &o.Dialer, o.TLSConfig)
 		if tu.MaxRetries < 0 {
 			// The cluster client sends a call again, to the same node or
 			// another, after a timeout or a redirect, up to MaxRedirects
@@ -347,3 +353,55 @@ func staleSlotMap(err error) bool {
 	var down interface{ ClusterNodeDown() bool }
 	return err != nil && (clusterRefusal(err) || errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &down) && down.ClusterNodeDown())
 }
+
+// unlatchedDialer dials like go-redis's own dialer (TCP keep-alive, TLS
+// when the URL asks for it), except that a failed dial returns, instead
+// of its error, a connection that fails every read and write with that
+// error: the caller's call fails with it just the same (a refused dial
+// still proves the call was not sent, see notSent), but go-redis's pool
+// never counts it. That pool stops dialing after PoolSize failed dials in
+// a row and answers every later call with the last dial error, trying
+// to dial again only once a second (go-redis issue 3062, open): a node
+// whose clients had failed that often during a failover or a restart
+// went on refusing grabs, writing no orders and ending no hold for up to
+// a second after Redis served again (measured in the fault suite's
+// redis-failover rounds: "dial tcp <old primary>: connection refused"
+// 0.5 s after every sentinel named the new one).
+func unlatchedDialer(tlsConf *tls.Config) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interval: 5 * time.Second, Count: 3}}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		var err error
+		if tlsConf != nil {
+			c, err = (&tls.Dialer{NetDialer: d, Config: tlsConf}).DialContext(ctx, network, addr)
+		} else {
+			c, err = d.DialContext(ctx, network, addr)
+		}
+		if err != nil {
+			return failedConn{err: err, addr: addr}, nil
+		}
+		return c, nil
+	}
+}
+
+// failedConn is a dial that failed with err (unlatchedDialer): every read
+// and write returns err, and nothing is ever sent.
+type failedConn struct {
+	err  error
+	addr string
+}
+
+func (c failedConn) Read([]byte) (int, error)         { return 0, c.err }
+func (c failedConn) Write([]byte) (int, error)        { return 0, c.err }
+func (c failedConn) Close() error                     { return nil }
+func (c failedConn) LocalAddr() net.Addr              { return failedAddr("") }
+func (c failedConn) RemoteAddr() net.Addr             { return failedAddr(c.addr) }
+func (c failedConn) SetDeadline(time.Time) error      { return nil }
+func (c failedConn) SetReadDeadline(time.Time) error  { return nil }
+func (c failedConn) SetWriteDeadline(time.Time) error { return nil }
+
+// failedAddr is a failedConn's address: the one it was dialed at.
+type failedAddr string
+
+func (a failedAddr) Network() string { return "tcp" }
+func (a failedAddr) String() string  { return string(a) }
