@@ -365,6 +365,17 @@ func (rn *runner) print(r RoundResult) {
 		if o.lastUnavail > 0 {
 			fmt.Fprintf(w, "      last UNAVAILABLE sent %.1fs after redis served again\n", o.lastUnavail.Seconds())
 		}
+		if !o.backAt.IsZero() {
+			ps := make([]string, len(o.probes))
+			for i, a := range o.probes {
+				if a.sent.IsZero() {
+					ps[i] = fmt.Sprintf("node %d %s", a.node, a.label()) // never sent
+					continue
+				}
+				ps[i] = fmt.Sprintf("+%.2fs node %d %s in %.2fs", a.sent.Sub(o.backAt).Seconds(), a.node, a.label(), a.took.Seconds())
+			}
+			fmt.Fprintf(w, "      redis served again at %s; probes: %s\n", o.backAt.UTC().Format("15:04:05.000"), strings.Join(ps, ", "))
+		}
 	}
 	if r.Err != nil {
 		fmt.Fprintf(w, "      could not check: %v\n", r.Err)

@@ -229,6 +229,10 @@ type outcome struct {
 	// grab sent since was answered OK (-1: none sold), when measured
 	lastUnavail time.Duration
 	firstOK     time.Duration
+	// backAt is when Redis served again; probes are the probe grabs'
+	// answers, for a verbose report.
+	backAt time.Time
+	probes []answer
 	measured    bool
 	maxTook     time.Duration
 	answers     map[string]int // answers by code or error, for -v
@@ -576,7 +580,12 @@ func judgeAvailability(o *outcome, answers []answer, back time.Time, bound time.
 	if back.IsZero() {
 		return
 	}
-	o.measured, o.firstOK = true, -1
+	o.measured, o.firstOK, o.backAt = true, -1, back
+	for _, a := range answers {
+		if a.phase == "probe" {
+			o.probes = append(o.probes, a)
+		}
+	}
 	var late int
 	var last time.Duration
 	for _, a := range answers {
