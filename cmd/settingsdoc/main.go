@@ -1,7 +1,6 @@
 // Command settingsdoc rewrites the settings reference of the operators'
 // documentation from the settings table and the defaults its packages own
-// (config/owners, which imports them): go generate
-// ./config.
+// (config/owners, which imports them): go generate ./config.
 package main
 
 import (
