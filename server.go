@@ -23,9 +23,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"flashsale/internal/config"
-	"flashsale/internal/config/owners"
-	"flashsale/internal/node"
+	"flashsale/config"
+	"flashsale/config/owners"
+	"flashsale/node"
 )
 
 //go:generate go tool gqlgen generate

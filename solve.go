@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"flashsale/internal/gate"
+	"flashsale/usecase/gate"
 )
 
 // runSolve prints a nonce that solves a proof-of-work challenge from

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"flashsale/config"
 	"flashsale/internal/auth"
-	"flashsale/internal/config"
 )
 
 // runToken prints a bearer token signed with JWT_SECRET (or --jwt-secret,

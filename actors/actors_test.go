@@ -19,9 +19,9 @@ import (
 	"flashsale/actors"
 	"flashsale/actors/writer"
 	"flashsale/domain"
-	"flashsale/internal/catalog"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
+	"flashsale/usecase/catalog"
 )
 
 var quiet = testenv.QuietLogger()

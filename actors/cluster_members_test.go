@@ -27,8 +27,8 @@ import (
 
 	"flashsale/actors"
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // These tests run several cluster members in one process: each has its

@@ -13,8 +13,8 @@ import (
 
 	"flashsale/actors"
 	"flashsale/domain"
-	"flashsale/internal/lease"
-	"flashsale/internal/testenv"
+	"flashsale/persistence/lease"
+	"flashsale/testkit/testenv"
 )
 
 // leases adapts lease.Redlock to the router's Leases.

@@ -11,7 +11,7 @@ import (
 
 	"flashsale/actors"
 	"flashsale/domain"
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 // recordingStore stands in for Redis where a test needs a batch held in

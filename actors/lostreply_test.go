@@ -10,8 +10,8 @@ import (
 
 	"flashsale/actors"
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // stallingNode is a router whose grab scripts go through a client the

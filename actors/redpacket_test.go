@@ -11,8 +11,8 @@ import (
 	"flashsale/actors"
 	"flashsale/actors/writer"
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // redPackets starts a router's red-packet sequencer on its own client,

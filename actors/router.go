@@ -26,7 +26,7 @@ import (
 
 // Store is the Redis side of grabbing: it claims an activation's fencing
 // token and runs a batch through the grab script (persistence.Grabs, built
-// by internal/node). Declared here in domain types, so that actors needs no storage
+// by node). Declared here in domain types, so that actors needs no storage
 // package and a test can stand in for Redis.
 //
 // A voucher's grabs are spread over its segments, so that one hot voucher
@@ -43,7 +43,7 @@ type Store interface {
 }
 
 // Leases hands out the Redlock lease that a segment's activation holds
-// while it serves (lease.Redlock, built by internal/node): with it, two members
+// while it serves (lease.Redlock, built by node): with it, two members
 // never serve one segment at once while the lease holds, and the fencing
 // token in the script covers the moment a lease lapses unnoticed.
 type Leases interface {

@@ -12,8 +12,8 @@ import (
 
 	"flashsale/actors"
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // scriptGrabs is a go-redis hook that counts the grabs sent to the grab

@@ -10,7 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"flashsale/domain"
-	"flashsale/internal/lease"
+	"flashsale/persistence/lease"
 )
 
 // grabMsg is one grab waiting for its answer. It never leaves this node
@@ -333,7 +333,7 @@ type heldLease struct{ l Lease }
 // Renew extends the lease under the renewal's deadline but not its
 // cancellation: a renewal in flight when the activation stops finishes.
 // Cut short, it would read as a lease lost for want of Redis, whose
-// release is skipped (internal/node's segmentLease), and the segment's
+// release is skipped (node's segmentLease), and the segment's
 // next host would wait out the TTL.
 func (h heldLease) Renew(ctx context.Context) error {
 	rctx := context.WithoutCancel(ctx)

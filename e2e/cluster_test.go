@@ -23,7 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"flashsale/internal/auth"
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 // The cluster of real processes, so that segment ownership and failover

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"flashsale/config"
 	"flashsale/internal/auth"
-	"flashsale/internal/config"
 )
 
 // A newcomer's tokens survive a restart of the embedded mode: its secret

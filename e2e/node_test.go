@@ -7,8 +7,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // TestARestartedNodeResumesItsOwnPendingOrders: an order a node read from

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"flashsale/internal/auth"
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 // scrape reads /metrics into series → value, a series named as exposed:

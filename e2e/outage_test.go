@@ -17,8 +17,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"flashsale/internal/auth"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // outageBound is what a grab or a query may take while Redis is stalled

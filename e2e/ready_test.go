@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 // proxiedPostgresURL is dbURL reached through p.

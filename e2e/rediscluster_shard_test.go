@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 // A Redis Cluster shard's primary killed for good does not stop the sale

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 // Six vouchers sold out at once through a Redis Cluster of three primaries

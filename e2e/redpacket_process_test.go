@@ -15,7 +15,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"flashsale/internal/auth"
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 // grabRedPacket grabs a packet through the process's GraphQL endpoint.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 // Redis restarted while nobody grabs: the node rebuilds its live

@@ -15,7 +15,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"flashsale/internal/auth"
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 // A Redis restarted from an older snapshot, its keys present (what an

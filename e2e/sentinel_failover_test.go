@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 // A sale through a Sentinel set (one primary, two replicas, three

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"flashsale/internal/auth"
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 // sentinelRig is a primary and one replica, real processes, and one

@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"flashsale/internal/config"
-	"flashsale/internal/config/owners"
-	"flashsale/internal/node"
-	"flashsale/internal/testenv"
+	"flashsale/config"
+	"flashsale/config/owners"
+	"flashsale/node"
+	"flashsale/testkit/testenv"
 )
 
 // syncBuffer collects what run prints while the test reads it.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 // A pause made while the node's Redis is down (its connections refused,

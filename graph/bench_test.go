@@ -16,9 +16,9 @@ import (
 
 	"flashsale/domain"
 	"flashsale/internal/auth"
-	"flashsale/internal/seckill"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
+	"flashsale/usecase/seckill"
 )
 
 // perRequest is the reference: the seeds' design, one order-id round trip

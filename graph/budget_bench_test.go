@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"flashsale/internal/auth"
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 // BenchmarkBudgetProbes measures what each hostile probe of the request

@@ -9,8 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"flashsale/internal/auth"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 const deadLetteredOrders = `query($v: ID, $first: Int, $after: String) {

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"flashsale/internal/auth"
-	"flashsale/internal/node/nodetest"
+	"flashsale/testkit/nodetest"
 )
 
 // errorsOf posts query with token and returns the errors of the answer.

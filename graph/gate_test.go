@@ -12,8 +12,8 @@ import (
 
 	"flashsale/actors"
 	"flashsale/internal/auth"
-	"flashsale/internal/gate"
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
+	"flashsale/usecase/gate"
 
 	"github.com/redis/go-redis/v9"
 )

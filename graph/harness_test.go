@@ -17,16 +17,16 @@ import (
 	"flashsale/actors"
 	"flashsale/actors/writer"
 	"flashsale/internal/auth"
-	"flashsale/internal/catalog"
-	"flashsale/internal/gate"
-	"flashsale/internal/node"
-	"flashsale/internal/node/nodetest"
-	"flashsale/internal/testenv"
+	"flashsale/node"
+	"flashsale/testkit/nodetest"
+	"flashsale/testkit/testenv"
+	"flashsale/usecase/catalog"
+	"flashsale/usecase/gate"
 )
 
 const testSecret = nodetest.Secret
 
-// testServer is a node, built by internal/node as production builds it,
+// testServer is a node, built by node as production builds it,
 // over a private Redis and a Postgres database of the test's own; the
 // tests send their operations to its GraphQL handler, without a listener.
 type testServer struct {
@@ -88,7 +88,7 @@ func startServer(tb testing.TB, options func(*actors.Options), grabClient func(*
 	return startNode(tb, testenv.MustPostgresURL(tb), testenv.MustRedis(tb), options, grabClient, testGateOptions)
 }
 
-// startNode starts a node, as production builds it (internal/node, see
+// startNode starts a node, as production builds it (node, see
 // nodetest), over a database and a Redis that other nodes of the test may
 // share. gateOpts's difficulty and refresh become POW_DIFFICULTY and
 // GATE_REFRESH; its key must be the one JWT_SECRET gives.

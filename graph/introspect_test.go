@@ -17,8 +17,8 @@ import (
 	"flashsale/graph"
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
-	"flashsale/internal/node"
-	"flashsale/internal/testenv"
+	"flashsale/node"
+	"flashsale/testkit/testenv"
 )
 
 // answer posts one operation with variables and returns the status and

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"flashsale/internal/auth"
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 // Live updates as a browser's client sees them: the real graphql-ws client

@@ -24,15 +24,15 @@ import (
 	"flashsale/domain"
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
-	"flashsale/internal/live"
-	"flashsale/internal/node"
-	"flashsale/internal/node/nodetest"
-	"flashsale/internal/testenv"
+	"flashsale/node"
 	"flashsale/persistence"
+	"flashsale/testkit/nodetest"
+	"flashsale/testkit/testenv"
+	"flashsale/usecase/live"
 )
 
 // liveNode is one node of a cluster sharing the test's Redis and
-// database (internal/node, as production builds it), served over HTTP
+// database (node, as production builds it), served over HTTP
 // (websockets included).
 type liveNode struct {
 	router *actors.Router

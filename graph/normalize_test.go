@@ -17,8 +17,8 @@ import (
 	"flashsale/domain"
 	"flashsale/graph"
 	"flashsale/internal/auth"
-	"flashsale/internal/node/nodetest"
-	"flashsale/internal/testenv"
+	"flashsale/testkit/nodetest"
+	"flashsale/testkit/testenv"
 )
 
 // A normalized client cache (Apollo's InMemoryCache, urql's Graphcache)

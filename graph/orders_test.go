@@ -8,7 +8,7 @@ import (
 
 	"flashsale/domain"
 	"flashsale/internal/auth"
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 const (

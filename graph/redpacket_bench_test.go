@@ -17,7 +17,7 @@ import (
 
 	"flashsale/domain"
 	"flashsale/internal/auth"
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 // BenchmarkGrabKinds measures both kinds of sale through the whole

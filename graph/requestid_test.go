@@ -11,7 +11,7 @@ import (
 
 	"flashsale/actors"
 	"flashsale/internal/auth"
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 const keyedGrab = `mutation($id: ID!, $key: String) { seckillVoucher(voucherId: $id, requestId: $key) { code orderId message } }`

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"flashsale/internal/auth"
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 const grabMutation = `mutation($id: ID!) { seckillVoucher(voucherId: $id) { code orderId message } }`

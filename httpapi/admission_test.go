@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"flashsale/internal/auth"
-	"flashsale/internal/node"
-	"flashsale/internal/node/nodetest"
-	"flashsale/internal/testenv"
+	"flashsale/node"
+	"flashsale/testkit/nodetest"
+	"flashsale/testkit/testenv"
 )
 
 // Hostile inputs, each with what it must be refused with: requests that

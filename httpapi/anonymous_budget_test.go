@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 // The rate hands out start times 1/rate apart: after a quiet spell a

@@ -14,9 +14,9 @@ import (
 
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
-	"flashsale/internal/node"
-	"flashsale/internal/node/nodetest"
-	"flashsale/internal/testenv"
+	"flashsale/node"
+	"flashsale/testkit/nodetest"
+	"flashsale/testkit/testenv"
 )
 
 // heldIPLimit stands for RATE_IP_PER_SEC's Redis check, which admission

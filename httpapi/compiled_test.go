@@ -26,7 +26,7 @@ import (
 	"flashsale/graph"
 	"flashsale/graph/model"
 	"flashsale/internal/auth"
-	"flashsale/internal/seckill"
+	"flashsale/usecase/seckill"
 )
 
 // scriptedGrabber answers each voucher id with a fixed outcome, so that

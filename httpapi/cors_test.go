@@ -11,7 +11,7 @@ import (
 	coderws "github.com/coder/websocket"
 
 	"flashsale/graph"
-	"flashsale/internal/seckill"
+	"flashsale/usecase/seckill"
 )
 
 // corsHandler is the /query handler of the twin tests with the given

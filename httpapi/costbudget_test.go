@@ -13,9 +13,9 @@ import (
 	"flashsale/graph"
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
-	"flashsale/internal/node"
-	"flashsale/internal/node/nodetest"
-	"flashsale/internal/testenv"
+	"flashsale/node"
+	"flashsale/testkit/nodetest"
+	"flashsale/testkit/testenv"
 )
 
 // answer is one POST /query's answer: its status, Retry-After, errors and

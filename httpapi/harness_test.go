@@ -11,13 +11,13 @@ import (
 
 	"flashsale/domain"
 	"flashsale/httpapi"
-	"flashsale/internal/node"
-	"flashsale/internal/node/nodetest"
-	"flashsale/internal/testenv"
+	"flashsale/node"
+	"flashsale/testkit/nodetest"
+	"flashsale/testkit/testenv"
 )
 
 // The tests of this package's external half run the edge as production
-// builds it: a node (internal/node, through nodetest) over stores of the
+// builds it: a node (node, through nodetest) over stores of the
 // test's own, its settings saying what a test changes, node.Hooks.HTTP
 // only what no setting says.
 

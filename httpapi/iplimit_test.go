@@ -8,9 +8,9 @@ import (
 
 	"flashsale/actors"
 	"flashsale/internal/auth"
-	"flashsale/internal/node"
-	"flashsale/internal/node/nodetest"
-	"flashsale/internal/testenv"
+	"flashsale/node"
+	"flashsale/testkit/nodetest"
+	"flashsale/testkit/testenv"
 )
 
 // RATE_IP_PER_SEC limits every request of an address, bad ones included,

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"flashsale/internal/auth"
-	"flashsale/internal/node/nodetest"
+	"flashsale/testkit/nodetest"
 )
 
 func TestExpensiveRequestsAreRejected(t *testing.T) {

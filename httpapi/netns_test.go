@@ -18,9 +18,9 @@ import (
 
 	"flashsale/httpapi"
 	"flashsale/internal/connlimit"
-	"flashsale/internal/node"
-	"flashsale/internal/node/nodetest"
-	"flashsale/internal/testenv"
+	"flashsale/node"
+	"flashsale/testkit/nodetest"
+	"flashsale/testkit/testenv"
 )
 
 // serveOnLink serves the node's routes on l's server address as the node

@@ -26,8 +26,8 @@ import (
 
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
-	"flashsale/internal/node"
-	"flashsale/internal/node/nodetest"
+	"flashsale/node"
+	"flashsale/testkit/nodetest"
 )
 
 // The transport probes: requests that cost a node before any GraphQL is

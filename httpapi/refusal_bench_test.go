@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"flashsale/httpapi"
-	"flashsale/internal/node"
+	"flashsale/node"
 )
 
 // discardWriter is a ResponseWriter that keeps the status and drops the

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"flashsale/internal/node"
-	"flashsale/internal/node/nodetest"
+	"flashsale/node"
+	"flashsale/testkit/nodetest"
 )
 
 // rawConn is one keep-alive HTTP/1.1 connection to a server.

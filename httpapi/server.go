@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"flashsale/internal/playground"
+	"flashsale/httpapi/playground"
 )
 
 // Endpoints are the handlers of the paths a node serves; Routes mounts

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"flashsale/httpapi"
-	"flashsale/internal/playground"
+	"flashsale/httpapi/playground"
 )
 
 // Each path reaches its own endpoint, and only by the methods it is

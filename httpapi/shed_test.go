@@ -13,9 +13,9 @@ import (
 	"flashsale/actors"
 	"flashsale/domain"
 	"flashsale/internal/auth"
-	"flashsale/internal/node"
-	"flashsale/internal/node/nodetest"
-	"flashsale/internal/testenv"
+	"flashsale/node"
+	"flashsale/testkit/nodetest"
+	"flashsale/testkit/testenv"
 )
 
 func gaugeValue(tb testing.TB, name string) float64 {

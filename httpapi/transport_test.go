@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 
 	"flashsale/internal/auth"
-	"flashsale/internal/node/nodetest"
+	"flashsale/testkit/nodetest"
 )
 
 func TestUnsupportedRequestsGetACode(t *testing.T) {

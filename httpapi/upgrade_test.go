@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"flashsale/internal/auth"
-	"flashsale/internal/node/nodetest"
+	"flashsale/testkit/nodetest"
 )
 
 func TestOnlyWebsocketUpgradesGoToTheWebsocketTransport(t *testing.T) {

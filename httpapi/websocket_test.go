@@ -21,9 +21,9 @@ import (
 
 	"flashsale/httpapi"
 	"flashsale/internal/auth"
-	"flashsale/internal/node"
-	"flashsale/internal/node/nodetest"
-	"flashsale/internal/testenv"
+	"flashsale/node"
+	"flashsale/testkit/nodetest"
+	"flashsale/testkit/testenv"
 )
 
 func TestMalformedConnectionInitIsClosed(t *testing.T) {

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // aofReplicated is a primary and a synced replica that both keep an

@@ -10,8 +10,8 @@ import (
 	"github.com/uptrace/bun"
 
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // BenchmarkGrabAcknowledged measures what REDIS_ACK_REPLICAS costs a grab

@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // replicated is a primary with one synced replica, real processes.

@@ -13,8 +13,8 @@ import (
 
 	"flashsale/bench/sale"
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // BenchmarkOrderCosts measures the CPU one sold order costs the machine

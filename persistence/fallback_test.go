@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"flashsale/domain"
-	"flashsale/internal/catalog"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
+	"flashsale/usecase/catalog"
 )
 
 // idTaker returns a function that takes one fresh order id.

@@ -3,8 +3,8 @@ package persistence_test
 import (
 	"testing"
 
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // Each order-log entry carries the request id the order was sold under, so

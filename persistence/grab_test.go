@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"flashsale/domain"
-	"flashsale/internal/catalog"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
+	"flashsale/usecase/catalog"
 )
 
 func codes(out domain.BatchOutcome) []domain.SeckillCode {

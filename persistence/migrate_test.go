@@ -11,8 +11,8 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // migrateURLEnv makes the test binary a plain "migrate this database"

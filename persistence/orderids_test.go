@@ -14,10 +14,10 @@ import (
 	"github.com/uptrace/bun"
 
 	"flashsale/domain"
-	"flashsale/internal/catalog"
-	"flashsale/internal/lease"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/persistence/lease"
+	"flashsale/testkit/testenv"
+	"flashsale/usecase/catalog"
 )
 
 // idSet collects the ids handed out in a test and reports any handed out

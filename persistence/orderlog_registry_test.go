@@ -9,9 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"flashsale/internal/catalog"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
+	"flashsale/usecase/catalog"
 )
 
 // pauseAfterFinished holds a prune right after it has found a voucher's

@@ -12,8 +12,8 @@ import (
 	"github.com/uptrace/bun"
 
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 var quiet = testenv.QuietLogger()

@@ -8,8 +8,8 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // The order writer stores a batch on Postgres as one array per column

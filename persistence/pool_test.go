@@ -5,8 +5,8 @@ import (
 	"sync"
 	"testing"
 
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // A node never holds more Postgres connections than DATABASE_MAX_CONNS,

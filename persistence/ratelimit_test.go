@@ -6,8 +6,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 func TestRateLimitsAdmitABatchInOneRoundTrip(t *testing.T) {

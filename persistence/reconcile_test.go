@@ -9,8 +9,8 @@ import (
 	"github.com/uptrace/bun"
 
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 func reconcile(tb testing.TB, db *bun.DB, rdb redis.UniversalClient, voucherID int64) domain.Reconciliation {

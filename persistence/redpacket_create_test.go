@@ -15,8 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // A red packet's packets go into Postgres as one array (unnest WITH

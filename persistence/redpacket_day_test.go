@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // The daily bound counts the creator's red packets created within the 24

@@ -9,8 +9,8 @@ import (
 	"github.com/uptrace/bun"
 
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // expiredRedPacket creates a red packet of 500 cents in five packets (150,

@@ -14,7 +14,7 @@ import (
 // Request-path Redis: short deadlines. A stalled Redis (process stopped,
 // sockets open) answers nothing and closes nothing, so only deadlines end
 // a call; the circuit breaker in front of the request-path client
-// (internal/breaker, installed as a go-redis hook by internal/node) then stops
+// (internal/breaker, installed as a go-redis hook by node) then stops
 // sending calls at all.
 
 // Defaults of the request-path client.

@@ -3,8 +3,8 @@ package persistence_test
 import (
 	"testing"
 
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // Every script compiles in a real Redis: a slip in a script file that no

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"flashsale/domain"
-	"flashsale/internal/catalog"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
+	"flashsale/usecase/catalog"
 )
 
 // Orders answered OK wait in the order log, read by no writer, when Redis

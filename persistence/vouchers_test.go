@@ -9,8 +9,8 @@ import (
 	"github.com/uptrace/bun"
 
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // Nodes' clocks differ. A pause made on a node whose clock runs behind the

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // Each store's subscription reads its channels as announcements: first

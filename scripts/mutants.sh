@@ -38,7 +38,7 @@ mutants=(
   "evicted|persistence/scripts.go|s/^\t\`if e and e ~= '0' then return run .. '\\/' .. e end \` +$/\t\`\` +/"
   "evicting|persistence/scripts.go|s/^\t\`if p and p ~= 'noeviction' then return '!' .. p end \` +$/\t\`\` +/"
   # a reload's hold ends early only when no order writer can hold an order of the lost load
-  "hold-rows|internal/catalog/holds.go|s/!clean.Before(l.since)/clean.After(time.Time{})/"
+  "hold-rows|usecase/catalog/holds.go|s/!clean.Before(l.since)/clean.After(time.Time{})/"
   "writer-clean|actors/writer/actor.go|s/a.w.opts.Consumer, a.held == nil)/a.w.opts.Consumer, true)/"
   # the selling node's copy of OK'd orders no writer read yet (SoldShadow), and the hold's wait for it
   "shadow|persistence/grab.go|s/^\tif len(sold) > 0 {$/\tif len(sold) > 0 \&\& false {/"
@@ -60,7 +60,7 @@ mutants=(
   "cancel-once|persistence/orders_store.go|s/^\t\t\tWhere(\"id IN (?) AND voucher_id = ? AND status = ?\", bun.In(ids), voucherID, domain.OrderUnpaid).$/\t\t\tWhere(\"id IN (?) AND voucher_id = ?\", bun.In(ids), voucherID)./"
   "pay-once|persistence/orders_store.go|s/^\t\t\tWhere(\"id = ? AND user_id = ? AND status = ?\", id, userID, domain.OrderUnpaid).$/\t\t\tWhere(\"id = ? AND user_id = ?\", id, userID)./"
   "restock-once|persistence/orders_store.go|s/^\t\tif err == nil { \/\/ a retry: finish what may be left for Redis$/\t\tif false {/"
-  "repair-inflight|internal/orders/reconcile.go|s/^\tif rec.InFlight > 0 || rec.Pending > 0 {$/\tif false {/"
+  "repair-inflight|usecase/orders/reconcile.go|s/^\tif rec.InFlight > 0 || rec.Pending > 0 {$/\tif false {/"
   "balanced|domain/reconcile.go|s/^\treturn r.Loaded && r.Drift() == 0 && r.UsersOff == 0$/\treturn r.Loaded/"
   # Postgres, the last guard
   "db-limit|persistence/migrations/20261122000003_guards.tx.up.sql|s/^    CHECK (live <= per_user_limit)$/    CHECK (live >= 0)/"
@@ -120,16 +120,16 @@ mutants=(
   "split|domain/redpacket.go|s/^\t\thi := min(2\*left\/packets, left-(packets-1))$/\t\thi := 2 * left \/ packets/"
   # the edge and the node
   "segments-paused|persistence/vouchers.go|s/^\t\tcase status != domain.StatusPaused:$/\t\tcase false:/"
-  "ticket-user|internal/gate/ticket.go|s/^\tif int64(binary.BigEndian.Uint64(raw\[1:\])) != user || /\tif /"
+  "ticket-user|usecase/gate/ticket.go|s/^\tif int64(binary.BigEndian.Uint64(raw\[1:\])) != user || /\tif /"
   "breaker|internal/breaker/breaker.go|s/{ return c.ConsecutiveFailures >= uint32(opts.Failures) },$/{ return false },/"
-  "shutdown|internal/node/app.go|s/^\terr := a.http.Shutdown(shutCtx)$/\terr, _ := a.http.Close(), shutCtx/"
+  "shutdown|node/app.go|s/^\terr := a.http.Shutdown(shutCtx)$/\terr, _ := a.http.Close(), shutCtx/"
   # the judges: the fault suite's and the load tool's
-  "judge-oversell|internal/chaos/check.go|s/^\tif n := o.okAnswers - excused; n > p.stock {$/\tif n := o.okAnswers - excused; false {/"
-  "judge-split|internal/chaos/redpacket.go|s/^\t\tif a < 1 {$/\t\tif false {/"
+  "judge-oversell|testkit/chaos/check.go|s/^\tif n := o.okAnswers - excused; n > p.stock {$/\tif n := o.okAnswers - excused; false {/"
+  "judge-split|testkit/chaos/redpacket.go|s/^\t\tif a < 1 {$/\t\tif false {/"
   "check-oversell|bench/sale/check.go|s/^\tif ok > exp.Stock {$/\tif false {/"
   "check-packets|bench/sale/check.go|s/^\t\tif ok == exp.Stock && undecided == 0 && cents != exp.TotalCents {$/\t\tif false {/"
 )
-packages=${MUTANT_PACKAGES:-actors actors/writer persistence graph internal/orders internal/redpackets}
+packages=${MUTANT_PACKAGES:-actors actors/writer persistence graph usecase/orders usecase/redpackets}
 list=docs/invariant-tests.tsv
 
 # apply_mutant NAME: breaks NAME's guard, after copying its file to

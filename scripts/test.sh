@@ -80,7 +80,7 @@ race_rc=0
 # The slowest packages first, so that none of them starts last and the
 # run waits on it alone; three test binaries at a time (most tests wait
 # on processes, a failover or an outage, more than they compute).
-slow=(./internal/chaos ./e2e ./graph ./httpapi ./persistence)
+slow=(./testkit/chaos ./e2e ./graph ./httpapi ./persistence)
 rest=$(go list ./... | sed 's|^flashsale|.|' | grep -vxF -f <(printf '%s\n' "${slow[@]}"))
 go tool gotestsum --format pkgname --jsonfile artifacts/test-race.json -- -race -count=1 -p 3 -timeout 20m "${slow[@]}" $rest || race_rc=$?
 members_rc=0

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# update-playground.sh refreshes the GraphiQL files that internal/playground
+# update-playground.sh refreshes the GraphiQL files that httpapi/playground
 # embeds, so the playground works offline and building needs no npm.
 #
 #   scripts/update-playground.sh        # needs npm and node, and the npm registry
 #
 # To upgrade, change a version below and its line in integrity() (a run
 # prints the new value in its error), re-run, check the page in a browser
-# (see internal/playground's package comment) and commit
-# internal/playground/assets/.
+# (see httpapi/playground's package comment) and commit
+# httpapi/playground/assets/.
 #
 # Only the files listed in VENDORED are replaced; playground.js and
 # favicon.svg are ours and left alone.
@@ -42,7 +42,7 @@ VENDORED=(
 )
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-dest="$root/internal/playground/assets"
+dest="$root/httpapi/playground/assets"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

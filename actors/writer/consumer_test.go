@@ -17,9 +17,9 @@ import (
 	"github.com/uptrace/bun"
 
 	"flashsale/actors/writer"
-	"flashsale/internal/lease"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/persistence/lease"
+	"flashsale/testkit/testenv"
 )
 
 // startWriter takes the writer's lease and runs it until stop (or the

@@ -9,8 +9,8 @@ import (
 
 	"flashsale/actors/writer"
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // gated fails every attempt until it is opened: a writer that cannot

@@ -35,7 +35,7 @@ type Options struct {
 	ClaimEvery time.Duration
 	// Reclaim, if set, runs each take-over of other consumers' entries as
 	// a cluster-wide singleton (lease.Redlock.Do under a fixed name, built
-	// by internal/node): one node reclaims at a time, the others skip their turn.
+	// by node): one node reclaims at a time, the others skip their turn.
 	// XAUTOCLAIM hands an entry to one claimer anyway; the lease saves the
 	// duplicate scans.
 	Reclaim func(ctx context.Context, fn func(ctx context.Context) error) (ran bool, err error)

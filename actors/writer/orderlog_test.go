@@ -11,8 +11,8 @@ import (
 
 	"flashsale/actors/writer"
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // The order log's persistence actor, on real stores: what it does when a

@@ -12,8 +12,8 @@ import (
 
 	"flashsale/actors/writer"
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // viaProxy opens the test's own database twice: directly, and through a

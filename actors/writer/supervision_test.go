@@ -11,8 +11,8 @@ import (
 
 	"flashsale/actors/writer"
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // crashing panics in the middle of its first two batches: the first time

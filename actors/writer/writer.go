@@ -33,7 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"flashsale/domain"
-	"flashsale/internal/lease"
+	"flashsale/persistence/lease"
 )
 
 // Logs is the Redis side of a family of logs (persistence.Logs): each

@@ -15,8 +15,8 @@ import (
 
 	"flashsale/actors/writer"
 	"flashsale/domain"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // tally is a third, trivial family of logs for the persistence actor: entries

@@ -12,7 +12,7 @@ import (
 	"flashsale/bench/reference"
 	"flashsale/bench/sale"
 	"flashsale/internal/auth"
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 const secret = "seckill-bench-e2e-secret-01234567"

@@ -17,7 +17,7 @@ import (
 
 	"flashsale/domain"
 	"flashsale/internal/auth"
-	"flashsale/internal/gate"
+	"flashsale/usecase/gate"
 )
 
 // API is the language a target speaks.

@@ -29,7 +29,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"flashsale/internal/chaos"
+	"flashsale/testkit/chaos"
 )
 
 func main() {

@@ -27,7 +27,7 @@ import (
 	"flashsale/bench/sale"
 	"flashsale/domain"
 	"flashsale/internal/auth"
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 // flood measures what a flood of anonymous requests does to a legitimate

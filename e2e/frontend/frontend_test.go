@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"flashsale/internal/auth"
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 const secret = "frontend-test-secret-0123456789abcdef" // 32 bytes or more: the service refuses shorter HS256 keys

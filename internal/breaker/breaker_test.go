@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"flashsale/internal/breaker"
-	"flashsale/internal/testenv"
 	"flashsale/persistence"
+	"flashsale/testkit/testenv"
 )
 
 // TestBreakerOpensOnOutagesAndRecoversByItself: Redis's own replies never

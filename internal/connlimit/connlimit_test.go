@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"flashsale/internal/testenv"
+	"flashsale/testkit/testenv"
 )
 
 // server is a real listener wrapped by the limiter, with an accept loop
