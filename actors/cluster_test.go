@@ -13,7 +13,8 @@ import (
 
 	"flashsale/actors"
 	"flashsale/domain"
-	"flashsale/persistence/lease"
+	"flashsale/internal/lease"
+	"flashsale/persistence"
 	"flashsale/testkit/testenv"
 )
 
@@ -34,7 +35,7 @@ func newLeases(ttl time.Duration, nodes ...*testenv.RedisServer) leases {
 			ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond, MaxRetries: -1, DialerRetries: 1})
 		cs = append(cs, c)
 	}
-	return leases{rl: lease.New(cs, ttl, quiet), ttl: ttl}
+	return leases{rl: lease.New(cs, persistence.LeaseKey, ttl, quiet), ttl: ttl}
 }
 
 // Redlock over three lock nodes: with one stopped, a quorum of two still

@@ -10,7 +10,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"flashsale/domain"
-	"flashsale/persistence/lease"
+	"flashsale/internal/lease"
 )
 
 // grabMsg is one grab waiting for its answer. It never leaves this node

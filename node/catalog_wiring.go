@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"flashsale/config"
+	"flashsale/internal/lease"
 	"flashsale/internal/lifecycle"
 	"flashsale/persistence"
-	"flashsale/persistence/lease"
 	"flashsale/usecase/catalog"
 )
 

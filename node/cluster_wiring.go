@@ -16,8 +16,8 @@ import (
 
 	"flashsale/actors"
 	"flashsale/config"
+	"flashsale/internal/lease"
 	"flashsale/persistence"
-	"flashsale/persistence/lease"
 )
 
 // lockPart is the Redlock over LOCK_REDIS_URLS (the stock Redis in the
@@ -49,7 +49,7 @@ func (a *app) openLocks(context.Context) error {
 	if len(nodes) == 0 { // embedded mode: the in-process Redis
 		nodes = []redis.UniversalClient{a.rdb}
 	}
-	a.locks.redlock = lease.New(nodes, 0, a.log)
+	a.locks.redlock = lease.New(nodes, persistence.LeaseKey, 0, a.log)
 	return nil
 }
 

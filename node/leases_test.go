@@ -8,7 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"flashsale/persistence/lease"
+	"flashsale/internal/lease"
+	"flashsale/persistence"
 	"flashsale/testkit/testenv"
 )
 
@@ -23,7 +24,7 @@ func TestASegmentLeaseLostToAnOutageIsTakenBackAtOnce(t *testing.T) {
 	rdb := srv.Client()
 	ctx := context.Background()
 	const ttl = 20 * time.Second
-	leases := newSegmentLeases(lease.New([]redis.UniversalClient{rdb}, ttl, testenv.QuietLogger()), ttl)
+	leases := newSegmentLeases(lease.New([]redis.UniversalClient{rdb}, persistence.LeaseKey, ttl, testenv.QuietLogger()), ttl)
 	l, err := leases.Acquire(ctx, "seg:test/0")
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +37,7 @@ func TestASegmentLeaseLostToAnOutageIsTakenBackAtOnce(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	other := lease.New([]redis.UniversalClient{rdb}, ttl, testenv.QuietLogger())
+	other := lease.New([]redis.UniversalClient{rdb}, persistence.LeaseKey, ttl, testenv.QuietLogger())
 	octx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
 	if _, err := other.Acquire(octx, "seg:test/0", ttl); err == nil {

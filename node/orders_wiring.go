@@ -9,10 +9,10 @@ import (
 	"flashsale/config"
 	"flashsale/domain"
 	"flashsale/graph"
+	"flashsale/internal/lease"
 	"flashsale/internal/lifecycle"
 	"flashsale/internal/maintenance"
 	"flashsale/persistence"
-	"flashsale/persistence/lease"
 	"flashsale/usecase/catalog"
 	"flashsale/usecase/orders"
 )

@@ -11,9 +11,9 @@ import (
 	"flashsale/actors/writer"
 	"flashsale/config"
 	"flashsale/graph"
+	"flashsale/internal/lease"
 	"flashsale/internal/lifecycle"
 	"flashsale/persistence"
-	"flashsale/persistence/lease"
 	"flashsale/usecase/redpackets"
 )
 

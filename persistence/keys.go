@@ -192,7 +192,7 @@ const (
 // name; prefix is its family's (orderLeasePrefix, redPacketLeasePrefix).
 func consumerLeaseKey(prefix, consumer string) string { return prefix + consumer }
 
-// LeaseKey is the key of a named cluster-wide lease (persistence/lease,
+// LeaseKey is the key of a named cluster-wide lease (internal/lease,
 // Redlock on LOCK_REDIS_URLS): "flashsale:lease:<name>". A voucher
 // segment's lease is named "seg:{v<ID>}/<segment>" (actors, segKey), so
 // that on a Redis Cluster it lives on the voucher's own shard; the

@@ -14,8 +14,8 @@ import (
 	"github.com/uptrace/bun"
 
 	"flashsale/domain"
+	"flashsale/internal/lease"
 	"flashsale/persistence"
-	"flashsale/persistence/lease"
 	"flashsale/testkit/testenv"
 	"flashsale/usecase/catalog"
 )

@@ -17,8 +17,8 @@ import (
 	"github.com/uptrace/bun"
 
 	"flashsale/actors/writer"
+	"flashsale/internal/lease"
 	"flashsale/persistence"
-	"flashsale/persistence/lease"
 	"flashsale/testkit/testenv"
 )
 
@@ -260,7 +260,7 @@ func TestOrderLogReclaimRunsUnderTheRedlockSingleton(t *testing.T) {
 	}).Result(); err != nil {
 		t.Fatal(err)
 	}
-	locks := lease.New([]redis.UniversalClient{rdb}, 2*time.Second, testenv.QuietLogger())
+	locks := lease.New([]redis.UniversalClient{rdb}, persistence.LeaseKey, 2*time.Second, testenv.QuietLogger())
 	held := make(chan struct{})
 	release := make(chan struct{})
 	go func() { // another node reclaims (and never finishes) meanwhile

@@ -33,7 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"flashsale/domain"
-	"flashsale/persistence/lease"
+	"flashsale/internal/lease"
 )
 
 // Logs is the Redis side of a family of logs (persistence.Logs): each

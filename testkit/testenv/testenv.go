@@ -35,8 +35,8 @@ import (
 	"github.com/uptrace/bun"
 
 	"flashsale/actors/writer"
+	"flashsale/internal/lease"
 	"flashsale/persistence"
-	"flashsale/persistence/lease"
 )
 
 // RedisServer is a private redis-server process.

@@ -14,8 +14,8 @@ import (
 	"flashsale/actors"
 	"flashsale/actors/writer"
 	"flashsale/domain"
+	"flashsale/internal/lease"
 	"flashsale/persistence"
-	"flashsale/persistence/lease"
 	"flashsale/testkit/testenv"
 	"flashsale/usecase/catalog"
 )
@@ -107,7 +107,7 @@ func newNode(tb testing.TB, s *stores, name string, payTimeout time.Duration) *n
 	tb.Cleanup(func() { n.router.Stop(); n.stopWriter(); cancel(); bg.Wait(); _ = events.Close() })
 	n.store = persistence.NewOrders(s.db, s.rdb, quiet)
 	n.service = New(n.store, n.catalog, Config{PayTimeout: payTimeout}, quiet)
-	n.locker = lease.New([]redis.UniversalClient{s.rdb}, 2*time.Second, quiet)
+	n.locker = lease.New([]redis.UniversalClient{s.rdb}, persistence.LeaseKey, 2*time.Second, quiet)
 	n.reconciler = NewReconciler(persistence.NewReconciliations(s.db, s.rdb), n.stock, n.catalog, n.locker, ReconcileConfig{}, quiet)
 	return n
 }

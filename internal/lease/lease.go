@@ -32,8 +32,6 @@ import (
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
-
-	"flashsale/persistence"
 )
 
 // TTLDefault is how long a lease lasts without an extension.
@@ -42,17 +40,20 @@ const TTLDefault = 10 * time.Second
 // Redlock hands out named leases over independent Redis nodes (1, 3 or 5).
 type Redlock struct {
 	rs  *redsync.Redsync
+	key func(name string) string
 	ttl time.Duration
 	log *slog.Logger
 }
 
-// New returns leases over the lock Redis nodes; ttl 0 takes TTLDefault.
-func New(nodes []redis.UniversalClient, ttl time.Duration, log *slog.Logger) *Redlock {
+// New returns leases over the lock Redis nodes, each kept under the key
+// key(name) (persistence.LeaseKey: the storage owns its key names); ttl 0
+// takes TTLDefault.
+func New(nodes []redis.UniversalClient, key func(name string) string, ttl time.Duration, log *slog.Logger) *Redlock {
 	pools := make([]redsyncredis.Pool, len(nodes))
 	for i, n := range nodes {
 		pools[i] = goredis.NewPool(n)
 	}
-	return &Redlock{rs: redsync.New(pools...), ttl: cmp.Or(ttl, TTLDefault), log: log}
+	return &Redlock{rs: redsync.New(pools...), key: key, ttl: cmp.Or(ttl, TTLDefault), log: log}
 }
 
 // nodeTimeout is the least a take waits for each lock node: redsync's own
@@ -71,7 +72,7 @@ func timeoutFactor(ttl time.Duration) float64 {
 // releases it when fn returns. If an extension fails, fn's context is
 // cancelled: another node may hold the lease from then on.
 func (l *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Context) error) (ran bool, err error) {
-	m := l.rs.NewMutex(persistence.LeaseKey(name), redsync.WithExpiry(l.ttl), redsync.WithTries(1),
+	m := l.rs.NewMutex(l.key(name), redsync.WithExpiry(l.ttl), redsync.WithTries(1),
 		redsync.WithTimeoutFactor(timeoutFactor(l.ttl)))
 	if err := m.TryLockContext(ctx); err != nil {
 		var taken *redsync.ErrTaken
@@ -98,7 +99,7 @@ func (l *Redlock) Do(ctx context.Context, name string, fn func(ctx context.Conte
 // release it, or for it to lapse when its holder died.
 func (l *Redlock) Acquire(ctx context.Context, name string, ttl time.Duration) (*Lease, error) {
 	ttl = cmp.Or(ttl, l.ttl)
-	m := l.rs.NewMutex(persistence.LeaseKey(name), redsync.WithExpiry(ttl),
+	m := l.rs.NewMutex(l.key(name), redsync.WithExpiry(ttl),
 		redsync.WithTries(math.MaxInt32), redsync.WithRetryDelay(50*time.Millisecond),
 		redsync.WithTimeoutFactor(timeoutFactor(ttl)))
 	if err := m.LockContext(ctx); err != nil {
@@ -115,7 +116,7 @@ func (l *Redlock) Acquire(ctx context.Context, name string, ttl time.Duration) (
 // holder has it, with another error when Redis could not be asked.
 func (l *Redlock) Resume(ctx context.Context, name string, ttl time.Duration, value string) (*Lease, error) {
 	ttl = cmp.Or(ttl, l.ttl)
-	m := l.rs.NewMutex(persistence.LeaseKey(name), redsync.WithExpiry(ttl), redsync.WithValue(value),
+	m := l.rs.NewMutex(l.key(name), redsync.WithExpiry(ttl), redsync.WithValue(value),
 		redsync.WithTimeoutFactor(timeoutFactor(ttl)))
 	ok, err := m.ExtendContext(ctx)
 	var taken *redsync.ErrTaken

@@ -11,7 +11,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"flashsale/persistence/lease"
+	"flashsale/internal/lease"
+	"flashsale/persistence"
 	"flashsale/testkit/testenv"
 )
 
@@ -28,7 +29,7 @@ func TestOneHolderAtATimeEvenPastTheTTL(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	for range 3 {
-		l := lease.New([]redis.UniversalClient{srv.Client()}, ttl, slog.New(slog.DiscardHandler))
+		l := lease.New([]redis.UniversalClient{srv.Client()}, persistence.LeaseKey, ttl, slog.New(slog.DiscardHandler))
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				_, err := l.Do(ctx, "job", func(ctx context.Context) error {
@@ -66,7 +67,7 @@ func TestOneHolderAtATimeEvenPastTheTTL(t *testing.T) {
 func TestLostLeaseCancelsTheWork(t *testing.T) {
 	t.Parallel()
 	srv := testenv.MustRedis(t)
-	l := lease.New([]redis.UniversalClient{srv.Client()}, 300*time.Millisecond, slog.New(slog.DiscardHandler))
+	l := lease.New([]redis.UniversalClient{srv.Client()}, persistence.LeaseKey, 300*time.Millisecond, slog.New(slog.DiscardHandler))
 	ran, err := l.Do(context.Background(), "job", func(ctx context.Context) error {
 		srv.Kill()
 		select {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"flashsale/persistence/lease"
+	"flashsale/internal/lease"
 )
 
 // fakeClaim counts renewals and releases; fail makes renewals fail.
