@@ -123,6 +123,8 @@ type runner struct {
 	back atomic.Pointer[redisBack]
 	// onBack, set by sell for its round, is told each time markBack is.
 	onBack func(*redisBack)
+	// probes counts the round's probes (see probe).
+	probes atomic.Int64
 }
 
 // redisBack is the end of a Redis fault: when Redis served again (a
@@ -229,6 +231,7 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 	}
 	rn.breakerOpened.Store(false)
 	rn.back.Store(nil)
+	rn.probes.Store(0)
 	tripsBefore := rn.breakerTrips(ctx)
 	fallbackOK := rn.fallbackSales(ctx, p)
 	now := time.Now()

@@ -231,13 +231,13 @@ type outcome struct {
 	firstOK     time.Duration
 	// backAt is when Redis served again; probes are the probe grabs'
 	// answers, for a verbose report.
-	backAt time.Time
-	probes []answer
-	measured    bool
-	maxTook     time.Duration
-	answers     map[string]int // answers by code or error, for -v
-	rpOK        int            // packets of the round's red packet in the database
-	rpRefund    int64          // cents its refund handed back
+	backAt   time.Time
+	probes   []answer
+	measured bool
+	maxTook  time.Duration
+	answers  map[string]int // answers by code or error, for -v
+	rpOK     int            // packets of the round's red packet in the database
+	rpRefund int64          // cents its refund handed back
 	// fallback rounds: grabs the database fallback answered OK, and
 	// whether the breaker was seen open during the stall
 	fallbackOK    int
@@ -562,8 +562,8 @@ func fallbackNote(p plan) string {
 // meets a grab.
 var availabilityBound = map[faultKind]time.Duration{
 	faultRedisKill:          time.Second,
-	faultPrimaryKill:        2 * time.Second,
-	faultClusterPrimaryKill: 2 * time.Second,
+	faultPrimaryKill:        time.Second,
+	faultClusterPrimaryKill: time.Second,
 	faultRedisEvict:         time.Second,
 	faultClusterMigrate:     time.Second,
 	faultRedisWipe:          2 * time.Second,

@@ -147,23 +147,25 @@ func (rn *runner) sell(ctx context.Context, p plan, voucherID string) ([]answer,
 // probeEvery is how often probe sends a grab.
 const probeEvery = 100 * time.Millisecond
 
-// probe sends a grab every probeEvery from the moment Redis serves again
-// after a fault that availabilityBound bounds (b), each by a user of its
-// own, until one is decided or three times b's bound has passed. The
-// sale's own attempts may have ended, or be waiting out a retry, by then:
-// the probes make the first OK after the fault measure the nodes, not
-// when the clients happened to ask, and make a node that still refuses
-// past the bound meet judgeAvailability. Their answers are the sale's
-// (recorded, checked, settled like any other).
+// probe asks for one grab every probeEvery from the moment Redis serves
+// again after a fault that availabilityBound bounds (b), by a user of its
+// own and with one request id, as a client does that was told
+// UNAVAILABLE, through the round's nodes in turn, until an answer decides
+// it or three times b's bound has passed. The sale's own attempts may
+// have ended, or be waiting out a retry, by then: the probe makes the
+// first OK after the fault measure the nodes, not when the clients
+// happened to ask, and makes a node that still refuses past the bound
+// meet judgeAvailability. Its answers are the sale's (recorded, checked,
+// settled like any other).
 func (rn *runner) probe(ctx context.Context, p plan, voucherID string, b *redisBack, record func(answer)) {
 	until := b.at.Add(3 * b.bound)
+	n := rn.probes.Add(1) // the round's n-th probe
+	a := attempt{user: userBase(p.round) + probeUsers + n, key: fmt.Sprintf("chaos-%d-probe-%d", p.round, n)}
 	for i := 0; time.Now().Before(until); i++ {
-		u := userBase(p.round) + probeUsers + int64(i)
-		a := attempt{user: u, node: p.nodes[i%len(p.nodes)], key: fmt.Sprintf("chaos-%d-probe-%d", p.round, i)}
+		a.node = p.nodes[i%len(p.nodes)]
 		ans := rn.send(ctx, a, voucherID, "probe")
 		record(ans)
-		switch ans.Code {
-		case codeOK, codeSoldOut, codeLimitReached:
+		if ans.decided() && !errors.Is(ans.Err, errNotSent) {
 			return
 		}
 		if !sleep(ctx, probeEvery) {
