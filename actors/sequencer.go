@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -141,3 +142,128 @@ func survive(log *slog.Logger, kind string, id int64, msg any, retire func()) {
 	}()
 	retire()
 }
+
+// troubleLog logs a voucher's trouble once per change of state, not once
+// per grab or batch: while Redis fails over, or refuses to sell, every
+// grab of a voucher fails alike, and a line each (a thousand a second)
+// buries the one that says what happened. The first failure of a kind
+// for a voucher is a WARN with its error; the rest are counted; the first
+// success after it is an INFO that says how many failed meanwhile.
+type troubleLog struct {
+	log *slog.Logger
+	// open counts the troubles logged and not yet over: zero, as it is
+	// nearly always, lets ok return without the lock.
+	open atomic.Int32
+	mu   sync.Mutex
+	m    map[trouble]int
+}
+
+// trouble is one kind of failure of one voucher.
+type trouble struct {
+	what    string
+	voucher int64
+}
+
+func newTroubleLog(log *slog.Logger) *troubleLog {
+	return &troubleLog{log: log, m: map[trouble]int{}}
+}
+
+// failed records a failure of what for the voucher: a WARN the first time
+// since the last success, else a count.
+func (l *troubleLog) failed(what string, voucher int64, err error, args ...any) {
+	l.failedOf(what, "voucher", voucher, err, args...)
+}
+
+// failedOf is failed for a thing of another kind (a red packet), named in
+// the log by idName.
+func (l *troubleLog) failedOf(what, idName string, id int64, err error, args ...any) {
+	k := trouble{what, id}
+	l.mu.Lock()
+	n, seen := l.m[k]
+	l.m[k] = n + 1
+	if !seen {
+		l.open.Add(1)
+	}
+	l.mu.Unlock()
+	if !seen {
+		l.log.Warn(what+" (logged once until it succeeds again)", append([]any{idName, id, "err", err}, args...)...)
+		return
+	}
+	if l.log.Enabled(context.Background(), slog.LevelDebug) { // no allocation per failed grab at the usual levels
+		l.log.Debug(what+" again", append([]any{idName, id, "err", err, "failures", n + 1}, args...)...)
+	}
+}
+
+// ok records a success of what for the voucher: an INFO if it had failed.
+func (l *troubleLog) ok(what string, voucher int64) { l.okOf(what, "voucher", voucher) }
+
+// okOf is ok for a thing of another kind, named in the log by idName.
+func (l *troubleLog) okOf(what, idName string, id int64) {
+	if l.open.Load() == 0 {
+		return
+	}
+	k := trouble{what, id}
+	l.mu.Lock()
+	n, seen := l.m[k]
+	if seen {
+		delete(l.m, k)
+		l.open.Add(-1)
+	}
+	l.mu.Unlock()
+	if seen {
+		l.log.Info(what+": succeeds again", idName, id, "failures", n)
+	}
+}
+
+// loadMeter is the node's grab load as the GraphQL layer's load shedder
+// reads it: how many grabs wait for an answer on this node, and how long
+// grabs took lately. Both are kept with atomics on the grab path (one add
+// per enqueue and answer, one compare-and-swap per grab) so that reading
+// them costs the shedder nothing and the hot path next to nothing.
+type loadMeter struct {
+	queued atomic.Int64
+	// latency is an exponentially weighted moving average of grab
+	// durations in nanoseconds; observed is when the last grab ended, so
+	// that an old average does not keep the node "slow" once grabs stop.
+	latency  atomic.Int64
+	observed atomic.Int64
+}
+
+// latencyWeight is the weight of the newest grab in the average (1/8):
+// a few hundred grabs a second move it within tens of milliseconds,
+// while one slow grab does not.
+const latencyWeight = 8
+
+// latencyStale is how long an average stays meaningful without a new
+// grab: after it, the node reports no latency (the queue depth still
+// shows grabs that are stuck rather than finished).
+const latencyStale = time.Second
+
+func (m *loadMeter) observe(d time.Duration, now time.Time) {
+	for {
+		old := m.latency.Load()
+		next := old + (int64(d)-old)/latencyWeight
+		if old == 0 {
+			next = int64(d)
+		}
+		if m.latency.CompareAndSwap(old, next) {
+			break
+		}
+	}
+	m.observed.Store(now.UnixNano())
+}
+
+// Load reports the grabs waiting for an answer on this node (queued in a
+// voucher actor or in a script call) and the recent average duration of a
+// grab, zero when no grab ended in the last second. The GraphQL layer
+// sheds non-core operations while either is over its threshold.
+func (r *Router) Load() (queued int, latency time.Duration) {
+	if time.Since(time.Unix(0, r.load.observed.Load())) <= latencyStale {
+		latency = time.Duration(r.load.latency.Load())
+	}
+	return int(r.load.queued.Load()), latency
+}
+
+// Answered counts the grabs this router has answered since it started;
+// the shutdown log reports how many were answered while draining.
+func (r *Router) Answered() uint64 { return r.answered.Load() }
