@@ -179,7 +179,7 @@ func newEnv(ctx context.Context, log *slog.Logger, bin string) (_ *env, err erro
 	if e.redis, err = testenv.StartRedis(redisDir, true); err != nil {
 		return nil, err
 	}
-	if e.redisProxy, err = testenv.NewProxy(e.redis.Addr()); err != nil {
+	if e.redisProxy, err = testenv.StartProxy(e.redis.Addr()); err != nil {
 		return nil, err
 	}
 	e.rdb = redis.NewClient(&redis.Options{Addr: e.redis.Addr(), DialTimeout: time.Second, ReadTimeout: 2 * time.Second, MaxRetries: -1})
@@ -193,7 +193,7 @@ func newEnv(ctx context.Context, log *slog.Logger, bin string) (_ *env, err erro
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
 	}
-	if e.proxy, err = testenv.NewProxy(u.Host); err != nil {
+	if e.proxy, err = testenv.StartProxy(u.Host); err != nil {
 		return nil, err
 	}
 	u.Host = e.proxy.Addr()

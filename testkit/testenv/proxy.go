@@ -34,7 +34,7 @@ type link struct{ dead atomic.Bool }
 // closed when the test ends.
 func MustProxy(tb testing.TB, target string) *Proxy {
 	tb.Helper()
-	p, err := NewProxy(target)
+	p, err := StartProxy(target)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -42,9 +42,9 @@ func MustProxy(tb testing.TB, target string) *Proxy {
 	return p
 }
 
-// NewProxy starts a proxy to target (host:port) on a free loopback port;
+// StartProxy starts a proxy to target (host:port) on a free loopback port;
 // the caller closes it.
-func NewProxy(target string) (*Proxy, error) {
+func StartProxy(target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("proxy listen: %w", err)
