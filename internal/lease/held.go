@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"flashsale/internal/lifecycle"
 )
 
 // ErrLost says a lease is no longer ours: another holder took it, or it
@@ -86,19 +89,16 @@ type KeepOptions struct {
 	Keep bool
 }
 
-// Keeper renews a lease in a goroutine of its own from Start until Stop,
-// which waits for that goroutine and then releases the lease (unless
-// KeepOptions.Keep). It is the lease's part of the node's lifecycle.
+// Keeper renews a lease in a loop of its own (a lifecycle.Loop) from
+// Start until Stop, which waits for that loop and then releases the lease
+// (unless KeepOptions.Keep). It is the lease's part of the node's
+// lifecycle.
 type Keeper struct {
-	l    *Lease
-	opts KeepOptions
-
-	mu      sync.Mutex
-	started bool
-	stopped bool
-	ctx     context.Context // the renewals', cancelled by Stop
-	cancel  context.CancelFunc
-	done    chan struct{}
+	l       *Lease
+	opts    KeepOptions
+	loop    *lifecycle.Loop
+	started atomic.Bool
+	release sync.Once
 }
 
 // Keeper returns the keeper of the lease; nothing runs before Start.
@@ -106,25 +106,19 @@ func (l *Lease) Keeper(opts KeepOptions) *Keeper {
 	opts.Every = cmp.Or(opts.Every, max(l.ttl/3, time.Millisecond))
 	opts.Retry = cmp.Or(opts.Retry, opts.Every)
 	opts.Timeout = cmp.Or(opts.Timeout, opts.Every)
-	return &Keeper{l: l, opts: opts, done: make(chan struct{})}
+	k := &Keeper{l: l, opts: opts}
+	k.loop = lifecycle.NewLoop(k.renew)
+	return k
 }
 
 // Start renews the lease until Stop (ctx's values reach the renewals, its
 // cancellation does not). A second Start does nothing.
 func (k *Keeper) Start(ctx context.Context) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.started {
-		return nil
-	}
-	k.started = true
-	k.ctx, k.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	go k.renew(k.ctx)
-	return nil
+	k.started.Store(true)
+	return k.loop.Start(ctx)
 }
 
 func (k *Keeper) renew(ctx context.Context) {
-	defer close(k.done)
 	l, opts := k.l, k.opts
 	wait := opts.Every
 	for {
@@ -158,24 +152,18 @@ func (k *Keeper) renew(ctx context.Context) {
 	}
 }
 
-// Stop ends the renewals, waits for them, and releases the lease (unless
-// KeepOptions.Keep). Safe before Start and to repeat.
+// Stop ends the renewals, waits for them, and releases the lease once
+// (unless KeepOptions.Keep). Safe before Start and to repeat.
 func (k *Keeper) Stop() {
-	k.mu.Lock()
-	started, stopped, ctx, cancel := k.started, k.stopped, k.ctx, k.cancel
-	k.stopped = started
-	k.mu.Unlock()
-	if !started {
+	k.loop.Stop()
+	if !k.started.Load() || k.opts.Keep {
 		return
 	}
-	cancel()
-	<-k.done
-	if stopped || k.opts.Keep {
-		return
-	}
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), max(k.opts.Timeout, time.Second))
-	defer rcancel()
-	k.l.Release(rctx)
+	k.release.Do(func() {
+		rctx, rcancel := context.WithTimeout(context.Background(), max(k.opts.Timeout, time.Second))
+		defer rcancel()
+		k.l.Release(rctx)
+	})
 }
 
 // Slot is a claim that says how it wants renewing: the order-id slot
