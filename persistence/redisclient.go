@@ -361,7 +361,7 @@ func staleSlotMap(err error) bool {
 // still proves the call was not sent, see notSent), but go-redis's pool
 // never counts it. That pool stops dialing after PoolSize failed dials in
 // a row and answers every later call with the last dial error, trying
-// to dial again only once a second (go-redis issue 3062, open): a node
+// to dial again only once a second (reported upstream, still open): a node
 // whose clients had failed that often during a failover or a restart
 // went on refusing grabs, writing no orders and ending no hold for up to
 // a second after Redis served again (measured in the fault suite's
