@@ -76,14 +76,21 @@ type Breaker struct {
 	cb       *gobreaker.CircuitBreaker[struct{}] // the client-wide circuit
 	settings gobreaker.Settings
 	log      *slog.Logger
-	// nodes are a cluster's circuits, by node address (under mu).
-	nodes map[string]*circuit
+	// nodes are a cluster's circuits, by node address: read at each call
+	// (a node's hook finds the node's circuit there, so that one made
+	// after a drop replaces the dropped one), changed under mu.
+	nodes sync.Map // string -> *circuit
 	// states holds each circuit's last state ("" for the client-wide one),
 	// as changed saw it: read without any circuit's lock.
 	states sync.Map // string -> gobreaker.State
 	// Masters, if set (a cluster), lists the nodes that serve slots as
 	// primaries now: the probe drops the circuits of the others.
 	Masters func(ctx context.Context) ([]string, error)
+	// Dropped, if set, runs (on the probe's goroutine) when the probe
+	// finds nodes with open circuits that no longer serve slots (the
+	// cluster's primaries changed: a failover ended), before it drops
+	// their circuits and before the re-sync that may start.
+	Dropped func(ctx context.Context)
 	onClose func(ctx context.Context) error
 	// resyncing counts the OnClose runs under way: from the moment the
 	// breaker closes after an outage until the re-sync succeeded.
@@ -104,7 +111,7 @@ type Breaker struct {
 func New(log *slog.Logger, opts Options) *Breaker {
 	opts.Failures = cmp.Or(opts.Failures, FailuresDefault)
 	opts.Open = cmp.Or(opts.Open, OpenDefault)
-	b := &Breaker{log: log, onClose: opts.OnClose, nodes: map[string]*circuit{}}
+	b := &Breaker{log: log, onClose: opts.OnClose}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.settings = gobreaker.Settings{
 		Name:        "redis",
@@ -116,7 +123,7 @@ func New(log *slog.Logger, opts Options) *Breaker {
 			return err == nil || errors.As(err, &reply) || errors.Is(err, context.Canceled)
 		},
 	}
-	b.cb = b.newCircuit("")
+	b.cb = b.newCircuit("", nil)
 	breakerState.WithLabelValues("redis").Set(0)
 	return b
 }
@@ -128,13 +135,21 @@ type circuit struct {
 	node *redis.Client
 }
 
-// newCircuit makes the circuit of addr ("" for the client-wide one).
-func (b *Breaker) newCircuit(addr string) *gobreaker.CircuitBreaker[struct{}] {
+// newCircuit makes the circuit of addr ("" and a nil c for the
+// client-wide one; c is the node's, whose cb it is).
+func (b *Breaker) newCircuit(addr string, c *circuit) *gobreaker.CircuitBreaker[struct{}] {
 	st := b.settings
 	if addr != "" {
 		st.Name = "redis " + addr
 	}
-	st.OnStateChange = func(_ string, from, to gobreaker.State) { b.changed(addr, from, to) }
+	st.OnStateChange = func(_ string, from, to gobreaker.State) {
+		if c != nil {
+			if cur, ok := b.nodes.Load(addr); !ok || cur != c {
+				return // a dropped circuit, changing under a call begun before the drop
+			}
+		}
+		b.changed(addr, from, to)
+	}
 	b.states.Store(addr, gobreaker.StateClosed)
 	return gobreaker.NewCircuitBreaker[struct{}](st)
 }
@@ -144,14 +159,30 @@ func (b *Breaker) newCircuit(addr string) *gobreaker.CircuitBreaker[struct{}] {
 // made on first use and shared by every client of the node.
 func (b *Breaker) NodeHook(node *redis.Client) redis.Hook {
 	addr := node.Options().Addr
+	b.nodeCircuit(addr, node)
+	return nodeHook{b: b, node: node, addr: addr}
+}
+
+// nodeCircuit is addr's circuit, made now if it has none: the node's
+// first call, or its first since the probe dropped its circuit (a node
+// that served no slots then and may again, as a promoted replica of the
+// primary that replaced it). The dropped circuit stays open with nobody
+// to probe it; a hook that kept it refused every call to that node for
+// good once it was a primary again (the fault suite's back-to-back
+// Cluster failovers, from the third round on).
+func (b *Breaker) nodeCircuit(addr string, node *redis.Client) *gobreaker.CircuitBreaker[struct{}] {
+	if c, ok := b.nodes.Load(addr); ok {
+		return c.(*circuit).cb
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	c := b.nodes[addr]
-	if c == nil {
-		c = &circuit{cb: b.newCircuit(addr), node: node}
-		b.nodes[addr] = c
+	if c, ok := b.nodes.Load(addr); ok {
+		return c.(*circuit).cb
 	}
-	return nodeHook{b: b, cb: c.cb}
+	c := &circuit{node: node}
+	c.cb = b.newCircuit(addr, c)
+	b.nodes.Store(addr, c)
+	return c.cb
 }
 
 // allClosed reports whether every circuit was closed at its last change.
@@ -307,13 +338,14 @@ func (b *Breaker) Prober(interval time.Duration, ping func(context.Context) erro
 // serve slots as primaries (a failed-over primary, gone or a replica now:
 // no grab goes there, and its open circuit would keep Down true for good).
 func (b *Breaker) probeNodes(ctx context.Context) {
-	b.mu.Lock()
 	open := map[string]*circuit{}
-	for addr, c := range b.nodes {
-		if c.cb.State() != gobreaker.StateClosed {
-			open[addr] = c
+	b.nodes.Range(func(k, v any) bool {
+		if c := v.(*circuit); c.cb.State() != gobreaker.StateClosed {
+			open[k.(string)] = c
 		}
-	}
+		return true
+	})
+	b.mu.Lock()
 	masters := b.Masters
 	b.mu.Unlock()
 	if len(open) == 0 {
@@ -321,11 +353,18 @@ func (b *Breaker) probeNodes(ctx context.Context) {
 	}
 	if masters != nil {
 		if current, err := masters(ctx); err == nil {
+			var gone []string
 			for addr := range open {
 				if !slices.Contains(current, addr) {
-					b.dropNode(addr)
-					delete(open, addr)
+					gone = append(gone, addr)
 				}
+			}
+			if len(gone) > 0 && b.Dropped != nil {
+				b.Dropped(ctx)
+			}
+			for _, addr := range gone {
+				b.dropNode(addr)
+				delete(open, addr)
 			}
 		}
 	}
@@ -337,7 +376,7 @@ func (b *Breaker) probeNodes(ctx context.Context) {
 // dropNode forgets the circuit of a node that serves no slots any more.
 func (b *Breaker) dropNode(addr string) {
 	b.mu.Lock()
-	delete(b.nodes, addr)
+	b.nodes.Delete(addr)
 	b.mu.Unlock()
 	b.states.Delete(addr)
 	breakerState.WithLabelValues("redis").Set(float64(b.worst()))
@@ -384,44 +423,45 @@ func (b *Breaker) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 // ProcessHook implements redis.Hook: the client-wide circuit.
 func (b *Breaker) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return processHook(b.cb, next, false)
+	return processHook(func() *gobreaker.CircuitBreaker[struct{}] { return b.cb }, next, "")
 }
 
 // ProcessPipelineHook implements redis.Hook: the client-wide circuit.
 func (b *Breaker) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return pipelineHook(b.cb, next, false)
+	return pipelineHook(func() *gobreaker.CircuitBreaker[struct{}] { return b.cb }, next, "")
 }
 
 // nodeHook is a cluster node's hook (NodeHook): its own circuit.
 type nodeHook struct {
-	b  *Breaker
-	cb *gobreaker.CircuitBreaker[struct{}]
+	b    *Breaker
+	node *redis.Client
+	addr string
 }
 
 func (h nodeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h nodeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return processHook(h.cb, next, true)
+	return processHook(func() *gobreaker.CircuitBreaker[struct{}] { return h.b.nodeCircuit(h.addr, h.node) }, next, h.addr)
 }
 
 func (h nodeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return pipelineHook(h.cb, next, true)
+	return pipelineHook(func() *gobreaker.CircuitBreaker[struct{}] { return h.b.nodeCircuit(h.addr, h.node) }, next, h.addr)
 }
 
 // nodeDown marks a call a cluster node's open circuit refused: the node
 // may have failed over, so a cluster client's slot map may be out of date
 // (persistence's slot-map refresh reloads it on ClusterNodeDown).
-type nodeDown struct{}
+type nodeDown struct{ addr string }
 
-func (nodeDown) Error() string         { return "this cluster node's circuit is open" }
+func (d nodeDown) Error() string       { return "the circuit of cluster node " + d.addr + " is open" }
 func (nodeDown) ClusterNodeDown() bool { return true }
 
-func processHook(cb *gobreaker.CircuitBreaker[struct{}], next redis.ProcessHook, node bool) redis.ProcessHook {
+func processHook(cb func() *gobreaker.CircuitBreaker[struct{}], next redis.ProcessHook, node string) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := run(cb, ctx, func(ctx context.Context) error { return next(ctx, cmd) })
+		err := run(cb(), ctx, func(ctx context.Context) error { return next(ctx, cmd) })
 		if errors.Is(err, ErrRedisUnavailable) {
-			if node {
-				err = fmt.Errorf("%w: %w", err, nodeDown{})
+			if node != "" {
+				err = fmt.Errorf("%w: %w", err, nodeDown{node})
 			}
 			cmd.SetErr(err)
 		}
@@ -429,12 +469,12 @@ func processHook(cb *gobreaker.CircuitBreaker[struct{}], next redis.ProcessHook,
 	}
 }
 
-func pipelineHook(cb *gobreaker.CircuitBreaker[struct{}], next redis.ProcessPipelineHook, node bool) redis.ProcessPipelineHook {
+func pipelineHook(cb func() *gobreaker.CircuitBreaker[struct{}], next redis.ProcessPipelineHook, node string) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := run(cb, ctx, func(ctx context.Context) error { return next(ctx, cmds) })
+		err := run(cb(), ctx, func(ctx context.Context) error { return next(ctx, cmds) })
 		if errors.Is(err, ErrRedisUnavailable) {
-			if node {
-				err = fmt.Errorf("%w: %w", err, nodeDown{})
+			if node != "" {
+				err = fmt.Errorf("%w: %w", err, nodeDown{node})
 			}
 			for _, c := range cmds {
 				c.SetErr(err)

@@ -167,7 +167,9 @@ func startProber(tb testing.TB, b *breaker.Breaker, c *redis.Client) {
 // fails opens only its own, and calls to the others go on; the node-wide
 // answers speak for all (Down), but grabs may use the others (Usable). The probe closes the failed node's
 // circuit once it answers again, and drops it while it serves no slots
-// (Masters): a failed-over primary must not keep the breaker down.
+// (Masters): a failed-over primary must not keep the breaker down. Dropped
+// hears of that drop once. A node dropped and then a primary again gets a
+// new circuit.
 func TestOneNodesCircuitOpensAloneOnACluster(t *testing.T) {
 	t.Parallel()
 	proxyA := testenv.MustProxy(t, testenv.MustRedis(t).Addr())
@@ -183,6 +185,8 @@ func TestOneNodesCircuitOpensAloneOnACluster(t *testing.T) {
 	var masters atomic.Value
 	masters.Store([]string{proxyA.Addr(), proxyB.Addr()})
 	b.Masters = func(context.Context) ([]string, error) { return masters.Load().([]string), nil }
+	var dropped atomic.Int64
+	b.Dropped = func(context.Context) { dropped.Add(1) }
 	ctx := context.Background()
 
 	proxyA.Down()
@@ -219,6 +223,24 @@ func TestOneNodesCircuitOpensAloneOnACluster(t *testing.T) {
 	if !b.Down() {
 		t.Fatal("the node's circuit did not open again")
 	}
+	if n := dropped.Load(); n != 0 {
+		t.Fatalf("Dropped ran %d times while the failed node still served slots, want 0", n)
+	}
 	masters.Store([]string{proxyB.Addr()})
 	testenv.WaitFor(t, "the probe to drop the circuit of a node that serves no slots", func() bool { return !b.Down() })
+	if n := dropped.Load(); n != 1 {
+		t.Fatalf("Dropped ran %d times for one failover, want 1 (the clients' slot maps and the writers follow it)", n)
+	}
+
+	// The node comes back and serves slots again (promoted in its turn
+	// when the primary that replaced it fails): its calls go through a
+	// new circuit, not the dropped one, open with nobody to probe it.
+	proxyA.Up()
+	masters.Store([]string{proxyA.Addr(), proxyB.Addr()})
+	if err := a.Ping(ctx).Err(); err != nil {
+		t.Fatalf("a call to a node that serves slots again after its circuit was dropped: %v", err)
+	}
+	if b.Down() {
+		t.Fatal("the breaker is down with every node answering")
+	}
 }
