@@ -9,8 +9,10 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -41,6 +43,48 @@ type RedisTarget struct {
 	single   *redis.Options
 	failover *redis.FailoverOptions
 	cluster  *redis.ClusterOptions
+	// clients are the cluster clients made from a cluster target (see
+	// ReloadSlotMaps); shared by the target's copies.
+	clients *clusterClients
+}
+
+// clusterClients holds weak pointers to the cluster clients of one
+// target: a closed client is forgotten once it is collected.
+type clusterClients struct {
+	mu  sync.Mutex
+	all []weak.Pointer[redis.ClusterClient]
+}
+
+func (c *clusterClients) add(cc *redis.ClusterClient) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.all = slices.DeleteFunc(c.all, func(p weak.Pointer[redis.ClusterClient]) bool { return p.Value() == nil })
+	c.all = append(c.all, weak.Make(cc))
+}
+
+// ReloadSlotMaps makes every cluster client of the target reload its slot
+// map in the background (go-redis's ReloadState: one reload at a time per
+// client), for a cluster whose primaries changed. A client reloads by
+// itself when a call of its own is refused or redirected (slotMapRefresh),
+// but one that made no call during a failover kept the old map and sent
+// its first call after it to the old primary: a refusal, an UNAVAILABLE
+// grab, 0.5-0.9 s more without a sale in the fault suite. Nothing for
+// other modes.
+func (t RedisTarget) ReloadSlotMaps(ctx context.Context) {
+	if t.clients == nil {
+		return
+	}
+	t.clients.mu.Lock()
+	live := make([]*redis.ClusterClient, 0, len(t.clients.all))
+	for _, p := range t.clients.all {
+		if cc := p.Value(); cc != nil {
+			live = append(live, cc)
+		}
+	}
+	t.clients.mu.Unlock()
+	for _, cc := range live {
+		cc.ReloadState(ctx)
+	}
 }
 
 // ParseRedisTarget parses url in mode; an empty mode is RedisSingle. Its
@@ -61,6 +105,7 @@ func ParseRedisTarget(mode, url string) (RedisTarget, error) {
 		if t.cluster, err = redis.ParseClusterURL(url); err == nil {
 			err = clusterProblem(t.cluster)
 		}
+		t.clients = &clusterClients{}
 	default:
 		return t, fmt.Errorf("unknown redis mode %q: want %s", mode, strings.Join(RedisModes, ", "))
 	}
@@ -220,6 +265,9 @@ func (t RedisTarget) Client(tu ClientTuning) redis.UniversalClient {
 		}
 		cc := redis.NewClusterClient(&o)
 		cc.OnNewNode(func(node *redis.Client) { node.AddHook(slotMapRefresh{cc}) })
+		if t.clients != nil {
+			t.clients.add(cc)
+		}
 		return cc
 	default:
 		o, _ := t.Options(tu)
