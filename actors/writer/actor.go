@@ -10,8 +10,13 @@ import (
 )
 
 // poll asks the actor for its next step; inc is the incarnation that sent
-// it.
-type poll struct{ inc int64 }
+// it, seq the actor's count of polls scheduled when it did: only the
+// newest is acted on, so that a wake (which schedules one at once) never
+// leaves two chains of polls running.
+type poll struct{ inc, seq int64 }
+
+// wake asks the actor to end a pause now (Writer.Wake).
+type wake struct{}
 
 // writerActor is one incarnation of the persistence actor: its state
 // lives only as long as it, and a restarted incarnation starts from what
@@ -30,6 +35,7 @@ type writerActor struct {
 	backoff    time.Duration
 	held       *heldBatch // read, not yet acknowledged
 	timer      *time.Timer
+	seq        int64 // of the poll scheduled last
 }
 
 // heldBatch is a batch between its read and its acknowledgement: refused
@@ -51,14 +57,21 @@ func (a *writerActor) Receive(ctx actor.Context) {
 			writerRestarts.WithLabelValues(a.w.fam.Name).Inc()
 			a.w.log.Warn(a.w.fam.Name+" restarted after a failure; re-reading its pending entries", "incarnation", a.inc)
 		}
-		ctx.Send(ctx.Self(), poll{inc: a.inc})
+		a.schedule(ctx, 0)
 	case *actor.Restarting, *actor.Stopping:
 		if a.timer != nil {
 			a.timer.Stop()
 		}
+	case wake:
+		// Redis is back: a backoff that began during the outage must not
+		// keep orders unread (and a reload's hold waiting for them).
+		a.backoff = minBackoff
+		if !a.wakeAt.IsZero() && a.w.ctx.Err() == nil {
+			a.schedule(ctx, 0)
+		}
 	case poll:
-		if m.inc != a.inc || a.w.ctx.Err() != nil {
-			return // a timer of an earlier incarnation, or stopping
+		if m.inc != a.inc || m.seq != a.seq || a.w.ctx.Err() != nil {
+			return // a timer of an earlier incarnation, superseded, or stopping
 		}
 		if left := time.Until(a.wakeAt); left > 0 {
 			// A pause that holds nothing still says so (see schedule).
@@ -75,7 +88,11 @@ func (a *writerActor) Receive(ctx actor.Context) {
 // polls of reportEvery that only report the writer clean: a reload must
 // not wait for a writer that holds nothing because it is backing off.
 func (a *writerActor) schedule(ctx actor.Context, d time.Duration) {
-	next := poll{inc: a.inc}
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	a.seq++
+	next := poll{inc: a.inc, seq: a.seq}
 	if d <= 0 {
 		a.wakeAt = time.Time{}
 		ctx.Send(ctx.Self(), next)

@@ -103,3 +103,29 @@ func TestOrderWriterSurvivesAPostgresThatStopsAnswering(t *testing.T) {
 	testenv.Drained(t, w, 20*time.Second)
 	testenv.AssertPersisted(t, direct, v, append(before, during...))
 }
+
+// A writer that backed off through a long outage reads again as soon as
+// it is woken (the node wakes it when Redis is back), not at the end of
+// a backoff grown meanwhile: a reload's hold waits for what it reads.
+// Here the backoff has grown past 3 s; woken, the writer stores
+// everything within 1.5 s; without Wake it did 3.2 s after the database
+// was back, when that pause ended.
+func TestAWokenWriterEndsItsBackoffAtOnce(t *testing.T) {
+	t.Parallel()
+	direct, proxied, proxy := viaProxy(t)
+	rdb := testenv.MustRedis(t).Client()
+	v := testenv.MustVoucher(t, direct, rdb, testenv.VoucherSpec{Stock: 100, Limit: 1})
+	w, h := startFailingOrderWriter(t, proxied, rdb, writer.Options{Batch: 50, MaxBackoff: time.Minute})
+	proxy.Down()
+	sold := testenv.Sell(t, direct, rdb, v.ID, testenv.Users(1, 20))
+	// Each failure doubles the pause from 50 ms.
+	testenv.WaitFor(t, "the writer to fail seven times", func() bool { return h.failed.Load() >= 7 })
+	proxy.Up()
+	at := time.Now()
+	w.Wake()
+	testenv.Drained(t, w, 10*time.Second)
+	if took := time.Since(at); took > 1500*time.Millisecond {
+		t.Fatalf("the woken writer stored the orders %v after the database was back, want within 1.5 s (its backoff had grown past 3 s)", took)
+	}
+	testenv.AssertPersisted(t, direct, v, sold)
+}

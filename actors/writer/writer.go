@@ -244,6 +244,20 @@ func (w *Writer) Stop() {
 	}
 }
 
+// Wake ends a pause of the writer now and resets its backoff: Redis or
+// the database is back after an outage, during which the backoff grew
+// to MaxBackoff. Without it the writer read the orders a reload's hold
+// waits for up to MaxBackoff after Redis served again. No-op before Start
+// and after Stop.
+func (w *Writer) Wake() {
+	w.mu.Lock()
+	pid := w.pid
+	w.mu.Unlock()
+	if pid != nil {
+		w.system.Root.Send(pid, wake{})
+	}
+}
+
 // Persisted counts what the family's handler has inserted.
 func (w *Writer) Persisted() int64 { return w.fam.Handler.Persisted() }
 
