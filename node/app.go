@@ -62,6 +62,7 @@ type app struct {
 	limits   *persistence.RateLimits
 	router   *actors.Router
 	writer   *writer.Writer // the order writer, set once it runs
+	wakers   writerWaker    // every log writer, woken when Redis is back
 	orders   *ordersPart
 	locks    lockPart
 	redPkts  *redPacketsPart

@@ -92,6 +92,7 @@ func (a *app) buildOrderWriter(ctx context.Context) (lifecycle.Service, error) {
 		return nil, fmt.Errorf("order writer: %w", err)
 	}
 	a.writer = w
+	a.wakers.add(w)
 	return w, nil
 }
 

@@ -62,6 +62,7 @@ func (a *app) buildRedPackets(ctx context.Context) (lifecycle.Service, error) {
 	fam := writer.RedPackets(persistence.NewRedPacketLogs(a.bg),
 		persistence.NewRedPacketLogHandler(a.db, a.bg, a.log, persistence.BatchOptions(opts.StoreOptions())))
 	p.writer = writer.New(fam, a.router.ActorSystem(), a.log, opts)
+	a.wakers.add(p.writer)
 	if err := p.writer.Acquire(ctx); errors.Is(err, lease.ErrInUse) {
 		return nil, &config.Error{Var: "NODE_ID", Msg: err.Error() + "; give each node its own NODE_ID"}
 	} else if err != nil {

@@ -98,6 +98,13 @@ func (a *app) openRedis(ctx context.Context) (err error) {
 	// On a cluster, one circuit per node: a shard failing over leaves the
 	// others selling; the probe forgets the nodes that serve no slots.
 	a.breaker.Masters = persistence.Masters(a.bg)
+	// A failover ended: every cluster client follows the new primaries at
+	// once, those that made no call meanwhile too, and the writers stop
+	// backing off.
+	a.breaker.Dropped = func(ctx context.Context) {
+		a.target.ReloadSlotMaps(ctx)
+		a.wakers.wake()
+	}
 	// After the breaker: a command it refuses never reached Redis.
 	persistence.AddBreakerHooks(a.rdb, a.breaker, persistence.RedisErrors{})
 	persistence.AddHooks(a.bg, persistence.RedisErrors{})
