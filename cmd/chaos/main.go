@@ -57,6 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	workers := fs.Int("workers", 0, "grabs in flight at most (default 16)")
 	bin := fs.String("bin", "", "service binary to run (default: build this module's)")
 	verbose := fs.Bool("v", false, "print every round's plan, and the nodes' logs of a failed round")
+	logs := fs.Bool("logs", false, "print the nodes' logs of every round, passed or failed")
+	nodeLevel := fs.String("node-log-level", "", "the nodes' LOG_LEVEL (default warn; debug shows each held voucher and failed call)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,6 +74,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cfg := chaos.Config{
 		Seed: *seed, Start: *start, Rounds: *rounds, Short: *short, Bin: *bin, Workers: *workers, Verbose: *verbose,
+		Logs: *logs, NodeLogLevel: *nodeLevel,
 		Out: stdout, Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	}
 	if *kinds != "" {

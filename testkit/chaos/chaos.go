@@ -54,6 +54,11 @@ type Config struct {
 	// Verbose prints each round's plan, and the nodes' logs of a failed
 	// round.
 	Verbose bool
+	// Logs prints the nodes' logs of every round, passed or failed: what
+	// a node did in a round slower than it should be.
+	Logs bool
+	// NodeLogLevel is the nodes' LOG_LEVEL (default warn).
+	NodeLogLevel string
 	// Out receives the per-round lines and the table; Log the suite's own
 	// diagnostics.
 	Out io.Writer
@@ -178,7 +183,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer rn.api.close()
 
 	t0 := time.Now()
-	rn.env, err = newEnv(ctx, log, cfg.Bin)
+	rn.env, err = newEnv(ctx, log, cfg.Bin, cfg.NodeLogLevel)
 	if err != nil {
 		return nil, fmt.Errorf("set up stores and nodes: %w", err)
 	}
@@ -391,11 +396,11 @@ func (rn *runner) print(r RoundResult) {
 		}
 		fmt.Fprintf(w, "      %s\n", v)
 	}
-	if r.Failed() {
+	if r.Failed() || rn.cfg.Logs {
 		fmt.Fprintf(w, "      replay: %s\n", rn.replay(r.Round))
-		if rn.cfg.Verbose {
+		if rn.cfg.Verbose || rn.cfg.Logs {
 			for i, n := range rn.env.nodes {
-				fmt.Fprintf(w, "      node %d log (end):\n%s\n", i, indent(lastLines(n.Output(), 30), "        "))
+				fmt.Fprintf(w, "      node %d log (end):\n%s\n", i, indent(lastLines(n.Output(), logLines(rn.cfg)), "        "))
 			}
 		}
 	}
@@ -449,4 +454,13 @@ func (rn *runner) breakerTrips(ctx context.Context) int {
 		}
 	}
 	return n
+}
+
+// logLines is how much of each node's log a round prints: the end of a
+// failed round's, or with Logs as much as a round's outage takes.
+func logLines(cfg Config) int {
+	if cfg.Logs {
+		return 2000
+	}
+	return 30
 }

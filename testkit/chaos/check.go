@@ -564,7 +564,7 @@ func fallbackNote(p plan) string {
 var availabilityBound = map[faultKind]time.Duration{
 	faultRedisKill:          time.Second,
 	faultPrimaryKill:        time.Second,
-	faultClusterPrimaryKill: 2 * time.Second,
+	faultClusterPrimaryKill: time.Second,
 	faultRedisEvict:         time.Second,
 	faultClusterMigrate:     time.Second,
 	faultRedisWipe:          2 * time.Second,

@@ -155,7 +155,7 @@ var nodeSettings = map[string]string{
 	"DEMO":                       "false",
 }
 
-func newEnv(ctx context.Context, log *slog.Logger, bin string) (_ *env, err error) {
+func newEnv(ctx context.Context, log *slog.Logger, bin, logLevel string) (_ *env, err error) {
 	e := &env{log: log, bin: bin, userTokens: map[int64]string{}}
 	defer func() {
 		if err != nil {
@@ -204,6 +204,9 @@ func newEnv(ctx context.Context, log *slog.Logger, bin string) (_ *env, err erro
 	}
 	e.common = map[string]string{"REDIS_URL": "redis://" + e.redisProxy.Addr() + "/0", "DATABASE_URL": u.String(), "JWT_SECRET": secret}
 	maps.Copy(e.common, nodeSettings)
+	if logLevel != "" {
+		e.common["LOG_LEVEL"] = logLevel
+	}
 	if err = e.use(ctx, baseProfile); err != nil {
 		return nil, err
 	}
