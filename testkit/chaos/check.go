@@ -549,18 +549,17 @@ func fallbackNote(p plan) string {
 
 // availabilityBound is, per Redis fault, how long after Redis serves again
 // (the restart, the promotion as the suite's own poll of the sentinels
-// sees it, the killed Cluster primary back as its shard's replica, the
-// flush, the policy back to noeviction, the slot moved) grabs may
-// still answer UNAVAILABLE. What loses nothing must sell again within
-// 1 s: a restart from appendfsync always files, a Sentinel failover, an
-// evicting policy that evicted nothing, a Cluster slot moved to another
-// primary. A Cluster failover within 2 s for now (measured 0.06-0.45 s in
-// most rounds, 1.7-1.9 s in two of seed 2028's; the aim is 1 s). A loss
-// (a wipe, a flush, a restart from an older copy) within 2 s: the reload
-// holds its sales until every order writer and every selling node has
-// handed back what it holds of the lost load. The round's probe (see
-// probe) asks every probeEvery after it, so a node that still refuses
-// past the bound meets a grab.
+// sees it, the killed Cluster primary back as its shard's replica and
+// acknowledging a write, the flush, the policy back to noeviction, the
+// slot moved) grabs may still answer UNAVAILABLE. What loses nothing must
+// sell again within 1 s: a restart from appendfsync always files, a
+// Sentinel failover, a Cluster failover, an evicting policy that evicted
+// nothing, a Cluster slot moved to another primary. A loss (a wipe, a
+// flush, a restart from an older copy) within 2 s: the reload holds its
+// sales until every order writer and every selling node has handed back
+// what it holds of the lost load. The round's probe (see probe) asks
+// every probeEvery after it, so a node that still refuses past the bound
+// meets a grab.
 var availabilityBound = map[faultKind]time.Duration{
 	faultRedisKill:          time.Second,
 	faultPrimaryKill:        time.Second,
