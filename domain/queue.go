@@ -28,6 +28,18 @@ type RoomChange struct {
 	Paused         *bool
 }
 
+// RoomSettings are a room's settings as Redis holds them
+// (persistence.Queue.Configure): the room opens at Open (grab tickets'
+// release) and closes at End (the sale's end); a zero Rate or Max, a nil
+// Paused and a zero time leave that setting as it is.
+type RoomSettings struct {
+	Open, End time.Time
+	Rate, Max int
+	Paused    *bool
+	// Expire is when the room's keys lapse.
+	Expire time.Time
+}
+
 // QueueState is where a user stands in a voucher's waiting room.
 type QueueState int
 
@@ -116,6 +128,7 @@ type Admission struct {
 	Now     time.Time
 	Expired int  // tickets that expired unused, freeing their slots
 	Reset   bool // the room's state was stale and was dropped
+	Waiting int  // users left in the line
 	Users   []AdmittedUser
 }
 

@@ -69,17 +69,6 @@ type Queue struct {
 // NewQueue returns the rooms' store on rdb.
 func NewQueue(rdb redis.UniversalClient) *Queue { return &Queue{rdb: rdb} }
 
-// RoomSettings are what Configure writes: the room opens at Open and
-// closes at End; a zero Rate or Max, a nil Paused and a zero time leave
-// that setting as it is.
-type RoomSettings struct {
-	Open, End time.Time
-	Rate, Max int
-	Paused    *bool
-	// Expire is when the room's keys lapse.
-	Expire time.Time
-}
-
 // ErrRoomMissing is a join or an admission of a voucher whose room Redis
 // does not hold: never configured there, or lost with its load. The
 // caller configures it from the database and asks again.
@@ -87,7 +76,7 @@ var ErrRoomMissing = errors.New("the voucher's waiting room is not in redis")
 
 // Configure writes a voucher's room settings, keeping its line and
 // counters.
-func (q *Queue) Configure(ctx context.Context, voucherID int64, s RoomSettings) error {
+func (q *Queue) Configure(ctx context.Context, voucherID int64, s domain.RoomSettings) error {
 	ms := func(t time.Time) string {
 		if t.IsZero() {
 			return ""
@@ -223,11 +212,11 @@ func (q *Queue) Admit(ctx context.Context, voucherID int64, ttl time.Duration, m
 		return domain.Admission{}, ErrRoomMissing
 	case code == 4:
 		return domain.Admission{}, fmt.Errorf("admit from the waiting room of voucher %d: %w", voucherID, redisEvicts(nil))
-	case len(raw) < 4 || len(raw)%2 != 0:
+	case len(raw) < 5 || len(raw)%2 != 1:
 		return domain.Admission{}, fmt.Errorf("admit from the waiting room of voucher %d: script returned %d values", voucherID, len(raw))
 	}
-	a := domain.Admission{Found: true, Now: msTime(raw[3]), Expired: int(intOf(raw[1])), Reset: intOf(raw[2]) == 1}
-	for i := 4; i < len(raw); i += 2 {
+	a := domain.Admission{Found: true, Now: msTime(raw[3]), Expired: int(intOf(raw[1])), Reset: intOf(raw[2]) == 1, Waiting: int(intOf(raw[4]))}
+	for i := 5; i < len(raw); i += 2 {
 		u := domain.AdmittedUser{UserID: intOf(raw[i])}
 		// An early one's order is below 1; a later one's is when they
 		// joined.

@@ -21,7 +21,7 @@ func room(t *testing.T, open time.Time, rate, max, stock int) (*persistence.Queu
 	q := persistence.NewQueue(rdb)
 	ctx := t.Context()
 	paused := false
-	if err := q.Configure(ctx, 1, persistence.RoomSettings{Open: open, End: time.Now().Add(time.Hour), Rate: rate, Max: max, Paused: &paused}); err != nil {
+	if err := q.Configure(ctx, 1, domain.RoomSettings{Open: open, End: time.Now().Add(time.Hour), Rate: rate, Max: max, Paused: &paused}); err != nil {
 		t.Fatal(err)
 	}
 	_, _, _, _, stockKey := persistence.QueueKeys(1)
@@ -68,7 +68,7 @@ func TestAQueueKeepsOnePlaceEachEarlyOnesFirstThenByArrival(t *testing.T) {
 		t.Fatalf("an early joiner's place: %+v %v", p, ok)
 	}
 	// The room opens.
-	if err := q.Configure(ctx, 1, persistence.RoomSettings{Open: time.Now().Add(-time.Millisecond)}); err != nil {
+	if err := q.Configure(ctx, 1, domain.RoomSettings{Open: time.Now().Add(-time.Millisecond)}); err != nil {
 		t.Fatal(err)
 	}
 	join(t, q, 10, 11, 12)
@@ -243,7 +243,7 @@ func TestEarlyJoinersStandInAUniformlyRandomOrder(t *testing.T) {
 	var counts [users][users]int
 	open := time.Now().Add(time.Hour)
 	for v := int64(1); v <= rooms; v++ {
-		if err := q.Configure(ctx, v, persistence.RoomSettings{Open: open, End: open.Add(time.Hour), Rate: 1, Max: 1}); err != nil {
+		if err := q.Configure(ctx, v, domain.RoomSettings{Open: open, End: open.Add(time.Hour), Rate: 1, Max: 1}); err != nil {
 			t.Fatal(err)
 		}
 		for u := int64(1); u <= users; u++ {

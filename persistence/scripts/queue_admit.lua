@@ -19,7 +19,8 @@
 -- ARGV[1] -> a ticket's lifetime, ms
 -- ARGV[2] -> the most users admitted by this call
 --
--- Returns: {code, expired, reset, now (unix ms), then for each user
+-- Returns: {code, expired, reset, now (unix ms), waiting (after this
+-- run), then for each user
 -- admitted: user id, their order (an early one's is below 1, a later
 -- one's is when they joined, unix µs)}; code 0 ran, 2 no room here
 -- (nothing follows code), 4 Redis evicts keys.
@@ -47,12 +48,13 @@ local expired = redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 if expired > 0 then
   redis.call('HINCRBY', KEYS[1], '${qmExpired}', expired)
 end
-local out = {0, expired, reset, tostring(now)}
+local out = {0, expired, reset, tostring(now), 0}
 local open, finish = tonumber(m[1]), tonumber(m[2])
 local rate, max = tonumber(m[4] or '0'), tonumber(m[5] or '0')
 if now < open or now >= finish or m[6] == '1' or rate <= 0 then
   -- The bucket does not fill while the room admits nobody.
   redis.call('HSET', KEYS[1], '${qmLast}', now)
+  out[5] = redis.call('ZCARD', KEYS[2])
   return out
 end
 local tokens = tonumber(m[7] or '0')
@@ -81,4 +83,5 @@ if n > 0 then
   end
 end
 redis.call('HSET', KEYS[1], '${qmTokens}', string.format('%.6f', tokens), '${qmLast}', now)
+out[5] = redis.call('ZCARD', KEYS[2])
 return out
