@@ -209,6 +209,7 @@ type ComplexityRoot struct {
 
 	Subscription struct {
 		OrderChanged func(childComplexity int, orderID int64) int
+		QueueChanged func(childComplexity int, voucherID int64) int
 		StockChanged func(childComplexity int, voucherID int64) int
 	}
 
@@ -304,6 +305,7 @@ type StockUpdateResolver interface {
 type SubscriptionResolver interface {
 	StockChanged(ctx context.Context, voucherID int64) (<-chan *model.StockUpdate, error)
 	OrderChanged(ctx context.Context, orderID int64) (<-chan *model.VoucherOrder, error)
+	QueueChanged(ctx context.Context, voucherID int64) (<-chan *model.QueuePlace, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -1173,6 +1175,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscription.OrderChanged(childComplexity, args["orderId"].(int64)), true
+	case "Subscription.queueChanged":
+		if e.ComplexityRoot.Subscription.QueueChanged == nil {
+			break
+		}
+
+		args, err := ec.field_Subscription_queueChanged_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Subscription.QueueChanged(childComplexity, args["voucherId"].(int64)), true
 	case "Subscription.stockChanged":
 		if e.ComplexityRoot.Subscription.StockChanged == nil {
 			break
@@ -2521,6 +2534,20 @@ func (ec *executionContext) field_Subscription_orderChanged_args(ctx context.Con
 		return nil, err
 	}
 	args["orderId"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Subscription_queueChanged_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "voucherId",
+		func(ctx context.Context, v any) (int64, error) {
+			return ec.unmarshalNID2int64(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["voucherId"] = arg0
 	return args, nil
 }
 
@@ -5992,6 +6019,50 @@ func (ec *executionContext) fieldContext_Subscription_orderChanged(ctx context.C
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Subscription_orderChanged_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Subscription_queueChanged(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
+	return graphql.ResolveFieldStream(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscription_queueChanged(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Subscription().QueueChanged(ctx, fc.Args["voucherId"].(int64))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.QueuePlace) graphql.Marshaler {
+			return ec.marshalNQueuePlace2ᚖflashsaleᚋgraphᚋmodelᚐQueuePlace(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscription_queueChanged(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscription",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_QueuePlace(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Subscription_queueChanged_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -9543,6 +9614,8 @@ func (ec *executionContext) _Subscription(ctx context.Context, sel ast.Selection
 		return ec._Subscription_stockChanged(ctx, fields[0])
 	case "orderChanged":
 		return ec._Subscription_orderChanged(ctx, fields[0])
+	case "queueChanged":
+		return ec._Subscription_queueChanged(ctx, fields[0])
 	default:
 		panic("unknown field " + strconv.Quote(fields[0].Name))
 	}

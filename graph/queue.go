@@ -14,6 +14,7 @@ type Queue interface {
 	Join(ctx context.Context, user int64, ip string, voucher int64, challenge, nonce string) (domain.QueuePlace, error)
 	Place(ctx context.Context, user, voucher int64) (domain.QueuePlace, bool, error)
 	SetWaitingRoom(ctx context.Context, voucher int64, change domain.RoomChange) (domain.Voucher, error)
+	Subscribe(ctx context.Context, user, voucher int64, send func(domain.QueuePlace) bool, done func()) error
 }
 
 // queue is the rooms' service for a field that needs it.
@@ -61,6 +62,20 @@ func (r *Resolver) queuePlace(ctx context.Context, voucherID int64) (*model.Queu
 		return nil, err
 	}
 	return queuePlaceToModel(p), nil
+}
+
+func (r *Resolver) queueChanged(ctx context.Context, voucherID int64) (<-chan *model.QueuePlace, error) {
+	q, err := r.queue("queueChanged")
+	if err != nil {
+		return nil, err
+	}
+	id, err := auth.FromContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return follow(ctx, func(send func(domain.QueuePlace) bool, done func()) error {
+		return q.Subscribe(ctx, id.UserID, voucherID, send, done)
+	}, queuePlaceToModel)
 }
 
 func (r *Resolver) setWaitingRoom(ctx context.Context, voucherID int64, admitPerSecond, maxActive *int, paused *bool) (*model.Voucher, error) {

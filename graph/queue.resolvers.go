@@ -19,3 +19,8 @@ func (r *mutationResolver) SetWaitingRoom(ctx context.Context, voucherID int64, 
 func (r *queryResolver) QueuePlace(ctx context.Context, voucherID int64) (*model.QueuePlace, error) {
 	return r.queuePlace(ctx, voucherID)
 }
+
+// QueueChanged is the resolver for the queueChanged field.
+func (r *subscriptionResolver) QueueChanged(ctx context.Context, voucherID int64) (<-chan *model.QueuePlace, error) {
+	return r.queueChanged(ctx, voucherID)
+}

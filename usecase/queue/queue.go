@@ -82,8 +82,10 @@ type Service struct {
 	log      *slog.Logger
 	opts     Options
 
-	mu    sync.Mutex
-	rooms map[int64]domain.Seckill // the open rooms this node paces
+	mu       sync.Mutex
+	rooms    map[int64]domain.Seckill // the open rooms this node paces
+	watchers map[int64]*watcher       // the rooms this node's subscribers follow (follow.go)
+	watching sync.WaitGroup
 }
 
 // New returns the service; Pacer runs the admissions.
