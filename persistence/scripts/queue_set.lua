@@ -9,7 +9,7 @@
 -- ARGV[1] -> open, ARGV[2] -> end, ARGV[3] -> rate, ARGV[4] -> max,
 -- ARGV[5] -> paused ('1'/'0'), ARGV[6] -> expire
 --
--- Returns 1, or 4 when Redis evicts keys (nothing written).
+-- Returns: 1, or 4 when Redis evicts keys (nothing written).
 
 local run = ${serverRun}
 if string.sub(run, 1, 1) == '!' then
