@@ -1,10 +1,14 @@
 package graph_test
 
 import (
+	"slices"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"flashsale/internal/auth"
+	"flashsale/persistence"
 	"flashsale/testkit/testenv"
 )
 
@@ -161,4 +165,138 @@ func TestASaleFreesItsAdmissionForTheNextInLine(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// A sale through a waiting room, end to end on one node (TICKET_RELEASE_
+// BEFORE 2 s, so the room opens 2 s after the voucher's creation and the
+// sale a second later): 60 users join early and 120 after the opening,
+// one at a time, and every user grabs as soon as their place says
+// ADMITTED. Redis's record of the admissions (each ticket's expiry, the
+// admission time plus TICKET_TTL) then shows that every early user was
+// admitted no later than any later arrival, the later arrivals in the
+// order they came, never faster than the pace (50 a second, plus a
+// second's worth), and that every OK'd grab was an admitted user's, the
+// stock (100) sold exactly. (The load tool's -queue scenario runs the
+// issue's 20,000.)
+func TestAWaitingRoomSaleKeepsItsOrderPaceAndStock(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("a 5 s sale")
+	}
+	base := launch(t, setup{dbURL: testenv.MustPostgresURL(t), redis: testenv.MustRedis(t), actors: patient, gate: testGateOptions,
+		env: map[string]string{"TICKET_RELEASE_BEFORE": "2s"}})
+	s := base
+	const stock, rate, early, late = 100, 50, 60, 120
+	in := roomInput(stock, rate, 40)
+	begin := time.Now().Add(3 * time.Second)
+	in["beginAt"] = begin.UTC().Format(time.RFC3339Nano)
+	v := s.createVoucher(t, in)
+	open := begin.Add(-2 * time.Second)
+
+	var wg sync.WaitGroup
+	for u := int64(1); u <= early; u++ {
+		wg.Go(func() {
+			if p := s.joinQueue(t, u, v.ID); p.State != "EARLY" {
+				t.Errorf("user %d joined before the opening: %+v, want EARLY", u, p)
+			}
+		})
+	}
+	wg.Wait()
+	time.Sleep(time.Until(open) + 50*time.Millisecond)
+	for u := int64(early + 1); u <= early+late; u++ {
+		if p := s.joinQueue(t, u, v.ID); p.State == "EARLY" {
+			t.Fatalf("user %d joined after the opening: %+v", u, p)
+		}
+	}
+	// Every user grabs once admitted, until the sale is over for them.
+	var mu sync.Mutex
+	sold := map[int64]bool{}
+	for u := int64(1); u <= early+late; u++ {
+		wg.Go(func() {
+			for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				p := s.queuePlace(t, u, v.ID)
+				switch {
+				case p == nil:
+					t.Errorf("user %d lost their place", u)
+					return
+				case p.State == "SOLD_OUT", p.State == "CLOSED":
+					return
+				case p.State != "ADMITTED" || time.Now().Before(begin):
+					continue
+				}
+				switch code := s.grab(t, u, v.ID, *p.Ticket, ""); code {
+				case "OK":
+					mu.Lock()
+					sold[u] = true
+					mu.Unlock()
+					return
+				case "SOLD_OUT", "LIMIT_REACHED":
+					return
+				}
+			}
+			t.Errorf("user %d neither bought nor heard SOLD_OUT in 20 s", u)
+		})
+	}
+	wg.Wait()
+	if len(sold) != stock {
+		t.Fatalf("%d sold, want the stock, %d", len(sold), stock)
+	}
+
+	expiries, err := s.rdb.HGetAll(t.Context(), persistence.AdmissionsKey(mustID(t, v.ID))).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := map[int64]int64{} // user -> admission, unix ms (all tickets live as long)
+	for k, e := range expiries {
+		u, _ := strconv.ParseInt(k, 10, 64)
+		at[u], _ = strconv.ParseInt(e, 10, 64)
+	}
+	for u := range sold {
+		if _, ok := at[u]; !ok {
+			t.Fatalf("user %d bought without an admission", u)
+		}
+	}
+	lastEarly := int64(0)
+	for u := int64(1); u <= early; u++ {
+		if at[u] == 0 {
+			t.Fatalf("early user %d was not admitted (%d admitted in all): the early ones come first", u, len(at))
+		}
+		lastEarly = max(lastEarly, at[u])
+	}
+	prev := int64(0)
+	for u := int64(early + 1); u <= early+late; u++ {
+		a, ok := at[u]
+		if !ok {
+			continue // not reached before the stock ran out
+		}
+		if a < lastEarly {
+			t.Fatalf("later user %d admitted at %d, before the last early one (%d)", u, a, lastEarly)
+		}
+		if a < prev {
+			t.Fatalf("later user %d admitted at %d, before the one who came before them (%d)", u, a, prev)
+		}
+		prev = a
+	}
+	times := make([]int64, 0, len(at))
+	for _, a := range at {
+		times = append(times, a)
+	}
+	slices.Sort(times)
+	for i := range times {
+		for j := i + 1; j < len(times); j++ {
+			if n, most := j-i+1, rate+int(float64(rate)*float64(times[j]-times[i])/1000)+1; n > most {
+				t.Fatalf("%d admitted within %d ms at %d a second, want at most %d", n, times[j]-times[i], rate, most)
+			}
+		}
+	}
+	t.Logf("%d admitted over %d ms, %d sold", len(at), times[len(times)-1]-times[0], len(sold))
+}
+
+func mustID(tb testing.TB, id string) int64 {
+	tb.Helper()
+	n, err := strconv.ParseInt(id, 10, 64)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
 }

@@ -34,6 +34,11 @@ func lineKey(id int64) string     { return voucherTag(id) + ":q" }
 func openKey(id int64) string     { return voucherTag(id) + ":qa" }
 func admittedKey(id int64) string { return voucherTag(id) + ":qx" }
 
+// AdmissionsKey is the hash of a voucher's admissions (user -> ticket
+// expiry, unix ms): what the fault suite, the load tool and tests read to
+// check who was admitted when.
+func AdmissionsKey(voucherID int64) string { return admittedKey(voucherID) }
+
 // Fields of a room's hash (the scripts spell them as ${name}).
 const (
 	qmOpen     = "open"
