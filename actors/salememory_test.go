@@ -17,7 +17,7 @@ import (
 )
 
 // scriptGrabs is a go-redis hook that counts the grabs sent to the grab
-// script (EVALSHA/EVAL with its six keys: fence, voucher id, then three
+// script (EVALSHA/EVAL with its seven keys: fence, voucher id, then three
 // arguments per grab) and the script calls that carried none.
 type scriptGrabs struct{ grabs, empty atomic.Int64 }
 
@@ -41,10 +41,10 @@ func (s *scriptGrabs) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 
 func (s *scriptGrabs) count(cmd redis.Cmder) {
 	args := cmd.Args()
-	if name := cmd.Name(); (name != "evalsha" && name != "eval") || len(args) < 3 || args[2] != 6 {
+	if name := cmd.Name(); (name != "evalsha" && name != "eval") || len(args) < 3 || args[2] != 7 {
 		return
 	}
-	n := (len(args) - 3 - 6 - 2) / 3
+	n := (len(args) - 3 - 7 - 2) / 3
 	s.grabs.Add(int64(n))
 	if n == 0 {
 		s.empty.Add(1)

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"cmp"
 	"math"
 	"strings"
 	"time"
@@ -79,6 +80,9 @@ type Seckill struct {
 	// Gate is what a grab needs besides a token, against bots and
 	// scalpers.
 	Gate Gate
+	// Room is the voucher's waiting room: with one, a grab needs the
+	// ticket of the user's admission from its line.
+	Room WaitingRoom
 }
 
 // NewVoucher is the input of voucher creation.
@@ -97,6 +101,8 @@ type NewVoucher struct {
 	Segments     *int
 	// Gate is SECKILL only; the zero value is an open sale.
 	Gate Gate
+	// Room is SECKILL only; zero pace and open tickets take the defaults.
+	Room WaitingRoom
 }
 
 // Validate checks the input and returns the first problem as a
@@ -139,6 +145,8 @@ func (n NewVoucher) Validate() error {
 			return InvalidField("segments", "only SECKILL vouchers have segments")
 		case n.Gate != Gate{}:
 			return InvalidField("requireTicket", "only SECKILL vouchers have a grab gate")
+		case n.Room != WaitingRoom{}:
+			return InvalidField("waitingRoom", "only SECKILL vouchers have a waiting room")
 		}
 		return nil
 	}
@@ -164,7 +172,48 @@ func (n NewVoucher) Validate() error {
 	case !n.Gate.Challenge.Valid():
 		return InvalidField("challenge", "unknown challenge kind")
 	}
+	return n.Room.validate()
+}
+
+// validate checks a room's settings as given at creation: a pace or a
+// number of open tickets only with a room, and within their bounds (0:
+// the default).
+func (r WaitingRoom) validate() error {
+	switch {
+	case !r.Enabled && (r.AdmitPerSecond != 0 || r.MaxActive != 0 || r.Paused):
+		return InvalidField("waitingRoom", "admitPerSecond, maxActive and a paused room need waitingRoom: true")
+	case r.AdmitPerSecond < 0 || r.AdmitPerSecond > AdmitPerSecondMax:
+		return InvalidField("admitPerSecond", "must be between 1 and %d", AdmitPerSecondMax)
+	case r.MaxActive < 0 || r.MaxActive > MaxActiveMax:
+		return InvalidField("maxActive", "must be between 1 and %d", MaxActiveMax)
+	}
 	return nil
+}
+
+// WithDefaults is the room with a zero pace and a zero number of open
+// tickets set to their defaults (a room that is not enabled stays zero).
+func (r WaitingRoom) WithDefaults() WaitingRoom {
+	if r.Enabled {
+		r.AdmitPerSecond = cmp.Or(r.AdmitPerSecond, AdmitPerSecondDefault)
+		r.MaxActive = cmp.Or(r.MaxActive, MaxActiveDefault)
+	}
+	return r
+}
+
+// Validate checks a change of a room's settings.
+func (c RoomChange) Validate() error {
+	switch {
+	case c.AdmitPerSecond != nil && (*c.AdmitPerSecond < 1 || *c.AdmitPerSecond > AdmitPerSecondMax):
+		return InvalidField("admitPerSecond", "must be between 1 and %d", AdmitPerSecondMax)
+	case c.MaxActive != nil && (*c.MaxActive < 1 || *c.MaxActive > MaxActiveMax):
+		return InvalidField("maxActive", "must be between 1 and %d", MaxActiveMax)
+	}
+	return nil
+}
+
+// RoomOfNoRoom answers a room change of a voucher that has no room.
+func RoomOfNoRoom(id int64) *Error {
+	return InvalidField("voucherId", "voucher %d has no waiting room (it is set at creation: waitingRoom: true)", id)
 }
 
 // ValidSegments reports whether n is an allowed segment count.

@@ -174,8 +174,8 @@ func TestEmbeddedModeNeedsNoConfiguration(t *testing.T) {
 	base, admin, banner := startServiceOut(t, map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SQLITE_PATH": dbPath})
 
 	data := postQuery(t, base, admin, `{ vouchers { edges { node { id title seckill { remaining } } } } }`)
-	if edges := data["vouchers"].(map[string]any)["edges"].([]any); len(edges) != 2 {
-		t.Fatalf("want the two demo vouchers, got %v", edges)
+	if edges := data["vouchers"].(map[string]any)["edges"].([]any); len(edges) != 3 {
+		t.Fatalf("want the three demo vouchers, got %v", edges)
 	}
 	created := postQuery(t, base, admin, createAndRead)["createVoucher"].(map[string]any)
 	read := postQuery(t, base, admin, `{ voucher(id: "`+created["id"].(string)+`") { title seckill { remaining } } }`)["voucher"].(map[string]any)

@@ -26,6 +26,7 @@ var adminFields = map[string]bool{
 	"reconciliation":     true,
 	"reconcile":          true,
 	"setVoucherGate":     true,
+	"setWaitingRoom":     true,
 	"block":              true,
 	"unblock":            true,
 	"blocks":             true,

@@ -53,6 +53,7 @@ func newVoucherFromModel(in model.CreateVoucherInput) domain.NewVoucher {
 		PerUserLimit: in.PerUserLimit,
 		Gate:         gateFromModel(in.RequireTicket, in.Challenge),
 		Segments:     in.Segments,
+		Room:         roomFromModel(in.WaitingRoom, in.AdmitPerSecond, in.MaxActive),
 	}
 }
 
@@ -91,7 +92,7 @@ func voucherToModel(v domain.Voucher) *model.Voucher {
 // voucher's, so that every answer about one voucher's seckill names the
 // same object in a client's normalized cache.
 func seckillInfoToModel(voucherID int64, sk domain.Seckill) *model.SeckillInfo {
-	return &model.SeckillInfo{
+	out := &model.SeckillInfo{
 		ID:            voucherID,
 		InitialStock:  sk.InitialStock,
 		Remaining:     sk.Remaining,
@@ -102,6 +103,8 @@ func seckillInfoToModel(voucherID int64, sk domain.Seckill) *model.SeckillInfo {
 		RequireTicket: sk.Gate.RequireTicket,
 		Challenge:     challengeToModel(sk.Gate.Challenge),
 	}
+	roomToModel(out, sk.Room)
+	return out
 }
 
 func stockToModel(l domain.StockLevel) *model.StockUpdate {

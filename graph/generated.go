@@ -82,11 +82,13 @@ type ComplexityRoot struct {
 		CreateRedPacket    func(childComplexity int, input model.CreateRedPacketInput) int
 		CreateVoucher      func(childComplexity int, input model.CreateVoucherInput) int
 		GrabRedPacket      func(childComplexity int, id int64, requestID *string) int
+		JoinQueue          func(childComplexity int, voucherID int64, challenge *string, nonce *string) int
 		PayOrder           func(childComplexity int, orderID int64) int
 		SeckillVoucher     func(childComplexity int, voucherID int64, requestID *string, ticket *string) int
 		SetVoucherGate     func(childComplexity int, id int64, requireTicket *bool, challenge *model.ChallengeKind) int
 		SetVoucherSegments func(childComplexity int, voucherID int64, segments int) int
 		SetVoucherStatus   func(childComplexity int, id int64, status model.VoucherStatus) int
+		SetWaitingRoom     func(childComplexity int, voucherID int64, admitPerSecond *int, maxActive *int, paused *bool) int
 		Unblock            func(childComplexity int, target model.BlockTarget) int
 	}
 
@@ -100,6 +102,7 @@ type ComplexityRoot struct {
 		DeadLetteredOrders func(childComplexity int, voucherID *int64, first *int, after *string) int
 		MyOrders           func(childComplexity int, first *int, after *string) int
 		Order              func(childComplexity int, id int64) int
+		QueuePlace         func(childComplexity int, voucherID int64) int
 		Reconcile          func(childComplexity int, voucherID *int64, repair *bool) int
 		Reconciliation     func(childComplexity int, voucherID int64) int
 		RedPacket          func(childComplexity int, id int64) int
@@ -109,6 +112,16 @@ type ComplexityRoot struct {
 		Stock              func(childComplexity int, voucherID int64) int
 		Voucher            func(childComplexity int, id int64) int
 		Vouchers           func(childComplexity int, shopID *int64, first *int, after *string) int
+	}
+
+	QueuePlace struct {
+		EstimatedWaitMs func(childComplexity int) int
+		ExpiresAt       func(childComplexity int) int
+		Position        func(childComplexity int) int
+		State           func(childComplexity int) int
+		Ticket          func(childComplexity int) int
+		VoucherID       func(childComplexity int) int
+		Waiting         func(childComplexity int) int
 	}
 
 	ReconcileReport struct {
@@ -156,17 +169,21 @@ type ComplexityRoot struct {
 	}
 
 	SeckillInfo struct {
-		BeginAt       func(childComplexity int) int
-		Challenge     func(childComplexity int) int
-		EndAt         func(childComplexity int) int
-		EndsInMs      func(childComplexity int) int
-		ID            func(childComplexity int) int
-		InitialStock  func(childComplexity int) int
-		PerUserLimit  func(childComplexity int) int
-		Remaining     func(childComplexity int) int
-		RequireTicket func(childComplexity int) int
-		Segments      func(childComplexity int) int
-		StartsInMs    func(childComplexity int) int
+		AdmitPerSecond func(childComplexity int) int
+		BeginAt        func(childComplexity int) int
+		Challenge      func(childComplexity int) int
+		EndAt          func(childComplexity int) int
+		EndsInMs       func(childComplexity int) int
+		ID             func(childComplexity int) int
+		InitialStock   func(childComplexity int) int
+		MaxActive      func(childComplexity int) int
+		PerUserLimit   func(childComplexity int) int
+		Remaining      func(childComplexity int) int
+		RequireTicket  func(childComplexity int) int
+		RoomPaused     func(childComplexity int) int
+		Segments       func(childComplexity int) int
+		StartsInMs     func(childComplexity int) int
+		WaitingRoom    func(childComplexity int) int
 	}
 
 	SeckillResult struct {
@@ -192,6 +209,7 @@ type ComplexityRoot struct {
 
 	Subscription struct {
 		OrderChanged func(childComplexity int, orderID int64) int
+		QueueChanged func(childComplexity int, voucherID int64) int
 		StockChanged func(childComplexity int, voucherID int64) int
 	}
 
@@ -258,6 +276,8 @@ type MutationResolver interface {
 	SetVoucherGate(ctx context.Context, id int64, requireTicket *bool, challenge *model.ChallengeKind) (*model.Voucher, error)
 	Block(ctx context.Context, target model.BlockTarget, expiresInSeconds *int) (*model.Block, error)
 	Unblock(ctx context.Context, target model.BlockTarget) (bool, error)
+	JoinQueue(ctx context.Context, voucherID int64, challenge *string, nonce *string) (*model.QueuePlace, error)
+	SetWaitingRoom(ctx context.Context, voucherID int64, admitPerSecond *int, maxActive *int, paused *bool) (*model.Voucher, error)
 }
 type QueryResolver interface {
 	Voucher(ctx context.Context, id int64) (*model.Voucher, error)
@@ -273,6 +293,7 @@ type QueryResolver interface {
 	ServerTime(ctx context.Context) (*time.Time, error)
 	SeckillChallenge(ctx context.Context, voucherID int64) (*model.SeckillChallenge, error)
 	SeckillTicket(ctx context.Context, voucherID int64, challenge *string, nonce *string) (*model.SeckillTicket, error)
+	QueuePlace(ctx context.Context, voucherID int64) (*model.QueuePlace, error)
 }
 type SeckillInfoResolver interface {
 	StartsInMs(ctx context.Context, obj *model.SeckillInfo) (int, error)
@@ -284,6 +305,7 @@ type StockUpdateResolver interface {
 type SubscriptionResolver interface {
 	StockChanged(ctx context.Context, voucherID int64) (<-chan *model.StockUpdate, error)
 	OrderChanged(ctx context.Context, orderID int64) (<-chan *model.VoucherOrder, error)
+	QueueChanged(ctx context.Context, voucherID int64) (<-chan *model.QueuePlace, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -489,6 +511,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.GrabRedPacket(childComplexity, args["id"].(int64), args["requestId"].(*string)), true
+	case "Mutation.joinQueue":
+		if e.ComplexityRoot.Mutation.JoinQueue == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_joinQueue_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.JoinQueue(childComplexity, args["voucherId"].(int64), args["challenge"].(*string), args["nonce"].(*string)), true
 	case "Mutation.payOrder":
 		if e.ComplexityRoot.Mutation.PayOrder == nil {
 			break
@@ -544,6 +577,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.SetVoucherStatus(childComplexity, args["id"].(int64), args["status"].(model.VoucherStatus)), true
+	case "Mutation.setWaitingRoom":
+		if e.ComplexityRoot.Mutation.SetWaitingRoom == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_setWaitingRoom_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SetWaitingRoom(childComplexity, args["voucherId"].(int64), args["admitPerSecond"].(*int), args["maxActive"].(*int), args["paused"].(*bool)), true
 	case "Mutation.unblock":
 		if e.ComplexityRoot.Mutation.Unblock == nil {
 			break
@@ -609,6 +653,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Order(childComplexity, args["id"].(int64)), true
+	case "Query.queuePlace":
+		if e.ComplexityRoot.Query.QueuePlace == nil {
+			break
+		}
+
+		args, err := ec.field_Query_queuePlace_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.QueuePlace(childComplexity, args["voucherId"].(int64)), true
 	case "Query.reconcile":
 		if e.ComplexityRoot.Query.Reconcile == nil {
 			break
@@ -703,6 +758,49 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Vouchers(childComplexity, args["shopId"].(*int64), args["first"].(*int), args["after"].(*string)), true
+
+	case "QueuePlace.estimatedWaitMs":
+		if e.ComplexityRoot.QueuePlace.EstimatedWaitMs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueuePlace.EstimatedWaitMs(childComplexity), true
+	case "QueuePlace.expiresAt":
+		if e.ComplexityRoot.QueuePlace.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueuePlace.ExpiresAt(childComplexity), true
+	case "QueuePlace.position":
+		if e.ComplexityRoot.QueuePlace.Position == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueuePlace.Position(childComplexity), true
+	case "QueuePlace.state":
+		if e.ComplexityRoot.QueuePlace.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueuePlace.State(childComplexity), true
+	case "QueuePlace.ticket":
+		if e.ComplexityRoot.QueuePlace.Ticket == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueuePlace.Ticket(childComplexity), true
+	case "QueuePlace.voucherId":
+		if e.ComplexityRoot.QueuePlace.VoucherID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueuePlace.VoucherID(childComplexity), true
+	case "QueuePlace.waiting":
+		if e.ComplexityRoot.QueuePlace.Waiting == nil {
+			break
+		}
+
+		return e.ComplexityRoot.QueuePlace.Waiting(childComplexity), true
 
 	case "ReconcileReport.balanced":
 		if e.ComplexityRoot.ReconcileReport.Balanced == nil {
@@ -900,6 +998,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.SeckillChallenge.ExpiresAt(childComplexity), true
 
+	case "SeckillInfo.admitPerSecond":
+		if e.ComplexityRoot.SeckillInfo.AdmitPerSecond == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SeckillInfo.AdmitPerSecond(childComplexity), true
 	case "SeckillInfo.beginAt":
 		if e.ComplexityRoot.SeckillInfo.BeginAt == nil {
 			break
@@ -936,6 +1040,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.SeckillInfo.InitialStock(childComplexity), true
+	case "SeckillInfo.maxActive":
+		if e.ComplexityRoot.SeckillInfo.MaxActive == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SeckillInfo.MaxActive(childComplexity), true
 	case "SeckillInfo.perUserLimit":
 		if e.ComplexityRoot.SeckillInfo.PerUserLimit == nil {
 			break
@@ -954,6 +1064,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.SeckillInfo.RequireTicket(childComplexity), true
+	case "SeckillInfo.roomPaused":
+		if e.ComplexityRoot.SeckillInfo.RoomPaused == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SeckillInfo.RoomPaused(childComplexity), true
 	case "SeckillInfo.segments":
 		if e.ComplexityRoot.SeckillInfo.Segments == nil {
 			break
@@ -966,6 +1082,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.SeckillInfo.StartsInMs(childComplexity), true
+	case "SeckillInfo.waitingRoom":
+		if e.ComplexityRoot.SeckillInfo.WaitingRoom == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SeckillInfo.WaitingRoom(childComplexity), true
 
 	case "SeckillResult.code":
 		if e.ComplexityRoot.SeckillResult.Code == nil {
@@ -1053,6 +1175,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscription.OrderChanged(childComplexity, args["orderId"].(int64)), true
+	case "Subscription.queueChanged":
+		if e.ComplexityRoot.Subscription.QueueChanged == nil {
+			break
+		}
+
+		args, err := ec.field_Subscription_queueChanged_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Subscription.QueueChanged(childComplexity, args["voucherId"].(int64)), true
 	case "Subscription.stockChanged":
 		if e.ComplexityRoot.Subscription.StockChanged == nil {
 			break
@@ -1335,7 +1468,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "admin.graphqls" "gate.graphqls" "schema.graphqls"
+//go:embed "admin.graphqls" "gate.graphqls" "queue.graphqls" "schema.graphqls"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -1349,6 +1482,7 @@ func sourceData(filename string) string {
 var sources = []*ast.Source{
 	{Name: "admin.graphqls", Input: sourceData("admin.graphqls"), BuiltIn: false},
 	{Name: "gate.graphqls", Input: sourceData("gate.graphqls"), BuiltIn: false},
+	{Name: "queue.graphqls", Input: sourceData("queue.graphqls"), BuiltIn: false},
 	{Name: "schema.graphqls", Input: sourceData("schema.graphqls"), BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
@@ -1433,6 +1567,26 @@ func (ec *executionContext) childFields_PageInfo(ctx context.Context, field grap
 		return ec.fieldContext_PageInfo_endCursor(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type PageInfo", field.Name)
+}
+
+func (ec *executionContext) childFields_QueuePlace(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "voucherId":
+		return ec.fieldContext_QueuePlace_voucherId(ctx, field)
+	case "state":
+		return ec.fieldContext_QueuePlace_state(ctx, field)
+	case "position":
+		return ec.fieldContext_QueuePlace_position(ctx, field)
+	case "waiting":
+		return ec.fieldContext_QueuePlace_waiting(ctx, field)
+	case "estimatedWaitMs":
+		return ec.fieldContext_QueuePlace_estimatedWaitMs(ctx, field)
+	case "ticket":
+		return ec.fieldContext_QueuePlace_ticket(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_QueuePlace_expiresAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type QueuePlace", field.Name)
 }
 
 func (ec *executionContext) childFields_ReconcileReport(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1547,6 +1701,14 @@ func (ec *executionContext) childFields_SeckillInfo(ctx context.Context, field g
 		return ec.fieldContext_SeckillInfo_startsInMs(ctx, field)
 	case "endsInMs":
 		return ec.fieldContext_SeckillInfo_endsInMs(ctx, field)
+	case "waitingRoom":
+		return ec.fieldContext_SeckillInfo_waitingRoom(ctx, field)
+	case "admitPerSecond":
+		return ec.fieldContext_SeckillInfo_admitPerSecond(ctx, field)
+	case "maxActive":
+		return ec.fieldContext_SeckillInfo_maxActive(ctx, field)
+	case "roomPaused":
+		return ec.fieldContext_SeckillInfo_roomPaused(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type SeckillInfo", field.Name)
 }
@@ -1915,6 +2077,36 @@ func (ec *executionContext) field_Mutation_grabRedPacket_args(ctx context.Contex
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_joinQueue_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "voucherId",
+		func(ctx context.Context, v any) (int64, error) {
+			return ec.unmarshalNID2int64(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["voucherId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "challenge",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["challenge"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "nonce",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["nonce"] = arg2
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_payOrder_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -2033,6 +2225,44 @@ func (ec *executionContext) field_Mutation_setVoucherStatus_args(ctx context.Con
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_setWaitingRoom_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "voucherId",
+		func(ctx context.Context, v any) (int64, error) {
+			return ec.unmarshalNID2int64(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["voucherId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "admitPerSecond",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["admitPerSecond"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "maxActive",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["maxActive"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "paused",
+		func(ctx context.Context, v any) (*bool, error) {
+			return ec.unmarshalOBoolean2ᚖbool(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["paused"] = arg3
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_unblock_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -2124,6 +2354,20 @@ func (ec *executionContext) field_Query_order_args(ctx context.Context, rawArgs 
 		return nil, err
 	}
 	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_queuePlace_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "voucherId",
+		func(ctx context.Context, v any) (int64, error) {
+			return ec.unmarshalNID2int64(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["voucherId"] = arg0
 	return args, nil
 }
 
@@ -2290,6 +2534,20 @@ func (ec *executionContext) field_Subscription_orderChanged_args(ctx context.Con
 		return nil, err
 	}
 	args["orderId"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Subscription_queueChanged_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "voucherId",
+		func(ctx context.Context, v any) (int64, error) {
+			return ec.unmarshalNID2int64(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["voucherId"] = arg0
 	return args, nil
 }
 
@@ -3359,6 +3617,94 @@ func (ec *executionContext) fieldContext_Mutation_unblock(ctx context.Context, f
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_joinQueue(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_joinQueue(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().JoinQueue(ctx, fc.Args["voucherId"].(int64), fc.Args["challenge"].(*string), fc.Args["nonce"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.QueuePlace) graphql.Marshaler {
+			return ec.marshalNQueuePlace2ᚖflashsaleᚋgraphᚋmodelᚐQueuePlace(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_joinQueue(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_QueuePlace(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_joinQueue_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_setWaitingRoom(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_setWaitingRoom(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().SetWaitingRoom(ctx, fc.Args["voucherId"].(int64), fc.Args["admitPerSecond"].(*int), fc.Args["maxActive"].(*int), fc.Args["paused"].(*bool))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.Voucher) graphql.Marshaler {
+			return ec.marshalNVoucher2ᚖflashsaleᚋgraphᚋmodelᚐVoucher(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_setWaitingRoom(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Voucher(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_setWaitingRoom_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _PageInfo_hasNextPage(ctx context.Context, field graphql.CollectedField, obj *model.PageInfo) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3944,6 +4290,50 @@ func (ec *executionContext) fieldContext_Query_seckillTicket(ctx context.Context
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_queuePlace(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_queuePlace(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().QueuePlace(ctx, fc.Args["voucherId"].(int64))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.QueuePlace) graphql.Marshaler {
+			return ec.marshalOQueuePlace2ᚖflashsaleᚋgraphᚋmodelᚐQueuePlace(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Query_queuePlace(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_QueuePlace(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_queuePlace_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query___type(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -4018,6 +4408,167 @@ func (ec *executionContext) fieldContext_Query___schema(_ context.Context, field
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _QueuePlace_voucherId(ctx context.Context, field graphql.CollectedField, obj *model.QueuePlace) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueuePlace_voucherId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.VoucherID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNID2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_QueuePlace_voucherId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("QueuePlace", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _QueuePlace_state(ctx context.Context, field graphql.CollectedField, obj *model.QueuePlace) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueuePlace_state(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.State, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v model.QueueState) graphql.Marshaler {
+			return ec.marshalNQueueState2flashsaleᚋgraphᚋmodelᚐQueueState(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_QueuePlace_state(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("QueuePlace", field, false, false, errors.New("field of type QueueState does not have child fields"))
+}
+
+func (ec *executionContext) _QueuePlace_position(ctx context.Context, field graphql.CollectedField, obj *model.QueuePlace) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueuePlace_position(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Position, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_QueuePlace_position(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("QueuePlace", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _QueuePlace_waiting(ctx context.Context, field graphql.CollectedField, obj *model.QueuePlace) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueuePlace_waiting(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Waiting, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_QueuePlace_waiting(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("QueuePlace", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _QueuePlace_estimatedWaitMs(ctx context.Context, field graphql.CollectedField, obj *model.QueuePlace) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueuePlace_estimatedWaitMs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.EstimatedWaitMs, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_QueuePlace_estimatedWaitMs(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("QueuePlace", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _QueuePlace_ticket(ctx context.Context, field graphql.CollectedField, obj *model.QueuePlace) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueuePlace_ticket(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Ticket, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_QueuePlace_ticket(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("QueuePlace", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _QueuePlace_expiresAt(ctx context.Context, field graphql.CollectedField, obj *model.QueuePlace) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_QueuePlace_expiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_QueuePlace_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("QueuePlace", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
 func (ec *executionContext) _ReconcileReport_voucherId(ctx context.Context, field graphql.CollectedField, obj *model.ReconcileReport) (ret graphql.Marshaler) {
@@ -5009,6 +5560,98 @@ func (ec *executionContext) fieldContext_SeckillInfo_endsInMs(_ context.Context,
 	return graphql.NewScalarFieldContext("SeckillInfo", field, true, true, errors.New("field of type Int does not have child fields"))
 }
 
+func (ec *executionContext) _SeckillInfo_waitingRoom(ctx context.Context, field graphql.CollectedField, obj *model.SeckillInfo) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SeckillInfo_waitingRoom(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.WaitingRoom, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SeckillInfo_waitingRoom(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SeckillInfo", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _SeckillInfo_admitPerSecond(ctx context.Context, field graphql.CollectedField, obj *model.SeckillInfo) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SeckillInfo_admitPerSecond(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.AdmitPerSecond, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_SeckillInfo_admitPerSecond(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SeckillInfo", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SeckillInfo_maxActive(ctx context.Context, field graphql.CollectedField, obj *model.SeckillInfo) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SeckillInfo_maxActive(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MaxActive, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_SeckillInfo_maxActive(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SeckillInfo", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SeckillInfo_roomPaused(ctx context.Context, field graphql.CollectedField, obj *model.SeckillInfo) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SeckillInfo_roomPaused(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RoomPaused, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *bool) graphql.Marshaler {
+			return ec.marshalOBoolean2ᚖbool(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_SeckillInfo_roomPaused(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SeckillInfo", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
 func (ec *executionContext) _SeckillResult_code(ctx context.Context, field graphql.CollectedField, obj *model.SeckillResult) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -5376,6 +6019,50 @@ func (ec *executionContext) fieldContext_Subscription_orderChanged(ctx context.C
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Subscription_orderChanged_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Subscription_queueChanged(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
+	return graphql.ResolveFieldStream(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscription_queueChanged(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Subscription().QueueChanged(ctx, fc.Args["voucherId"].(int64))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.QueuePlace) graphql.Marshaler {
+			return ec.marshalNQueuePlace2ᚖflashsaleᚋgraphᚋmodelᚐQueuePlace(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscription_queueChanged(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscription",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_QueuePlace(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Subscription_queueChanged_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -7236,8 +7923,11 @@ func (ec *executionContext) unmarshalInputCreateVoucherInput(ctx context.Context
 	if _, present := asMap["challenge"]; !present {
 		asMap["challenge"] = "NONE"
 	}
+	if _, present := asMap["waitingRoom"]; !present {
+		asMap["waitingRoom"] = false
+	}
 
-	fieldsInOrder := [...]string{"shopId", "title", "subTitle", "rules", "payValue", "actualValue", "type", "stock", "beginAt", "endAt", "perUserLimit", "segments", "requireTicket", "challenge"}
+	fieldsInOrder := [...]string{"shopId", "title", "subTitle", "rules", "payValue", "actualValue", "type", "stock", "beginAt", "endAt", "perUserLimit", "segments", "requireTicket", "challenge", "waitingRoom", "admitPerSecond", "maxActive"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -7342,6 +8032,27 @@ func (ec *executionContext) unmarshalInputCreateVoucherInput(ctx context.Context
 				return it, err
 			}
 			it.Challenge = data
+		case "waitingRoom":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("waitingRoom"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WaitingRoom = data
+		case "admitPerSecond":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("admitPerSecond"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.AdmitPerSecond = data
+		case "maxActive":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxActive"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxActive = data
 		}
 	}
 	return it, nil
@@ -7719,6 +8430,20 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "joinQueue":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_joinQueue(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "setWaitingRoom":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_setWaitingRoom(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -8089,6 +8814,28 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 			}
 
 			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "queuePlace":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_queuePlace(ctx, field)
+				if res == graphql.RequiredNull {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
 		case "__type":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Query___type(ctx, field)
@@ -8102,6 +8849,74 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 			})
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var queuePlaceImplementors = []string{"QueuePlace"}
+
+func (ec *executionContext) _QueuePlace(ctx context.Context, sel ast.SelectionSet, obj *model.QueuePlace) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, queuePlaceImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("QueuePlace")
+		case "voucherId":
+			out.Values[i] = ec._QueuePlace_voucherId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "state":
+			out.Values[i] = ec._QueuePlace_state(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "position":
+			out.Values[i] = ec._QueuePlace_position(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "waiting":
+			out.Values[i] = ec._QueuePlace_waiting(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "estimatedWaitMs":
+			out.Values[i] = ec._QueuePlace_estimatedWaitMs(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "ticket":
+			out.Values[i] = ec._QueuePlace_ticket(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "expiresAt":
+			out.Values[i] = ec._QueuePlace_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -8549,6 +9364,26 @@ func (ec *executionContext) _SeckillInfo(ctx context.Context, sel ast.SelectionS
 			}
 
 			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "waitingRoom":
+			out.Values[i] = ec._SeckillInfo_waitingRoom(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "admitPerSecond":
+			out.Values[i] = ec._SeckillInfo_admitPerSecond(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "maxActive":
+			out.Values[i] = ec._SeckillInfo_maxActive(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "roomPaused":
+			out.Values[i] = ec._SeckillInfo_roomPaused(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -8779,6 +9614,8 @@ func (ec *executionContext) _Subscription(ctx context.Context, sel ast.Selection
 		return ec._Subscription_stockChanged(ctx, fields[0])
 	case "orderChanged":
 		return ec._Subscription_orderChanged(ctx, fields[0])
+	case "queueChanged":
+		return ec._Subscription_queueChanged(ctx, fields[0])
 	default:
 		panic("unknown field " + strconv.Quote(fields[0].Name))
 	}
@@ -9694,6 +10531,26 @@ func (ec *executionContext) marshalNPageInfo2ᚖflashsaleᚋgraphᚋmodelᚐPage
 	return ec._PageInfo(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNQueuePlace2ᚖflashsaleᚋgraphᚋmodelᚐQueuePlace(ctx context.Context, sel ast.SelectionSet, v *model.QueuePlace) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._QueuePlace(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNQueueState2flashsaleᚋgraphᚋmodelᚐQueueState(ctx context.Context, v any) (model.QueueState, error) {
+	var res model.QueueState
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNQueueState2flashsaleᚋgraphᚋmodelᚐQueueState(ctx context.Context, sel ast.SelectionSet, v model.QueueState) graphql.Marshaler {
+	return v
+}
+
 func (ec *executionContext) marshalNReconcileReport2ᚕᚖflashsaleᚋgraphᚋmodelᚐReconcileReportᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ReconcileReport) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
@@ -10215,6 +11072,13 @@ func (ec *executionContext) marshalOInt2ᚖint(ctx context.Context, sel ast.Sele
 	_ = ctx
 	res := graphql.MarshalInt(*v)
 	return res
+}
+
+func (ec *executionContext) marshalOQueuePlace2ᚖflashsaleᚋgraphᚋmodelᚐQueuePlace(ctx context.Context, sel ast.SelectionSet, v *model.QueuePlace) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._QueuePlace(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalORedPacket2ᚖflashsaleᚋgraphᚋmodelᚐRedPacket(ctx context.Context, sel ast.SelectionSet, v *model.RedPacket) graphql.Marshaler {

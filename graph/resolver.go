@@ -57,4 +57,7 @@ type Resolver struct {
 	// RedPackets serves the red-packet fields; nil answers
 	// NOT_IMPLEMENTED.
 	RedPackets RedPackets
+	// Queue serves the waiting rooms' fields; nil answers
+	// NOT_IMPLEMENTED.
+	Queue Queue
 }

@@ -26,6 +26,7 @@ import (
 	"flashsale/usecase/catalog"
 	"flashsale/usecase/gate"
 	"flashsale/usecase/live"
+	"flashsale/usecase/queue"
 )
 
 // app is the wired service. start builds it from one ordered list of
@@ -67,6 +68,7 @@ type app struct {
 	locks    lockPart
 	redPkts  *redPacketsPart
 	live     *live.Service
+	queue    *queue.Service
 	gate     *gate.Service
 	gateRdb  redis.UniversalClient // the gate's own client, with Hooks.GateRedis only
 	gql      http.Handler          // /query
@@ -159,6 +161,9 @@ func (a *app) services() []lifecycle.Named {
 		{Name: "red packets", Service: lifecycle.Build(a.buildRedPackets)},
 		// The gate loads its blocklist before the first grab.
 		{Name: "gate", Service: lifecycle.Build(a.buildGate)},
+		// The waiting rooms check joins at the gate and issue its
+		// tickets; their pacer admits from every open room.
+		{Name: "waiting rooms", Service: lifecycle.Build(a.buildQueue)},
 		// GraphQL over everything above.
 		{Name: "graphql", Service: lifecycle.Func(a.buildHandler, nil)},
 		// The port is bound once everything it serves is built: a node

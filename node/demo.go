@@ -40,16 +40,19 @@ func (a *app) printDemo(ctx context.Context, w io.Writer) error {
 
 // demoVouchers returns the demo vouchers' ids, creating those missing.
 func (a *app) demoVouchers(ctx context.Context) ([]int64, error) {
-	vs, _, err := a.catalog.List(ctx, nil, domain.Page{First: 2})
+	vs, _, err := a.catalog.List(ctx, nil, domain.Page{First: 3})
 	if err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
 	demos := []struct {
 		title, sub string
 		gate       domain.Gate
+		room       domain.WaitingRoom
 	}{
-		{"Demo flash-sale voucher", "100 units, one per person", domain.Gate{}},
-		{"Demo voucher against bots", "100 units, one per person; grabs need a ticket, and a ticket a proof of work", domain.Gate{RequireTicket: true, Challenge: domain.ChallengePOW}},
+		{"Demo flash-sale voucher", "100 units, one per person", domain.Gate{}, domain.WaitingRoom{}},
+		{"Demo voucher against bots", "100 units, one per person; grabs need a ticket, and a ticket a proof of work", domain.Gate{RequireTicket: true, Challenge: domain.ChallengePOW}, domain.WaitingRoom{}},
+		{"Demo voucher with a waiting room", "100 units, one per person; join the line, and grab once admitted (two a second)", domain.Gate{},
+			domain.WaitingRoom{Enabled: true, AdmitPerSecond: 2, MaxActive: 10}},
 	}
 	ids := make([]int64, len(demos))
 	for i, d := range demos {
@@ -63,7 +66,7 @@ func (a *app) demoVouchers(ctx context.Context) ([]int64, error) {
 		v, err := a.catalog.Create(ctx, domain.NewVoucher{
 			ShopID: 1, Title: d.title, SubTitle: &d.sub,
 			PayValue: 990, ActualValue: 5000, Type: domain.VoucherSeckill,
-			Stock: &stock, BeginAt: &begin, EndAt: &end, PerUserLimit: &limit, Gate: d.gate,
+			Stock: &stock, BeginAt: &begin, EndAt: &end, PerUserLimit: &limit, Gate: d.gate, Room: d.room,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("demo voucher: %w", err)
@@ -94,17 +97,18 @@ Flash-sale voucher service (embedded mode: in-process Redis, SQLite file %s)
 
 With the header {"Authorization": "Bearer <token>"}, try (the admin token can do all):
 %s
-`, a.cfg.SQLitePath, displayAddr(a.listener.Addr()), admin, user, indent(sampleOperations(ids[0], ids[1]), "  "))
+`, a.cfg.SQLitePath, displayAddr(a.listener.Addr()), admin, user, indent(sampleOperations(ids[0], ids[1], ids[2]), "  "))
 	return nil
 }
 
 // sampleOperations is what a visitor wants to try first, on voucher id: look,
 // create a voucher (admin), grab, pay, and watch the stock live; then, on
 // voucher gated, the way past the grab gate: the server's clock, a
-// challenge, a ticket, a grab with it. The banner prints it and the
-// playground opens with it; TestSampleOperationsAreValid checks it against
-// the schema.
-func sampleOperations(id, gated int64) string {
+// challenge, a ticket, a grab with it; and on voucher room, its waiting
+// room: join, watch the place, grab with the admission's ticket. The
+// banner prints it and the playground opens with it;
+// TestSampleOperationsAreValid checks it against the schema.
+func sampleOperations(id, gated, room int64) string {
 	return fmt.Sprintf(`# Run one operation at a time: the play button asks which.
 query Vouchers {
   vouchers(first: 10) { edges { node { id title seckill { remaining initialStock } } } }
@@ -150,7 +154,22 @@ query Ticket($challenge: String, $nonce: String) {
 mutation GrabWithTicket($ticket: String) {
   seckillVoucher(voucherId: "%d", ticket: $ticket) { code orderId message }
 }
-`, id, id, gated, gated, gated, gated, gated)
+
+# Voucher %d has a waiting room: join its line once, watch your place,
+# and grab with the ticket your admission brings.
+mutation JoinQueue {
+  joinQueue(voucherId: "%d") { state position waiting estimatedWaitMs ticket expiresAt }
+}
+
+subscription WatchPlace {
+  queueChanged(voucherId: "%d") { state position waiting estimatedWaitMs ticket expiresAt }
+}
+
+# Variables: {"ticket": "<the ticket of your admission>"}
+mutation GrabWhenAdmitted($ticket: String) {
+  seckillVoucher(voucherId: "%d", ticket: $ticket) { code orderId message }
+}
+`, id, id, gated, gated, gated, gated, gated, room, room, room, room)
 }
 
 // indent prefixes every non-empty line of s.
@@ -168,7 +187,7 @@ func indent(s, prefix string) string {
 // embedded mode, listening on loopback only, with a demo admin token in
 // its headers. Never in real mode: whoever loads the page gets the token.
 func playgroundOptions(cfg config.Config, tokens *auth.Tokens) ([]playground.Option, error) {
-	opts := []playground.Option{playground.WithQuery(sampleOperations(demoVoucherID, demoGatedVoucherID))}
+	opts := []playground.Option{playground.WithQuery(sampleOperations(demoVoucherID, demoGatedVoucherID, demoRoomVoucherID))}
 	if !cfg.Embedded() || !cfg.Demo || !loopback(cfg.HTTPAddr) {
 		return opts, nil
 	}
@@ -185,6 +204,10 @@ const demoVoucherID = 1
 
 // demoGatedVoucherID is the second demo voucher's, the one behind the gate.
 const demoGatedVoucherID = 2
+
+// demoRoomVoucherID is the third demo voucher's, the one with a waiting
+// room.
+const demoRoomVoucherID = 3
 
 // loopback reports whether a listen address accepts local connections only.
 func loopback(addr string) bool {

@@ -28,7 +28,7 @@ func TestSampleOperationsAreValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, errs := gqlparser.LoadQuery(schema, sampleOperations(1, 2)); len(errs) > 0 {
+	if _, errs := gqlparser.LoadQuery(schema, sampleOperations(1, 2, 3)); len(errs) > 0 {
 		t.Fatalf("sample operations: %v", errs)
 	}
 }

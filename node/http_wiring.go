@@ -54,7 +54,7 @@ func (a *app) buildHandler(context.Context) error {
 		a.hooks.HTTP(&opts)
 	}
 	gql := httpapi.NewHandler(&graph.Resolver{Catalog: a.catalog, Seckill: seckill.New(a.gate, grabber), DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: reconciliationQuery{a.orders.reconciler},
-		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live, Gate: a.gate, RedPackets: a.redPkts.service}, opts)
+		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live, Gate: a.gate, RedPackets: a.redPkts.service, Queue: a.queue}, opts)
 	a.gql = gql
 	pgOpts, err := playgroundOptions(cfg, a.tokens)
 	if err != nil {

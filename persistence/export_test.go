@@ -119,3 +119,10 @@ func InsertPackets(ctx context.Context, db *bun.DB, arrays bool, id int64, amoun
 		return insertPacketValues(ctx, tx, id, amounts)
 	})
 }
+
+// QueueKeys are a voucher's waiting-room keys and its stock key, for tests
+// of the room's scripts: the settings, the line, the open tickets, the
+// admissions, the stock.
+func QueueKeys(voucherID int64) (room, line, open, admitted, stock string) {
+	return roomKey(voucherID), lineKey(voucherID), openKey(voucherID), admittedKey(voucherID), stockKey(voucherID)
+}

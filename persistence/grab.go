@@ -141,7 +141,7 @@ func (g *Grabs) Grab(ctx context.Context, voucherID int64, seg int, fence int64,
 	for _, gr := range grabs {
 		args = append(args, gr.RequestID, gr.UserID, gr.OrderID)
 	}
-	keys := []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID), fenceKey(voucherID, seg), reqKey(voucherID), LogKey(voucherID)}
+	keys := []string{metaKey(voucherID), stockKey(voucherID), usersKey(voucherID), fenceKey(voucherID, seg), reqKey(voucherID), LogKey(voucherID), openKey(voucherID)}
 	seen := time.Now()
 	call := g.Acks.runAcked(ctx, g.rdb, grabScript, keys, args...)
 	raw, err := call.res.Slice()

@@ -41,6 +41,11 @@ type seckillRow struct {
 	// RequireTicket and Challenge are the voucher's grab gate against bots.
 	RequireTicket bool                 `bun:"require_ticket,notnull"`
 	Challenge     domain.ChallengeKind `bun:"challenge,notnull"`
+	// The voucher's waiting room (domain.WaitingRoom).
+	WaitingRoom    bool `bun:"waiting_room,notnull"`
+	AdmitPerSecond int  `bun:"admit_per_second,notnull"`
+	MaxActive      int  `bun:"max_active,notnull"`
+	RoomPaused     bool `bun:"room_paused,notnull"`
 }
 
 // redisLoadRow is a tb_voucher_redis_load row: the load stamp of the load
@@ -127,6 +132,8 @@ func (r *voucherRow) toDomain() domain.Voucher {
 			EndAt:        r.Seckill.EndTime.UTC(),
 			Segments:     max(r.Seckill.Segments, 1),
 			Gate:         domain.Gate{RequireTicket: r.Seckill.RequireTicket, Challenge: r.Seckill.Challenge},
+			Room: domain.WaitingRoom{Enabled: r.Seckill.WaitingRoom, AdmitPerSecond: r.Seckill.AdmitPerSecond,
+				MaxActive: r.Seckill.MaxActive, Paused: r.Seckill.RoomPaused},
 		}
 	}
 	return v

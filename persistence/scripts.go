@@ -38,6 +38,18 @@ var scriptNames = strings.NewReplacer(
 	"${EntryRedPacketID}", EntryRedPacketID,
 	"${EntryPacketSeq}", EntryPacketSeq,
 	"${EntryAmount}", EntryAmount,
+	"${qmOpen}", qmOpen,
+	"${qmEnd}", qmEnd,
+	"${qmRate}", qmRate,
+	"${qmMax}", qmMax,
+	"${qmPaused}", qmPaused,
+	"${qmExpire}", qmExpire,
+	"${qmRun}", qmRun,
+	"${qmTokens}", qmTokens,
+	"${qmLast}", qmLast,
+	"${qmAdmitted}", qmAdmitted,
+	"${qmExpired}", qmExpired,
+	"${qmResets}", qmResets,
 )
 
 // serverRunLua is a Lua expression for the token a load is verified

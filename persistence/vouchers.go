@@ -72,6 +72,10 @@ func (s *Vouchers) create(ctx context.Context, in domain.NewVoucher, now time.Ti
 			Challenge:     in.Gate.Challenge,
 			Segments:      in.SegmentCount(),
 		}
+		if room := in.Room.WithDefaults(); room.Enabled {
+			row.Seckill.WaitingRoom, row.Seckill.AdmitPerSecond = true, room.AdmitPerSecond
+			row.Seckill.MaxActive, row.Seckill.RoomPaused = room.MaxActive, room.Paused
+		}
 		if _, err := tx.NewInsert().Model(row.Seckill).Exec(ctx); err != nil {
 			return fmt.Errorf("insert tb_seckill_voucher: %w", err)
 		}
@@ -241,6 +245,71 @@ func (s *Vouchers) SetGate(ctx context.Context, id int64, change domain.GateChan
 			return domain.Voucher{}, err
 		}
 		return domain.Voucher{}, fmt.Errorf("set voucher %d gate: %w", id, err)
+	}
+	return s.Get(ctx, id)
+}
+
+// Rooms lists the seckill vouchers with a waiting room whose sale has not
+// ended at now (the open rooms a node's pacer runs).
+func (s *Vouchers) Rooms(ctx context.Context, now time.Time) ([]domain.Voucher, error) {
+	var rows []*voucherRow
+	err := s.db.NewSelect().Model(&rows).Relation("Seckill").
+		Where("seckill.waiting_room").Where("seckill.end_time > ?", now.UTC()).
+		Order("v.id ASC").Scan(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list the vouchers with a waiting room: %w", err)
+	}
+	out := make([]domain.Voucher, len(rows))
+	for i, r := range rows {
+		out[i] = r.toDomain()
+	}
+	return out, nil
+}
+
+// SetWaitingRoom changes a seckill voucher's waiting-room settings, live:
+// the pace, the open tickets allowed, whether it admits. The voucher must
+// have a room (domain.RoomOfNoRoom otherwise). The row's update_time does
+// not move: the room's settings are not the voucher's Redis metadata, and
+// the caller writes them to Redis itself (Queue.Configure).
+func (s *Vouchers) SetWaitingRoom(ctx context.Context, id int64, change domain.RoomChange) (domain.Voucher, error) {
+	err := s.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var room *bool
+		q := tx.NewSelect().TableExpr("tb_voucher AS v").ColumnExpr("s.waiting_room").
+			Join("LEFT JOIN tb_seckill_voucher AS s ON s.voucher_id = v.id").Where("v.id = ?", id)
+		if IsPostgres(tx) {
+			q = q.For("NO KEY UPDATE OF v")
+		}
+		if err := q.Scan(ctx, &room); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return domain.NotFound("voucher", id)
+			}
+			return err
+		}
+		if room == nil || !*room {
+			return domain.RoomOfNoRoom(id)
+		}
+		upd := tx.NewUpdate().Table("tb_seckill_voucher").Where("voucher_id = ?", id)
+		set := false
+		if change.AdmitPerSecond != nil {
+			upd, set = upd.Set("admit_per_second = ?", *change.AdmitPerSecond), true
+		}
+		if change.MaxActive != nil {
+			upd, set = upd.Set("max_active = ?", *change.MaxActive), true
+		}
+		if change.Paused != nil {
+			upd, set = upd.Set("room_paused = ?", *change.Paused), true
+		}
+		if !set {
+			return nil
+		}
+		_, err := upd.Exec(ctx)
+		return err
+	})
+	if err != nil {
+		if c := domain.ErrorCode(err); c == domain.CodeNotFound || c == domain.CodeBadInput {
+			return domain.Voucher{}, err
+		}
+		return domain.Voucher{}, fmt.Errorf("set voucher %d waiting room: %w", id, err)
 	}
 	return s.Get(ctx, id)
 }

@@ -54,6 +54,12 @@ type CreateVoucherInput struct {
 	RequireTicket *bool `json:"requireTicket,omitempty"`
 	// SECKILL only: what seckillTicket asks to be solved first.
 	Challenge *ChallengeKind `json:"challenge,omitempty"`
+	// SECKILL only: grabs go through a waiting room (joinQueue).
+	WaitingRoom *bool `json:"waitingRoom,omitempty"`
+	// With waitingRoom: users admitted a second (default 100).
+	AdmitPerSecond *int `json:"admitPerSecond,omitempty"`
+	// With waitingRoom: admitted tickets open (unused, unexpired) at most (default 1000).
+	MaxActive *int `json:"maxActive,omitempty"`
 }
 
 type DeadLetteredOrder struct {
@@ -96,6 +102,22 @@ type PageInfo struct {
 }
 
 type Query struct {
+}
+
+// A user's place in a voucher's waiting room.
+type QueuePlace struct {
+	VoucherID int64      `json:"voucherId"`
+	State     QueueState `json:"state"`
+	// 1-based among those still waiting; null unless EARLY or WAITING.
+	Position *int `json:"position,omitempty"`
+	// How many wait for this voucher now.
+	Waiting int `json:"waiting"`
+	// The position at the room's pace, in ms; null unless WAITING (and the room admits).
+	EstimatedWaitMs *int `json:"estimatedWaitMs,omitempty"`
+	// Once ADMITTED: the grab ticket to pass as seckillVoucher's ticket.
+	Ticket *string `json:"ticket,omitempty"`
+	// Until when that ticket is valid.
+	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
 }
 
 type ReconcileReport struct {
@@ -175,6 +197,14 @@ type SeckillInfo struct {
 	StartsInMs int `json:"startsInMs"`
 	// Milliseconds from the server's clock at this answer to endAt (negative once ended; clamped to the Int range).
 	EndsInMs int `json:"endsInMs"`
+	// Whether grabs go through a waiting room (joinQueue).
+	WaitingRoom bool `json:"waitingRoom"`
+	// With a waiting room: users admitted a second.
+	AdmitPerSecond *int `json:"admitPerSecond,omitempty"`
+	// With a waiting room: admitted tickets open at most.
+	MaxActive *int `json:"maxActive,omitempty"`
+	// With a waiting room: whether it admits nobody for now.
+	RoomPaused *bool `json:"roomPaused,omitempty"`
 }
 
 type SeckillResult struct {
@@ -437,6 +467,72 @@ func (e *OrderStatus) UnmarshalJSON(b []byte) error {
 }
 
 func (e OrderStatus) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+type QueueState string
+
+const (
+	// Joined before the room opened (when grab tickets are released): the early ones are put in a random order at the opening.
+	QueueStateEarly QueueState = "EARLY"
+	// In the line.
+	QueueStateWaiting QueueState = "WAITING"
+	// Admitted: ticket holds the grab ticket until expiresAt.
+	QueueStateAdmitted QueueState = "ADMITTED"
+	// In the line, and the stock is gone for now; a unit that comes back (a cancel, a restock) reopens admission.
+	QueueStateSoldOut QueueState = "SOLD_OUT"
+	// The sale has ended, or the admission's ticket expired unused.
+	QueueStateClosed QueueState = "CLOSED"
+)
+
+var AllQueueState = []QueueState{
+	QueueStateEarly,
+	QueueStateWaiting,
+	QueueStateAdmitted,
+	QueueStateSoldOut,
+	QueueStateClosed,
+}
+
+func (e QueueState) IsValid() bool {
+	switch e {
+	case QueueStateEarly, QueueStateWaiting, QueueStateAdmitted, QueueStateSoldOut, QueueStateClosed:
+		return true
+	}
+	return false
+}
+
+func (e QueueState) String() string {
+	return string(e)
+}
+
+func (e *QueueState) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = QueueState(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid QueueState", str)
+	}
+	return nil
+}
+
+func (e QueueState) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *QueueState) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e QueueState) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

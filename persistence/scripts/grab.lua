@@ -31,6 +31,9 @@
 -- KEYS[4] -> {v<ID>}:fence[:<segment>], the caller's segment's
 -- KEYS[5] -> {v<ID>}:req
 -- KEYS[6] -> {v<ID>}:log
+-- KEYS[7] -> {v<ID>}:qa, the waiting room's open tickets: a sale uses its
+--            buyer's admission up, freeing the slot for the next in line
+--            (nothing for a voucher without a room)
 -- ARGV[1] -> the caller's fencing token
 -- ARGV[2] -> voucher id
 -- ARGV[3], ARGV[4], ARGV[5] -> request id, user id, order id of the first
@@ -114,6 +117,7 @@ for i = 3, #ARGV, 3 do
     sold = sold + 1
     redis.call('HINCRBY', KEYS[3], user, 1)
     redis.call('HSET', KEYS[5], req, oid)
+    redis.call('ZREM', KEYS[7], user)
     entry[2] = oid
     entry[4] = user
     entry[6] = req

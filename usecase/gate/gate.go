@@ -310,8 +310,9 @@ func (s *Service) reloadVouchers(ctx context.Context) {
 }
 
 // CheckGrab is the gate of a grab, from memory: the caller's blocks, then
-// the voucher's ticket if it requires one. An error is FORBIDDEN (refused,
-// with why), NOT_FOUND for an id that is no seckill voucher, or
+// the voucher's ticket if it requires one: the ticket of the caller's
+// admission for a voucher with a waiting room. An error is FORBIDDEN
+// (refused, with why), NOT_FOUND for an id that is no seckill voucher, or
 // UNAVAILABLE when the voucher's gate cannot be read.
 func (s *Service) CheckGrab(ctx context.Context, user int64, ip string, voucher int64, ticket string) error {
 	now := s.opts.Now()
@@ -328,6 +329,9 @@ func (s *Service) CheckGrab(ctx context.Context, user int64, ip string, voucher 
 		// not passed on, so that a voucher created since (seen by the
 		// next refresh) is never sold past a gate not read yet.
 		return c.err
+	}
+	if c.terms.Room.Enabled {
+		return s.checkAdmission(ticket, user, voucher, now)
 	}
 	if !c.gate.RequireTicket {
 		return nil
@@ -347,8 +351,62 @@ func (s *Service) CheckGrab(ctx context.Context, user int64, ip string, voucher 
 	return nil
 }
 
+// checkAdmission is a grab's gate for a voucher with a waiting room: the
+// ticket of the caller's admission, nothing else.
+func (s *Service) checkAdmission(ticket string, user, voucher int64, now time.Time) error {
+	if ticket == "" {
+		refused(reasonTicketMissing)
+		return domain.ErrNotAdmitted
+	}
+	err := s.tickets.VerifyAdmission(ticket, user, voucher, now)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, domain.ErrTicketExpired):
+		refused(reasonTicketExpired)
+		return domain.Errorf(domain.CodeForbidden, "the ticket of your admission has expired: your turn in the waiting room has passed")
+	default:
+		refused(reasonTicketInvalid)
+		return domain.ErrNotAdmitted
+	}
+}
+
+// Join is the gate of a join to a voucher's waiting room: the caller's
+// blocks, a voucher with a room whose sale has not ended, and its proof
+// of work when it asks one (the challenge from seckillChallenge, used up
+// here). From the voucher's creation on: the early ones join before the
+// room opens.
+func (s *Service) Join(ctx context.Context, user int64, ip string, voucher int64, challenge, nonce string) (domain.Seckill, error) {
+	now := s.opts.Now()
+	if s.blocked(user, ip, voucher, now) {
+		refused(reasonBlocked)
+		return domain.Seckill{}, domain.ErrBlocked
+	}
+	c, err := s.gate(ctx, voucher)
+	if err != nil {
+		return domain.Seckill{}, err
+	}
+	switch {
+	case c.err != nil:
+		return domain.Seckill{}, c.err
+	case !c.terms.Room.Enabled:
+		return domain.Seckill{}, domain.ErrNoWaitingRoom
+	case !now.Before(c.end) || c.status == domain.StatusEnded:
+		refused(reasonEnded)
+		return domain.Seckill{}, domain.ErrRoomClosed
+	}
+	if c.gate.Challenge == domain.ChallengePOW {
+		if err := s.solved(ctx, user, voucher, challenge, nonce, now); err != nil {
+			return domain.Seckill{}, err
+		}
+	}
+	return c.terms, nil
+}
+
 // released checks the caller and the voucher's window for a challenge or
-// a ticket: from ReleaseBefore before the sale begins until it ends.
+// a ticket: from ReleaseBefore before the sale begins until it ends (for
+// a voucher with a waiting room, a challenge from its creation on: the
+// early ones solve one to join).
 func (s *Service) released(ctx context.Context, user int64, ip string, voucher int64, now time.Time) (*cached, error) {
 	if s.blocked(user, ip, voucher, now) {
 		refused(reasonBlocked)
@@ -361,7 +419,7 @@ func (s *Service) released(ctx context.Context, user int64, ip string, voucher i
 	if c.err != nil {
 		return nil, c.err
 	}
-	if release := c.begin.Add(-s.opts.ReleaseBefore); now.Before(release) {
+	if release := c.begin.Add(-s.opts.ReleaseBefore); now.Before(release) && !c.terms.Room.Enabled {
 		refused(reasonNotReleased)
 		return nil, domain.Errorf(domain.CodeForbidden, "tickets for voucher %d are released at %s (%s before the sale begins); ask again then",
 			voucher, release.UTC().Format(time.RFC3339Nano), s.opts.ReleaseBefore)
@@ -396,29 +454,41 @@ func (s *Service) Ticket(ctx context.Context, user int64, ip string, voucher int
 	if err != nil {
 		return "", time.Time{}, err
 	}
+	if c.terms.Room.Enabled {
+		return "", time.Time{}, domain.ErrUseWaitingRoom
+	}
 	if c.gate.Challenge == domain.ChallengePOW {
-		if challenge == "" || nonce == "" {
-			return "", time.Time{}, domain.InvalidField("challenge", "voucher %d asks a proof of work: solve seckillChallenge and send challenge and nonce", voucher)
-		}
-		until, digest, err := s.challenges.Verify(challenge, nonce, user, voucher, now)
-		if err != nil {
-			refused(reasonChallengeWrong)
+		if err := s.solved(ctx, user, voucher, challenge, nonce, now); err != nil {
 			return "", time.Time{}, err
-		}
-		fresh, err := s.store.UseChallenge(ctx, digest, until)
-		if err != nil {
-			if !errors.Is(err, domain.ErrNotSent) { // a breaker's refusal says nothing new
-				s.log.WarnContext(ctx, "challenge not recorded as used; the ticket is refused", "voucher", voucher, "err", err)
-			}
-			return "", time.Time{}, domain.Errorf(domain.CodeUnavailable, "cannot record the challenge as used; try again")
-		}
-		if !fresh {
-			refused(reasonChallengeUsed)
-			return "", time.Time{}, domain.ErrChallengeUsed
 		}
 	}
 	expires := now.Add(s.opts.TicketTTL)
 	return s.tickets.Issue(user, voucher, expires), expires, nil
+}
+
+// solved checks a proof of work the voucher asks for, and uses its
+// challenge up.
+func (s *Service) solved(ctx context.Context, user, voucher int64, challenge, nonce string, now time.Time) error {
+	if challenge == "" || nonce == "" {
+		return domain.InvalidField("challenge", "voucher %d asks a proof of work: solve seckillChallenge and send challenge and nonce", voucher)
+	}
+	until, digest, err := s.challenges.Verify(challenge, nonce, user, voucher, now)
+	if err != nil {
+		refused(reasonChallengeWrong)
+		return err
+	}
+	fresh, err := s.store.UseChallenge(ctx, digest, until)
+	if err != nil {
+		if !errors.Is(err, domain.ErrNotSent) { // a breaker's refusal says nothing new
+			s.log.WarnContext(ctx, "challenge not recorded as used; refused", "voucher", voucher, "err", err)
+		}
+		return domain.Errorf(domain.CodeUnavailable, "cannot record the challenge as used; try again")
+	}
+	if !fresh {
+		refused(reasonChallengeUsed)
+		return domain.ErrChallengeUsed
+	}
+	return nil
 }
 
 // SetGate changes a paused voucher's gate, re-reads it here at once and
