@@ -27,6 +27,14 @@ type Gate interface {
 	Terms(ctx context.Context, id int64) (domain.Seckill, error)
 }
 
+// deref is an optional string argument's value, "" when absent.
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
 // now is the server's clock: the gate's when there is one.
 func (r *Resolver) now() time.Time {
 	if r.Gate != nil {
@@ -68,14 +76,7 @@ func (r *Resolver) seckillTicket(ctx context.Context, voucherID int64, challenge
 	if err != nil {
 		return nil, err
 	}
-	var c, n string
-	if challenge != nil {
-		c = *challenge
-	}
-	if nonce != nil {
-		n = *nonce
-	}
-	t, exp, err := g.Ticket(ctx, id.UserID, auth.ClientIP(ctx), voucherID, c, n)
+	t, exp, err := g.Ticket(ctx, id.UserID, auth.ClientIP(ctx), voucherID, deref(challenge), deref(nonce))
 	if err != nil {
 		return nil, err
 	}

@@ -34,14 +34,7 @@ func (r *Resolver) joinQueue(ctx context.Context, voucherID int64, challenge, no
 	if err != nil {
 		return nil, err
 	}
-	var c, n string
-	if challenge != nil {
-		c = *challenge
-	}
-	if nonce != nil {
-		n = *nonce
-	}
-	p, err := q.Join(ctx, id.UserID, auth.ClientIP(ctx), voucherID, c, n)
+	p, err := q.Join(ctx, id.UserID, auth.ClientIP(ctx), voucherID, deref(challenge), deref(nonce))
 	if err != nil {
 		return nil, err
 	}

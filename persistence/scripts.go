@@ -26,6 +26,7 @@ var scriptNames = strings.NewReplacer(
 	"${metaClaim}", metaClaim,
 	"${metaRun}", metaRun,
 	"${serverRun}", serverRunLua,
+	"${roomReset}", roomResetLua,
 	"${OrderLogGroup}", OrderLogGroup,
 	"${eventsChannel}", eventsChannel,
 	"${EntryOrderID}", EntryOrderID,
@@ -80,6 +81,16 @@ const serverRunLua = `(function() local s = redis.pcall('INFO', 'server') ` +
 	`local e = i and string.sub(st, i + 13, (string.find(st, '\r', i, true) or 0) - 1) ` +
 	`if e and e ~= '0' then return run .. '/' .. e end ` +
 	`return run end)()`
+
+// roomResetLua empties a waiting room whose state was written under
+// another server's token (run: this one's), keeping its settings: the
+// line, the open tickets and the admissions (KEYS[2] to KEYS[4] of the
+// room's scripts) and the bucket and counters go, the room is stamped with
+// run, and its resets counted.
+const roomResetLua = `redis.call('DEL', KEYS[2], KEYS[3], KEYS[4]) ` +
+	`redis.call('HDEL', KEYS[1], '` + qmTokens + `', '` + qmLast + `', '` + qmAdmitted + `', '` + qmExpired + `') ` +
+	`redis.call('HSET', KEYS[1], '` + qmRun + `', run) ` +
+	`redis.call('HINCRBY', KEYS[1], '` + qmResets + `', 1)`
 
 // evictingMark starts the token of a server whose maxmemory-policy evicts
 // keys (serverRunLua).

@@ -37,10 +37,7 @@ if not m[1] then
 end
 local reset = 0
 if m[3] ~= run then
-  redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
-  redis.call('HDEL', KEYS[1], '${qmTokens}', '${qmLast}', '${qmAdmitted}', '${qmExpired}')
-  redis.call('HSET', KEYS[1], '${qmRun}', run)
-  redis.call('HINCRBY', KEYS[1], '${qmResets}', 1)
+  ${roomReset}
   reset = 1
 end
 local user = ARGV[1]
