@@ -142,10 +142,23 @@ func TestAQueueAdmitsAtItsPaceWithinItsOpenTicketsAndStock(t *testing.T) {
 	})
 	t.Run("stock", func(t *testing.T) {
 		t.Parallel()
-		q, _ := room(t, time.Now().Add(-time.Hour), 1000, 1000, 2)
+		q, rdb := room(t, time.Now().Add(-time.Hour), 1000, 1000, 2)
 		join(t, q, 1, 2, 3)
 		if a, err := q.Admit(ctx, 1, time.Minute, 1000); err != nil || len(a.Users) != 2 {
 			t.Fatalf("admitted %d with 2 units left, want 2 (%v)", len(a.Users), err)
+		}
+		// Both buy (the grab script takes the unit and the open ticket):
+		// nobody more is admitted; a unit that comes back (a cancel, a
+		// restock) admits the next in line.
+		_, _, open, _, stock := persistence.QueueKeys(1)
+		rdb.Set(ctx, stock, 0, 0)
+		rdb.ZRem(ctx, open, "1", "2")
+		if a, _ := q.Admit(ctx, 1, time.Minute, 1000); len(a.Users) != 0 {
+			t.Fatalf("admitted %v with no unit left", a.Users)
+		}
+		rdb.Incr(ctx, stock)
+		if a, err := q.Admit(ctx, 1, time.Minute, 1000); err != nil || len(a.Users) != 1 || a.Users[0].UserID != 3 {
+			t.Fatalf("after a unit came back: admitted %v (%v), want user 3", a.Users, err)
 		}
 	})
 	t.Run("not before the opening", func(t *testing.T) {
