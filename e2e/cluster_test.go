@@ -155,6 +155,13 @@ func (rig *clusterRig) dumpOnFailure(name string, p *process) {
 		// Its goroutines, to read where a stalled member waits: SIGQUIT
 		// prints them all (GOTRACEBACK=all) and ends the process.
 		_, _ = p.Stop(syscall.SIGQUIT, 3*time.Second)
+	} else {
+		// It ended by itself: its last lines say why, in the test's own
+		// log (a fresh machine's files are gone once its check ends).
+		lines := strings.Split(strings.TrimRight(p.Output(), "\n"), "\n")
+		for _, l := range lines[max(0, len(lines)-15):] {
+			t.Logf("%s (ended): %s", name, l)
+		}
 	}
 	f, err := os.CreateTemp("", "flashsale-"+name+"-*.log")
 	if err == nil {
