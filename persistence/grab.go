@@ -101,11 +101,7 @@ func (g *Grabs) State(ctx context.Context, voucherID int64) (domain.VoucherState
 }
 
 func parseState(meta []any, stock string, seen time.Time) domain.VoucherState {
-	num := func(v any) int64 {
-		s, _ := v.(string)
-		n, _ := strconv.ParseInt(s, 10, 64)
-		return n
-	}
+	num := intOf
 	if len(meta) < 4 || meta[0] == nil {
 		return domain.VoucherState{}
 	}

@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"errors"
+	"maps"
 	"time"
 
 	"flashsale/domain"
@@ -63,51 +64,37 @@ func (s *Service) refresh(ctx context.Context) error {
 // admit runs each room's admissions once.
 func (s *Service) admit(ctx context.Context) (int, error) {
 	s.mu.Lock()
-	ids := make([]int64, 0, len(s.rooms))
-	for id := range s.rooms {
-		ids = append(ids, id)
-	}
+	rooms := maps.Clone(s.rooms)
 	s.mu.Unlock()
 	total, waitingAll := 0, 0
 	var errs []error
-	for _, id := range ids {
+	for id, sk := range rooms {
 		a, err := s.store.Admit(ctx, id, s.opts.TicketTTL, s.opts.MostPerTick)
 		if s.opts.IsRoomMissing(err) {
-			s.mu.Lock()
-			sk, ok := s.rooms[id]
-			s.mu.Unlock()
-			if ok {
-				err = s.store.Configure(ctx, id, s.settings(sk))
-			}
+			err = s.store.Configure(ctx, id, s.settings(sk)) // it admits at the next run
 		}
-		if err != nil && !a.Found {
-			errs = append(errs, err)
-			continue
-		}
-		// An admission short of acknowledgements still happened: it is
-		// counted, and the error reported.
 		if err != nil {
 			errs = append(errs, err)
 		}
-		s.observe(id, a)
-		total += len(a.Users)
-		waitingAll += a.Waiting
+		// An admission short of acknowledgements still happened: it is
+		// counted, and its error reported.
+		if a.Found {
+			s.observe(id, sk, a)
+			total += len(a.Users)
+			waitingAll += a.Waiting
+		}
 	}
 	waiting.Set(float64(waitingAll))
 	return total, errors.Join(errs...)
 }
 
 // observe records one admission run's numbers.
-func (s *Service) observe(voucher int64, a domain.Admission) {
+func (s *Service) observe(voucher int64, sk domain.Seckill, a domain.Admission) {
 	if a.Reset {
-		roomResets.Inc()
-		s.log.Warn("waiting room held places written on another redis process; its line was emptied", "voucher", voucher)
+		s.emptied(voucher)
 	}
 	expiredTickets.Add(float64(a.Expired))
 	admitted.Add(float64(len(a.Users)))
-	s.mu.Lock()
-	sk := s.rooms[voucher]
-	s.mu.Unlock()
 	opened := sk.BeginAt.Add(-s.opts.ReleaseBefore)
 	for _, u := range a.Users {
 		from := u.JoinedAt

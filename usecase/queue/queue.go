@@ -132,8 +132,7 @@ func (s *Service) Join(ctx context.Context, user int64, ip string, voucher int64
 		return domain.QueuePlace{}, unavailable(err)
 	}
 	if reset {
-		roomResets.Inc()
-		s.log.WarnContext(ctx, "waiting room held places written on another redis process; its line was emptied", "voucher", voucher)
+		s.emptied(voucher)
 	}
 	if joined {
 		joins.Inc()
@@ -157,11 +156,15 @@ func (s *Service) Place(ctx context.Context, user, voucher int64) (domain.QueueP
 	if err != nil {
 		return domain.QueuePlace{}, false, unavailable(err)
 	}
-	p, ok := domain.PlaceOf(voucher, v)
-	if ok && p.State == domain.QueueAdmitted {
-		p.Ticket = s.tickets.IssueAdmission(user, voucher, p.ExpiresAt)
-	}
+	p, ok := s.placeOf(user, voucher, v)
 	return p, ok, nil
+}
+
+// emptied records a room whose line a join or an admission emptied: its
+// state was written on another Redis process.
+func (s *Service) emptied(voucher int64) {
+	roomResets.Inc()
+	s.log.Warn("waiting room held places written on another redis process; its line was emptied", "voucher", voucher)
 }
 
 // SetWaitingRoom changes a room's pace, open tickets or pause, in the
