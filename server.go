@@ -9,6 +9,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -16,7 +17,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -101,37 +105,66 @@ func version() string {
 	if !ok {
 		return "flashsale (no build information)"
 	}
-	return describeBuild(info, linkedRevision)
+	return describeBuild(info, linkedRevision, checkoutRevision)
 }
 
 // describeBuild says which code a binary runs, from what the Go toolchain
 // stamped in it: the module version (a tag or a pseudo-version from the
-// VCS, "(devel)" when the build had no VCS information), the VCS revision,
-// its time and whether the tree had local changes ("modified"), else the
-// revision linked in (linked), else why there is none.
-func describeBuild(info *debug.BuildInfo, linked string) string {
-	v := "flashsale " + info.Main.Version
+// VCS; "(devel)", left out, when the build had no VCS information), the
+// VCS revision, its time and whether the tree had local changes
+// ("modified"); else the revision linked in (linked); else the revision
+// of the checkout the binary was built from, read when asked (checkout:
+// go run); else why there is none.
+func describeBuild(info *debug.BuildInfo, linked string, checkout func() (rev string, dirty, ok bool)) string {
+	v := "flashsale"
+	if info.Main.Version != "(devel)" && info.Main.Version != "" {
+		v += " " + info.Main.Version
+	}
 	settings := map[string]string{}
 	for _, s := range info.Settings {
 		settings[s.Key] = s.Value
 	}
-	switch rev := settings["vcs.revision"]; {
+	rev, dirty, ok := settings["vcs.revision"], settings["vcs.modified"] == "true", true
+	var notes []string
+	switch {
 	case rev != "":
-		v += " revision " + rev
 		if t := settings["vcs.time"]; t != "" {
-			v += " " + t
-		}
-		if settings["vcs.modified"] == "true" {
-			v += " (modified)"
+			rev += " " + t
 		}
 	case strings.TrimSuffix(linked, "+dirty") != "":
-		rev, dirty := strings.CutSuffix(linked, "+dirty")
-		v += " revision " + rev
-		if dirty {
-			v += " (modified)"
-		}
+		rev, dirty = strings.CutSuffix(linked, "+dirty")
 	default:
-		v += " (no VCS revision: go run, -buildvcs=false and git worktrees build without one; `make build` stamps it)"
+		rev, dirty, ok = checkout()
+		notes = append(notes, "read from its checkout at run time")
+	}
+	if !ok {
+		return v + " (no VCS revision: built outside a git checkout, or with -buildvcs=false and -trimpath; `make build` stamps it) " + info.GoVersion
+	}
+	if dirty {
+		notes = append([]string{"modified"}, notes...)
+	}
+	v += " revision " + rev
+	if len(notes) > 0 {
+		v += " (" + strings.Join(notes, "; ") + ")"
 	}
 	return v + " " + info.GoVersion
+}
+
+// checkoutRevision is the git revision of the checkout this binary was
+// built from, and whether it had local changes: go run stamps none, nor
+// does a build in a git worktree, whose .git is a file the toolchain does
+// not recognise. The checkout is where this file was compiled from; ok is
+// false for a -trimpath build, or where git or the checkout is gone.
+func checkoutRevision() (rev string, dirty, ok bool) {
+	_, file, _, found := runtime.Caller(0)
+	if !found || !filepath.IsAbs(file) {
+		return "", false, false
+	}
+	dir := filepath.Dir(file)
+	out, err := exec.Command("git", "-C", dir, "rev-parse", "HEAD").Output()
+	if err != nil {
+		return "", false, false
+	}
+	status, err := exec.Command("git", "-C", dir, "status", "--porcelain", "--untracked-files=no").Output()
+	return strings.TrimSpace(string(out)), err == nil && len(bytes.TrimSpace(status)) > 0, true
 }

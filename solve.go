@@ -17,7 +17,6 @@ import (
 // from the playground pastes the challenge here and the nonce back.
 func runSolve(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("flashsale solve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, `Usage: flashsale solve CHALLENGE [difficulty]
 
@@ -26,7 +25,7 @@ zero bits (or difficulty's, 0 to %d, to solve any text), for the
 seckillChallenge / seckillTicket flow walked by hand.
 `, gate.MaxDifficulty)
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	args = fs.Args()

@@ -20,7 +20,6 @@ import (
 // that does not work.
 func runToken(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("flashsale token", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	user := fs.Int64("user", 0, "user id (the sub claim)")
 	role := fs.String("role", "user", "user or admin")
 	ttl := fs.Duration("ttl", 0, "validity (default: the maximum, JWT_MAX_TTL)")
@@ -28,7 +27,7 @@ func runToken(args []string, getenv func(string) string, stdout, stderr io.Write
 	// No default from the environment: the usage would print the secret.
 	secret := fs.String("jwt-secret", "", "HS256 secret (default: JWT_SECRET; in embedded mode, with neither REDIS_URL nor DATABASE_URL set, the service's own, from the .secret file beside SQLITE_PATH)")
 	sqlitePath := fs.String("sqlite-path", "", "embedded mode's database file, whose .secret file signs (default: SQLITE_PATH, else "+config.SQLitePathDefault+")")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
 	if *secret == "" {

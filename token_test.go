@@ -77,3 +77,21 @@ func TestTokenCommand(t *testing.T) {
 		t.Fatalf("token usage shows the secret or no flags:\n%s", usage.String())
 	}
 }
+
+// A mistyped flag of a subcommand is one error, which main prints once:
+// nothing of it on stderr before (the flag package printed it, then the
+// whole usage).
+func TestASubcommandsBadFlagIsOneError(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"JWT_SECRET": "cmd-secret"}
+	for _, args := range [][]string{{"token", "--user", "abc"}, {"token", "--nope"}, {"solve", "--nope", "x"}} {
+		var stderr bytes.Buffer
+		err := run(t.Context(), args, func(k string) string { return env[k] }, io.Discard, &stderr)
+		if err == nil || !strings.Contains(err.Error(), "--help") {
+			t.Fatalf("%v: %v, want an error pointing at --help", args, err)
+		}
+		if stderr.Len() > 0 {
+			t.Fatalf("%v printed before main prints the error:\n%s", args, stderr.String())
+		}
+	}
+}
