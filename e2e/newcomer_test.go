@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -195,5 +196,44 @@ func grabDecided(t *testing.T, base, token, mutation string) string {
 			return code
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// The embedded mode's start ends with what a newcomer needs in sight:
+// after every start-up line, the first operations, then the addresses and
+// the tokens last (71 setting lines once came after them, and the tokens
+// scrolled away).
+func TestEmbeddedStartEndsWithTheAddressesAndTokens(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"HTTP_ADDR": "127.0.0.1:0", "SQLITE_PATH": filepath.Join(t.TempDir(), "flashsale.db")}
+	ctx, cancel := context.WithCancel(t.Context())
+	terminal := &syncBuffer{} // stdout and the log, as a terminal shows them
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, env, terminal, terminal) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(terminal.String(), "More tokens:") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no banner in 30 s:\n%s", lastLines(terminal.String(), 40))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	out := terminal.String()
+	order := []string{"msg=setting", "msg=listening", "mutation Grab", "Playground:", "Admin token:", "User token:", "More tokens:"}
+	at := -1
+	for _, s := range order {
+		i := strings.LastIndex(out, s)
+		if i < at {
+			t.Fatalf("%q comes before what should precede it (%v):\n%s", s, order, out)
+		}
+		at = i
+	}
+	if strings.Contains(out[at:], "msg=") {
+		t.Fatalf("log lines after the tokens:\n%s", out[at:])
 	}
 }

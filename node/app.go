@@ -36,8 +36,11 @@ type app struct {
 	cfg   config.Config
 	log   *slog.Logger
 	hooks Hooks // zero in production
-	db    *bun.DB
-	mini  *miniredis.Miniredis // embedded mode only
+	// listening, when set, runs once the node listens, after its
+	// start-up lines (the embedded mode's banner).
+	listening func()
+	db        *bun.DB
+	mini      *miniredis.Miniredis // embedded mode only
 	// target is the stock Redis every client of it is built from.
 	target persistence.RedisTarget
 	// rdb serves request paths (grabs, rate limits, stock reads): short
@@ -240,6 +243,9 @@ func dbHostAndName(raw string) string {
 // shutdown).
 func (a *app) serve(ctx context.Context) error {
 	a.log.Info("listening", "addr", a.listener.Addr().String(), "playground", "http://"+displayAddr(a.listener.Addr())+"/")
+	if a.listening != nil {
+		a.listening()
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- a.http.Serve(a.listener) }()
 	var err error

@@ -14,11 +14,12 @@ import (
 	"flashsale/internal/auth"
 )
 
-// printDemo makes the service usable in one command: it creates two demo
-// seckill vouchers if there are none (the first open, so a first grab
-// needs nothing; the second behind a grab ticket and a light proof of
-// work) and prints tokens and first operations.
-func (a *app) printDemo(ctx context.Context, w io.Writer) error {
+// prepareDemo makes the service usable in one command: it creates three
+// demo seckill vouchers if there are none (the first open, so a first
+// grab needs nothing; the second behind a grab ticket and a light proof
+// of work; the third behind a waiting room) and returns their ids, for
+// printBanner's tokens and first operations.
+func (a *app) prepareDemo(ctx context.Context) ([]int64, error) {
 	// A demo voucher stored but not yet in Redis (its preheat met the
 	// request path's short Redis deadline on a busy machine) is listed on
 	// the next try and preheated by its first grab: try again rather than
@@ -32,10 +33,7 @@ func (a *app) printDemo(ctx context.Context, w io.Writer) error {
 		a.log.Warn("demo voucher not ready; trying again", "err", err)
 		time.Sleep(200 * time.Millisecond)
 	}
-	if err != nil {
-		return err
-	}
-	return a.printBanner(w, ids)
+	return ids, err
 }
 
 // demoVouchers returns the demo vouchers' ids, creating those missing.
@@ -87,18 +85,20 @@ func (a *app) printBanner(w io.Writer, ids []int64) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, `
+	// The operations first and the addresses and tokens last, where a
+	// terminal leaves them in sight.
+	_, err = fmt.Fprintf(w, `
+With the header {"Authorization": "Bearer <token>"}, try (the admin token can do all):
+%s
 Flash-sale voucher service (embedded mode: in-process Redis, SQLite file %s)
 
-  Playground:  http://%s/   (opens with these operations and the admin token)
+  Playground:  http://%s/   (opens with the operations above and the admin token)
   Admin token: %s
   User token:  %s
   More tokens: go run . token --user 7 [--role admin]   (they survive restarts)
 
-With the header {"Authorization": "Bearer <token>"}, try (the admin token can do all):
-%s
-`, a.cfg.SQLitePath, displayAddr(a.listener.Addr()), admin, user, indent(sampleOperations(ids[0], ids[1], ids[2]), "  "))
-	return nil
+`, indent(sampleOperations(ids[0], ids[1], ids[2]), "  "), a.cfg.SQLitePath, displayAddr(a.listener.Addr()), admin, user)
+	return err
 }
 
 // sampleOperations is what a visitor wants to try first, on voucher id: look,

@@ -103,9 +103,21 @@ func (n *Node) Parts() Parts {
 	return p
 }
 
-// PrintDemo creates the demo vouchers if there are none and prints the
-// embedded mode's banner (tokens and first operations) on w.
-func (n *Node) PrintDemo(ctx context.Context, w io.Writer) error { return n.a.printDemo(ctx, w) }
+// Demo creates the demo vouchers if there are none; Run then prints the
+// embedded mode's banner (first operations, then the addresses and
+// tokens) on w once it listens, after every start-up line.
+func (n *Node) Demo(ctx context.Context, w io.Writer) error {
+	ids, err := n.a.prepareDemo(ctx)
+	if err != nil {
+		return err
+	}
+	n.a.listening = func() {
+		if err := n.a.printBanner(w, ids); err != nil {
+			n.a.log.Warn("demo banner not printed", "err", err)
+		}
+	}
+	return nil
+}
 
 // Run serves HTTP until ctx is cancelled, then shuts the node down without
 // losing an answered grab; it returns once the node is stopped.
@@ -124,7 +136,7 @@ func Serve(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.W
 		return err
 	}
 	if cfg.Demo {
-		if err := n.PrintDemo(ctx, stdout); err != nil {
+		if err := n.Demo(ctx, stdout); err != nil {
 			n.Stop()
 			return err
 		}
