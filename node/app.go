@@ -123,8 +123,13 @@ var (
 // uses stops after it. The parts are built in the *_wiring.go files.
 func (a *app) services() []lifecycle.Named {
 	return []lifecycle.Named{
-		// First: every other step reads or writes the schema, and the
-		// order ids and the fallback live in the database.
+		// First the port: a node that cannot listen (HTTP_ADDR taken)
+		// fails before it migrates, leases or loads anything. Nothing is
+		// served on it until run calls serve, once everything is built;
+		// connections that arrive before wait in the backlog.
+		{Name: "listener", Service: lifecycle.Func(a.listen, a.closeListener)},
+		// Then the database: every other step reads or writes the schema,
+		// and the order ids and the fallback live in it.
 		{Name: "database", Service: lifecycle.Func(a.openDatabase, a.closeDatabase)},
 		// Stock truth is Redis: an unreachable REDIS_URL stops the start
 		// before anything is built on it.
@@ -169,12 +174,9 @@ func (a *app) services() []lifecycle.Named {
 		{Name: "waiting rooms", Service: lifecycle.Build(a.buildQueue)},
 		// GraphQL over everything above.
 		{Name: "graphql", Service: lifecycle.Func(a.buildHandler, nil)},
-		// The port is bound once everything it serves is built: a node
-		// that cannot listen fails its start before it is announced.
-		{Name: "listener", Service: lifecycle.Func(a.listen, a.closeListener)},
 		// A cluster member is sent grabs by the others as soon as it
-		// joins: it joins once everything a grab reaches is built and its
-		// port is bound (leaving is the router's stop).
+		// joins: it joins once everything a grab reaches is built
+		// (leaving is the router's stop).
 		{Name: "cluster", Service: lifecycle.Func(a.joinCluster, nil)},
 		// The profiler listens on its own private address.
 		{Name: "profiler", Service: lifecycle.Build(func(context.Context) (lifecycle.Service, error) {
