@@ -40,6 +40,11 @@ const migrationLockKey = 0x666c61736873616c
 // embedded mode. It pings before returning so that a wrong URL fails at start.
 func Open(ctx context.Context, databaseURL string) (*bun.DB, error) {
 	var db *bun.DB
+	ping := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return db.PingContext(ctx)
+	}
 	switch {
 	case strings.HasPrefix(databaseURL, "postgres://"), strings.HasPrefix(databaseURL, "postgresql://"):
 		if _, err := url.Parse(databaseURL); err != nil {
@@ -56,6 +61,7 @@ func Open(ctx context.Context, databaseURL string) (*bun.DB, error) {
 		sqldb.SetConnMaxIdleTime(5 * time.Minute)
 		db = bun.NewDB(sqldb, pgdialect.New())
 		SizePool(db, MaxConnsDefault)
+		ping = func(ctx context.Context) error { return pingPostgres(ctx, db, &cfg.Config) }
 	default:
 		sqldb, err := sql.Open("sqlite", sqliteDSN(databaseURL))
 		if err != nil {
@@ -66,9 +72,7 @@ func Open(ctx context.Context, databaseURL string) (*bun.DB, error) {
 		sqldb.SetMaxOpenConns(1)
 		db = bun.NewDB(sqldb, sqlitedialect.New())
 	}
-	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := db.PingContext(pingCtx); err != nil {
+	if err := ping(ctx); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("ping database: %w", err)
 	}
