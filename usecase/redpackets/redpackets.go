@@ -213,9 +213,13 @@ func (r *Refunds) RunOnce(ctx context.Context) (int, error) {
 		if err != nil {
 			return n, err
 		}
-		if refunded {
+		switch {
+		case refunded && cents > 0:
 			n++
 			r.log.InfoContext(ctx, "red packet refunded", "red_packet", id, "cents", cents)
+		case refunded: // every packet was grabbed: settled, nothing paid back
+			n++
+			r.log.DebugContext(ctx, "red packet settled with nothing to refund", "red_packet", id)
 		}
 	}
 	return n, nil
