@@ -9,9 +9,10 @@
 #     HTTP on 127.0.0.1:BASE_PORT+1..3;
 #   - one seckill voucher of 4 segments and 1,000 units.
 # It prints each member's URL and pid, the JWT secret and the command that
-# mints a token for any user, and a helper that grabs through the members in
-# turn; then it waits. Kill a member to watch the others go on; Ctrl-C stops
-# everything it started.
+# mints a token for any user, and helpers: grabs (through the members in
+# turn), where (the segments each member hosts) and kill-host (kills the
+# member hosting the most); then it waits. Kill a member to watch the
+# others go on; Ctrl-C stops everything it started.
 #
 # Nothing outside the repository and one temporary directory is written or
 # changed: no package is installed, no PostgreSQL role is created or
@@ -76,6 +77,32 @@ done
 EOF
 chmod +x "$work/grabs"
 
+# where: how many of the voucher's segments each member hosts now (a
+# segment is activated by its first grab, on the member the placement
+# names). kill-host: kills the member hosting the most of them, so that
+# the kill moves segments (a member hosting none would show nothing).
+cat >"$work/where" <<EOF
+#!/usr/bin/env bash
+pids=(${members[*]})
+for m in 1 2 3; do
+  n=\$(curl -s --max-time 2 "http://127.0.0.1:\$(( $base + m ))/metrics" | awk '/^flashsale_cluster_segments_hosted /{print \$2}') || true
+  echo "member \$m (pid \${pids[\$((m - 1))]}): \${n:+\$n segments hosted}\${n:-down}"
+done
+EOF
+cat >"$work/kill-host" <<EOF
+#!/usr/bin/env bash
+pids=(${members[*]})
+best=0 most=0
+for m in 1 2 3; do
+  n=\$(curl -s --max-time 2 "http://127.0.0.1:\$(( $base + m ))/metrics" | awk '/^flashsale_cluster_segments_hosted /{print int(\$2)}') || true
+  if [ "\${n:-0}" -gt "\$most" ]; then best=\$m most=\$n; fi
+done
+if [ "\$best" = 0 ]; then echo "no member hosts a segment yet: grab first ($work/grabs 100 129)"; exit 1; fi
+kill "\${pids[\$((best - 1))]}"
+echo "killed member \$best (pid \${pids[\$((best - 1))]}), which hosted \$most segments; they move within SEGMENT_LEASE_TTL (3s)"
+EOF
+chmod +x "$work/where" "$work/kill-host"
+
 cat <<EOF
 
 A cluster of three members is running (Ctrl-C stops it all):
@@ -92,12 +119,15 @@ or from the repository at any time:
   JWT_SECRET=$secret go run . token --user 42
 Admin token: $admin
 
-Grab as users 100 to 129, through members 1, 2, 3 in turn:
+Grab as users 100 to 129, through members 1, 2, 3 in turn, and see where the
+voucher's segments live (each is activated by its first grab):
   $work/grabs 100 129
-Kill a member (kill ${members[1]} stops member 2), then grab again: the other two
-go on, and the segments member 2 served move to them within SEGMENT_LEASE_TTL (3s).
+  $work/where
+Kill the member hosting the most segments, then grab again: the other two go on,
+and its segments move to them within SEGMENT_LEASE_TTL (3s):
+  $work/kill-host
   $work/grabs 130 159
-Where segments live: curl -s http://127.0.0.1:$((base + 1))/metrics | grep flashsale_cluster_
+  $work/where
 Logs: $work/member-*.log
 EOF
 wait
