@@ -57,6 +57,9 @@ func printSummary(w io.Writer, reps []*sale.Report) {
 			}
 			fmt.Fprintln(w, "  redis calls per request (scripts' inner calls included):", strings.Join(cmds, ", "))
 		}
+		if r.Queue != nil {
+			printQueue(w, r)
+		}
 		for _, n := range r.Notes {
 			fmt.Fprintln(w, "  note:", n)
 		}
@@ -71,6 +74,27 @@ func printSummary(w io.Writer, reps []*sale.Report) {
 		}
 	}
 }
+
+// printQueue prints a waiting-room sale's own figures.
+func printQueue(w io.Writer, r *sale.Report) {
+	q := r.Queue
+	fmt.Fprintf(w, "  waiting room: %d early + %d late users; %d joins answered EARLY, %d early users joined after the opening; join p50 %s, p99 %s\n",
+		q.Early, q.Late, q.JoinedEarly, q.EarlyMissed, ms(q.JoinLatency.P50), ms(q.JoinLatency.P99))
+	if q.Admitted != nil {
+		fmt.Fprintf(w, "  admitted %d (early %d, late %d) at %.1f/s first to last (pace %d/s); most tickets open at once %d (maxActive %d; a lower bound)\n",
+			*q.Admitted, q.AdmittedEarly, q.AdmittedLate, q.AdmitRate, q.AdmitPerSecond, q.MostOpen, q.MaxActive)
+		fmt.Fprintf(w, "  join to admission (an early user's from the opening): p50 %s, p99 %s, max %s\n", sec2(q.Wait.P50), sec2(q.Wait.P99), sec2(q.Wait.Max))
+	}
+	fmt.Fprintf(w, "  sold %d of %d", r.OK, r.Expect.Stock)
+	if q.Noticed > 0 {
+		fmt.Fprintf(w, "; SOLD_OUT heard by %d waiting subscribers after the last OK grab was sent: p50 %s, p99 %s, max %s (bound %s)",
+			q.Noticed, ms(q.Notice.P50), ms(q.Notice.P99), ms(q.Notice.Max), q.NoticeBound)
+	}
+	fmt.Fprintf(w, "\n  %d polls (%d failed), %d subscribers (%d fell back to polling), %d users unfinished at the deadline\n",
+		q.Polls, q.PollErrors, q.Subscribers, q.Fallbacks, q.Unfinished)
+}
+
+func sec2(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
 
 // ratios compares the service with each other target of the run (the
 // reference designs, other named service nodes), per scenario and round,
