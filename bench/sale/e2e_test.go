@@ -190,8 +190,8 @@ func TestWaitingRoomSaleIsChecked(t *testing.T) {
 		t.Fatalf("%d OK, %v admitted (%d early, %d late), %d joined early; want 60, 60 (40, 20), 40 (codes %v, notes %v)",
 			rep.OK, q.Admitted, q.AdmittedEarly, q.AdmittedLate, q.JoinedEarly, rep.Codes, rep.Notes)
 	}
-	if q.Noticed == 0 || q.Unfinished > 0 || q.MostOpen == 0 || q.MostOpen > 25 || len(q.Timeline) == 0 {
-		t.Fatalf("%d subscribers' notices timed, %d unfinished, most open %d, %d timeline slices", q.Noticed, q.Unfinished, q.MostOpen, len(q.Timeline))
+	if q.Notice.Timed == 0 || q.Unfinished > 0 || q.MostOpen == 0 || q.MostOpen > 25 || len(q.Timeline) == 0 {
+		t.Fatalf("%d subscribers' notices timed, %d unfinished, most open %d, %d timeline slices", q.Notice.Timed, q.Unfinished, q.MostOpen, len(q.Timeline))
 	}
 	for _, c := range rep.Codes {
 		if c.Code != "OK" && c.Code != "error:FORBIDDEN" {

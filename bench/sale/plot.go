@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"io"
 	"slices"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -123,8 +124,13 @@ func PlotQueue(w io.Writer, r *Report) error {
 	line.Y.Label.Text = "users"
 	var adm, ok, waiting plotter.XYs
 	top, most := 0.0, 0.0
+	var width time.Duration
+	if len(q.Timeline) > 1 {
+		width = q.Timeline[1].At - q.Timeline[0].At
+	}
 	for _, b := range q.Timeline {
-		x := b.At.Seconds()
+		x := (b.At + width/2).Seconds() // each slice at its middle
+
 		adm = append(adm, plotter.XY{X: x, Y: b.AdmitPerSecond})
 		ok = append(ok, plotter.XY{X: x, Y: b.OKPerSecond})
 		top = max(top, b.AdmitPerSecond, b.OKPerSecond)

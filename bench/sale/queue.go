@@ -42,8 +42,7 @@ type QueueOptions struct {
 	// service's, 100 and 1000).
 	AdmitPerSecond, MaxActive int
 	// Subscribers follow their place over a websocket (queueChanged)
-	// instead of polling it, sampled evenly over the line from its far
-	// end (default 200; the service's WS_MAX_PER_IP, 256, bounds it from
+	// instead of polling it, sampled evenly over the users (default 200; the service's WS_MAX_PER_IP, 256, bounds it from
 	// one address; negative: none).
 	Subscribers int
 	// ReleaseBefore and TicketTTL must be the target's
@@ -115,18 +114,19 @@ type QueueReport struct {
 	Wait Latencies `json:"wait"`
 	// LastUnit is the send time of the last OK grab: the last unit sold
 	// no earlier. Notice is from it to each waiting subscriber's
-	// SOLD_OUT, over Noticed subscribers, bounded by NoticeBound.
+	// SOLD_OUT, bounded by NoticeBound.
 	LastUnit    time.Time     `json:"lastUnit"`
-	Notice      Latencies     `json:"notice"`
-	Noticed     int           `json:"noticed"`
+	Notice      Notices       `json:"notice"`
 	NoticeBound time.Duration `json:"noticeBound"`
 	// Polls are queuePlace requests (PollErrors of them failed);
 	// Subscribers followed a websocket, Fallbacks of them fell back to
 	// polling.
-	Polls       int `json:"polls"`
-	PollErrors  int `json:"pollErrors"`
-	Subscribers int `json:"subscribers"`
-	Fallbacks   int `json:"fallbacks"`
+	Polls      int `json:"polls"`
+	PollErrors int `json:"pollErrors"`
+	// PollErrorCodes counts the failed polls by error code.
+	PollErrorCodes map[string]int `json:"pollErrorCodes,omitempty"`
+	Subscribers    int            `json:"subscribers"`
+	Fallbacks      int            `json:"fallbacks"`
 	// Unfinished users neither bought nor heard the sale was over by the
 	// deadline.
 	Unfinished int           `json:"unfinished"`
@@ -176,6 +176,7 @@ type queueUser struct {
 	subscriber bool
 	arrival    Arrival
 	joined     bool
+	since      time.Time // the subscription's first place
 	soldOutAt  time.Time // from the subscription
 	watched    bool      // followed the subscription to its end
 	finished   bool
@@ -196,6 +197,7 @@ type queueRun struct {
 	samples   []waitSample
 	polls     atomic.Int64
 	pollErrs  atomic.Int64
+	errCodes  map[string]int // failed polls by code, under mu
 	fallbacks atomic.Int64
 	okCount   atomic.Int64
 }
@@ -217,7 +219,7 @@ func runQueue(ctx context.Context, cfg Config) (*Report, error) {
 	transport.MaxIdleConnsPerHost, transport.MaxConnsPerHost = cfg.Concurrency, cfg.Concurrency
 	defer transport.CloseIdleConnections()
 	r := &queueRun{cfg: cfg, q: q, a: api{ep: ep, client: &http.Client{Timeout: 10 * time.Second, Transport: transport}},
-		sem: make(chan struct{}, cfg.Concurrency)}
+		sem: make(chan struct{}, cfg.Concurrency), errCodes: map[string]int{}}
 	tokens := auth.NewTokens(cfg.Secret)
 	admin, err := tokens.Issue(auth.Identity{UserID: 1, Role: auth.RoleAdmin}, time.Hour)
 	if err != nil {
@@ -229,15 +231,15 @@ func runQueue(ctx context.Context, cfg Config) (*Report, error) {
 	r.runTag = strconv.FormatInt(base, 36)
 	us := make([]*queueUser, users)
 	every := max(1, users/max(q.Subscribers, 1))
+	// Subscribers spread evenly over the line (the early ones' order is
+	// shuffled at the opening): some are admitted, most still wait when
+	// the stock is gone, and the last may join after it.
 	for i := range us {
 		tok, err := tokens.Issue(auth.Identity{UserID: base + int64(i), Role: auth.RoleUser}, 2*time.Hour)
 		if err != nil {
 			return nil, err
 		}
-		// Subscribers spread evenly over the line from its far end, so
-		// that most of them are still waiting when the stock is gone.
-		back := users - 1 - i
-		sub := q.Subscribers > 0 && back%every == 0 && back/every < q.Subscribers
+		sub := q.Subscribers > 0 && i%every == every/2 && i/every < q.Subscribers
 		us[i] = &queueUser{id: int(base) + i, token: tok, early: i < q.Early, subscriber: sub}
 	}
 
@@ -379,6 +381,9 @@ func runQueue(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	qr.JoinLatency, qr.Arrivals = Summarize(joins), arrivals
 	qr.Polls, qr.PollErrors, qr.Fallbacks = int(r.polls.Load()), int(r.pollErrs.Load()), int(r.fallbacks.Load())
+	if len(r.errCodes) > 0 {
+		qr.PollErrorCodes = r.errCodes
+	}
 	for _, o := range outs {
 		if o.Code == "OK" && o.Sent.After(qr.LastUnit) {
 			qr.LastUnit = o.Sent
@@ -399,7 +404,7 @@ func runQueue(ctx context.Context, cfg Config) (*Report, error) {
 		if u.subscriber {
 			qr.Subscribers++
 			if u.watched {
-				watchers = append(watchers, Watcher{User: u.id, SoldOutAt: u.soldOutAt})
+				watchers = append(watchers, Watcher{User: u.id, Since: u.since, SoldOutAt: u.soldOutAt})
 			}
 		}
 	}
@@ -408,14 +413,14 @@ func runQueue(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d of %d units sold: the SOLD_OUT notices were not timed", rep.OK, cfg.Stock))
 	case admittedAt != nil:
 		var vs []Violation
-		qr.Notice, qr.Noticed, vs = SoldOutNotices(watchers, admittedAt, qr.LastUnit, q.NoticeBound)
+		qr.Notice, vs = SoldOutNotices(watchers, admittedAt, qr.LastUnit, q.NoticeBound)
 		rep.Violations = append(rep.Violations, vs...)
 	}
 	admissions := make([]time.Time, 0, len(admittedAt))
 	for _, at := range admittedAt {
 		admissions = append(admissions, at)
 	}
-	qr.Timeline = QueueTimeline(r.open, admissions, outs, r.samples, TimelineWidth(time.Since(r.open)))
+	qr.Timeline = QueueTimeline(r.open, admissions, outs, r.samples, QueueTimelineWidth(time.Since(r.open)))
 	return rep, nil
 }
 
@@ -531,15 +536,19 @@ func (r *queueRun) createRoom(ctx context.Context, admin string) (string, error)
 	return out.CreateVoucher.ID, nil
 }
 
-// request runs one GraphQL operation within the run's concurrency and
-// returns its body, when it was sent and how long it took.
-func (r *queueRun) request(ctx context.Context, token, query string, vars map[string]any) ([]byte, time.Time, time.Duration, error) {
-	select {
-	case r.sem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, time.Time{}, 0, ctx.Err()
+// request runs one GraphQL operation and returns its body, when it was
+// sent and how long it took. Polls and grabs share the run's concurrency;
+// joins (shared true: false) are bounded by their own workers and waves,
+// so that arrivals keep their pace however many users wait.
+func (r *queueRun) request(ctx context.Context, shared bool, token, query string, vars map[string]any) ([]byte, time.Time, time.Duration, error) {
+	if shared {
+		select {
+		case r.sem <- struct{}{}:
+		case <-ctx.Done():
+			return nil, time.Time{}, 0, ctx.Err()
+		}
+		defer func() { <-r.sem }()
 	}
-	defer func() { <-r.sem }()
 	b, err := json.Marshal(map[string]any{"query": query, "variables": vars})
 	if err != nil {
 		return nil, time.Time{}, 0, err
@@ -580,11 +589,24 @@ func placeAnswer(body []byte, field string) (*place, error) {
 	return resp.Data[field], nil
 }
 
+// errorCode names a failed request: its GraphQL error code, else
+// LabelTransport (no answer) or LabelUnreadable.
+func errorCode(body []byte, err error) string {
+	switch {
+	case body == nil && err != nil:
+		return LabelTransport
+	case err == nil:
+		return "no place"
+	}
+	code, _, _ := ParseAnswer(body)
+	return code
+}
+
 // join puts u in line, again after an answer without a place (for a
 // second or so: UNAVAILABLE, RATE_LIMITED, a lost connection).
 func (r *queueRun) join(ctx context.Context, u *queueUser) {
 	for try := 0; try < 20 && ctx.Err() == nil; try++ {
-		body, sent, took, err := r.request(ctx, u.token, `mutation($v: ID!) { joinQueue(voucherId: $v) { `+placeFields+` } }`, map[string]any{"v": r.voucher})
+		body, sent, took, err := r.request(ctx, false, u.token, `mutation($v: ID!) { joinQueue(voucherId: $v) { `+placeFields+` } }`, map[string]any{"v": r.voucher})
 		if err == nil {
 			var p *place
 			if p, err = placeAnswer(body, "joinQueue"); err == nil && p != nil {
@@ -613,7 +635,7 @@ func (r *queueRun) wait(ctx context.Context, u *queueUser) {
 // a user far back asks seldom, one near the head often.
 func (r *queueRun) poll(ctx context.Context, u *queueUser) {
 	for ctx.Err() == nil {
-		body, sent, took, err := r.request(ctx, u.token, `query($v: ID!) { queuePlace(voucherId: $v) { `+placeFields+` } }`, map[string]any{"v": r.voucher})
+		body, sent, took, err := r.request(ctx, true, u.token, `query($v: ID!) { queuePlace(voucherId: $v) { `+placeFields+` } }`, map[string]any{"v": r.voucher})
 		if ctx.Err() != nil {
 			return
 		}
@@ -624,6 +646,9 @@ func (r *queueRun) poll(ctx context.Context, u *queueUser) {
 		}
 		if err != nil || p == nil {
 			r.pollErrs.Add(1)
+			r.mu.Lock()
+			r.errCodes[errorCode(body, err)]++
+			r.mu.Unlock()
 			sleepCtx(ctx, jitter(r.q.PollMin))
 			continue
 		}
@@ -679,7 +704,7 @@ func (r *queueRun) grab(ctx context.Context, u *queueUser, ticket string, attemp
 	if ticket != "" {
 		vars["t"] = ticket
 	}
-	body, sent, took, err := r.request(ctx, u.token, ticketGrabQuery, vars)
+	body, sent, took, err := r.request(ctx, true, u.token, ticketGrabQuery, vars)
 	if sent.IsZero() {
 		return ""
 	}
@@ -761,6 +786,9 @@ func (r *queueRun) subscribe(ctx context.Context, u *queueUser) bool {
 				return false
 			}
 			r.sample(at, p.Waiting)
+			if u.since.IsZero() {
+				u.since = at
+			}
 			switch p.State {
 			case stateAdmitted:
 				if p.Ticket != nil {
@@ -814,6 +842,13 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// QueueTimelineWidth is the slice width of a waiting-room sale's
+// timeline over span: about 80 slices, each at least 100 ms, so that
+// the pacer's ticks and the burst at the sale's begin stay apart.
+func QueueTimelineWidth(span time.Duration) time.Duration {
+	return max(100*time.Millisecond, (span / 80).Round(10*time.Millisecond))
 }
 
 // QueueTimeline cuts a waiting-room sale into slices of width from the

@@ -218,18 +218,35 @@ func CheckAdmittedBuyers(outs []Outcome, admitted map[int]time.Time) []Violation
 // Watcher is one subscriber's view of the end of a sale.
 type Watcher struct {
 	User int
+	// Since is when its subscription brought its first place.
+	Since time.Time
 	// SoldOutAt is when its SOLD_OUT arrived; zero when none did.
 	SoldOutAt time.Time
 }
 
-// SoldOutNotices measures, for each watcher never admitted (still
-// waiting when the last unit sold), the time from lastUnit to its
-// SOLD_OUT, and flags any above bound or missing.
-func SoldOutNotices(watchers []Watcher, admitted map[int]time.Time, lastUnit time.Time, bound time.Duration) (Latencies, int, []Violation) {
+// Notices are the waiting subscribers' SOLD_OUT notices.
+type Notices struct {
+	Latency Latencies `json:"latency"`
+	// Timed subscribers were following a place in line when the last
+	// unit sold; After ones subscribed later (their first place said
+	// SOLD_OUT at once) and are not timed.
+	Timed int `json:"timed"`
+	After int `json:"after"`
+}
+
+// SoldOutNotices measures, for each watcher never admitted and
+// subscribed when the last unit sold (still waiting then), the time from
+// lastUnit to its SOLD_OUT, and flags any above bound or missing.
+func SoldOutNotices(watchers []Watcher, admitted map[int]time.Time, lastUnit time.Time, bound time.Duration) (Notices, []Violation) {
 	v := violations{rule: "sold-out-notice"}
+	var n Notices
 	var ds []time.Duration
 	for _, w := range watchers {
 		if _, ok := admitted[w.User]; ok {
+			continue
+		}
+		if w.Since.After(lastUnit) {
+			n.After++
 			continue
 		}
 		if w.SoldOutAt.IsZero() {
@@ -242,7 +259,8 @@ func SoldOutNotices(watchers []Watcher, admitted map[int]time.Time, lastUnit tim
 			v.add("user %d heard SOLD_OUT %s after the last unit (at most %s)", w.User, d.Round(time.Millisecond), bound)
 		}
 	}
-	return Summarize(ds), len(ds), v.list()
+	n.Latency, n.Timed = Summarize(ds), len(ds)
+	return n, v.list()
 }
 
 // CheckSoldExactly checks that a line longer than the stock bought all

@@ -153,20 +153,22 @@ func TestSoldOutNotices(t *testing.T) {
 	last := ms(10_000)
 	admitted := map[int]time.Time{1: ms(0)}
 	for _, tc := range []struct {
-		name     string
-		watchers []Watcher
-		counted  int
-		fails    bool
+		name         string
+		watchers     []Watcher
+		timed, after int
+		fails        bool
 	}{
 		{"every waiting one within the second; the admitted one not counted",
-			[]Watcher{{1, time.Time{}}, {2, ms(10_200)}, {3, ms(10_900)}}, 2, false},
-		{"one heard it late", []Watcher{{2, ms(10_200)}, {3, ms(11_200)}}, 2, true},
-		{"one never heard it", []Watcher{{2, ms(10_200)}, {3, time.Time{}}}, 1, true},
+			[]Watcher{{1, ms(0), time.Time{}}, {2, ms(0), ms(10_200)}, {3, ms(5000), ms(10_900)}}, 2, 0, false},
+		{"one subscribed after the last unit: not timed",
+			[]Watcher{{2, ms(0), ms(10_200)}, {3, ms(12_000), ms(12_000)}}, 1, 1, false},
+		{"one heard it late", []Watcher{{2, ms(0), ms(10_200)}, {3, ms(0), ms(11_200)}}, 2, 0, true},
+		{"one never heard it", []Watcher{{2, ms(0), ms(10_200)}, {3, ms(0), time.Time{}}}, 1, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			lat, n, vs := SoldOutNotices(tc.watchers, admitted, last, time.Second)
-			if n != tc.counted || (len(vs) > 0) != tc.fails {
-				t.Fatalf("%d counted (%+v), violations %q; want %d, failing %v", n, lat, listed(vs), tc.counted, tc.fails)
+			n, vs := SoldOutNotices(tc.watchers, admitted, last, time.Second)
+			if n.Timed != tc.timed || n.After != tc.after || (len(vs) > 0) != tc.fails {
+				t.Fatalf("%+v, violations %q; want %d timed, %d after, failing %v", n, listed(vs), tc.timed, tc.after, tc.fails)
 			}
 		})
 	}

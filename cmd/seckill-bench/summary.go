@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -86,12 +88,26 @@ func printQueue(w io.Writer, r *sale.Report) {
 		fmt.Fprintf(w, "  join to admission (an early user's from the opening): p50 %s, p99 %s, max %s\n", sec2(q.Wait.P50), sec2(q.Wait.P99), sec2(q.Wait.Max))
 	}
 	fmt.Fprintf(w, "  sold %d of %d", r.OK, r.Expect.Stock)
-	if q.Noticed > 0 {
-		fmt.Fprintf(w, "; SOLD_OUT heard by %d waiting subscribers after the last OK grab was sent: p50 %s, p99 %s, max %s (bound %s)",
-			q.Noticed, ms(q.Notice.P50), ms(q.Notice.P99), ms(q.Notice.Max), q.NoticeBound)
+	if n := q.Notice; n.Timed > 0 || n.After > 0 {
+		fmt.Fprintf(w, "; SOLD_OUT heard by %d subscribers waiting then, from the last OK grab's send: p50 %s, p99 %s, max %s (bound %s); %d subscribed after it",
+			n.Timed, ms(n.Latency.P50), ms(n.Latency.P99), ms(n.Latency.Max), q.NoticeBound, n.After)
 	}
-	fmt.Fprintf(w, "\n  %d polls (%d failed), %d subscribers (%d fell back to polling), %d users unfinished at the deadline\n",
-		q.Polls, q.PollErrors, q.Subscribers, q.Fallbacks, q.Unfinished)
+	fmt.Fprintf(w, "\n  %d polls (%d failed%s), %d subscribers (%d fell back to polling), %d users unfinished at the deadline\n",
+		q.Polls, q.PollErrors, codeList(q.PollErrorCodes), q.Subscribers, q.Fallbacks, q.Unfinished)
+}
+
+// codeList is ": CODE n, ..." by count, or nothing.
+func codeList(m map[string]int) string {
+	if len(m) == 0 {
+		return ""
+	}
+	codes := slices.Collect(maps.Keys(m))
+	slices.SortFunc(codes, func(a, b string) int { return cmp.Or(m[b]-m[a], strings.Compare(a, b)) })
+	parts := make([]string, len(codes))
+	for i, c := range codes {
+		parts[i] = fmt.Sprintf("%s %d", c, m[c])
+	}
+	return ": " + strings.Join(parts, ", ")
 }
 
 func sec2(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
