@@ -10,6 +10,12 @@
 // a database of its own on the Postgres server of DATABASE_URL and keys
 // of its own in REDIS_URL. See docs/BENCHMARKS.md.
 //
+//	seckill-bench --scenario queue --early 5000 --late 15000 --stock 1000 \
+//	    --admit-per-second 200 --max-active 300 --release-before 5s
+//
+// sells through a waiting room (queue.go in bench/sale): the service must
+// run with TICKET_RELEASE_BEFORE equal to --release-before.
+//
 //	seckill-bench flood [--probes ...] [--rounds 3]
 //
 // measures a legitimate user's latency quiet and under floods of
