@@ -227,20 +227,9 @@ func runQueue(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep := &Report{Target: ep.Name, Scenario: Queue, Users: users, Attempts: 1,
 		Expect: Expect{Stock: cfg.Stock, PerUserLimit: 1}}
-	base := int64(rand.IntN(1<<30)) + 1<<31
-	r.runTag = strconv.FormatInt(base, 36)
-	us := make([]*queueUser, users)
-	every := max(1, users/max(q.Subscribers, 1))
-	// Subscribers spread evenly over the line (the early ones' order is
-	// shuffled at the opening): some are admitted, most still wait when
-	// the stock is gone, and the last may join after it.
-	for i := range us {
-		tok, err := tokens.Issue(auth.Identity{UserID: base + int64(i), Role: auth.RoleUser}, 2*time.Hour)
-		if err != nil {
-			return nil, err
-		}
-		sub := q.Subscribers > 0 && i%every == every/2 && i/every < q.Subscribers
-		us[i] = &queueUser{id: int(base) + i, token: tok, early: i < q.Early, subscriber: sub}
+	us, err := r.users(tokens)
+	if err != nil {
+		return nil, err
 	}
 
 	r.open = time.Now().Add(q.EarlyWindow).Truncate(time.Millisecond)
@@ -268,50 +257,7 @@ func runQueue(ctx context.Context, cfg Config) (*Report, error) {
 	defer cancel()
 	stopProgress := r.progress(started, users)
 	var waiters sync.WaitGroup
-
-	// The early ones, as many at once as the concurrency allows.
-	var next atomic.Int64
-	var joiners sync.WaitGroup
-	for range cfg.Concurrency {
-		joiners.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= q.Early || waitCtx.Err() != nil {
-					return
-				}
-				r.join(waitCtx, us[i])
-				if us[i].joined {
-					waiters.Go(func() { r.wait(waitCtx, us[i]) })
-				}
-			}
-		})
-	}
-	joiners.Wait()
-	if late := time.Since(r.open); late > 0 && q.Early > 0 {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("the early joins ended %s after the opening: raise --early-window", late.Round(time.Millisecond)))
-	}
-	sleepCtx(waitCtx, time.Until(r.open)+20*time.Millisecond)
-	// The later ones in waves, each after the one before was answered.
-	for w := q.Early; w < users && waitCtx.Err() == nil; w += q.Wave {
-		var wave sync.WaitGroup
-		for i := w; i < min(w+q.Wave, users); i++ {
-			wave.Go(func() { r.join(waitCtx, us[i]) })
-		}
-		wave.Wait()
-		for i := w; i < min(w+q.Wave, users); i++ {
-			if us[i].joined {
-				waiters.Go(func() { r.wait(waitCtx, us[i]) })
-			}
-		}
-	}
-	// A few of the last in line grab without a ticket as the sale
-	// begins: the room must refuse them (CheckAdmittedBuyers).
-	for i := max(q.Early, users-3); i < users; i++ {
-		waiters.Go(func() {
-			sleepCtx(waitCtx, time.Until(r.begin)+100*time.Millisecond)
-			r.grab(waitCtx, us[i], "", -1)
-		})
-	}
+	rep.Notes = append(rep.Notes, r.arrive(waitCtx, us, &waiters)...)
 	waiters.Wait()
 	stopProgress()
 	elapsed := time.Since(started)
@@ -361,7 +307,88 @@ func runQueue(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Observed = obs
 	rep.Violations = append([]Violation{}, Check(outs, rep.Expect, obs)...)
 	rep.Violations = append(rep.Violations, CheckSoldExactly(rep.OK, cfg.Stock, users, obs)...)
+	rep.Violations = append(rep.Violations, r.judgeQueue(ctx, rep, us)...)
+	return rep, nil
+}
 
+// arrive lets the users join: the early ones, as many at once as the
+// concurrency allows, then, after the opening, the later ones in waves;
+// each joined user's waiter is started on waiters. Three of the last in
+// line also grab without a ticket as the sale begins.
+func (r *queueRun) arrive(ctx context.Context, us []*queueUser, waiters *sync.WaitGroup) (notes []string) {
+	users := len(us)
+	var next atomic.Int64
+	var joiners sync.WaitGroup
+	for range r.cfg.Concurrency {
+		joiners.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= r.q.Early || ctx.Err() != nil {
+					return
+				}
+				r.join(ctx, us[i])
+				if us[i].joined {
+					waiters.Go(func() { r.wait(ctx, us[i]) })
+				}
+			}
+		})
+	}
+	joiners.Wait()
+	if late := time.Since(r.open); late > 0 && r.q.Early > 0 {
+		notes = append(notes, fmt.Sprintf("the early joins ended %s after the opening: raise --early-window", late.Round(time.Millisecond)))
+	}
+	sleepCtx(ctx, time.Until(r.open)+20*time.Millisecond)
+	// The later ones in waves, each after the one before was answered.
+	for w := r.q.Early; w < users && ctx.Err() == nil; w += r.q.Wave {
+		var wave sync.WaitGroup
+		for i := w; i < min(w+r.q.Wave, users); i++ {
+			wave.Go(func() { r.join(ctx, us[i]) })
+		}
+		wave.Wait()
+		for i := w; i < min(w+r.q.Wave, users); i++ {
+			if us[i].joined {
+				waiters.Go(func() { r.wait(ctx, us[i]) })
+			}
+		}
+	}
+	// A few of the last in line grab without a ticket as the sale
+	// begins: the room must refuse them (CheckAdmittedBuyers).
+	for i := max(r.q.Early, users-3); i < users; i++ {
+		waiters.Go(func() {
+			sleepCtx(ctx, time.Until(r.begin)+100*time.Millisecond)
+			r.grab(ctx, us[i], "", -1)
+		})
+	}
+	return notes
+}
+
+// users are the run's users, ids nobody used before on this target:
+// early ones first. Subscribers are spread evenly over them (the early
+// ones' order is shuffled at the opening): some are admitted, most still
+// wait when the stock is gone, and the last may join after it.
+func (r *queueRun) users(tokens *auth.Tokens) ([]*queueUser, error) {
+	n := r.q.Early + r.q.Late
+	base := int64(rand.IntN(1<<30)) + 1<<31
+	r.runTag = strconv.FormatInt(base, 36)
+	us := make([]*queueUser, n)
+	every := max(1, n/max(r.q.Subscribers, 1))
+	for i := range us {
+		tok, err := tokens.Issue(auth.Identity{UserID: base + int64(i), Role: auth.RoleUser}, 2*time.Hour)
+		if err != nil {
+			return nil, err
+		}
+		sub := r.q.Subscribers > 0 && i%every == every/2 && i/every < r.q.Subscribers
+		us[i] = &queueUser{id: int(base) + i, token: tok, early: i < r.q.Early, subscriber: sub}
+	}
+	return us, nil
+}
+
+// judgeQueue fills in the waiting room's figures and runs its checks:
+// those on the admissions when Redis's record could be read, the
+// notices' when the stock sold out.
+func (r *queueRun) judgeQueue(ctx context.Context, rep *Report, us []*queueUser) []Violation {
+	qr, outs := rep.Queue, rep.Outcomes
+	var vs []Violation
 	var arrivals []Arrival
 	var joins []time.Duration
 	for _, u := range us {
@@ -376,7 +403,7 @@ func runQueue(ctx context.Context, cfg Config) (*Report, error) {
 			qr.EarlyMissed++
 		}
 	}
-	if n := users - len(arrivals); n > 0 {
+	if n := len(us) - len(arrivals); n > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d users could not join (answers other than a place, retried for a second)", n))
 	}
 	qr.JoinLatency, qr.Arrivals = Summarize(joins), arrivals
@@ -391,13 +418,14 @@ func runQueue(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	var admittedAt map[int]time.Time
-	if ep.RedisURL == "" {
+	var err error
+	if r.cfg.Endpoint.RedisURL == "" {
 		rep.Notes = append(rep.Notes, "no --redis-url: the admissions (order, pace, open tickets, buyers) were not checked")
-	} else if admittedAt, err = r.admissions(ctx, ep.RedisURL); err != nil {
+	} else if admittedAt, err = r.admissions(ctx, r.cfg.Endpoint.RedisURL); err != nil {
 		rep.Notes = append(rep.Notes, "admissions not read: "+err.Error())
 	}
 	if qr.Admissions = admittedAt; admittedAt != nil {
-		rep.Violations = append(rep.Violations, r.judgeAdmissions(qr, arrivals, admittedAt, outs)...)
+		vs = append(vs, r.judgeAdmissions(qr, arrivals, admittedAt, outs)...)
 	}
 	var watchers []Watcher
 	for _, u := range us {
@@ -409,19 +437,19 @@ func runQueue(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	switch {
-	case rep.OK < cfg.Stock:
-		rep.Notes = append(rep.Notes, fmt.Sprintf("%d of %d units sold: the SOLD_OUT notices were not timed", rep.OK, cfg.Stock))
+	case rep.OK < r.cfg.Stock:
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d of %d units sold: the SOLD_OUT notices were not timed", rep.OK, r.cfg.Stock))
 	case admittedAt != nil:
-		var vs []Violation
-		qr.Notice, vs = SoldOutNotices(watchers, admittedAt, qr.LastUnit, q.NoticeBound)
-		rep.Violations = append(rep.Violations, vs...)
+		var nvs []Violation
+		qr.Notice, nvs = SoldOutNotices(watchers, admittedAt, qr.LastUnit, r.q.NoticeBound)
+		vs = append(vs, nvs...)
 	}
 	admissions := make([]time.Time, 0, len(admittedAt))
 	for _, at := range admittedAt {
 		admissions = append(admissions, at)
 	}
 	qr.Timeline = QueueTimeline(r.open, admissions, outs, r.samples, QueueTimelineWidth(time.Since(r.open)))
-	return rep, nil
+	return vs
 }
 
 // judgeAdmissions runs the checks that need Redis's record of the
