@@ -78,6 +78,17 @@ sentinel-demo:
 bench-sale:
 	./scripts/bench-sale.sh
 
+# A sale through a waiting room at the size of its promises: 5,000 users
+# join early and 15,000 later, 1,000 units at 200 admissions a second
+# with at most 300 tickets open, every user waiting and grabbing; checked,
+# the plot in artifacts/bench-queue.png (docs/BENCHMARKS.md).
+.PHONY: bench-queue
+bench-queue:
+	TARGETS=service SCENARIOS=queue GQLGEN=0 PLOT=$${PLOT-artifacts/bench-queue.png} \
+		SERVICE_ENV="TICKET_RELEASE_BEFORE=5s CONN_PER_IP_PER_SEC=0 $${SERVICE_ENV:-}" \
+		BENCH_FLAGS="--early 5000 --late 15000 --stock 1000 --admit-per-second 200 --max-active 300 --release-before 5s $${BENCH_FLAGS:-}" \
+		./scripts/bench-sale.sh
+
 # The fixed-rate growth run, which shows whether a long sale leaks: one sale
 # at RATE grabs/s for ten minutes against the service alone, its
 # goroutines, RSS and live heap sampled every 30 s into SAMPLE

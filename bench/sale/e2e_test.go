@@ -2,6 +2,7 @@ package sale_test
 
 import (
 	"database/sql"
+	"maps"
 	"net/http/httptest"
 	"os"
 	"slices"
@@ -145,4 +146,80 @@ func deref(p *int) any {
 		return nil
 	}
 	return *p
+}
+
+// TestWaitingRoomSaleIsChecked runs the queue scenario small against the
+// service as a process (its room opening 2 s before the sale): 40 users
+// join early and 160 later in waves of 8, 20 of them follow their place
+// by subscription, and 60 units sell at 30 admissions a second with at
+// most 25 tickets open. Every check passes; the stock goes to the early
+// ones first, then to later arrivals; the waiting subscribers hear
+// SOLD_OUT; and the checks catch a stranger's OK and two later arrivals
+// admitted out of order slipped into what the run saw.
+func TestWaitingRoomSaleIsChecked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Redis, a Postgres database and the service")
+	}
+	rs := testenv.MustRedis(t)
+	bin, err := testenv.BuildService(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcDB := testenv.MustPostgresURL(t)
+	svc, err := testenv.StartService(t.Context(), bin, map[string]string{
+		"REDIS_URL": rs.URL(), "DATABASE_URL": svcDB, "JWT_SECRET": secret, "LOG_LEVEL": "warn", "TICKET_RELEASE_BEFORE": "2s",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Kill)
+	rep, err := sale.Run(t.Context(), sale.Config{
+		Endpoint: sale.Endpoint{Name: "service", API: sale.GraphQL, URLs: []string{svc.Base}, DatabaseURL: svcDB, RedisURL: rs.URL()},
+		Scenario: sale.Queue, Stock: 60, Concurrency: 16, Secret: secret, MaxDuration: 20 * time.Second, LagTimeout: 10 * time.Second,
+		Queue: sale.QueueOptions{Early: 40, Late: 160, AdmitPerSecond: 30, MaxActive: 25, Subscribers: 20,
+			ReleaseBefore: 2 * time.Second, EarlyWindow: 2500 * time.Millisecond, Wave: 8, PollMin: 200 * time.Millisecond, PollMax: 2 * time.Second,
+			// The tool times a notice from the last OK grab's send, that
+			// grab's latency included, on a machine other tests share.
+			NoticeBound: time.Second + 500*time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := rep.Queue
+	if len(rep.Violations) > 0 {
+		t.Fatalf("an honest waiting room broke promises: %v (codes %v, notes %v)", rep.Violations, rep.Codes, rep.Notes)
+	}
+	if rep.OK != 60 || q.Admitted == nil || *q.Admitted != 60 || q.AdmittedEarly != 40 || q.AdmittedLate != 20 || q.JoinedEarly != 40 {
+		t.Fatalf("%d OK, %v admitted (%d early, %d late), %d joined early; want 60, 60 (40, 20), 40 (codes %v, notes %v)",
+			rep.OK, q.Admitted, q.AdmittedEarly, q.AdmittedLate, q.JoinedEarly, rep.Codes, rep.Notes)
+	}
+	if q.Notice.Timed == 0 || q.Unfinished > 0 || q.MostOpen == 0 || q.MostOpen > 25 || len(q.Timeline) == 0 {
+		t.Fatalf("%d subscribers' notices timed, %d unfinished, most open %d, %d timeline slices", q.Notice.Timed, q.Unfinished, q.MostOpen, len(q.Timeline))
+	}
+	for _, c := range rep.Codes {
+		if c.Code != "OK" && c.Code != "error:FORBIDDEN" {
+			t.Errorf("%d grabs answered %s", c.Count, c.Code)
+		}
+	}
+
+	// A stranger's OK, and the first two admitted later arrivals swapped.
+	if got := sale.CheckAdmittedBuyers(append(slices.Clone(rep.Outcomes), sale.Outcome{User: 1, Code: "OK", OrderID: "1"}), q.Admissions); len(got) == 0 {
+		t.Error("an OK without an admission not caught")
+	}
+	var late []sale.Arrival
+	for _, a := range q.Arrivals {
+		if _, ok := q.Admissions[a.User]; ok && !a.Early {
+			late = append(late, a)
+		}
+	}
+	slices.SortFunc(late, func(a, b sale.Arrival) int { return a.Sent.Compare(b.Sent) })
+	swapped := maps.Clone(q.Admissions)
+	first, last := late[0].User, late[len(late)-1].User
+	swapped[first], swapped[last] = swapped[last], swapped[first]
+	if swapped[first].Equal(swapped[last]) {
+		t.Fatalf("the first and last admitted later arrivals were admitted at one instant: nothing to swap")
+	}
+	if got := sale.CheckArrivalOrder(q.Arrivals, swapped); len(got) == 0 {
+		t.Error("later arrivals admitted out of order not caught")
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"io"
 	"slices"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -103,6 +104,77 @@ func addLine(p *plot.Plot, xys plotter.XYs, c color.Color, dashed bool, legend s
 	p.Add(l)
 	if legend != "" {
 		p.Legend.Add(legend, l)
+	}
+	return nil
+}
+
+// PlotQueue draws a waiting-room sale over time from the room's opening,
+// as a PNG: admissions and OK grabs a second (top), and the line's length
+// as the service reported it (bottom), the sale's begin marked in both.
+func PlotQueue(w io.Writer, r *Report) error {
+	q := r.Queue
+	if q == nil || len(q.Timeline) == 0 {
+		return fmt.Errorf("plot: no waiting-room timeline")
+	}
+	rates, line := plot.New(), plot.New()
+	rates.Title.Text = fmt.Sprintf("%s %s: %d early + %d late users, %d units, %d admitted a second, %d open at most",
+		r.Target, r.Scenario, q.Early, q.Late, r.Expect.Stock, q.AdmitPerSecond, q.MaxActive)
+	rates.Y.Label.Text = "per second"
+	line.Title.Text = "waiting in line (the service's count, as users last heard it)"
+	line.Y.Label.Text = "users"
+	var adm, ok, waiting plotter.XYs
+	top, most := 0.0, 0.0
+	var width time.Duration
+	if len(q.Timeline) > 1 {
+		width = q.Timeline[1].At - q.Timeline[0].At
+	}
+	for _, b := range q.Timeline {
+		x := (b.At + width/2).Seconds() // each slice at its middle
+
+		adm = append(adm, plotter.XY{X: x, Y: b.AdmitPerSecond})
+		ok = append(ok, plotter.XY{X: x, Y: b.OKPerSecond})
+		top = max(top, b.AdmitPerSecond, b.OKPerSecond)
+		if b.Waiting >= 0 {
+			waiting = append(waiting, plotter.XY{X: x, Y: float64(b.Waiting)})
+			most = max(most, float64(b.Waiting))
+		}
+	}
+	begin := q.Begin.Sub(q.Open).Seconds()
+	for _, p := range []*plot.Plot{rates, line} {
+		p.X.Label.Text = "seconds since the room opened"
+		p.Y.Min = 0
+		p.Legend.Top = true
+	}
+	if err := addLine(rates, adm, plotutil.Color(0), false, "admissions"); err != nil {
+		return err
+	}
+	if err := addLine(rates, ok, plotutil.Color(1), false, "grabs OK"); err != nil {
+		return err
+	}
+	if len(waiting) > 0 {
+		if err := addLine(line, waiting, plotutil.Color(2), false, "waiting"); err != nil {
+			return err
+		}
+	}
+	for _, m := range []struct {
+		p   *plot.Plot
+		top float64
+	}{{rates, top}, {line, most}} {
+		if err := addLine(m.p, plotter.XYs{{X: begin, Y: 0}, {X: begin, Y: max(m.top, 1)}}, color.Gray{Y: 120}, true, "sale begins"); err != nil {
+			return err
+		}
+	}
+	plots := [][]*plot.Plot{{rates}, {line}}
+	img := vgimg.New(vg.Points(720), vg.Points(640))
+	dc := draw.New(img)
+	pad := vg.Points(10)
+	tiles := draw.Tiles{Rows: 2, Cols: 1, PadX: pad, PadY: pad, PadTop: pad, PadBottom: pad, PadLeft: pad, PadRight: pad}
+	canvases := plot.Align(plots, tiles, dc)
+	for i := range plots {
+		plots[i][0].Draw(canvases[i][0])
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(w); err != nil {
+		return fmt.Errorf("write plot: %w", err)
 	}
 	return nil
 }

@@ -47,7 +47,7 @@ const (
 )
 
 // Scenarios lists every scenario by name.
-var Scenarios = []string{SoldOut, InStock, Mixed, Cluster, RedPacket}
+var Scenarios = []string{SoldOut, InStock, Mixed, Cluster, RedPacket, Queue}
 
 // Config is one sale.
 type Config struct {
@@ -86,6 +86,9 @@ type Config struct {
 	LagTimeout time.Duration
 	// Progress, when set, gets a live progress line.
 	Progress io.Writer
+	// Queue shapes the waiting-room scenario (Queue); Users is Early +
+	// Late there, and MaxDuration counts from the sale's begin.
+	Queue QueueOptions
 	// OnAttack, when set, is called as the attack starts (after users,
 	// tokens and the voucher are ready), e.g. to start a CPU profile of
 	// the target.
@@ -94,7 +97,7 @@ type Config struct {
 
 // Defaults fills in the scenario's stock and attempts where unset.
 func (c *Config) Defaults() error {
-	if c.Users < 1 {
+	if c.Users < 1 && c.Scenario != Queue {
 		return fmt.Errorf("users must be at least 1")
 	}
 	if c.Concurrency < 1 {
@@ -128,6 +131,15 @@ func (c *Config) Defaults() error {
 		if c.Stock == 0 {
 			c.Stock = max(1, c.Users/2)
 		}
+	case Queue:
+		c.Queue.defaults(c.Users)
+		if c.Users = c.Queue.Early + c.Queue.Late; c.Users < 1 {
+			return fmt.Errorf("scenario queue needs early or late users")
+		}
+		if c.Stock == 0 {
+			c.Stock = max(1, c.Users/20)
+		}
+		defaultAttempts = 1
 	default:
 		return fmt.Errorf("unknown scenario %q (one of %v)", c.Scenario, Scenarios)
 	}
@@ -214,6 +226,8 @@ type Report struct {
 	Violations    []Violation   `json:"violations"`
 	Timeline      []Bucket      `json:"timeline"`
 	Notes         []string      `json:"notes,omitempty"`
+	// Queue is the waiting room's figures (scenario queue only).
+	Queue *QueueReport `json:"queue,omitempty"`
 	// Outcomes are every answer, for checks and plots; not in JSON.
 	Outcomes []Outcome `json:"-"`
 	// Observed is what the stores said, as checked.
@@ -225,6 +239,9 @@ type Report struct {
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Defaults(); err != nil {
 		return nil, err
+	}
+	if cfg.Scenario == Queue {
+		return runQueue(ctx, cfg)
 	}
 	ep := cfg.Endpoint
 	// As many idle connections kept as requests run at once (the tickets'

@@ -127,12 +127,8 @@ func (a api) createVoucher(ctx context.Context, admin string, stock, perUser, se
 		}
 		return out.ID, nil
 	}
-	now := time.Now().UTC()
-	in := map[string]any{
-		"shopId": "1", "title": "seckill-bench", "payValue": 100, "actualValue": 1000,
-		"type": "SECKILL", "stock": stock, "perUserLimit": perUser,
-		"beginAt": now.Add(-time.Minute).Format(time.RFC3339), "endAt": now.Add(time.Hour).Format(time.RFC3339),
-	}
+	now := time.Now()
+	in := voucherInput(stock, perUser, now.Add(-time.Minute), now.Add(time.Hour))
 	if segments > 0 {
 		in["segments"] = segments
 	}
@@ -151,6 +147,16 @@ func (a api) createVoucher(ctx context.Context, admin string, stock, perUser, se
 		return "", fmt.Errorf("create voucher: %w", err)
 	}
 	return out.CreateVoucher.ID, nil
+}
+
+// voucherInput is createVoucher's input for a seckill voucher on sale
+// from begin to end.
+func voucherInput(stock, perUser int, begin, end time.Time) map[string]any {
+	return map[string]any{
+		"shopId": "1", "title": "seckill-bench", "payValue": 100, "actualValue": 1000,
+		"type": "SECKILL", "stock": stock, "perUserLimit": perUser,
+		"beginAt": begin.UTC().Format(time.RFC3339Nano), "endAt": end.UTC().Format(time.RFC3339Nano),
+	}
 }
 
 // createRedPacket creates a red packet of count packets summing to

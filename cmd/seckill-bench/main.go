@@ -10,6 +10,12 @@
 // a database of its own on the Postgres server of DATABASE_URL and keys
 // of its own in REDIS_URL. See docs/BENCHMARKS.md.
 //
+//	seckill-bench --scenario queue --early 5000 --late 15000 --stock 1000 \
+//	    --admit-per-second 200 --max-active 300 --release-before 5s
+//
+// sells through a waiting room (queue.go in bench/sale): the service must
+// run with TICKET_RELEASE_BEFORE equal to --release-before.
+//
 //	seckill-bench flood [--probes ...] [--rounds 3]
 //
 // measures a legitimate user's latency quiet and under floods of
@@ -87,6 +93,8 @@ type options struct {
 	profileURL, profile             string
 	profileFor                      time.Duration
 	rounds                          int
+	queue                           sale.QueueOptions
+	maxDurationSet                  bool
 }
 
 func parse(args []string, stderr io.Writer) (options, error) {
@@ -103,7 +111,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.segments, "segments", 0, "the service's voucher split into this many stock segments (0: the service's default)")
 	fs.IntVar(&o.concurrency, "concurrency", 64, "requests in flight at most")
 	fs.IntVar(&o.rate, "rate", 0, "requests per second (0: as fast as --concurrency allows)")
-	fs.DurationVar(&o.maxDuration, "max-duration", 20*time.Second, "stop each attack after this")
+	fs.DurationVar(&o.maxDuration, "max-duration", 20*time.Second, "stop each attack after this (queue: every user done this long after the sale begins; 60s unless set)")
 	fs.StringVar(&o.profileURL, "profile-url", "", "the service's PPROF_ADDR as a URL (http://127.0.0.1:6060): with --profile, a CPU profile of each attack on target service is taken from it")
 	fs.StringVar(&o.profile, "profile", "", "write each service attack's CPU profile to <this>-<scenario>.pprof (needs --profile-url)")
 	fs.DurationVar(&o.profileFor, "profile-seconds", 5*time.Second, "how long each CPU profile runs from the attack's start")
@@ -117,11 +125,23 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.tickets, "tickets", false, "the service's voucher requires grab tickets: each user takes one before the attack and sends it with every grab")
 	fs.StringVar(&o.challenge, "challenge", "", "with --tickets: POW puts a proof of work before each ticket (solved by the tool, before the attack)")
 	fs.IntVar(&o.rounds, "rounds", 1, "run each scenario this many times over the targets, the targets' order reversed every other round, so that no target always meets the machine first; the summary gives each round's ratios and their medians")
+	fs.IntVar(&o.queue.Early, "early", 0, "queue: users who join the waiting room before it opens (0 with --late 0: a quarter of --users)")
+	fs.IntVar(&o.queue.Late, "late", 0, "queue: users who join after it opens, in waves (0 with --early 0: the rest of --users)")
+	fs.IntVar(&o.queue.AdmitPerSecond, "admit-per-second", 0, "queue: the room's admitPerSecond (0: the service's default, 100)")
+	fs.IntVar(&o.queue.MaxActive, "max-active", 0, "queue: the room's maxActive, open tickets at most (0: the service's default, 1000)")
+	fs.IntVar(&o.queue.Subscribers, "subscribers", 200, "queue: users who follow their place over a websocket (queueChanged), sampled evenly; the rest poll queuePlace; the service's WS_MAX_PER_IP (256) bounds it")
+	fs.DurationVar(&o.queue.ReleaseBefore, "release-before", 0, "queue: the service's TICKET_RELEASE_BEFORE, when the room opens before the sale (0: the service's default, 60s; start the service with e.g. TICKET_RELEASE_BEFORE=5s)")
+	fs.DurationVar(&o.queue.TicketTTL, "ticket-ttl", 0, "queue: the service's TICKET_TTL, an admission's lifetime (0: the service's default, 2m)")
+	fs.DurationVar(&o.queue.EarlyWindow, "early-window", 0, "queue: from the voucher's creation to the room's opening, for the early joins (0: 2s + 2ms a user)")
+	fs.IntVar(&o.queue.Wave, "wave", 16, "queue: late users who join at once; each wave waits for the one before, so their order is known")
+	fs.DurationVar(&o.queue.PollMin, "poll-min", 500*time.Millisecond, "queue: a poller's shortest interval (it polls at a quarter of its estimated wait, jittered)")
+	fs.DurationVar(&o.queue.PollMax, "poll-max", 10*time.Second, "queue: a poller's longest interval")
 	fs.BoolVar(&o.jsonOut, "json", false, "print the reports as JSON instead of a table")
 	fs.StringVar(&o.plot, "plot", "", "write throughput and latency over time to this PNG (none by default; keep it out of tracked files, e.g. artifacts/, which git ignores)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	fs.Visit(func(f *flag.Flag) { o.maxDurationSet = o.maxDurationSet || f.Name == "max-duration" })
 	o.secret = cmp.Or(o.secret, os.Getenv("JWT_SECRET"))
 	o.databaseURL = cmp.Or(o.databaseURL, os.Getenv("DATABASE_URL"))
 	o.redisURL = cmp.Or(o.redisURL, os.Getenv("REDIS_URL"))
@@ -196,21 +216,60 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		printSummary(stdout, reports)
 	}
 	if o.plot != "" {
-		f, err := os.Create(o.plot)
+		if err := plots(o.plot, firstRound(reports), stderr); err != nil {
+			return err
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%w: %s", errViolations, strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// plots writes the grab scenarios' plot to path, and each waiting-room
+// sale's to path itself when it is the only report, else to
+// <path>-queue[-N].png.
+func plots(path string, reps []*sale.Report, stderr io.Writer) error {
+	var grabs, queues []*sale.Report
+	for _, r := range reps {
+		if r.Queue != nil {
+			queues = append(queues, r)
+		} else {
+			grabs = append(grabs, r)
+		}
+	}
+	write := func(p string, draw func(io.Writer) error) error {
+		f, err := os.Create(p)
 		if err != nil {
 			return err
 		}
-		if err := sale.Plot(f, firstRound(reports)); err != nil {
+		if err := draw(f); err != nil {
 			f.Close()
 			return err
 		}
 		if err := f.Close(); err != nil {
 			return err
 		}
-		fmt.Fprintln(stderr, "plot:", o.plot)
+		fmt.Fprintln(stderr, "plot:", p)
+		return nil
 	}
-	if len(failed) > 0 {
-		return fmt.Errorf("%w: %s", errViolations, strings.Join(failed, ", "))
+	if len(grabs) > 0 {
+		if err := write(path, func(w io.Writer) error { return sale.Plot(w, grabs) }); err != nil {
+			return err
+		}
+	}
+	for i, r := range queues {
+		p := path
+		if len(grabs) > 0 || len(queues) > 1 {
+			p = strings.TrimSuffix(path, ".png") + "-queue"
+			if len(queues) > 1 {
+				p += fmt.Sprintf("-%d", i+1)
+			}
+			p += ".png"
+		}
+		if err := write(p, func(w io.Writer) error { return sale.PlotQueue(w, r) }); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -282,6 +341,10 @@ func runOne(ctx context.Context, o options, ep sale.Endpoint, sc string, round i
 		fmt.Fprintf(stderr, "%s: skipped red-packet: the reference designs have no red packets\n", ep.Name)
 		return nil, true, nil
 	}
+	if ep.API == sale.Plain && sc == sale.Queue {
+		fmt.Fprintf(stderr, "%s: skipped queue: the reference designs have no waiting room\n", ep.Name)
+		return nil, true, nil
+	}
 	if sc == sale.Cluster && len(ep.URLs) < 2 {
 		fmt.Fprintf(stderr, "%s: skipped cluster: it needs two or more --url nodes\n", ep.Name)
 		return nil, true, nil
@@ -289,7 +352,10 @@ func runOne(ctx context.Context, o options, ep sale.Endpoint, sc string, round i
 	cfg := sale.Config{Endpoint: ep, Scenario: sc, Users: o.users, Attempts: o.attempts, Stock: o.stock,
 		PerUserLimit: o.perUser, Segments: o.segments, Concurrency: o.concurrency, Rate: o.rate, MaxDuration: o.maxDuration,
 		Secret: o.secret, RequestIDs: o.requestIDs, Progress: stderr,
-		Tickets: o.tickets, Challenge: strings.ToUpper(o.challenge)}
+		Tickets: o.tickets, Challenge: strings.ToUpper(o.challenge), Queue: o.queue}
+	if sc == sale.Queue && !o.maxDurationSet {
+		cfg.MaxDuration = 60 * time.Second
+	}
 	var prof *cpuProfile
 	if o.profile != "" && o.profileURL != "" && ep.Name == "service" && round == 1 {
 		prof = &cpuProfile{url: o.profileURL, seconds: o.profileFor, out: o.profile + "-" + sc + ".pprof"}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -57,6 +59,9 @@ func printSummary(w io.Writer, reps []*sale.Report) {
 			}
 			fmt.Fprintln(w, "  redis calls per request (scripts' inner calls included):", strings.Join(cmds, ", "))
 		}
+		if r.Queue != nil {
+			printQueue(w, r)
+		}
 		for _, n := range r.Notes {
 			fmt.Fprintln(w, "  note:", n)
 		}
@@ -71,6 +76,41 @@ func printSummary(w io.Writer, reps []*sale.Report) {
 		}
 	}
 }
+
+// printQueue prints a waiting-room sale's own figures.
+func printQueue(w io.Writer, r *sale.Report) {
+	q := r.Queue
+	fmt.Fprintf(w, "  waiting room: %d early + %d late users; %d joins answered EARLY, %d early users joined after the opening; join p50 %s, p99 %s\n",
+		q.Early, q.Late, q.JoinedEarly, q.EarlyMissed, ms(q.JoinLatency.P50), ms(q.JoinLatency.P99))
+	if q.Admitted != nil {
+		fmt.Fprintf(w, "  admitted %d (early %d, late %d) at %.1f/s first to last (pace %d/s); most tickets open at once %d (maxActive %d; a lower bound)\n",
+			*q.Admitted, q.AdmittedEarly, q.AdmittedLate, q.AdmitRate, q.AdmitPerSecond, q.MostOpen, q.MaxActive)
+		fmt.Fprintf(w, "  join to admission (an early user's from the opening): p50 %s, p99 %s, max %s\n", sec2(q.Wait.P50), sec2(q.Wait.P99), sec2(q.Wait.Max))
+	}
+	fmt.Fprintf(w, "  sold %d of %d", r.OK, r.Expect.Stock)
+	if n := q.Notice; n.Timed > 0 || n.After > 0 {
+		fmt.Fprintf(w, "; SOLD_OUT heard by %d subscribers waiting then, from the last OK grab's send: p50 %s, p99 %s, max %s (bound %s); %d subscribed after it",
+			n.Timed, ms(n.Latency.P50), ms(n.Latency.P99), ms(n.Latency.Max), q.NoticeBound, n.After)
+	}
+	fmt.Fprintf(w, "\n  %d polls (%d failed%s), %d subscribers (%d fell back to polling), %d users unfinished at the deadline\n",
+		q.Polls, q.PollErrors, codeList(q.PollErrorCodes), q.Subscribers, q.Fallbacks, q.Unfinished)
+}
+
+// codeList is ": CODE n, ..." by count, or nothing.
+func codeList(m map[string]int) string {
+	if len(m) == 0 {
+		return ""
+	}
+	codes := slices.Collect(maps.Keys(m))
+	slices.SortFunc(codes, func(a, b string) int { return cmp.Or(m[b]-m[a], strings.Compare(a, b)) })
+	parts := make([]string, len(codes))
+	for i, c := range codes {
+		parts[i] = fmt.Sprintf("%s %d", c, m[c])
+	}
+	return ": " + strings.Join(parts, ", ")
+}
+
+func sec2(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
 
 // ratios compares the service with each other target of the run (the
 // reference designs, other named service nodes), per scenario and round,

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -89,5 +91,64 @@ func TestRoundsAlternateTheTargetsOrder(t *testing.T) {
 	}
 	if names(eps) != "service,reference,ceiling" {
 		t.Errorf("roundOrder changed its argument: %s", names(eps))
+	}
+}
+
+func TestSummaryShowsTheWaitingRoom(t *testing.T) {
+	admitted := 1000
+	reps := []*sale.Report{{Target: "service", Scenario: sale.Queue, Requests: 50000, OK: 1000, Expect: sale.Expect{Stock: 1000},
+		Queue: &sale.QueueReport{Early: 5000, Late: 15000, AdmitPerSecond: 200, MaxActive: 300, JoinedEarly: 5000,
+			Admitted: &admitted, AdmittedEarly: 1000, AdmitRate: 77.4, MostOpen: 300, NoticeBound: time.Second,
+			Notice: sale.Notices{Timed: 72, After: 114, Latency: sale.Latencies{P50: 34 * time.Millisecond, Max: 35 * time.Millisecond}},
+			Polls:  52143, PollErrors: 3, PollErrorCodes: map[string]int{"error:UNAVAILABLE": 2, "transport-error": 1}}}}
+	var b bytes.Buffer
+	printSummary(&b, reps)
+	for _, s := range []string{
+		"5000 early + 15000 late users",
+		"admitted 1000 (early 1000, late 0) at 77.4/s first to last (pace 200/s); most tickets open at once 300 (maxActive 300",
+		"sold 1000 of 1000; SOLD_OUT heard by 72 subscribers waiting then",
+		"max 35.0ms (bound 1s); 114 subscribed after it",
+		"52143 polls (3 failed: error:UNAVAILABLE 2, transport-error 1)",
+	} {
+		if !strings.Contains(b.String(), s) {
+			t.Errorf("summary lacks %q:\n%s", s, b.String())
+		}
+	}
+}
+
+func TestPlotsPutTheWaitingRoomInAFileOfItsOwn(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var outs []sale.Outcome
+	for i := range 50 {
+		outs = append(outs, sale.Outcome{Code: "OK", Sent: t0.Add(time.Duration(i) * 20 * time.Millisecond), Latency: time.Millisecond})
+	}
+	grabs := &sale.Report{Target: "service", Scenario: sale.SoldOut, Timeline: sale.Timeline(outs, 100*time.Millisecond)}
+	queue := &sale.Report{Target: "service", Scenario: sale.Queue, Queue: &sale.QueueReport{Open: t0, Begin: t0.Add(time.Second),
+		Timeline: sale.QueueTimeline(t0, nil, outs, nil, 100*time.Millisecond)}}
+	for _, tc := range []struct {
+		name  string
+		reps  []*sale.Report
+		files []string
+	}{
+		{"the waiting room alone", []*sale.Report{queue}, []string{"p.png"}},
+		{"beside a grab scenario", []*sale.Report{grabs, queue}, []string{"p-queue.png", "p.png"}}, // as ReadDir sorts them
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sub := t.TempDir()
+			if err := plots(sub+"/p.png", tc.reps, io.Discard); err != nil {
+				t.Fatal(err)
+			}
+			entries, err := os.ReadDir(sub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range entries {
+				got = append(got, e.Name())
+			}
+			if !reflect.DeepEqual(got, tc.files) {
+				t.Errorf("files %v, want %v", got, tc.files)
+			}
+		})
 	}
 }
