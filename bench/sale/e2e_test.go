@@ -178,9 +178,11 @@ func TestWaitingRoomSaleIsChecked(t *testing.T) {
 		Scenario: sale.Queue, Stock: 60, Concurrency: 16, Secret: secret, MaxDuration: 20 * time.Second, LagTimeout: 10 * time.Second,
 		Queue: sale.QueueOptions{Early: 40, Late: 160, AdmitPerSecond: 30, MaxActive: 25, Subscribers: 20,
 			ReleaseBefore: 2 * time.Second, EarlyWindow: 2500 * time.Millisecond, Wave: 8, PollMin: 200 * time.Millisecond, PollMax: 2 * time.Second,
-			// The tool times a notice from the last OK grab's send, that
-			// grab's latency included, on a machine other tests share.
-			NoticeBound: time.Second + 500*time.Millisecond},
+			// Here the notice must come; its 1 s target is the load tool's
+			// to measure (make bench-queue), not a timed test's on a
+			// machine other tests share (the tool times from the last OK
+			// grab's send, that grab's latency included).
+			NoticeBound: 3 * time.Second},
 	})
 	if err != nil {
 		t.Fatal(err)
