@@ -267,7 +267,7 @@ func (rn *runner) sellQueue(ctx context.Context, p plan, voucherID string, begin
 	// admitted.
 	follow := func(u *roomUser) {
 		token, _ := rn.env.userToken(u.id)
-		every := between(r2(u.id), 200*time.Millisecond, 300*time.Millisecond)
+		every := between(pollRand(u.id), 200*time.Millisecond, 300*time.Millisecond)
 		for try := 0; sctx.Err() == nil; {
 			pl, err := rn.api.queuePlace(sctx, rn.env.nodes[nodeFor(u, try)].Base, token, voucherID)
 			switch {
@@ -374,8 +374,8 @@ func (rn *runner) sellQueue(ctx context.Context, p plan, voucherID string, begin
 	return answers, run, errs
 }
 
-// r2 is a user's own random source for their polling's jitter.
-func r2(user int64) *rand.Rand { return rand.New(rand.NewPCG(uint64(user), 7)) }
+// pollRand is a user's own random source for their polling's jitter.
+func pollRand(user int64) *rand.Rand { return rand.New(rand.NewPCG(uint64(user), 7)) }
 
 // joinUser joins u to the voucher's room, retrying what fails: at once
 // on the other node after a refused connection, after 100 ms otherwise
