@@ -65,7 +65,10 @@ var (
 // Queue is the voucher waiting rooms' store in Redis: the line, the
 // admissions and the pacer's bucket. Joins and admissions wait for the
 // replicas as grabs do (Acks): a place or an admission a failover took
-// back would be given twice.
+// back would be given twice. So with acknowledgements a room's state is
+// kept across a change of Redis server (a promoted replica holds every
+// place and admission answered), and without them dropped (see
+// queue_join.lua).
 type Queue struct {
 	rdb  redis.UniversalClient
 	Acks Acks
@@ -118,7 +121,7 @@ func (q *Queue) Configure(ctx context.Context, voucherID int64, s domain.RoomSet
 // ErrRoomMissing: no room here; domain.ErrRoomClosed: the sale ended.
 func (q *Queue) Join(ctx context.Context, voucherID, userID int64) (joined, reset bool, err error) {
 	keys := []string{roomKey(voucherID), lineKey(voucherID), openKey(voucherID), admittedKey(voucherID)}
-	call := q.Acks.runAcked(ctx, q.rdb, queueJoinScript, keys, userID, earlyOrder())
+	call := q.Acks.runAcked(ctx, q.rdb, queueJoinScript, keys, userID, earlyOrder(), q.kept())
 	raw, err := call.res.Int64Slice()
 	if err != nil {
 		return false, false, fmt.Errorf("join the waiting room of voucher %d: %w", voucherID, notSent(err))
@@ -142,6 +145,15 @@ func (q *Queue) Join(ctx context.Context, voucherID, userID int64) (joined, rese
 	return raw[0] == 0, reset, nil
 }
 
+// kept is the scripts' flag that a room's state written on another
+// Redis server is kept: its writes were acknowledged by replicas.
+func (q *Queue) kept() string {
+	if q.Acks.Replicas > 0 {
+		return "1"
+	}
+	return "0"
+}
+
 // earlyOrder is an early joiner's place among the early ones: a uniform
 // number in [0, 1) of 53 random bits (a float64's mantissa), drawn here
 // rather than by Lua's seeded math.random.
@@ -160,7 +172,7 @@ func (q *Queue) Place(ctx context.Context, voucherID, userID int64) (domain.Room
 		user = strconv.FormatInt(userID, 10)
 	}
 	keys := []string{roomKey(voucherID), lineKey(voucherID), admittedKey(voucherID), stockKey(voucherID)}
-	raw, err := queuePlaceScript.Run(ctx, q.rdb, keys, user).Slice()
+	raw, err := queuePlaceScript.Run(ctx, q.rdb, keys, user, q.kept()).Slice()
 	if err != nil {
 		return domain.RoomView{}, fmt.Errorf("read the waiting room of voucher %d: %w", voucherID, notSent(err))
 	}
@@ -207,7 +219,7 @@ func msTime(v any) time.Time {
 // most users. ErrRoomMissing: no room here.
 func (q *Queue) Admit(ctx context.Context, voucherID int64, ttl time.Duration, most int) (domain.Admission, error) {
 	keys := []string{roomKey(voucherID), lineKey(voucherID), openKey(voucherID), admittedKey(voucherID), stockKey(voucherID)}
-	call := q.Acks.runAcked(ctx, q.rdb, queueAdmitScript, keys, ttl.Milliseconds(), most)
+	call := q.Acks.runAcked(ctx, q.rdb, queueAdmitScript, keys, ttl.Milliseconds(), most, q.kept())
 	raw, err := call.res.Slice()
 	if err != nil {
 		return domain.Admission{}, fmt.Errorf("admit from the waiting room of voucher %d: %w", voucherID, notSent(err))

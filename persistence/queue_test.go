@@ -287,3 +287,73 @@ func TestEarlyJoinersStandInAUniformlyRandomOrder(t *testing.T) {
 		t.Fatalf("the early ones' ranks are not uniform: chi-square %.1f > 46.0 (16 degrees of freedom), counts by user and rank %v", chi2, counts)
 	}
 }
+
+// With acknowledgements (REDIS_ACK_REPLICAS), a Sentinel failover keeps a
+// waiting room: every join and admission answered is on a replica, so the
+// promoted one holds the places and admissions, which stay where they
+// were (no reset, nobody asked to join again, nobody admitted twice), and
+// the line goes on from there. Without acknowledgements a change of
+// server drops the room (TestAQueueDropsAStaleRoomAndReportsAMissingOne).
+func TestWithAcknowledgementsAFailoverKeepsTheRoom(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("starts a Sentinel set")
+	}
+	set := testenv.MustSentinelSet(t)
+	rdb := set.FailoverClient()
+	t.Cleanup(func() { _ = rdb.Close() })
+	q := persistence.NewQueue(rdb)
+	q.Acks = persistence.Acks{Replicas: 1, Timeout: time.Second}
+	ctx := t.Context()
+	paused := false
+	if err := q.Configure(ctx, 1, domain.RoomSettings{Open: time.Now().Add(-time.Hour), End: time.Now().Add(time.Hour), Rate: 1000, Max: 2, Paused: &paused}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, _, stockKey := persistence.QueueKeys(1)
+	if err := rdb.Set(ctx, stockKey, 10, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	join(t, q, 1, 2, 3, 4)
+	a, err := q.Admit(ctx, 1, time.Minute, 10)
+	if err != nil || len(a.Users) != 2 {
+		t.Fatalf("admission before the failover: %+v, %v; want users 1 and 2", a, err)
+	}
+	before := map[int64]domain.RoomView{}
+	for u := int64(1); u <= 4; u++ {
+		if before[u], err = q.Place(ctx, 1, u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old, err := set.KillPrimary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := set.WaitPromoted(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	// The client follows the promotion within a few tries.
+	var joined, reset bool
+	for try := 0; ; try++ {
+		if joined, reset, err = q.Join(ctx, 1, 5); err == nil || try == 50 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil || !joined || reset {
+		t.Fatalf("a join after the failover: joined %v, reset %v, %v; want joined, no reset", joined, reset, err)
+	}
+	for u := int64(1); u <= 4; u++ {
+		v, err := q.Place(ctx, 1, u)
+		switch {
+		case err != nil:
+			t.Fatal(err)
+		case !v.Found || !v.Joined:
+			t.Fatalf("user %d has no place after the failover: %+v", u, v)
+		case v.Rank != before[u].Rank || !v.Expiry.Equal(before[u].Expiry):
+			t.Fatalf("user %d after the failover: rank %d, admitted until %v; before it %d, %v", u, v.Rank, v.Expiry, before[u].Rank, before[u].Expiry)
+		}
+	}
+	if a, err := q.Admit(ctx, 1, time.Minute, 10); err != nil || a.Reset || len(a.Users) != 0 {
+		t.Fatalf("an admission after the failover with both tickets open: %+v, %v; want nobody, no reset", a, err)
+	}
+}

@@ -9,7 +9,8 @@
 -- so two pacers never admit more than one would.
 --
 -- A room whose state was written on another Redis process is dropped
--- first, as in queue_join.lua.
+-- first, or kept where its writes are acknowledged (ARGV[3]), as in
+-- queue_join.lua.
 --
 -- KEYS[1] -> {v<ID>}:qm
 -- KEYS[2] -> {v<ID>}:q
@@ -18,6 +19,7 @@
 -- KEYS[5] -> {v<ID>}:stock
 -- ARGV[1] -> a ticket's lifetime, ms
 -- ARGV[2] -> the most users admitted by this call
+-- ARGV[3] -> '1' when the room's writes are acknowledged by replicas
 --
 -- Returns: {code, expired, reset, now (unix ms), waiting (after this
 -- run), then for each user
@@ -35,9 +37,13 @@ if not m[1] then
 end
 local reset = 0
 if m[3] ~= run then
-  ${roomReset}
-  m[7], m[8] = false, false
-  reset = 1
+  if ARGV[3] == '1' then
+    redis.call('HSET', KEYS[1], '${qmRun}', run)
+  else
+    ${roomReset}
+    m[7], m[8] = false, false
+    reset = 1
+  end
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

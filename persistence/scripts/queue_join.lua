@@ -13,7 +13,10 @@
 -- on (qmRun, the token a voucher's load is verified under, see grab.lua):
 -- on another (a restart from older files, a promoted replica, a flush)
 -- the places, admissions and counters are dropped first, as a load is
--- rebuilt; the settings stay. The caller learns it (reset = 1).
+-- rebuilt; the settings stay. The caller learns it (reset = 1). Where
+-- every join and admission waited for the replicas (ARGV[3] = '1',
+-- REDIS_ACK_REPLICAS), a promoted replica holds every one answered: the
+-- state is kept and stamped with this server's token instead.
 --
 -- KEYS[1] -> {v<ID>}:qm   hash: the room's settings and counters
 -- KEYS[2] -> {v<ID>}:q    zset: waiting users by their order
@@ -21,6 +24,7 @@
 -- KEYS[4] -> {v<ID>}:qx   hash: user -> their ticket's expiry (unix ms)
 -- ARGV[1] -> user id
 -- ARGV[2] -> the user's order if they join early: a number in [0, 1)
+-- ARGV[3] -> '1' when the room's writes are acknowledged by replicas
 --
 -- Returns: {code, reset} with code 0 joined now, 1 joined before, 2 the
 -- voucher has no waiting room in this Redis (not configured, or lost with
@@ -37,8 +41,12 @@ if not m[1] then
 end
 local reset = 0
 if m[3] ~= run then
-  ${roomReset}
-  reset = 1
+  if ARGV[3] == '1' then
+    redis.call('HSET', KEYS[1], '${qmRun}', run)
+  else
+    ${roomReset}
+    reset = 1
+  end
 end
 local user = ARGV[1]
 if redis.call('ZSCORE', KEYS[2], user) or redis.call('HEXISTS', KEYS[4], user) == 1 then

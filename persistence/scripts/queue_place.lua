@@ -1,13 +1,15 @@
 -- Reads where a user stands in a voucher's waiting room, and the room's
 -- counters, in one step. Writes nothing. A room whose state was written
 -- on another Redis process (qmRun, see queue_join.lua) holds no place: the
--- next join or admission drops it.
+-- next join or admission drops it; unless the room's writes are
+-- acknowledged by replicas (ARGV[2]), which keeps it.
 --
 -- KEYS[1] -> {v<ID>}:qm
 -- KEYS[2] -> {v<ID>}:q
 -- KEYS[3] -> {v<ID>}:qx
 -- KEYS[4] -> {v<ID>}:stock
 -- ARGV[1] -> user id ('' for the room's counters alone)
+-- ARGV[2] -> '1' when the room's writes are acknowledged by replicas
 --
 -- Returns: {found, now (unix ms), open, end, waiting, admitted so far,
 -- stock left ('' when Redis holds none), joined (0/1), rank among the
@@ -17,7 +19,7 @@
 
 local run = ${serverRun}
 local m = redis.call('HMGET', KEYS[1], '${qmOpen}', '${qmEnd}', '${qmRun}', '${qmAdmitted}', '${qmRate}', '${qmMax}', '${qmPaused}')
-if not m[1] or m[3] ~= run then
+if not m[1] or m[3] ~= run and ARGV[2] ~= '1' then
   return {0}
 end
 local t = redis.call('TIME')

@@ -188,6 +188,10 @@ type voucherSpec struct {
 	// RequireTicket makes every grab need a grab ticket; POW makes a
 	// ticket need a solved proof-of-work challenge.
 	RequireTicket, POW bool
+	// Room puts the sale behind a waiting room admitting AdmitPerSecond
+	// users a second with at most MaxActive tickets open.
+	Room                      bool
+	AdmitPerSecond, MaxActive int
 }
 
 // ticket asks for the caller's grab ticket of a voucher and returns it
@@ -237,6 +241,9 @@ func (a *api) createVoucher(ctx context.Context, base, admin string, v voucherSp
 	}
 	if v.POW {
 		in["challenge"] = "POW"
+	}
+	if v.Room {
+		in["waitingRoom"], in["admitPerSecond"], in["maxActive"] = true, v.AdmitPerSecond, v.MaxActive
 	}
 	var out struct {
 		CreateVoucher struct{ ID string } `json:"createVoucher"`

@@ -241,6 +241,12 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 	fallbackOK := rn.fallbackSales(ctx, p)
 	now := time.Now()
 	spec := voucherSpec{Stock: p.stock, Limit: p.limit, Begin: now.Add(-time.Minute), End: now.Add(10 * time.Minute), RequireTicket: p.tickets, POW: p.pow}
+	if p.room != nil {
+		// The room opens roomLead after this second (the API takes whole
+		// seconds), and the sale begins roomReleaseBefore later.
+		spec.Begin = now.Truncate(time.Second).Add(roomLead + roomReleaseBefore)
+		spec.Room, spec.AdmitPerSecond, spec.MaxActive = true, p.room.rate, p.room.maxActive
+	}
 	var id string
 	for try := 0; try < 5; try++ {
 		if id, err = rn.api.createVoucher(ctx, rn.env.nodes[p.nodes[0]].Base, rn.env.admin, spec); err == nil {
@@ -258,7 +264,7 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 	}
 	res.plan = p
 	rn.dead = newDeadLetters(rn.env.db, p.voucher)
-	rn.tickets = newTicketBook(p.tickets, p.pow)
+	rn.tickets = newTicketBook(p.tickets || p.room != nil, p.pow) // a room's admissions are its tickets
 	rpID, err := rn.createRedPacket(ctx, p)
 	if err != nil {
 		res.Err = err
@@ -267,14 +273,28 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 
 	saleStart := time.Now()
 	rpGrabs := rn.grabRedPackets(ctx, p, rpID) // the same users, moments and faults
-	answers, faultErrs := rn.sell(ctx, p, id)
+	var (
+		answers   []answer
+		faultErrs []error
+		room      *roomRun
+	)
+	if p.room != nil {
+		answers, room, faultErrs = rn.sellQueue(ctx, p, id, spec.Begin)
+	} else {
+		answers, faultErrs = rn.sell(ctx, p, id)
+	}
 	rpAnswers := <-rpGrabs
+	rn.log.Debug("sale over", "round", k, "took", time.Since(saleStart))
 	hctx, hcancel = context.WithTimeout(ctx, 45*time.Second)
 	healErr := rn.env.heal(hctx)
 	hcancel()
+	rn.log.Debug("healed", "round", k, "since the sale's start", time.Since(saleStart))
 	answers = append(answers, rn.settle(ctx, p, id, answers)...)
+	rn.log.Debug("grabs settled", "round", k, "since the sale's start", time.Since(saleStart))
 	rpAnswers = append(rpAnswers, rn.settleRedPackets(ctx, rpID, rpAnswers)...)
+	rn.log.Debug("settled", "round", k, "since the sale's start", time.Since(saleStart))
 	drained, left := rn.drain(ctx, p, saleStart, p.voucher)
+	rn.log.Debug("drained", "round", k, "since the sale's start", time.Since(saleStart))
 	fallbackOK = rn.fallbackSales(ctx, p) - fallbackOK
 	var okIDs []int64
 	for _, a := range answers {
@@ -290,6 +310,14 @@ func (rn *runner) round(ctx context.Context, k int) (res RoundResult) {
 	st.drained, st.logLeft = drained, left
 	st.breakerTrips = rn.breakerTrips(ctx) - tripsBefore
 	res.outcome = judge(p, answers, st, rn.requestIDs)
+	if room != nil {
+		rs, err := rn.readRoom(ctx, p.voucher)
+		if err != nil {
+			res.Err = err
+			return res
+		}
+		judgeQueue(&res.outcome, p, room, rs, answers, st)
+	}
 	if b := rn.back.Load(); b != nil && p.onlyRedisFaults() {
 		judgeAvailability(&res.outcome, answers, b.at, b.bound)
 	}
@@ -359,6 +387,9 @@ func (rn *runner) print(r RoundResult) {
 	if r.plan.rpExpiry > 0 {
 		extra += fmt.Sprintf(", %d cents refunded", o.rpRefund)
 	}
+	if f := o.room; f != nil {
+		extra += fmt.Sprintf("; room: %d joined (%d early, %d unsure), %d admitted, %d resets, %d bad grabs, %d failed calls", f.joined, f.early, f.unsure, f.admitted, f.resets, f.bad, f.errors)
+	}
 	if o.firstOK >= 0 && o.measured {
 		extra += fmt.Sprintf("; first OK %.2fs after redis served again", o.firstOK.Seconds())
 	}
@@ -367,6 +398,9 @@ func (rn *runner) print(r RoundResult) {
 	if rn.cfg.Verbose || r.Failed() {
 		fmt.Fprintf(w, "      plan: %s\n", r.plan)
 		fmt.Fprintf(w, "      answers: %s; slowest %.2fs\n", summary(o.answers), o.maxTook.Seconds())
+		if o.room != nil && len(o.room.failed) > 0 {
+			fmt.Fprintf(w, "      waiting room calls failed: %s\n", summary(o.room.failed))
+		}
 		if o.dead > 0 {
 			fmt.Fprintf(w, "      dead letters: %s\n", summary(o.deadReasons))
 		}

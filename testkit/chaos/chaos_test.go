@@ -98,7 +98,7 @@ var shortRoundCost = map[string]int{
 	"cluster-failover": 40, "redis-failover": 30, "redis-rollback": 28, "redis-kill": 23,
 	"pg-outage+redis-empty": 21, "refund-wipe": 21, "redis-stall": 21, "redis-empty": 18,
 	"redis-empty-twice": 18, "mixed": 18, "none": 17, "node-kill": 9, "pg-outage": 8,
-	"redis-cut": 8, "two-nodes": 7, "cluster-migrate": 12,
+	"redis-cut": 8, "two-nodes": 7, "cluster-migrate": 12, "queue": 30,
 }
 
 // dealKinds deals the kinds to n shards, the costliest first, each to the

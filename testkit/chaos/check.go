@@ -242,6 +242,8 @@ type outcome struct {
 	// whether the breaker was seen open during the stall
 	fallbackOK    int
 	breakerOpened bool
+	// room: a queue round's waiting-room figures (judgeQueue).
+	room *roomFigures
 }
 
 func (o *outcome) add(check, format string, args ...any) {

@@ -150,9 +150,13 @@ var nodeSettings = map[string]string{
 	// What refund-wipe rounds plan by (refundGrace).
 	"RED_PACKET_REFUND_GRACE":    refundGrace.String(),
 	"RED_PACKET_REFUND_INTERVAL": "1s",
-	"LOG_LEVEL":                  "warn",
-	"LOG_FORMAT":                 "json",
-	"DEMO":                       "false",
+	// A waiting room opens this long before its sale begins, and an
+	// admission's ticket lasts this long (the queue kind plans by them).
+	"TICKET_RELEASE_BEFORE": roomReleaseBefore.String(),
+	"TICKET_TTL":            admissionTTL.String(),
+	"LOG_LEVEL":             "warn",
+	"LOG_FORMAT":            "json",
+	"DEMO":                  "false",
 }
 
 func newEnv(ctx context.Context, log *slog.Logger, bin, logLevel string) (_ *env, err error) {

@@ -181,6 +181,9 @@ type plan struct {
 	// that it is refunded.
 	rpCount  int
 	rpExpiry time.Duration
+	// room, in queue rounds: the sale goes through a waiting room, and
+	// the voucher's grabs are the room's (sellQueue), not attempts.
+	room *roomPlan
 }
 
 // durable reports whether Redis keeps everything in this round: no fault
@@ -230,6 +233,9 @@ func (p plan) String() string {
 	}
 	if p.retryOpen {
 		s += ", clients retry open grabs"
+	}
+	if p.room != nil {
+		s += ", " + p.room.String()
 	}
 	s += fmt.Sprintf(", red packet of %d", p.rpCount)
 	if p.rpExpiry > 0 {
@@ -429,6 +435,13 @@ var kinds = []kind{
 	{name: "cluster-migrate", topology: topologyCluster, faults: func(r *rand.Rand, p *plan, _ bool) ([]int, []fault) {
 		return someNodes(r), []fault{{what: faultClusterMigrate, at: faultMoment(r, p.window), node: r.IntN(2)}}
 	}},
+	// A waiting room while a node is killed (and started again) and the
+	// Sentinel set's primary is killed and a replica promoted, both at
+	// random moments while users join, wait, are admitted and grab. With
+	// REDIS_ACK_REPLICAS=1 the failover loses nothing: no place is lost or
+	// given twice, admissions follow the line, and nobody buys without
+	// one (queueFaults; the round's grabs are the room's, sellQueue).
+	{name: "queue", topology: topologySentinel, faults: queueFaults},
 }
 
 // The Redis topologies a kind sells from.
@@ -504,6 +517,11 @@ func newPlan(seed int64, round int, ks []kind, short bool) plan {
 	n = max(n, 2*p.users)
 	p.rpCount, p.fallback, p.topology = p.stock, k.fallback, cmp.Or(k.topology, topologySingle)
 	p.nodes, p.faults = k.faults(r, &p, short)
+	if p.room != nil {
+		// The room's users grab through it (sellQueue); the attempts
+		// drawn below are the red packet's alone, two per user.
+		n = 2 * p.users
+	}
 	slices.SortFunc(p.faults, func(a, b fault) int { return int(a.at - b.at) })
 	// In half the rounds the first crash or cut comes at the sell-out
 	// rather than at its moment, whichever is first (a stall comes when

@@ -147,25 +147,39 @@ func (rn *runner) settleRedPackets(ctx context.Context, id string, answers []rpA
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	var out []rpAnswer
+	// Users side by side, a few at a time: after a failover each may wait
+	// out a rebuild, and one after another they would add up.
+	var (
+		mu  sync.Mutex
+		out []rpAnswer
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, max(rn.workers/2, 1))
+	)
 	for user, a := range open {
 		if decided[user] {
 			continue
 		}
-		for try := 0; try < 8 && ctx.Err() == nil; try++ {
-			token, err := rn.env.userToken(user)
-			if err != nil {
-				break
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			for try := 0; try < 8 && ctx.Err() == nil; try++ {
+				token, err := rn.env.userToken(user)
+				if err != nil {
+					break
+				}
+				ans := rn.api.grabRedPacket(ctx, rn.env.nodes[a.node].Base, token, id, a.key)
+				ans.attempt = a
+				mu.Lock()
+				out = append(out, ans)
+				mu.Unlock()
+				if ans.decided() && !errors.Is(ans.Err, errNotSent) {
+					break
+				}
+				sleep(ctx, 200*time.Millisecond)
 			}
-			ans := rn.api.grabRedPacket(ctx, rn.env.nodes[a.node].Base, token, id, a.key)
-			ans.attempt = a
-			out = append(out, ans)
-			if ans.decided() && !errors.Is(ans.Err, errNotSent) {
-				break
-			}
-			sleep(ctx, 200*time.Millisecond)
-		}
+		})
 	}
+	wg.Wait()
 	return out
 }
 

@@ -98,22 +98,11 @@ func (rn *runner) sell(ctx context.Context, p plan, voucherID string) ([]answer,
 	// inject, so the lane's goroutine still counts in wg): probe it.
 	rn.onBack = func(b *redisBack) { wg.Go(func() { rn.probe(ctx, p, voucherID, b, record) }) }
 	defer func() { rn.onBack = nil }()
-	lanes := map[string][]fault{}
-	for _, f := range p.faults {
-		lanes[f.lane()] = append(lanes[f.lane()], f)
-	}
-	for _, fs := range lanes {
-		wg.Go(func() {
-			for _, f := range fs {
-				waitFor(ctx, f, start, &oks)
-				if err := rn.inject(ctx, f, p.voucher); err != nil {
-					mu.Lock()
-					errs = append(errs, fmt.Errorf("%s: %w", f, err))
-					mu.Unlock()
-				}
-			}
-		})
-	}
+	rn.injectFaults(ctx, p, start, &oks, &wg, func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	})
 
 	queue := make(chan attempt, len(p.attempts))
 	wg.Go(func() {
@@ -142,6 +131,26 @@ func (rn *runner) sell(ctx context.Context, p plan, voucherID string) ([]answer,
 	}
 	wg.Wait()
 	return answers, errs
+}
+
+// injectFaults runs the round's faults in wg, a goroutine per lane, each
+// at its moment from start (or at its count of OKs); fail hears what went
+// wrong injecting one.
+func (rn *runner) injectFaults(ctx context.Context, p plan, start time.Time, oks *atomic.Int64, wg *sync.WaitGroup, fail func(error)) {
+	lanes := map[string][]fault{}
+	for _, f := range p.faults {
+		lanes[f.lane()] = append(lanes[f.lane()], f)
+	}
+	for _, fs := range lanes {
+		wg.Go(func() {
+			for _, f := range fs {
+				waitFor(ctx, f, start, oks)
+				if err := rn.inject(ctx, f, p.voucher); err != nil {
+					fail(fmt.Errorf("%s: %w", f, err))
+				}
+			}
+		})
+	}
 }
 
 // probeEvery is how often probe sends a grab.
