@@ -165,14 +165,39 @@ func earlyOrder() string {
 }
 
 // Place reads voucher's room and userID's place in it (userID 0: the
-// room alone).
+// room alone). With acknowledgements an admission is shown only once the
+// replicas asked for hold it: the admission script's answer waits for
+// them, but a read between its run and their acknowledgement would show
+// an admission a failover may still take back, and its ticket with it (a
+// ticket for a place the new primary never admitted, and the place
+// admitted a second time). So a read that finds an admission reads again,
+// rewriting the admission as it is, and waits for the replicas to
+// acknowledge that write, which follows the admission's. (Redis 7.0 moves
+// a connection's WAIT offset to the stream's end after any script, the
+// read alone included; the rewrite does not count on it.)
 func (q *Queue) Place(ctx context.Context, voucherID, userID int64) (domain.RoomView, error) {
+	v, err := q.place(ctx, voucherID, userID, false)
+	if err != nil || v.Expiry.IsZero() || q.Acks.Replicas <= 0 {
+		return v, err
+	}
+	return q.place(ctx, voucherID, userID, true)
+}
+
+// place runs the place script once; acked rewrites the admission it finds
+// and waits for the replicas.
+func (q *Queue) place(ctx context.Context, voucherID, userID int64, acked bool) (domain.RoomView, error) {
 	user := ""
 	if userID != 0 {
 		user = strconv.FormatInt(userID, 10)
 	}
 	keys := []string{roomKey(voucherID), lineKey(voucherID), admittedKey(voucherID), stockKey(voucherID)}
-	raw, err := queuePlaceScript.Run(ctx, q.rdb, keys, user, q.kept()).Slice()
+	call := ackedScript{}
+	if acked {
+		call = q.Acks.runAcked(ctx, q.rdb, queuePlaceScript, keys, user, q.kept(), "1")
+	} else {
+		call.res = queuePlaceScript.Run(ctx, q.rdb, keys, user, q.kept(), "0")
+	}
+	raw, err := call.res.Slice()
 	if err != nil {
 		return domain.RoomView{}, fmt.Errorf("read the waiting room of voucher %d: %w", voucherID, notSent(err))
 	}
@@ -190,6 +215,11 @@ func (q *Queue) Place(ctx context.Context, voucherID, userID int64) (domain.Room
 	}
 	if s, _ := raw[6].(string); s != "" {
 		v.Stock = int(intOf(s))
+	}
+	if acked && !v.Expiry.IsZero() {
+		if err := call.check(); err != nil {
+			return domain.RoomView{}, fmt.Errorf("read the admission of user %d to voucher %d: %w", userID, voucherID, err)
+		}
 	}
 	return v, nil
 }

@@ -357,3 +357,47 @@ func TestWithAcknowledgementsAFailoverKeepsTheRoom(t *testing.T) {
 		t.Fatalf("an admission after the failover with both tickets open: %+v, %v; want nobody, no reset", a, err)
 	}
 }
+
+// With acknowledgements an admission is shown only once the replicas hold
+// it: here the replica is stopped (SIGSTOP: connected, but acknowledging
+// nothing) when another node's pacer admits, whose answer says the
+// admission was not acknowledged, yet the primary ran it. A read of the
+// place then fails rather than hand out a ticket that a failover to the
+// replica would take back (and admit the place again), though the
+// replica had acknowledged everything the reading connection wrote (the
+// join); once the replica runs again, the read shows the admission.
+func TestAnAdmissionTheReplicasDoNotHoldIsNotShown(t *testing.T) {
+	t.Parallel()
+	primary := testenv.MustRedis(t)
+	replica := testenv.MustReplica(t, primary)
+	rdb := primary.Client()
+	q := persistence.NewQueue(rdb)
+	q.Acks = persistence.Acks{Replicas: 1, Timeout: 200 * time.Millisecond}
+	ctx := t.Context()
+	paused := false
+	if err := q.Configure(ctx, 1, domain.RoomSettings{Open: time.Now().Add(-time.Hour), End: time.Now().Add(time.Hour), Rate: 1000, Max: 10, Paused: &paused}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, _, stockKey := persistence.QueueKeys(1)
+	if err := rdb.Set(ctx, stockKey, 10, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	join(t, q, 1)
+	replica.Pause()
+	defer replica.Continue()
+	// The pacer is another node: its admission's write is not on the
+	// connection the place is read from.
+	pacer := persistence.NewQueue(primary.Client())
+	pacer.Acks = q.Acks
+	if a, err := pacer.Admit(ctx, 1, time.Minute, 10); !errors.Is(err, persistence.ErrNotAcknowledged) || len(a.Users) != 1 {
+		t.Fatalf("admission with the replica stopped: %+v, %v; want user 1 admitted on the primary alone", a, err)
+	}
+	if v, err := q.Place(ctx, 1, 1); err == nil {
+		t.Fatalf("the place read before the replicas hold the admission: %+v, want an error (expiry %v shown)", v, v.Expiry)
+	}
+	replica.Continue()
+	testenv.WaitFor(t, "the place to show the admission once the replica runs", func() bool {
+		v, err := q.Place(ctx, 1, 1)
+		return err == nil && !v.Expiry.IsZero()
+	})
+}

@@ -1,5 +1,7 @@
 -- Reads where a user stands in a voucher's waiting room, and the room's
--- counters, in one step. Writes nothing. A room whose state was written
+-- counters, in one step. Writes nothing, but with ARGV[3] '1' rewrites an
+-- admission it shows, as it is, so that a WAIT after it proves the
+-- replicas hold the admission (see Queue.Place). A room whose state was written
 -- on another Redis process (qmRun, see queue_join.lua) holds no place: the
 -- next join or admission drops it; unless the room's writes are
 -- acknowledged by replicas (ARGV[2]), which keeps it.
@@ -10,6 +12,7 @@
 -- KEYS[4] -> {v<ID>}:stock
 -- ARGV[1] -> user id ('' for the room's counters alone)
 -- ARGV[2] -> '1' when the room's writes are acknowledged by replicas
+-- ARGV[3] -> '1' to rewrite the user's admission (for a WAIT)
 --
 -- Returns: {found, now (unix ms), open, end, waiting, admitted so far,
 -- stock left ('' when Redis holds none), joined (0/1), rank among the
@@ -31,6 +34,9 @@ if user ~= '' then
   expiry = redis.call('HGET', KEYS[3], user) or ''
   if rank >= 0 or expiry ~= '' then
     joined = 1
+  end
+  if expiry ~= '' and ARGV[3] == '1' then
+    -- no rewrite
   end
 end
 return {1, tostring(now), m[1], m[2], redis.call('ZCARD', KEYS[2]), m[4] or '0',
