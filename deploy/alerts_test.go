@@ -1,9 +1,11 @@
 package deploy_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -162,15 +164,23 @@ func TestAlertCheckFindsBrokenRules(t *testing.T) {
 
 // promtool, Prometheus's own checker, accepts the rules (their PromQL
 // with Prometheus's parser, their templates), passes their unit tests
-// and accepts the example configuration. Without promtool the test skips
-// (Debian: apt-get install prometheus), except under FLASHSALE_E2E=1
-// (scripts/e2e.sh installs it), where a skip would hide the check.
+// and accepts the example configuration; and Prometheus's parser accepts
+// every query of the dashboard too (each made a recording rule, Grafana's
+// variables filled in, as MetricsQL's parser is a superset of PromQL's).
+// Without promtool the test skips (Debian: apt-get install prometheus),
+// except under FLASHSALE_E2E=1 (scripts/e2e.sh installs it), where a skip
+// would hide the check.
 func TestPromtoolAcceptsTheRulesAndTheirTests(t *testing.T) {
 	promtool := lookTool(t, "promtool", "apt-get install --no-install-recommends prometheus")
+	queries := filepath.Join(t.TempDir(), "dashboard-queries.yml")
+	if err := os.WriteFile(queries, dashboardAsRules(t), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, args := range [][]string{
 		{"check", "rules", "alerts.yml"},
 		{"test", "rules", "alerts_test.yml"},
 		{"check", "config", "prometheus.yml"},
+		{"check", "rules", queries},
 	} {
 		cmd := exec.Command(promtool, args...)
 		cmd.Dir = "prometheus"
@@ -179,6 +189,47 @@ func TestPromtoolAcceptsTheRulesAndTheirTests(t *testing.T) {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
+}
+
+// dashboardAsRules is a rule file (JSON, which YAML reads) with a
+// recording rule for each query of the dashboard.
+func dashboardAsRules(tb testing.TB) []byte {
+	tb.Helper()
+	raw, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(raw, &d); err != nil {
+		tb.Fatal(err)
+	}
+	type recording struct {
+		Record string `json:"record"`
+		Expr   string `json:"expr"`
+	}
+	var rules []recording
+	var walk func(ps []panel)
+	walk = func(ps []panel) {
+		for _, p := range ps {
+			walk(p.Panels)
+			for _, tg := range p.Targets {
+				id := 0
+				if p.ID != nil {
+					id = *p.ID
+				}
+				rules = append(rules, recording{fmt.Sprintf("dashboard:panel_%d_%s", id, tg.RefID), grafanaVariables(tg.Expr)})
+			}
+		}
+	}
+	walk(d.Panels)
+	if len(rules) == 0 {
+		tb.Fatal("the dashboard has no queries")
+	}
+	out, err := json.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return out
 }
 
 // lookTool finds a command on PATH, or skips the test saying how to
