@@ -121,6 +121,10 @@ func build(tb testing.TB, engine, ctx, tag string, args ...string) {
 		tb.Fatal(err)
 	}
 	args = append(append([]string{"build", "-f", filepath.Join(root, containerfile)}, args...), "-t", tag, ctx)
+	if filepath.Base(engine) == "podman" {
+		// No intermediate image (the shared stage) left behind per run.
+		args = append([]string{args[0], "--layers=false"}, args[1:]...)
+	}
 	if out, err := exec.Command(engine, args...).CombinedOutput(); err != nil {
 		tb.Fatalf("%s build: %v\n%s", engine, err, out)
 	}
