@@ -6,9 +6,11 @@
 test:
 	./scripts/test.sh
 
-# The playground in headless Chromium; installs chromium and
-# chromium-driver with apt-get when missing (root or sudo), fails rather
-# than skips without them. `make test` runs the same test where they exist.
+# The playground in headless Chromium, then promtool on the alert rules
+# and the image built with podman (deploy/); installs chromium,
+# chromium-driver, prometheus and podman with apt-get when missing (root
+# or sudo), fails rather than skips without them. `make test` runs the
+# browser and promtool tests where their tools exist.
 e2e:
 	./scripts/e2e.sh
 

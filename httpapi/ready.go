@@ -22,6 +22,12 @@ const ReadyTimeout = 500 * time.Millisecond
 var degraded = metrics.GaugeVec("degraded",
 	"1 while the node sells without this store (as of the last /readyz probe).", "store")
 
+// ready is /readyz's last answer as a series, for alerts that see what the
+// load balancer sees. A vector without labels: the series is absent until
+// the first probe, so a node nobody probes reads as unknown, not as down.
+var ready = metrics.GaugeVec("ready",
+	"1 while the last /readyz probe answered 200 (ready, degraded included), 0 when it answered 503 (cannot sell, or draining); absent before the first probe.")
+
 // RedisBreaker is the circuit breaker on the request path's Redis client
 // (breaker.Breaker) as /readyz reads it.
 type RedisBreaker interface {
@@ -75,8 +81,31 @@ func (rd *Readiness) Drain() { rd.draining.Store(true) }
 func (rd *Readiness) Draining() bool { return rd.draining.Load() }
 
 // ServeHTTP answers one probe: 200 while the node can sell ("ready",
-// or "ready (degraded: ...)"), 503 with the reason otherwise.
+// or "ready (degraded: ...)"), 503 with the reason otherwise; the answer
+// is kept in flashsale_ready.
 func (rd *Readiness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+	rd.answer(rec, r)
+	if rec.code == http.StatusOK {
+		ready.WithLabelValues().Set(1)
+	} else {
+		ready.WithLabelValues().Set(0)
+	}
+}
+
+// statusRecorder notes the status an answer was given with.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.code = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// answer is ServeHTTP's answer, before it is noted.
+func (rd *Readiness) answer(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	if rd.draining.Load() {
 		http.Error(w, "draining", http.StatusServiceUnavailable)

@@ -248,6 +248,20 @@ func (r ackedScript) check() error {
 	if p == nil {
 		return nil
 	}
+	err := r.checkWait(p)
+	switch {
+	case err == nil:
+		ackWaits.WithLabelValues("acknowledged").Inc()
+	case errors.Is(err, ErrNotAcknowledged):
+		ackWaits.WithLabelValues("short").Inc()
+	default:
+		ackWaits.WithLabelValues("failed").Inc()
+	}
+	return err
+}
+
+// checkWait is check's answer for the acknowledgement p queued.
+func (r ackedScript) checkWait(p *pendingAck) error {
 	if p.info != nil {
 		if info, err := p.info.Result(); err == nil {
 			r.acks.AOF.learn(info)

@@ -48,6 +48,12 @@ var (
 	loadsRebuilt = metrics.CounterVec("redis_loads_rebuilt_total",
 		"Loads found in Redis but not verified on its current server (it restarted or failed over, and may have gone back in time), rebuilt from the database and the order log, by kind: voucher, red_packet.",
 		"kind")
+	// ackWaits counts the acknowledgements that batches waited for
+	// (REDIS_ACK_REPLICAS): a rising "short" is replicas that lag or are
+	// gone, each such batch answered UNAVAILABLE and settled by request id.
+	ackWaits = metrics.CounterVec("redis_ack_waits_total",
+		"Acknowledgements (WAIT or WAITAOF, REDIS_ACK_REPLICAS) that a batch's script call waited for, by result: acknowledged, short (fewer replicas or fsyncs than required within REDIS_ACK_TIMEOUT, or WAITAOF refused), failed (the wait itself failed).",
+		"result")
 	fallbackGrabs = metrics.CounterVec("fallback_grab_total",
 		"Grabs answered by the database fallback while Redis was down, by outcome.",
 		"code")

@@ -5,7 +5,14 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"flashsale/internal/metrics"
 )
+
+// vouchersHeld is Held summed over the process's Holds, for the dashboard
+// and the alert on a hold that outlasts the writers' reports.
+var vouchersHeld = metrics.Gauge("vouchers_held",
+	"Vouchers whose reload on this node still holds their sales until no order writer can hold an order of the load Redis lost (their grabs answer UNAVAILABLE; /readyz answers 503 meanwhile).")
 
 // A reload of a voucher that Redis lost (a restart, a failover, a wipe)
 // holds the voucher's sales (persistence.Stock.Preheat): an order writer
@@ -66,6 +73,9 @@ func NewHolds(rows WriterRows, stock HoldEnder, bound time.Duration, log *slog.L
 // early. It never blocks.
 func (h *Holds) Add(voucherID int64, stamp string) {
 	h.mu.Lock()
+	if h.pending[voucherID] == nil {
+		vouchersHeld.Inc()
+	}
 	h.pending[voucherID] = &heldLoad{stamp: stamp, added: time.Now()}
 	h.mu.Unlock()
 	select {
@@ -80,6 +90,12 @@ func (h *Holds) Held() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.pending)
+}
+
+// forget drops the voucher's hold; h.mu is held.
+func (h *Holds) forget(voucherID int64) {
+	delete(h.pending, voucherID)
+	vouchersHeld.Dec()
 }
 
 // Run ends holds until ctx ends.
@@ -105,7 +121,7 @@ func (h *Holds) round(ctx context.Context) (waiting bool) {
 	var fresh []*heldLoad
 	for id, l := range h.pending {
 		if time.Since(l.added) > h.Bound {
-			delete(h.pending, id)
+			h.forget(id)
 		} else if l.since.IsZero() {
 			fresh = append(fresh, l)
 		}
@@ -156,7 +172,7 @@ func (h *Holds) round(ctx context.Context) (waiting bool) {
 		}
 		h.mu.Lock()
 		if cur := h.pending[d.id]; cur != nil && cur.stamp == d.load.stamp {
-			delete(h.pending, d.id)
+			h.forget(d.id)
 		}
 		h.mu.Unlock()
 		if ended {
