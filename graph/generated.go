@@ -69,6 +69,11 @@ type ComplexityRoot struct {
 		Node   func(childComplexity int) int
 	}
 
+	GrabCount struct {
+		Code  func(childComplexity int) int
+		Count func(childComplexity int) int
+	}
+
 	GrabRedPacketResult struct {
 		AmountCents func(childComplexity int) int
 		Code        func(childComplexity int) int
@@ -110,6 +115,7 @@ type ComplexityRoot struct {
 		SeckillTicket      func(childComplexity int, voucherID int64, challenge *string, nonce *string) int
 		ServerTime         func(childComplexity int) int
 		Stock              func(childComplexity int, voucherID int64) int
+		UserOrders         func(childComplexity int, userID int64, first *int, after *string) int
 		Voucher            func(childComplexity int, id int64) int
 		Vouchers           func(childComplexity int, shopID *int64, first *int, after *string) int
 	}
@@ -162,6 +168,23 @@ type ComplexityRoot struct {
 		TotalCents     func(childComplexity int) int
 	}
 
+	SaleStats struct {
+		Admitted   func(childComplexity int) int
+		AnsweredOk func(childComplexity int) int
+		At         func(childComplexity int) int
+		Grabs      func(childComplexity int) int
+		GrabsTotal func(childComplexity int) int
+		Nodes      func(childComplexity int) int
+		P50Ms      func(childComplexity int) int
+		P99Ms      func(childComplexity int) int
+		Remaining  func(childComplexity int) int
+		Second     func(childComplexity int) int
+		Sold       func(childComplexity int) int
+		Stored     func(childComplexity int) int
+		VoucherID  func(childComplexity int) int
+		Waiting    func(childComplexity int) int
+	}
+
 	SeckillChallenge struct {
 		Challenge  func(childComplexity int) int
 		Difficulty func(childComplexity int) int
@@ -210,6 +233,7 @@ type ComplexityRoot struct {
 	Subscription struct {
 		OrderChanged func(childComplexity int, orderID int64) int
 		QueueChanged func(childComplexity int, voucherID int64) int
+		SaleStats    func(childComplexity int, voucherID int64) int
 		StockChanged func(childComplexity int, voucherID int64) int
 	}
 
@@ -290,6 +314,7 @@ type QueryResolver interface {
 	Reconciliation(ctx context.Context, voucherID int64) (*model.Reconciliation, error)
 	Reconcile(ctx context.Context, voucherID *int64, repair *bool) ([]*model.ReconcileReport, error)
 	Blocks(ctx context.Context) ([]*model.Block, error)
+	UserOrders(ctx context.Context, userID int64, first *int, after *string) (*model.VoucherOrderConnection, error)
 	ServerTime(ctx context.Context) (*time.Time, error)
 	SeckillChallenge(ctx context.Context, voucherID int64) (*model.SeckillChallenge, error)
 	SeckillTicket(ctx context.Context, voucherID int64, challenge *string, nonce *string) (*model.SeckillTicket, error)
@@ -305,6 +330,7 @@ type StockUpdateResolver interface {
 type SubscriptionResolver interface {
 	StockChanged(ctx context.Context, voucherID int64) (<-chan *model.StockUpdate, error)
 	OrderChanged(ctx context.Context, orderID int64) (<-chan *model.VoucherOrder, error)
+	SaleStats(ctx context.Context, voucherID int64) (<-chan *model.SaleStats, error)
 	QueueChanged(ctx context.Context, voucherID int64) (<-chan *model.QueuePlace, error)
 }
 
@@ -425,6 +451,19 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.DeadLetteredOrderEdge.Node(childComplexity), true
+
+	case "GrabCount.code":
+		if e.ComplexityRoot.GrabCount.Code == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GrabCount.Code(childComplexity), true
+	case "GrabCount.count":
+		if e.ComplexityRoot.GrabCount.Count == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GrabCount.Count(childComplexity), true
 
 	case "GrabRedPacketResult.amountCents":
 		if e.ComplexityRoot.GrabRedPacketResult.AmountCents == nil {
@@ -736,6 +775,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Stock(childComplexity, args["voucherId"].(int64)), true
+	case "Query.userOrders":
+		if e.ComplexityRoot.Query.UserOrders == nil {
+			break
+		}
+
+		args, err := ec.field_Query_userOrders_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.UserOrders(childComplexity, args["userId"].(int64), args["first"].(*int), args["after"].(*string)), true
 	case "Query.voucher":
 		if e.ComplexityRoot.Query.Voucher == nil {
 			break
@@ -979,6 +1029,91 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.RedPacket.TotalCents(childComplexity), true
 
+	case "SaleStats.admitted":
+		if e.ComplexityRoot.SaleStats.Admitted == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.Admitted(childComplexity), true
+	case "SaleStats.answeredOk":
+		if e.ComplexityRoot.SaleStats.AnsweredOk == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.AnsweredOk(childComplexity), true
+	case "SaleStats.at":
+		if e.ComplexityRoot.SaleStats.At == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.At(childComplexity), true
+	case "SaleStats.grabs":
+		if e.ComplexityRoot.SaleStats.Grabs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.Grabs(childComplexity), true
+	case "SaleStats.grabsTotal":
+		if e.ComplexityRoot.SaleStats.GrabsTotal == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.GrabsTotal(childComplexity), true
+	case "SaleStats.nodes":
+		if e.ComplexityRoot.SaleStats.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.Nodes(childComplexity), true
+	case "SaleStats.p50Ms":
+		if e.ComplexityRoot.SaleStats.P50Ms == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.P50Ms(childComplexity), true
+	case "SaleStats.p99Ms":
+		if e.ComplexityRoot.SaleStats.P99Ms == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.P99Ms(childComplexity), true
+	case "SaleStats.remaining":
+		if e.ComplexityRoot.SaleStats.Remaining == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.Remaining(childComplexity), true
+	case "SaleStats.second":
+		if e.ComplexityRoot.SaleStats.Second == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.Second(childComplexity), true
+	case "SaleStats.sold":
+		if e.ComplexityRoot.SaleStats.Sold == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.Sold(childComplexity), true
+	case "SaleStats.stored":
+		if e.ComplexityRoot.SaleStats.Stored == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.Stored(childComplexity), true
+	case "SaleStats.voucherId":
+		if e.ComplexityRoot.SaleStats.VoucherID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.VoucherID(childComplexity), true
+	case "SaleStats.waiting":
+		if e.ComplexityRoot.SaleStats.Waiting == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.Waiting(childComplexity), true
+
 	case "SeckillChallenge.challenge":
 		if e.ComplexityRoot.SeckillChallenge.Challenge == nil {
 			break
@@ -1186,6 +1321,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscription.QueueChanged(childComplexity, args["voucherId"].(int64)), true
+	case "Subscription.saleStats":
+		if e.ComplexityRoot.Subscription.SaleStats == nil {
+			break
+		}
+
+		args, err := ec.field_Subscription_saleStats_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Subscription.SaleStats(childComplexity, args["voucherId"].(int64)), true
 	case "Subscription.stockChanged":
 		if e.ComplexityRoot.Subscription.StockChanged == nil {
 			break
@@ -1468,7 +1614,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "admin.graphqls" "gate.graphqls" "queue.graphqls" "schema.graphqls"
+//go:embed "admin.graphqls" "console.graphqls" "gate.graphqls" "queue.graphqls" "schema.graphqls"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -1481,6 +1627,7 @@ func sourceData(filename string) string {
 
 var sources = []*ast.Source{
 	{Name: "admin.graphqls", Input: sourceData("admin.graphqls"), BuiltIn: false},
+	{Name: "console.graphqls", Input: sourceData("console.graphqls"), BuiltIn: false},
 	{Name: "gate.graphqls", Input: sourceData("gate.graphqls"), BuiltIn: false},
 	{Name: "queue.graphqls", Input: sourceData("queue.graphqls"), BuiltIn: false},
 	{Name: "schema.graphqls", Input: sourceData("schema.graphqls"), BuiltIn: false},
@@ -1545,6 +1692,16 @@ func (ec *executionContext) childFields_DeadLetteredOrderEdge(ctx context.Contex
 		return ec.fieldContext_DeadLetteredOrderEdge_node(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type DeadLetteredOrderEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_GrabCount(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "code":
+		return ec.fieldContext_GrabCount_code(ctx, field)
+	case "count":
+		return ec.fieldContext_GrabCount_count(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type GrabCount", field.Name)
 }
 
 func (ec *executionContext) childFields_GrabRedPacketResult(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1663,6 +1820,40 @@ func (ec *executionContext) childFields_RedPacket(ctx context.Context, field gra
 		return ec.fieldContext_RedPacket_expiresAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type RedPacket", field.Name)
+}
+
+func (ec *executionContext) childFields_SaleStats(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "voucherId":
+		return ec.fieldContext_SaleStats_voucherId(ctx, field)
+	case "at":
+		return ec.fieldContext_SaleStats_at(ctx, field)
+	case "second":
+		return ec.fieldContext_SaleStats_second(ctx, field)
+	case "grabs":
+		return ec.fieldContext_SaleStats_grabs(ctx, field)
+	case "grabsTotal":
+		return ec.fieldContext_SaleStats_grabsTotal(ctx, field)
+	case "p50Ms":
+		return ec.fieldContext_SaleStats_p50Ms(ctx, field)
+	case "p99Ms":
+		return ec.fieldContext_SaleStats_p99Ms(ctx, field)
+	case "nodes":
+		return ec.fieldContext_SaleStats_nodes(ctx, field)
+	case "remaining":
+		return ec.fieldContext_SaleStats_remaining(ctx, field)
+	case "sold":
+		return ec.fieldContext_SaleStats_sold(ctx, field)
+	case "stored":
+		return ec.fieldContext_SaleStats_stored(ctx, field)
+	case "answeredOk":
+		return ec.fieldContext_SaleStats_answeredOk(ctx, field)
+	case "waiting":
+		return ec.fieldContext_SaleStats_waiting(ctx, field)
+	case "admitted":
+		return ec.fieldContext_SaleStats_admitted(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SaleStats", field.Name)
 }
 
 func (ec *executionContext) childFields_SeckillChallenge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2479,6 +2670,36 @@ func (ec *executionContext) field_Query_stock_args(ctx context.Context, rawArgs 
 	return args, nil
 }
 
+func (ec *executionContext) field_Query_userOrders_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "userId",
+		func(ctx context.Context, v any) (int64, error) {
+			return ec.unmarshalNID2int64(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["userId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg2
+	return args, nil
+}
+
 func (ec *executionContext) field_Query_voucher_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -2538,6 +2759,20 @@ func (ec *executionContext) field_Subscription_orderChanged_args(ctx context.Con
 }
 
 func (ec *executionContext) field_Subscription_queueChanged_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "voucherId",
+		func(ctx context.Context, v any) (int64, error) {
+			return ec.unmarshalNID2int64(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["voucherId"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Subscription_saleStats_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "voucherId",
@@ -3018,6 +3253,52 @@ func (ec *executionContext) fieldContext_DeadLetteredOrderEdge_node(_ context.Co
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _GrabCount_code(ctx context.Context, field graphql.CollectedField, obj *model.GrabCount) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GrabCount_code(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Code, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_GrabCount_code(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GrabCount", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _GrabCount_count(ctx context.Context, field graphql.CollectedField, obj *model.GrabCount) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GrabCount_count(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Count, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_GrabCount_count(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GrabCount", field, false, false, errors.New("field of type Int does not have child fields"))
 }
 
 func (ec *executionContext) _GrabRedPacketResult_code(ctx context.Context, field graphql.CollectedField, obj *model.GrabRedPacketResult) (ret graphql.Marshaler) {
@@ -4179,6 +4460,50 @@ func (ec *executionContext) fieldContext_Query_blocks(_ context.Context, field g
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_userOrders(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_userOrders(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().UserOrders(ctx, fc.Args["userId"].(int64), fc.Args["first"].(*int), fc.Args["after"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.VoucherOrderConnection) graphql.Marshaler {
+			return ec.marshalNVoucherOrderConnection2ᚖflashsaleᚋgraphᚋmodelᚐVoucherOrderConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_userOrders(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_VoucherOrderConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_userOrders_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query_serverTime(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -5238,6 +5563,337 @@ func (ec *executionContext) fieldContext_RedPacket_expiresAt(_ context.Context, 
 	return graphql.NewScalarFieldContext("RedPacket", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
+func (ec *executionContext) _SaleStats_voucherId(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_voucherId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.VoucherID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNID2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_voucherId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_at(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_at(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.At, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_at(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_second(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_second(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Second, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_second(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_grabs(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_grabs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Grabs, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.GrabCount) graphql.Marshaler {
+			return ec.marshalNGrabCount2ᚕᚖflashsaleᚋgraphᚋmodelᚐGrabCountᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_grabs(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "SaleStats",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_GrabCount(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _SaleStats_grabsTotal(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_grabsTotal(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.GrabsTotal, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_grabsTotal(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_p50Ms(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_p50Ms(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.P50Ms, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *float64) graphql.Marshaler {
+			return ec.marshalOFloat2ᚖfloat64(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_p50Ms(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Float does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_p99Ms(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_p99Ms(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.P99Ms, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *float64) graphql.Marshaler {
+			return ec.marshalOFloat2ᚖfloat64(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_p99Ms(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Float does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_nodes(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_nodes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Nodes, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_nodes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_remaining(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_remaining(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Remaining, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_remaining(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_sold(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_sold(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Sold, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_sold(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_stored(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_stored(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Stored, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_stored(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_answeredOk(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_answeredOk(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.AnsweredOk, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_answeredOk(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_waiting(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_waiting(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Waiting, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_waiting(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_admitted(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_admitted(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Admitted, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_admitted(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
 func (ec *executionContext) _SeckillChallenge_challenge(ctx context.Context, field graphql.CollectedField, obj *model.SeckillChallenge) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -6019,6 +6675,50 @@ func (ec *executionContext) fieldContext_Subscription_orderChanged(ctx context.C
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Subscription_orderChanged_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Subscription_saleStats(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
+	return graphql.ResolveFieldStream(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscription_saleStats(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Subscription().SaleStats(ctx, fc.Args["voucherId"].(int64))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.SaleStats) graphql.Marshaler {
+			return ec.marshalNSaleStats2ᚖflashsaleᚋgraphᚋmodelᚐSaleStats(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscription_saleStats(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscription",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_SaleStats(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Subscription_saleStats_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -8278,6 +8978,49 @@ func (ec *executionContext) _DeadLetteredOrderEdge(ctx context.Context, sel ast.
 	return out
 }
 
+var grabCountImplementors = []string{"GrabCount"}
+
+func (ec *executionContext) _GrabCount(ctx context.Context, sel ast.SelectionSet, obj *model.GrabCount) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, grabCountImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("GrabCount")
+		case "code":
+			out.Values[i] = ec._GrabCount_code(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "count":
+			out.Values[i] = ec._GrabCount_count(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
 var grabRedPacketResultImplementors = []string{"GrabRedPacketResult"}
 
 func (ec *executionContext) _GrabRedPacketResult(ctx context.Context, sel ast.SelectionSet, obj *model.GrabRedPacketResult) graphql.Marshaler {
@@ -8748,6 +9491,28 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 			}
 
 			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "userOrders":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_userOrders(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
 		case "serverTime":
 			field := field
 
@@ -9160,6 +9925,109 @@ func (ec *executionContext) _RedPacket(ctx context.Context, sel ast.SelectionSet
 		case "expiresAt":
 			out.Values[i] = ec._RedPacket_expiresAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var saleStatsImplementors = []string{"SaleStats"}
+
+func (ec *executionContext) _SaleStats(ctx context.Context, sel ast.SelectionSet, obj *model.SaleStats) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, saleStatsImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("SaleStats")
+		case "voucherId":
+			out.Values[i] = ec._SaleStats_voucherId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "at":
+			out.Values[i] = ec._SaleStats_at(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "second":
+			out.Values[i] = ec._SaleStats_second(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "grabs":
+			out.Values[i] = ec._SaleStats_grabs(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "grabsTotal":
+			out.Values[i] = ec._SaleStats_grabsTotal(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "p50Ms":
+			out.Values[i] = ec._SaleStats_p50Ms(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "p99Ms":
+			out.Values[i] = ec._SaleStats_p99Ms(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "nodes":
+			out.Values[i] = ec._SaleStats_nodes(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "remaining":
+			out.Values[i] = ec._SaleStats_remaining(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "sold":
+			out.Values[i] = ec._SaleStats_sold(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "stored":
+			out.Values[i] = ec._SaleStats_stored(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "answeredOk":
+			out.Values[i] = ec._SaleStats_answeredOk(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "waiting":
+			out.Values[i] = ec._SaleStats_waiting(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "admitted":
+			out.Values[i] = ec._SaleStats_admitted(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
 		default:
@@ -9614,6 +10482,8 @@ func (ec *executionContext) _Subscription(ctx context.Context, sel ast.Selection
 		return ec._Subscription_stockChanged(ctx, fields[0])
 	case "orderChanged":
 		return ec._Subscription_orderChanged(ctx, fields[0])
+	case "saleStats":
+		return ec._Subscription_saleStats(ctx, fields[0])
 	case "queueChanged":
 		return ec._Subscription_queueChanged(ctx, fields[0])
 	default:
@@ -10469,6 +11339,32 @@ func (ec *executionContext) marshalNGrabCode2flashsaleᚋgraphᚋmodelᚐGrabCod
 	return v
 }
 
+func (ec *executionContext) marshalNGrabCount2ᚕᚖflashsaleᚋgraphᚋmodelᚐGrabCountᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.GrabCount) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNGrabCount2ᚖflashsaleᚋgraphᚋmodelᚐGrabCount(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNGrabCount2ᚖflashsaleᚋgraphᚋmodelᚐGrabCount(ctx context.Context, sel ast.SelectionSet, v *model.GrabCount) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._GrabCount(ctx, sel, v)
+}
+
 func (ec *executionContext) marshalNGrabRedPacketResult2ᚖflashsaleᚋgraphᚋmodelᚐGrabRedPacketResult(ctx context.Context, sel ast.SelectionSet, v *model.GrabRedPacketResult) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
@@ -10595,6 +11491,16 @@ func (ec *executionContext) marshalNRedPacket2ᚖflashsaleᚋgraphᚋmodelᚐRed
 		return graphql.Null
 	}
 	return ec._RedPacket(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNSaleStats2ᚖflashsaleᚋgraphᚋmodelᚐSaleStats(ctx context.Context, sel ast.SelectionSet, v *model.SaleStats) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._SaleStats(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNSeckillChallenge2ᚖflashsaleᚋgraphᚋmodelᚐSeckillChallenge(ctx context.Context, sel ast.SelectionSet, v *model.SeckillChallenge) graphql.Marshaler {
@@ -11036,6 +11942,23 @@ func (ec *executionContext) marshalOChallengeKind2ᚖflashsaleᚋgraphᚋmodel�
 		return graphql.Null
 	}
 	return v
+}
+
+func (ec *executionContext) unmarshalOFloat2ᚖfloat64(ctx context.Context, v any) (*float64, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := graphql.UnmarshalFloatContext(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOFloat2ᚖfloat64(ctx context.Context, sel ast.SelectionSet, v *float64) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	_ = sel
+	res := graphql.MarshalFloatContext(*v)
+	return graphql.WrapContextMarshaler(ctx, res)
 }
 
 func (ec *executionContext) unmarshalOID2ᚖint64(ctx context.Context, v any) (*int64, error) {

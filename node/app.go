@@ -27,6 +27,7 @@ import (
 	"flashsale/usecase/gate"
 	"flashsale/usecase/live"
 	"flashsale/usecase/queue"
+	"flashsale/usecase/salestats"
 )
 
 // app is the wired service. start builds it from one ordered list of
@@ -69,10 +70,12 @@ type app struct {
 	redPkts  *redPacketsPart
 	live     *live.Service
 	queue    *queue.Service
-	gate     *gate.Service
-	gateRdb  redis.UniversalClient // the gate's own client, with Hooks.GateRedis only
-	gql      http.Handler          // /query
-	routes   http.Handler          // every route, behind hosts in embedded mode (httpapi.Routes)
+	// saleStats counts the grabs for the console's live sale figures.
+	saleStats *salestats.Service
+	gate      *gate.Service
+	gateRdb   redis.UniversalClient // the gate's own client, with Hooks.GateRedis only
+	gql       http.Handler          // /query
+	routes    http.Handler          // every route, behind hosts in embedded mode (httpapi.Routes)
 	// hosts, in embedded mode, refuses requests to other Hosts than this
 	// machine's (DNS rebinding); nil in real mode.
 	hosts *httpapi.LocalHosts
@@ -164,6 +167,9 @@ func (a *app) services() []lifecycle.Named {
 		// The waiting rooms check joins at the gate and issue its
 		// tickets; their pacer admits from every open room.
 		{Name: "waiting rooms", Service: lifecycle.Build(a.buildQueue)},
+		// The console's sale figures: counted by the grabs GraphQL takes,
+		// added to the cluster's once a second until the grabs stopped.
+		{Name: "sale figures", Service: lifecycle.Build(a.buildSaleStats)},
 		// GraphQL over everything above.
 		{Name: "graphql", Service: lifecycle.Func(a.buildHandler, nil)},
 		// The port is bound once everything it serves is built: a node

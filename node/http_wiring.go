@@ -53,8 +53,9 @@ func (a *app) buildHandler(context.Context) error {
 	if a.hooks.HTTP != nil {
 		a.hooks.HTTP(&opts)
 	}
-	gql := httpapi.NewHandler(&graph.Resolver{Catalog: a.catalog, Seckill: seckill.New(a.gate, grabber), DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: reconciliationQuery{a.orders.reconciler},
-		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live, Gate: a.gate, RedPackets: a.redPkts.service, Queue: a.queue}, opts)
+	gql := httpapi.NewHandler(&graph.Resolver{Catalog: a.catalog, Seckill: seckill.New(a.gate, grabber).WithRecorder(a.saleStats), DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: reconciliationQuery{a.orders.reconciler},
+		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live, Gate: a.gate, RedPackets: a.redPkts.service, Queue: a.queue,
+		SaleStats: a.saleStats}, opts)
 	a.gql = gql
 	pgOpts, err := playgroundOptions(cfg, a.tokens)
 	if err != nil {
