@@ -32,6 +32,7 @@ var adminFields = map[string]bool{
 	"blocks":             true,
 	"saleStats":          true,
 	"userOrders":         true,
+	"clusterNodes":       true,
 }
 
 // GrabField is the hot-path mutation; an operation may hold one.

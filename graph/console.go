@@ -15,6 +15,49 @@ type SaleStats interface {
 	Subscribe(ctx context.Context, voucherID int64, send func(domain.SaleStats) bool, done func()) error
 }
 
+// Nodes lists the nodes' statuses (persistence.NodeStatuses).
+type Nodes interface {
+	List(ctx context.Context) ([]domain.NodeStatus, error)
+}
+
+func (r *Resolver) clusterNodes(ctx context.Context) ([]*model.ClusterNode, error) {
+	if r.Nodes == nil {
+		return nil, notImplemented("clusterNodes")
+	}
+	ns, err := r.Nodes.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*model.ClusterNode, len(ns))
+	for i, n := range ns {
+		out[i] = nodeToModel(n)
+	}
+	return out, nil
+}
+
+func nodeToModel(n domain.NodeStatus) *model.ClusterNode {
+	m := &model.ClusterNode{
+		ID: n.ID, HTTPAddr: n.HTTPAddr, Members: nonNil(n.Members), Segments: nonNil(n.Segments),
+		RedisMode: n.RedisMode, Redis: n.Redis, Primaries: nonNil(n.Primaries),
+		AckReplicas: n.AckReplicas, AckTimeoutMs: int(n.AckTimeout.Milliseconds()), AckAof: n.AckAOF,
+		Held: make([]*model.HeldSale, len(n.Held)), At: n.At,
+	}
+	if n.Member != "" {
+		m.Member = &n.Member
+	}
+	for i, h := range n.Held {
+		m.Held[i] = &model.HeldSale{VoucherID: h.VoucherID, Since: h.Since, Why: h.Why}
+	}
+	return m
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
 func (r *Resolver) saleStats(ctx context.Context, voucherID int64) (<-chan *model.SaleStats, error) {
 	if r.SaleStats == nil {
 		return nil, notImplemented("saleStats")

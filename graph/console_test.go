@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -185,4 +186,50 @@ func postGrab(tb testing.TB, base, token, voucherID string) string {
 		return out.Errors[0].code()
 	}
 	return ""
+}
+
+// Every node of the cluster is in the view, each with the segments it
+// hosts and its Redis settings, within a couple of seconds of its start;
+// a user may not see it.
+func TestClusterNodesListsEveryNode(t *testing.T) {
+	t.Parallel()
+	s, nodes := newLiveNodes(t, 2)
+	v := testenv.MustVoucher(t, s.db, s.rdb, testenv.VoucherSpec{Stock: 3})
+	vid := strconv.FormatInt(v.ID, 10)
+	postGrab(t, nodes[0].http.URL, s.token(t, 7, auth.RoleUser), vid)
+
+	const q = `{ clusterNodes { id httpAddr member members segments redisMode redis primaries ackReplicas ackTimeoutMs ackAof held { voucherId why } at } }`
+	wantCode(t, s.do(t, s.token(t, 7, auth.RoleUser), q, nil, nil), "FORBIDDEN")
+	type node struct {
+		ID, HTTPAddr, RedisMode, Redis string
+		Segments, Primaries            []string
+		AckReplicas                    int
+		At                             time.Time
+	}
+	var out struct{ ClusterNodes []node }
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mustDo(t, s.admin(t), q, nil, &out)
+		hosting := 0
+		for _, n := range out.ClusterNodes {
+			if slices.Contains(n.Segments, vid+"/0") {
+				hosting++
+			}
+		}
+		if len(out.ClusterNodes) == 2 && hosting == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster view %+v: want both nodes, one hosting segment %s/0", out.ClusterNodes, vid)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, n := range out.ClusterNodes {
+		if n.ID == "" || n.HTTPAddr == "" || n.RedisMode != "single" || n.Redis != s.redis.Addr() || len(n.Primaries) != 1 || time.Since(n.At) > 5*time.Second {
+			t.Errorf("node %+v: want its id, address, Redis and a fresh report", n)
+		}
+	}
+	if out.ClusterNodes[0].ID == out.ClusterNodes[1].ID {
+		t.Errorf("both nodes report as %s", out.ClusterNodes[0].ID)
+	}
 }

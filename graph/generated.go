@@ -48,6 +48,22 @@ type ComplexityRoot struct {
 		VoucherID func(childComplexity int) int
 	}
 
+	ClusterNode struct {
+		AckAof       func(childComplexity int) int
+		AckReplicas  func(childComplexity int) int
+		AckTimeoutMs func(childComplexity int) int
+		At           func(childComplexity int) int
+		HTTPAddr     func(childComplexity int) int
+		Held         func(childComplexity int) int
+		ID           func(childComplexity int) int
+		Member       func(childComplexity int) int
+		Members      func(childComplexity int) int
+		Primaries    func(childComplexity int) int
+		Redis        func(childComplexity int) int
+		RedisMode    func(childComplexity int) int
+		Segments     func(childComplexity int) int
+	}
+
 	DeadLetteredOrder struct {
 		At        func(childComplexity int) int
 		Detail    func(childComplexity int) int
@@ -80,6 +96,12 @@ type ComplexityRoot struct {
 		Message     func(childComplexity int) int
 	}
 
+	HeldSale struct {
+		Since     func(childComplexity int) int
+		VoucherID func(childComplexity int) int
+		Why       func(childComplexity int) int
+	}
+
 	Mutation struct {
 		AddStock           func(childComplexity int, voucherID int64, amount int, requestID *string) int
 		Block              func(childComplexity int, target model.BlockTarget, expiresInSeconds *int) int
@@ -104,6 +126,7 @@ type ComplexityRoot struct {
 
 	Query struct {
 		Blocks             func(childComplexity int) int
+		ClusterNodes       func(childComplexity int) int
 		DeadLetteredOrders func(childComplexity int, voucherID *int64, first *int, after *string) int
 		MyOrders           func(childComplexity int, first *int, after *string) int
 		Order              func(childComplexity int, id int64) int
@@ -315,6 +338,7 @@ type QueryResolver interface {
 	Reconcile(ctx context.Context, voucherID *int64, repair *bool) ([]*model.ReconcileReport, error)
 	Blocks(ctx context.Context) ([]*model.Block, error)
 	UserOrders(ctx context.Context, userID int64, first *int, after *string) (*model.VoucherOrderConnection, error)
+	ClusterNodes(ctx context.Context) ([]*model.ClusterNode, error)
 	ServerTime(ctx context.Context) (*time.Time, error)
 	SeckillChallenge(ctx context.Context, voucherID int64) (*model.SeckillChallenge, error)
 	SeckillTicket(ctx context.Context, voucherID int64, challenge *string, nonce *string) (*model.SeckillTicket, error)
@@ -376,6 +400,85 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Block.VoucherID(childComplexity), true
+
+	case "ClusterNode.ackAof":
+		if e.ComplexityRoot.ClusterNode.AckAof == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.AckAof(childComplexity), true
+	case "ClusterNode.ackReplicas":
+		if e.ComplexityRoot.ClusterNode.AckReplicas == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.AckReplicas(childComplexity), true
+	case "ClusterNode.ackTimeoutMs":
+		if e.ComplexityRoot.ClusterNode.AckTimeoutMs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.AckTimeoutMs(childComplexity), true
+	case "ClusterNode.at":
+		if e.ComplexityRoot.ClusterNode.At == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.At(childComplexity), true
+	case "ClusterNode.httpAddr":
+		if e.ComplexityRoot.ClusterNode.HTTPAddr == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.HTTPAddr(childComplexity), true
+	case "ClusterNode.held":
+		if e.ComplexityRoot.ClusterNode.Held == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Held(childComplexity), true
+	case "ClusterNode.id":
+		if e.ComplexityRoot.ClusterNode.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.ID(childComplexity), true
+	case "ClusterNode.member":
+		if e.ComplexityRoot.ClusterNode.Member == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Member(childComplexity), true
+	case "ClusterNode.members":
+		if e.ComplexityRoot.ClusterNode.Members == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Members(childComplexity), true
+	case "ClusterNode.primaries":
+		if e.ComplexityRoot.ClusterNode.Primaries == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Primaries(childComplexity), true
+	case "ClusterNode.redis":
+		if e.ComplexityRoot.ClusterNode.Redis == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Redis(childComplexity), true
+	case "ClusterNode.redisMode":
+		if e.ComplexityRoot.ClusterNode.RedisMode == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.RedisMode(childComplexity), true
+	case "ClusterNode.segments":
+		if e.ComplexityRoot.ClusterNode.Segments == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Segments(childComplexity), true
 
 	case "DeadLetteredOrder.at":
 		if e.ComplexityRoot.DeadLetteredOrder.At == nil {
@@ -483,6 +586,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.GrabRedPacketResult.Message(childComplexity), true
+
+	case "HeldSale.since":
+		if e.ComplexityRoot.HeldSale.Since == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HeldSale.Since(childComplexity), true
+	case "HeldSale.voucherId":
+		if e.ComplexityRoot.HeldSale.VoucherID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HeldSale.VoucherID(childComplexity), true
+	case "HeldSale.why":
+		if e.ComplexityRoot.HeldSale.Why == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HeldSale.Why(childComplexity), true
 
 	case "Mutation.addStock":
 		if e.ComplexityRoot.Mutation.AddStock == nil {
@@ -658,6 +780,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Blocks(childComplexity), true
+	case "Query.clusterNodes":
+		if e.ComplexityRoot.Query.ClusterNodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.ClusterNodes(childComplexity), true
 	case "Query.deadLetteredOrders":
 		if e.ComplexityRoot.Query.DeadLetteredOrders == nil {
 			break
@@ -1652,6 +1780,38 @@ func (ec *executionContext) childFields_Block(ctx context.Context, field graphql
 	return nil, fmt.Errorf("no field named %q was found under type Block", field.Name)
 }
 
+func (ec *executionContext) childFields_ClusterNode(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_ClusterNode_id(ctx, field)
+	case "httpAddr":
+		return ec.fieldContext_ClusterNode_httpAddr(ctx, field)
+	case "member":
+		return ec.fieldContext_ClusterNode_member(ctx, field)
+	case "members":
+		return ec.fieldContext_ClusterNode_members(ctx, field)
+	case "segments":
+		return ec.fieldContext_ClusterNode_segments(ctx, field)
+	case "redisMode":
+		return ec.fieldContext_ClusterNode_redisMode(ctx, field)
+	case "redis":
+		return ec.fieldContext_ClusterNode_redis(ctx, field)
+	case "primaries":
+		return ec.fieldContext_ClusterNode_primaries(ctx, field)
+	case "ackReplicas":
+		return ec.fieldContext_ClusterNode_ackReplicas(ctx, field)
+	case "ackTimeoutMs":
+		return ec.fieldContext_ClusterNode_ackTimeoutMs(ctx, field)
+	case "ackAof":
+		return ec.fieldContext_ClusterNode_ackAof(ctx, field)
+	case "held":
+		return ec.fieldContext_ClusterNode_held(ctx, field)
+	case "at":
+		return ec.fieldContext_ClusterNode_at(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ClusterNode", field.Name)
+}
+
 func (ec *executionContext) childFields_DeadLetteredOrder(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "key":
@@ -1714,6 +1874,18 @@ func (ec *executionContext) childFields_GrabRedPacketResult(ctx context.Context,
 		return ec.fieldContext_GrabRedPacketResult_message(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type GrabRedPacketResult", field.Name)
+}
+
+func (ec *executionContext) childFields_HeldSale(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "voucherId":
+		return ec.fieldContext_HeldSale_voucherId(ctx, field)
+	case "since":
+		return ec.fieldContext_HeldSale_since(ctx, field)
+	case "why":
+		return ec.fieldContext_HeldSale_why(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type HeldSale", field.Name)
 }
 
 func (ec *executionContext) childFields_PageInfo(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2952,6 +3124,314 @@ func (ec *executionContext) fieldContext_Block_expiresAt(_ context.Context, fiel
 	return graphql.NewScalarFieldContext("Block", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
+func (ec *executionContext) _ClusterNode_id(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_httpAddr(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_httpAddr(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.HTTPAddr, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_httpAddr(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_member(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_member(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Member, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_member(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_members(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_members(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Members, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_members(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_segments(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_segments(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Segments, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_segments(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_redisMode(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_redisMode(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RedisMode, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_redisMode(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_redis(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_redis(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Redis, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_redis(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_primaries(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_primaries(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Primaries, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_primaries(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_ackReplicas(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_ackReplicas(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.AckReplicas, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_ackReplicas(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_ackTimeoutMs(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_ackTimeoutMs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.AckTimeoutMs, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_ackTimeoutMs(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_ackAof(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_ackAof(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.AckAof, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_ackAof(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_held(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_held(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Held, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.HeldSale) graphql.Marshaler {
+			return ec.marshalNHeldSale2ᚕᚖflashsaleᚋgraphᚋmodelᚐHeldSaleᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_held(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ClusterNode",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_HeldSale(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ClusterNode_at(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_at(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.At, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_at(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
 func (ec *executionContext) _DeadLetteredOrder_key(ctx context.Context, field graphql.CollectedField, obj *model.DeadLetteredOrder) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3368,6 +3848,75 @@ func (ec *executionContext) _GrabRedPacketResult_message(ctx context.Context, fi
 }
 func (ec *executionContext) fieldContext_GrabRedPacketResult_message(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("GrabRedPacketResult", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _HeldSale_voucherId(ctx context.Context, field graphql.CollectedField, obj *model.HeldSale) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HeldSale_voucherId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.VoucherID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNID2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_HeldSale_voucherId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HeldSale", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _HeldSale_since(ctx context.Context, field graphql.CollectedField, obj *model.HeldSale) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HeldSale_since(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Since, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_HeldSale_since(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HeldSale", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _HeldSale_why(ctx context.Context, field graphql.CollectedField, obj *model.HeldSale) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HeldSale_why(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Why, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_HeldSale_why(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HeldSale", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
 func (ec *executionContext) _Mutation_createVoucher(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
@@ -4500,6 +5049,38 @@ func (ec *executionContext) fieldContext_Query_userOrders(ctx context.Context, f
 	if fc.Args, err = ec.field_Query_userOrders_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_clusterNodes(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_clusterNodes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().ClusterNodes(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.ClusterNode) graphql.Marshaler {
+			return ec.marshalNClusterNode2ᚕᚖflashsaleᚋgraphᚋmodelᚐClusterNodeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_clusterNodes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ClusterNode(ctx, field)
+		},
 	}
 	return fc, nil
 }
@@ -8819,6 +9400,104 @@ func (ec *executionContext) _Block(ctx context.Context, sel ast.SelectionSet, ob
 	return out
 }
 
+var clusterNodeImplementors = []string{"ClusterNode"}
+
+func (ec *executionContext) _ClusterNode(ctx context.Context, sel ast.SelectionSet, obj *model.ClusterNode) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, clusterNodeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ClusterNode")
+		case "id":
+			out.Values[i] = ec._ClusterNode_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "httpAddr":
+			out.Values[i] = ec._ClusterNode_httpAddr(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "member":
+			out.Values[i] = ec._ClusterNode_member(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "members":
+			out.Values[i] = ec._ClusterNode_members(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "segments":
+			out.Values[i] = ec._ClusterNode_segments(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "redisMode":
+			out.Values[i] = ec._ClusterNode_redisMode(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "redis":
+			out.Values[i] = ec._ClusterNode_redis(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "primaries":
+			out.Values[i] = ec._ClusterNode_primaries(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "ackReplicas":
+			out.Values[i] = ec._ClusterNode_ackReplicas(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "ackTimeoutMs":
+			out.Values[i] = ec._ClusterNode_ackTimeoutMs(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "ackAof":
+			out.Values[i] = ec._ClusterNode_ackAof(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "held":
+			out.Values[i] = ec._ClusterNode_held(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "at":
+			out.Values[i] = ec._ClusterNode_at(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
 var deadLetteredOrderImplementors = []string{"DeadLetteredOrder"}
 
 func (ec *executionContext) _DeadLetteredOrder(ctx context.Context, sel ast.SelectionSet, obj *model.DeadLetteredOrder) graphql.Marshaler {
@@ -9045,6 +9724,54 @@ func (ec *executionContext) _GrabRedPacketResult(ctx context.Context, sel ast.Se
 			}
 		case "message":
 			out.Values[i] = ec._GrabRedPacketResult_message(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var heldSaleImplementors = []string{"HeldSale"}
+
+func (ec *executionContext) _HeldSale(ctx context.Context, sel ast.SelectionSet, obj *model.HeldSale) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, heldSaleImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("HeldSale")
+		case "voucherId":
+			out.Values[i] = ec._HeldSale_voucherId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "since":
+			out.Values[i] = ec._HeldSale_since(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "why":
+			out.Values[i] = ec._HeldSale_why(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -9501,6 +10228,28 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 					}
 				}()
 				res = ec._Query_userOrders(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "clusterNodes":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_clusterNodes(ctx, field)
 				if res == graphql.Null {
 					atomic.AddUint32(&fs.Invalids, 1)
 				}
@@ -11273,6 +12022,32 @@ func (ec *executionContext) marshalNChallengeKind2flashsaleᚋgraphᚋmodelᚐCh
 	return v
 }
 
+func (ec *executionContext) marshalNClusterNode2ᚕᚖflashsaleᚋgraphᚋmodelᚐClusterNodeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ClusterNode) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNClusterNode2ᚖflashsaleᚋgraphᚋmodelᚐClusterNode(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNClusterNode2ᚖflashsaleᚋgraphᚋmodelᚐClusterNode(ctx context.Context, sel ast.SelectionSet, v *model.ClusterNode) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._ClusterNode(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNCreateRedPacketInput2flashsaleᚋgraphᚋmodelᚐCreateRedPacketInput(ctx context.Context, v any) (model.CreateRedPacketInput, error) {
 	res, err := ec.unmarshalInputCreateRedPacketInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -11373,6 +12148,32 @@ func (ec *executionContext) marshalNGrabRedPacketResult2ᚖflashsaleᚋgraphᚋm
 		return graphql.Null
 	}
 	return ec._GrabRedPacketResult(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNHeldSale2ᚕᚖflashsaleᚋgraphᚋmodelᚐHeldSaleᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.HeldSale) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNHeldSale2ᚖflashsaleᚋgraphᚋmodelᚐHeldSale(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNHeldSale2ᚖflashsaleᚋgraphᚋmodelᚐHeldSale(ctx context.Context, sel ast.SelectionSet, v *model.HeldSale) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._HeldSale(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNID2int64(ctx context.Context, v any) (int64, error) {

@@ -63,4 +63,7 @@ type Resolver struct {
 	// SaleStats serves the console's live figures of a sale; nil answers
 	// NOT_IMPLEMENTED.
 	SaleStats SaleStats
+	// Nodes serves the console's cluster view; nil answers
+	// NOT_IMPLEMENTED.
+	Nodes Nodes
 }

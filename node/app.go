@@ -72,10 +72,12 @@ type app struct {
 	queue    *queue.Service
 	// saleStats counts the grabs for the console's live sale figures.
 	saleStats *salestats.Service
-	gate      *gate.Service
-	gateRdb   redis.UniversalClient // the gate's own client, with Hooks.GateRedis only
-	gql       http.Handler          // /query
-	routes    http.Handler          // every route, behind hosts in embedded mode (httpapi.Routes)
+	// nodes keeps the nodes' statuses for the console's cluster view.
+	nodes   *persistence.NodeStatuses
+	gate    *gate.Service
+	gateRdb redis.UniversalClient // the gate's own client, with Hooks.GateRedis only
+	gql     http.Handler          // /query
+	routes  http.Handler          // every route, behind hosts in embedded mode (httpapi.Routes)
 	// hosts, in embedded mode, refuses requests to other Hosts than this
 	// machine's (DNS rebinding); nil in real mode.
 	hosts *httpapi.LocalHosts
@@ -168,7 +170,8 @@ func (a *app) services() []lifecycle.Named {
 		// tickets; their pacer admits from every open room.
 		{Name: "waiting rooms", Service: lifecycle.Build(a.buildQueue)},
 		// The console's sale figures: counted by the grabs GraphQL takes,
-		// added to the cluster's once a second until the grabs stopped.
+		// added to the cluster's once a second until the grabs stopped;
+		// the nodes' statuses are read by GraphQL too.
 		{Name: "sale figures", Service: lifecycle.Build(a.buildSaleStats)},
 		// GraphQL over everything above.
 		{Name: "graphql", Service: lifecycle.Func(a.buildHandler, nil)},
@@ -179,6 +182,9 @@ func (a *app) services() []lifecycle.Named {
 		// joins: it joins once everything a grab reaches is built and its
 		// port is bound (leaving is the router's stop).
 		{Name: "cluster", Service: lifecycle.Func(a.joinCluster, nil)},
+		// The console's cluster view: the node reports itself, its port
+		// and membership included, once a second.
+		{Name: "node status", Service: lifecycle.Build(a.buildNodeStatus)},
 		// The profiler listens on its own private address.
 		{Name: "profiler", Service: lifecycle.Build(func(context.Context) (lifecycle.Service, error) {
 			return newProfiler(a.cfg.PprofAddr, a.hosts, a.log), nil

@@ -55,7 +55,7 @@ func (a *app) buildHandler(context.Context) error {
 	}
 	gql := httpapi.NewHandler(&graph.Resolver{Catalog: a.catalog, Seckill: seckill.New(a.gate, grabber).WithRecorder(a.saleStats), DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: reconciliationQuery{a.orders.reconciler},
 		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live, Gate: a.gate, RedPackets: a.redPkts.service, Queue: a.queue,
-		SaleStats: a.saleStats}, opts)
+		SaleStats: a.saleStats, Nodes: a.nodes}, opts)
 	a.gql = gql
 	pgOpts, err := playgroundOptions(cfg, a.tokens)
 	if err != nil {

@@ -26,6 +26,35 @@ type BlockTarget struct {
 	VoucherID *int64  `json:"voucherId,omitempty"`
 }
 
+// One node as it reports itself.
+type ClusterNode struct {
+	// NODE_ID.
+	ID       string `json:"id"`
+	HTTPAddr string `json:"httpAddr"`
+	// Its actor-cluster address; null for a node without a cluster (it hosts every segment it sells).
+	Member *string `json:"member,omitempty"`
+	// The hosting members as it sees them.
+	Members []string `json:"members"`
+	// The voucher segments it hosts now, as voucherId/segment.
+	Segments []string `json:"segments"`
+	// REDIS_MODE.
+	RedisMode string `json:"redisMode"`
+	// The Redis servers it starts from.
+	Redis string `json:"redis"`
+	// The Redis primaries it writes to, where its client knows them (a Redis Cluster's).
+	Primaries []string `json:"primaries"`
+	// REDIS_ACK_REPLICAS: replicas that must hold a grab's writes before its answer.
+	AckReplicas int `json:"ackReplicas"`
+	// REDIS_ACK_TIMEOUT in ms.
+	AckTimeoutMs int `json:"ackTimeoutMs"`
+	// REDIS_ACK_AOF.
+	AckAof bool `json:"ackAof"`
+	// The vouchers whose sales it holds, and why.
+	Held []*HeldSale `json:"held"`
+	// When it reported.
+	At time.Time `json:"at"`
+}
+
 type CreateRedPacketInput struct {
 	TotalCents int `json:"totalCents"`
 	Count      int `json:"count"`
@@ -96,6 +125,12 @@ type GrabRedPacketResult struct {
 	Code        GrabCode `json:"code"`
 	AmountCents *int     `json:"amountCents,omitempty"`
 	Message     string   `json:"message"`
+}
+
+type HeldSale struct {
+	VoucherID int64     `json:"voucherId"`
+	Since     time.Time `json:"since"`
+	Why       string    `json:"why"`
 }
 
 type Mutation struct {
