@@ -10,6 +10,7 @@ import (
 	"flashsale/config"
 	"flashsale/graph"
 	"flashsale/httpapi"
+	"flashsale/httpapi/console"
 	"flashsale/httpapi/playground"
 	"flashsale/internal/connlimit"
 	"flashsale/persistence"
@@ -73,9 +74,12 @@ func (a *app) buildHandler(context.Context) error {
 		GraphQL:    gql,
 		Playground: playground.Handler("flashsale", "/query", pgOpts...),
 		Assets:     playground.Assets(),
-		Ready:      a.ready,
-		Metrics:    promhttp.Handler(),
-		Hosts:      a.hosts,
+		// The operators' console, a client of /query.
+		Console:       console.Handler("/query"),
+		ConsoleAssets: console.Assets(),
+		Ready:         a.ready,
+		Metrics:       promhttp.Handler(),
+		Hosts:         a.hosts,
 	})
 	return nil
 }
