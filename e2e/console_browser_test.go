@@ -119,7 +119,33 @@ func TestConsoleInChromiumSignsInAndSteersASale(t *testing.T) {
 	wd.click(row + "button.restock")
 	wd.waitFor("the restocked voucher", cell(".stock-cell"), "/ 125")
 	wd.waitForMatch("a countdown", cell(".countdown"), regexp.MustCompile(`on sale, ends in|begins in`))
+	// A voucher made from the form, beginning in an hour: its countdown.
+	wd.setValue("#nv-title", "Made in the console")
+	wd.setValue("#nv-begin", "3600")
+	wd.click("#nv-go")
+	wd.waitForMatch("the new voucher's countdown", `
+		return Array.from(document.querySelectorAll('#voucher-table tbody tr')).map(function (r) { return r.textContent; }).join('\n');`,
+		regexp.MustCompile(`Made in the consoleACTIVE100 / 100begins in (59m|1h)`))
 	wd.screenshot("console-vouchers.png")
+
+	// Orders: the demo user's grab, by its id and by the user.
+	grab := postQuery(t, base, user, `mutation { seckillVoucher(voucherId: "1") { code orderId } }`)["seckillVoucher"].(map[string]any)
+	orderID, _ := grab["orderId"].(string)
+	if grab["code"] != "OK" || orderID == "" {
+		t.Fatalf("the demo user's grab: %v", grab)
+	}
+	wd.click(`#tabs button[data-tab="orders"]`)
+	wd.setValue("#ord-id", orderID)
+	wd.click("#ord-id-go")
+	orders := `return document.querySelector('#order-table tbody').textContent;`
+	wd.waitFor("the order by id", orders, orderID)
+	var buyer string
+	wd.exec(`return document.querySelector('#order-table tbody td:nth-child(2)').textContent;`, &buyer)
+	wd.setValue("#ord-user", buyer)
+	wd.click("#ord-user-go")
+	wd.waitFor("the user's orders", `return document.getElementById('orders-msg').textContent + ' ' + document.querySelector('#order-table tbody').textContent;`, "1 order(s).")
+	wd.waitFor("the order's state", orders, "UNPAID")
+	wd.screenshot("console-orders.png")
 
 	// A dead letter, as the order writer records one; its detail is
 	// HTML that must show as text.
@@ -196,14 +222,37 @@ func voucherStatus(t *testing.T, base, token, id string) string {
 }
 
 // click clicks the element css selects, as a user would (a WebDriver
-// click, not a script's).
+// click, not a script's). The console re-renders a table when it loads
+// it again, so an element found just before may be gone: it is found
+// again, a few times.
 func (wd *webDriver) click(css string) {
 	wd.t.Helper()
-	var el map[string]string
-	wd.call(http.MethodPost, "/element", map[string]any{"using": "css selector", "value": css}, &el)
-	for _, id := range el { // the one key is WebDriver's element identifier
-		wd.call(http.MethodPost, "/element/"+id+"/click", map[string]any{}, nil)
+	for try := 0; ; try++ {
+		var el map[string]string
+		wd.call(http.MethodPost, "/element", map[string]any{"using": "css selector", "value": css}, &el)
+		var status int
+		for _, id := range el { // the one key is WebDriver's element identifier
+			status = wd.post("/element/" + id + "/click")
+		}
+		if status == http.StatusOK || try == 5 {
+			if status != http.StatusOK {
+				wd.t.Fatalf("click %s: %d", css, status)
+			}
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// post sends a WebDriver command without a body and returns its status.
+func (wd *webDriver) post(path string) int {
+	wd.t.Helper()
+	resp, err := http.Post(wd.session+path, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		wd.t.Fatalf("webdriver POST %s: %v", path, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // setValue sets an input's value.

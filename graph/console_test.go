@@ -233,3 +233,30 @@ func TestClusterNodesListsEveryNode(t *testing.T) {
 		t.Errorf("both nodes report as %s", out.ClusterNodes[0].ID)
 	}
 }
+
+// A voucher with a waiting room shows it: the users waiting and those
+// admitted; one without shows neither.
+func TestSaleStatsShowTheWaitingRoom(t *testing.T) {
+	t.Parallel()
+	s, nodes := newLiveNodes(t, 1)
+	v := s.createVoucher(t, roomInput(5, 100, 1000))
+	for u := range 3 {
+		s.joinQueue(t, int64(200+u), v.ID)
+	}
+	c := nodetest.InitWS(t, nodes[0].http, s.admin(t))
+	subscribeWS(t, c, "s", saleStatsSub, map[string]any{"v": v.ID})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ev := nextSaleStats(t, c, "s", 3*time.Second)
+		if ev.Waiting == nil || ev.Admitted == nil {
+			t.Fatalf("a voucher with a waiting room: %+v, want its figures", ev)
+		}
+		if *ev.Waiting+*ev.Admitted == 3 && *ev.Admitted > 0 {
+			t.Logf("waiting %d, admitted %d", *ev.Waiting, *ev.Admitted)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting %d, admitted %d: want the three users, admitted at the room's pace", *ev.Waiting, *ev.Admitted)
+		}
+	}
+}
