@@ -15,12 +15,15 @@ import (
 // The nodes' statuses, for the console's cluster view, under one hash tag
 // so that a Redis Cluster reads them in one call:
 //
-//	{console}:nodes        zset: node id -> unix ms of its last status
-//	{console}:node:<id>    string: its status (JSON), lapsing after
-//	                       nodeStatusTTL
-const nodesKey = "{console}:nodes"
+//	flashsale:{nodes}         zset: node id -> unix ms of its last status
+//	flashsale:{nodes}:<id>    string: its status (JSON), lapsing after
+//	                          nodeStatusTTL
+const nodesKey = "flashsale:{nodes}"
 
-func nodeStatusKey(id string) string { return "{console}:node:" + id }
+// NodeStatusPrefix begins every key of the nodes' statuses.
+const NodeStatusPrefix = nodesKey
+
+func nodeStatusKey(id string) string { return nodesKey + ":" + id }
 
 // nodeStatusTTL is how long a node's status outlives its last report: a
 // node gone longer is gone from the view.
