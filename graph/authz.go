@@ -30,6 +30,9 @@ var adminFields = map[string]bool{
 	"block":              true,
 	"unblock":            true,
 	"blocks":             true,
+	"saleStats":          true,
+	"userOrders":         true,
+	"clusterNodes":       true,
 }
 
 // GrabField is the hot-path mutation; an operation may hold one.

@@ -48,6 +48,22 @@ type ComplexityRoot struct {
 		VoucherID func(childComplexity int) int
 	}
 
+	ClusterNode struct {
+		AckAof       func(childComplexity int) int
+		AckReplicas  func(childComplexity int) int
+		AckTimeoutMs func(childComplexity int) int
+		At           func(childComplexity int) int
+		HTTPAddr     func(childComplexity int) int
+		Held         func(childComplexity int) int
+		ID           func(childComplexity int) int
+		Member       func(childComplexity int) int
+		Members      func(childComplexity int) int
+		Primaries    func(childComplexity int) int
+		Redis        func(childComplexity int) int
+		RedisMode    func(childComplexity int) int
+		Segments     func(childComplexity int) int
+	}
+
 	DeadLetteredOrder struct {
 		At        func(childComplexity int) int
 		Detail    func(childComplexity int) int
@@ -69,10 +85,21 @@ type ComplexityRoot struct {
 		Node   func(childComplexity int) int
 	}
 
+	GrabCount struct {
+		Code  func(childComplexity int) int
+		Count func(childComplexity int) int
+	}
+
 	GrabRedPacketResult struct {
 		AmountCents func(childComplexity int) int
 		Code        func(childComplexity int) int
 		Message     func(childComplexity int) int
+	}
+
+	HeldSale struct {
+		Since     func(childComplexity int) int
+		VoucherID func(childComplexity int) int
+		Why       func(childComplexity int) int
 	}
 
 	Mutation struct {
@@ -99,6 +126,7 @@ type ComplexityRoot struct {
 
 	Query struct {
 		Blocks             func(childComplexity int) int
+		ClusterNodes       func(childComplexity int) int
 		DeadLetteredOrders func(childComplexity int, voucherID *int64, first *int, after *string) int
 		MyOrders           func(childComplexity int, first *int, after *string) int
 		Order              func(childComplexity int, id int64) int
@@ -110,6 +138,7 @@ type ComplexityRoot struct {
 		SeckillTicket      func(childComplexity int, voucherID int64, challenge *string, nonce *string) int
 		ServerTime         func(childComplexity int) int
 		Stock              func(childComplexity int, voucherID int64) int
+		UserOrders         func(childComplexity int, userID int64, first *int, after *string) int
 		Voucher            func(childComplexity int, id int64) int
 		Vouchers           func(childComplexity int, shopID *int64, first *int, after *string) int
 	}
@@ -162,6 +191,23 @@ type ComplexityRoot struct {
 		TotalCents     func(childComplexity int) int
 	}
 
+	SaleStats struct {
+		Admitted   func(childComplexity int) int
+		AnsweredOk func(childComplexity int) int
+		At         func(childComplexity int) int
+		Grabs      func(childComplexity int) int
+		GrabsTotal func(childComplexity int) int
+		Nodes      func(childComplexity int) int
+		P50Ms      func(childComplexity int) int
+		P99Ms      func(childComplexity int) int
+		Remaining  func(childComplexity int) int
+		Second     func(childComplexity int) int
+		Sold       func(childComplexity int) int
+		Stored     func(childComplexity int) int
+		VoucherID  func(childComplexity int) int
+		Waiting    func(childComplexity int) int
+	}
+
 	SeckillChallenge struct {
 		Challenge  func(childComplexity int) int
 		Difficulty func(childComplexity int) int
@@ -210,6 +256,7 @@ type ComplexityRoot struct {
 	Subscription struct {
 		OrderChanged func(childComplexity int, orderID int64) int
 		QueueChanged func(childComplexity int, voucherID int64) int
+		SaleStats    func(childComplexity int, voucherID int64) int
 		StockChanged func(childComplexity int, voucherID int64) int
 	}
 
@@ -290,6 +337,8 @@ type QueryResolver interface {
 	Reconciliation(ctx context.Context, voucherID int64) (*model.Reconciliation, error)
 	Reconcile(ctx context.Context, voucherID *int64, repair *bool) ([]*model.ReconcileReport, error)
 	Blocks(ctx context.Context) ([]*model.Block, error)
+	UserOrders(ctx context.Context, userID int64, first *int, after *string) (*model.VoucherOrderConnection, error)
+	ClusterNodes(ctx context.Context) ([]*model.ClusterNode, error)
 	ServerTime(ctx context.Context) (*time.Time, error)
 	SeckillChallenge(ctx context.Context, voucherID int64) (*model.SeckillChallenge, error)
 	SeckillTicket(ctx context.Context, voucherID int64, challenge *string, nonce *string) (*model.SeckillTicket, error)
@@ -305,6 +354,7 @@ type StockUpdateResolver interface {
 type SubscriptionResolver interface {
 	StockChanged(ctx context.Context, voucherID int64) (<-chan *model.StockUpdate, error)
 	OrderChanged(ctx context.Context, orderID int64) (<-chan *model.VoucherOrder, error)
+	SaleStats(ctx context.Context, voucherID int64) (<-chan *model.SaleStats, error)
 	QueueChanged(ctx context.Context, voucherID int64) (<-chan *model.QueuePlace, error)
 }
 
@@ -350,6 +400,85 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Block.VoucherID(childComplexity), true
+
+	case "ClusterNode.ackAof":
+		if e.ComplexityRoot.ClusterNode.AckAof == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.AckAof(childComplexity), true
+	case "ClusterNode.ackReplicas":
+		if e.ComplexityRoot.ClusterNode.AckReplicas == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.AckReplicas(childComplexity), true
+	case "ClusterNode.ackTimeoutMs":
+		if e.ComplexityRoot.ClusterNode.AckTimeoutMs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.AckTimeoutMs(childComplexity), true
+	case "ClusterNode.at":
+		if e.ComplexityRoot.ClusterNode.At == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.At(childComplexity), true
+	case "ClusterNode.httpAddr":
+		if e.ComplexityRoot.ClusterNode.HTTPAddr == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.HTTPAddr(childComplexity), true
+	case "ClusterNode.held":
+		if e.ComplexityRoot.ClusterNode.Held == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Held(childComplexity), true
+	case "ClusterNode.id":
+		if e.ComplexityRoot.ClusterNode.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.ID(childComplexity), true
+	case "ClusterNode.member":
+		if e.ComplexityRoot.ClusterNode.Member == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Member(childComplexity), true
+	case "ClusterNode.members":
+		if e.ComplexityRoot.ClusterNode.Members == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Members(childComplexity), true
+	case "ClusterNode.primaries":
+		if e.ComplexityRoot.ClusterNode.Primaries == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Primaries(childComplexity), true
+	case "ClusterNode.redis":
+		if e.ComplexityRoot.ClusterNode.Redis == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Redis(childComplexity), true
+	case "ClusterNode.redisMode":
+		if e.ComplexityRoot.ClusterNode.RedisMode == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.RedisMode(childComplexity), true
+	case "ClusterNode.segments":
+		if e.ComplexityRoot.ClusterNode.Segments == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ClusterNode.Segments(childComplexity), true
 
 	case "DeadLetteredOrder.at":
 		if e.ComplexityRoot.DeadLetteredOrder.At == nil {
@@ -426,6 +555,19 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.DeadLetteredOrderEdge.Node(childComplexity), true
 
+	case "GrabCount.code":
+		if e.ComplexityRoot.GrabCount.Code == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GrabCount.Code(childComplexity), true
+	case "GrabCount.count":
+		if e.ComplexityRoot.GrabCount.Count == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GrabCount.Count(childComplexity), true
+
 	case "GrabRedPacketResult.amountCents":
 		if e.ComplexityRoot.GrabRedPacketResult.AmountCents == nil {
 			break
@@ -444,6 +586,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.GrabRedPacketResult.Message(childComplexity), true
+
+	case "HeldSale.since":
+		if e.ComplexityRoot.HeldSale.Since == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HeldSale.Since(childComplexity), true
+	case "HeldSale.voucherId":
+		if e.ComplexityRoot.HeldSale.VoucherID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HeldSale.VoucherID(childComplexity), true
+	case "HeldSale.why":
+		if e.ComplexityRoot.HeldSale.Why == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HeldSale.Why(childComplexity), true
 
 	case "Mutation.addStock":
 		if e.ComplexityRoot.Mutation.AddStock == nil {
@@ -619,6 +780,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Blocks(childComplexity), true
+	case "Query.clusterNodes":
+		if e.ComplexityRoot.Query.ClusterNodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.ClusterNodes(childComplexity), true
 	case "Query.deadLetteredOrders":
 		if e.ComplexityRoot.Query.DeadLetteredOrders == nil {
 			break
@@ -736,6 +903,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Stock(childComplexity, args["voucherId"].(int64)), true
+	case "Query.userOrders":
+		if e.ComplexityRoot.Query.UserOrders == nil {
+			break
+		}
+
+		args, err := ec.field_Query_userOrders_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.UserOrders(childComplexity, args["userId"].(int64), args["first"].(*int), args["after"].(*string)), true
 	case "Query.voucher":
 		if e.ComplexityRoot.Query.Voucher == nil {
 			break
@@ -979,6 +1157,91 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.RedPacket.TotalCents(childComplexity), true
 
+	case "SaleStats.admitted":
+		if e.ComplexityRoot.SaleStats.Admitted == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.Admitted(childComplexity), true
+	case "SaleStats.answeredOk":
+		if e.ComplexityRoot.SaleStats.AnsweredOk == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.AnsweredOk(childComplexity), true
+	case "SaleStats.at":
+		if e.ComplexityRoot.SaleStats.At == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.At(childComplexity), true
+	case "SaleStats.grabs":
+		if e.ComplexityRoot.SaleStats.Grabs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.Grabs(childComplexity), true
+	case "SaleStats.grabsTotal":
+		if e.ComplexityRoot.SaleStats.GrabsTotal == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.GrabsTotal(childComplexity), true
+	case "SaleStats.nodes":
+		if e.ComplexityRoot.SaleStats.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.Nodes(childComplexity), true
+	case "SaleStats.p50Ms":
+		if e.ComplexityRoot.SaleStats.P50Ms == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.P50Ms(childComplexity), true
+	case "SaleStats.p99Ms":
+		if e.ComplexityRoot.SaleStats.P99Ms == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.P99Ms(childComplexity), true
+	case "SaleStats.remaining":
+		if e.ComplexityRoot.SaleStats.Remaining == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.Remaining(childComplexity), true
+	case "SaleStats.second":
+		if e.ComplexityRoot.SaleStats.Second == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.Second(childComplexity), true
+	case "SaleStats.sold":
+		if e.ComplexityRoot.SaleStats.Sold == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.Sold(childComplexity), true
+	case "SaleStats.stored":
+		if e.ComplexityRoot.SaleStats.Stored == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.Stored(childComplexity), true
+	case "SaleStats.voucherId":
+		if e.ComplexityRoot.SaleStats.VoucherID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.VoucherID(childComplexity), true
+	case "SaleStats.waiting":
+		if e.ComplexityRoot.SaleStats.Waiting == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SaleStats.Waiting(childComplexity), true
+
 	case "SeckillChallenge.challenge":
 		if e.ComplexityRoot.SeckillChallenge.Challenge == nil {
 			break
@@ -1186,6 +1449,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscription.QueueChanged(childComplexity, args["voucherId"].(int64)), true
+	case "Subscription.saleStats":
+		if e.ComplexityRoot.Subscription.SaleStats == nil {
+			break
+		}
+
+		args, err := ec.field_Subscription_saleStats_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Subscription.SaleStats(childComplexity, args["voucherId"].(int64)), true
 	case "Subscription.stockChanged":
 		if e.ComplexityRoot.Subscription.StockChanged == nil {
 			break
@@ -1468,7 +1742,7 @@ func newExecutionContext(
 	}
 }
 
-//go:embed "admin.graphqls" "gate.graphqls" "queue.graphqls" "schema.graphqls"
+//go:embed "admin.graphqls" "console.graphqls" "gate.graphqls" "queue.graphqls" "schema.graphqls"
 var sourcesFS embed.FS
 
 func sourceData(filename string) string {
@@ -1481,6 +1755,7 @@ func sourceData(filename string) string {
 
 var sources = []*ast.Source{
 	{Name: "admin.graphqls", Input: sourceData("admin.graphqls"), BuiltIn: false},
+	{Name: "console.graphqls", Input: sourceData("console.graphqls"), BuiltIn: false},
 	{Name: "gate.graphqls", Input: sourceData("gate.graphqls"), BuiltIn: false},
 	{Name: "queue.graphqls", Input: sourceData("queue.graphqls"), BuiltIn: false},
 	{Name: "schema.graphqls", Input: sourceData("schema.graphqls"), BuiltIn: false},
@@ -1503,6 +1778,38 @@ func (ec *executionContext) childFields_Block(ctx context.Context, field graphql
 		return ec.fieldContext_Block_expiresAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Block", field.Name)
+}
+
+func (ec *executionContext) childFields_ClusterNode(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_ClusterNode_id(ctx, field)
+	case "httpAddr":
+		return ec.fieldContext_ClusterNode_httpAddr(ctx, field)
+	case "member":
+		return ec.fieldContext_ClusterNode_member(ctx, field)
+	case "members":
+		return ec.fieldContext_ClusterNode_members(ctx, field)
+	case "segments":
+		return ec.fieldContext_ClusterNode_segments(ctx, field)
+	case "redisMode":
+		return ec.fieldContext_ClusterNode_redisMode(ctx, field)
+	case "redis":
+		return ec.fieldContext_ClusterNode_redis(ctx, field)
+	case "primaries":
+		return ec.fieldContext_ClusterNode_primaries(ctx, field)
+	case "ackReplicas":
+		return ec.fieldContext_ClusterNode_ackReplicas(ctx, field)
+	case "ackTimeoutMs":
+		return ec.fieldContext_ClusterNode_ackTimeoutMs(ctx, field)
+	case "ackAof":
+		return ec.fieldContext_ClusterNode_ackAof(ctx, field)
+	case "held":
+		return ec.fieldContext_ClusterNode_held(ctx, field)
+	case "at":
+		return ec.fieldContext_ClusterNode_at(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ClusterNode", field.Name)
 }
 
 func (ec *executionContext) childFields_DeadLetteredOrder(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1547,6 +1854,16 @@ func (ec *executionContext) childFields_DeadLetteredOrderEdge(ctx context.Contex
 	return nil, fmt.Errorf("no field named %q was found under type DeadLetteredOrderEdge", field.Name)
 }
 
+func (ec *executionContext) childFields_GrabCount(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "code":
+		return ec.fieldContext_GrabCount_code(ctx, field)
+	case "count":
+		return ec.fieldContext_GrabCount_count(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type GrabCount", field.Name)
+}
+
 func (ec *executionContext) childFields_GrabRedPacketResult(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "code":
@@ -1557,6 +1874,18 @@ func (ec *executionContext) childFields_GrabRedPacketResult(ctx context.Context,
 		return ec.fieldContext_GrabRedPacketResult_message(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type GrabRedPacketResult", field.Name)
+}
+
+func (ec *executionContext) childFields_HeldSale(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "voucherId":
+		return ec.fieldContext_HeldSale_voucherId(ctx, field)
+	case "since":
+		return ec.fieldContext_HeldSale_since(ctx, field)
+	case "why":
+		return ec.fieldContext_HeldSale_why(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type HeldSale", field.Name)
 }
 
 func (ec *executionContext) childFields_PageInfo(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1663,6 +1992,40 @@ func (ec *executionContext) childFields_RedPacket(ctx context.Context, field gra
 		return ec.fieldContext_RedPacket_expiresAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type RedPacket", field.Name)
+}
+
+func (ec *executionContext) childFields_SaleStats(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "voucherId":
+		return ec.fieldContext_SaleStats_voucherId(ctx, field)
+	case "at":
+		return ec.fieldContext_SaleStats_at(ctx, field)
+	case "second":
+		return ec.fieldContext_SaleStats_second(ctx, field)
+	case "grabs":
+		return ec.fieldContext_SaleStats_grabs(ctx, field)
+	case "grabsTotal":
+		return ec.fieldContext_SaleStats_grabsTotal(ctx, field)
+	case "p50Ms":
+		return ec.fieldContext_SaleStats_p50Ms(ctx, field)
+	case "p99Ms":
+		return ec.fieldContext_SaleStats_p99Ms(ctx, field)
+	case "nodes":
+		return ec.fieldContext_SaleStats_nodes(ctx, field)
+	case "remaining":
+		return ec.fieldContext_SaleStats_remaining(ctx, field)
+	case "sold":
+		return ec.fieldContext_SaleStats_sold(ctx, field)
+	case "stored":
+		return ec.fieldContext_SaleStats_stored(ctx, field)
+	case "answeredOk":
+		return ec.fieldContext_SaleStats_answeredOk(ctx, field)
+	case "waiting":
+		return ec.fieldContext_SaleStats_waiting(ctx, field)
+	case "admitted":
+		return ec.fieldContext_SaleStats_admitted(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SaleStats", field.Name)
 }
 
 func (ec *executionContext) childFields_SeckillChallenge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2479,6 +2842,36 @@ func (ec *executionContext) field_Query_stock_args(ctx context.Context, rawArgs 
 	return args, nil
 }
 
+func (ec *executionContext) field_Query_userOrders_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "userId",
+		func(ctx context.Context, v any) (int64, error) {
+			return ec.unmarshalNID2int64(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["userId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg2
+	return args, nil
+}
+
 func (ec *executionContext) field_Query_voucher_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -2538,6 +2931,20 @@ func (ec *executionContext) field_Subscription_orderChanged_args(ctx context.Con
 }
 
 func (ec *executionContext) field_Subscription_queueChanged_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "voucherId",
+		func(ctx context.Context, v any) (int64, error) {
+			return ec.unmarshalNID2int64(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["voucherId"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Subscription_saleStats_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "voucherId",
@@ -2715,6 +3122,314 @@ func (ec *executionContext) _Block_expiresAt(ctx context.Context, field graphql.
 }
 func (ec *executionContext) fieldContext_Block_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Block", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_id(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_httpAddr(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_httpAddr(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.HTTPAddr, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_httpAddr(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_member(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_member(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Member, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_member(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_members(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_members(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Members, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_members(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_segments(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_segments(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Segments, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_segments(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_redisMode(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_redisMode(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RedisMode, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_redisMode(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_redis(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_redis(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Redis, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_redis(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_primaries(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_primaries(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Primaries, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_primaries(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_ackReplicas(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_ackReplicas(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.AckReplicas, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_ackReplicas(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_ackTimeoutMs(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_ackTimeoutMs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.AckTimeoutMs, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_ackTimeoutMs(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_ackAof(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_ackAof(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.AckAof, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_ackAof(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _ClusterNode_held(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_held(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Held, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.HeldSale) graphql.Marshaler {
+			return ec.marshalNHeldSale2ᚕᚖflashsaleᚋgraphᚋmodelᚐHeldSaleᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_held(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "ClusterNode",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_HeldSale(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _ClusterNode_at(ctx context.Context, field graphql.CollectedField, obj *model.ClusterNode) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ClusterNode_at(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.At, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ClusterNode_at(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ClusterNode", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
 func (ec *executionContext) _DeadLetteredOrder_key(ctx context.Context, field graphql.CollectedField, obj *model.DeadLetteredOrder) (ret graphql.Marshaler) {
@@ -3020,6 +3735,52 @@ func (ec *executionContext) fieldContext_DeadLetteredOrderEdge_node(_ context.Co
 	return fc, nil
 }
 
+func (ec *executionContext) _GrabCount_code(ctx context.Context, field graphql.CollectedField, obj *model.GrabCount) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GrabCount_code(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Code, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_GrabCount_code(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GrabCount", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _GrabCount_count(ctx context.Context, field graphql.CollectedField, obj *model.GrabCount) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GrabCount_count(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Count, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_GrabCount_count(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GrabCount", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
 func (ec *executionContext) _GrabRedPacketResult_code(ctx context.Context, field graphql.CollectedField, obj *model.GrabRedPacketResult) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3087,6 +3848,75 @@ func (ec *executionContext) _GrabRedPacketResult_message(ctx context.Context, fi
 }
 func (ec *executionContext) fieldContext_GrabRedPacketResult_message(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("GrabRedPacketResult", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _HeldSale_voucherId(ctx context.Context, field graphql.CollectedField, obj *model.HeldSale) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HeldSale_voucherId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.VoucherID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNID2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_HeldSale_voucherId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HeldSale", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _HeldSale_since(ctx context.Context, field graphql.CollectedField, obj *model.HeldSale) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HeldSale_since(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Since, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_HeldSale_since(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HeldSale", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _HeldSale_why(ctx context.Context, field graphql.CollectedField, obj *model.HeldSale) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HeldSale_why(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Why, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_HeldSale_why(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HeldSale", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
 func (ec *executionContext) _Mutation_createVoucher(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
@@ -4179,6 +5009,82 @@ func (ec *executionContext) fieldContext_Query_blocks(_ context.Context, field g
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_userOrders(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_userOrders(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().UserOrders(ctx, fc.Args["userId"].(int64), fc.Args["first"].(*int), fc.Args["after"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.VoucherOrderConnection) graphql.Marshaler {
+			return ec.marshalNVoucherOrderConnection2ᚖflashsaleᚋgraphᚋmodelᚐVoucherOrderConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_userOrders(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_VoucherOrderConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_userOrders_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_clusterNodes(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_clusterNodes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().ClusterNodes(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.ClusterNode) graphql.Marshaler {
+			return ec.marshalNClusterNode2ᚕᚖflashsaleᚋgraphᚋmodelᚐClusterNodeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_clusterNodes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ClusterNode(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query_serverTime(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -5238,6 +6144,337 @@ func (ec *executionContext) fieldContext_RedPacket_expiresAt(_ context.Context, 
 	return graphql.NewScalarFieldContext("RedPacket", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
+func (ec *executionContext) _SaleStats_voucherId(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_voucherId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.VoucherID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNID2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_voucherId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_at(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_at(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.At, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_at(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_second(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_second(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Second, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_second(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_grabs(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_grabs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Grabs, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*model.GrabCount) graphql.Marshaler {
+			return ec.marshalNGrabCount2ᚕᚖflashsaleᚋgraphᚋmodelᚐGrabCountᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_grabs(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "SaleStats",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_GrabCount(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _SaleStats_grabsTotal(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_grabsTotal(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.GrabsTotal, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_grabsTotal(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_p50Ms(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_p50Ms(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.P50Ms, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *float64) graphql.Marshaler {
+			return ec.marshalOFloat2ᚖfloat64(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_p50Ms(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Float does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_p99Ms(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_p99Ms(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.P99Ms, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *float64) graphql.Marshaler {
+			return ec.marshalOFloat2ᚖfloat64(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_p99Ms(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Float does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_nodes(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_nodes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Nodes, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_nodes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_remaining(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_remaining(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Remaining, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_remaining(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_sold(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_sold(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Sold, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_sold(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_stored(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_stored(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Stored, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_stored(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_answeredOk(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_answeredOk(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.AnsweredOk, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_answeredOk(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_waiting(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_waiting(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Waiting, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_waiting(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SaleStats_admitted(ctx context.Context, field graphql.CollectedField, obj *model.SaleStats) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SaleStats_admitted(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Admitted, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_SaleStats_admitted(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SaleStats", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
 func (ec *executionContext) _SeckillChallenge_challenge(ctx context.Context, field graphql.CollectedField, obj *model.SeckillChallenge) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -6019,6 +7256,50 @@ func (ec *executionContext) fieldContext_Subscription_orderChanged(ctx context.C
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Subscription_orderChanged_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Subscription_saleStats(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
+	return graphql.ResolveFieldStream(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscription_saleStats(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Subscription().SaleStats(ctx, fc.Args["voucherId"].(int64))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.SaleStats) graphql.Marshaler {
+			return ec.marshalNSaleStats2ᚖflashsaleᚋgraphᚋmodelᚐSaleStats(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscription_saleStats(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscription",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_SaleStats(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Subscription_saleStats_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -8119,6 +9400,104 @@ func (ec *executionContext) _Block(ctx context.Context, sel ast.SelectionSet, ob
 	return out
 }
 
+var clusterNodeImplementors = []string{"ClusterNode"}
+
+func (ec *executionContext) _ClusterNode(ctx context.Context, sel ast.SelectionSet, obj *model.ClusterNode) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, clusterNodeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ClusterNode")
+		case "id":
+			out.Values[i] = ec._ClusterNode_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "httpAddr":
+			out.Values[i] = ec._ClusterNode_httpAddr(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "member":
+			out.Values[i] = ec._ClusterNode_member(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "members":
+			out.Values[i] = ec._ClusterNode_members(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "segments":
+			out.Values[i] = ec._ClusterNode_segments(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "redisMode":
+			out.Values[i] = ec._ClusterNode_redisMode(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "redis":
+			out.Values[i] = ec._ClusterNode_redis(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "primaries":
+			out.Values[i] = ec._ClusterNode_primaries(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "ackReplicas":
+			out.Values[i] = ec._ClusterNode_ackReplicas(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "ackTimeoutMs":
+			out.Values[i] = ec._ClusterNode_ackTimeoutMs(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "ackAof":
+			out.Values[i] = ec._ClusterNode_ackAof(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "held":
+			out.Values[i] = ec._ClusterNode_held(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "at":
+			out.Values[i] = ec._ClusterNode_at(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
 var deadLetteredOrderImplementors = []string{"DeadLetteredOrder"}
 
 func (ec *executionContext) _DeadLetteredOrder(ctx context.Context, sel ast.SelectionSet, obj *model.DeadLetteredOrder) graphql.Marshaler {
@@ -8278,6 +9657,49 @@ func (ec *executionContext) _DeadLetteredOrderEdge(ctx context.Context, sel ast.
 	return out
 }
 
+var grabCountImplementors = []string{"GrabCount"}
+
+func (ec *executionContext) _GrabCount(ctx context.Context, sel ast.SelectionSet, obj *model.GrabCount) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, grabCountImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("GrabCount")
+		case "code":
+			out.Values[i] = ec._GrabCount_code(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "count":
+			out.Values[i] = ec._GrabCount_count(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
 var grabRedPacketResultImplementors = []string{"GrabRedPacketResult"}
 
 func (ec *executionContext) _GrabRedPacketResult(ctx context.Context, sel ast.SelectionSet, obj *model.GrabRedPacketResult) graphql.Marshaler {
@@ -8302,6 +9724,54 @@ func (ec *executionContext) _GrabRedPacketResult(ctx context.Context, sel ast.Se
 			}
 		case "message":
 			out.Values[i] = ec._GrabRedPacketResult_message(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var heldSaleImplementors = []string{"HeldSale"}
+
+func (ec *executionContext) _HeldSale(ctx context.Context, sel ast.SelectionSet, obj *model.HeldSale) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, heldSaleImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("HeldSale")
+		case "voucherId":
+			out.Values[i] = ec._HeldSale_voucherId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "since":
+			out.Values[i] = ec._HeldSale_since(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "why":
+			out.Values[i] = ec._HeldSale_why(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -8748,6 +10218,50 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 			}
 
 			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "userOrders":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_userOrders(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "clusterNodes":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_clusterNodes(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
 		case "serverTime":
 			field := field
 
@@ -9160,6 +10674,109 @@ func (ec *executionContext) _RedPacket(ctx context.Context, sel ast.SelectionSet
 		case "expiresAt":
 			out.Values[i] = ec._RedPacket_expiresAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferLabelToView), math.MaxInt32)))
+
+	ec.ProcessDeferredGroup(graphql.DeferredGroup{
+		Defers:   deferLabelToView,
+		Path:     graphql.GetPath(ctx),
+		FieldSet: deferredFieldSet,
+		Context:  ctx,
+	})
+
+	return out
+}
+
+var saleStatsImplementors = []string{"SaleStats"}
+
+func (ec *executionContext) _SaleStats(ctx context.Context, sel ast.SelectionSet, obj *model.SaleStats) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, saleStatsImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferredFieldSet := graphql.NewFieldSet(nil)
+	deferLabelToView := make(map[string]*graphql.FieldSetView)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("SaleStats")
+		case "voucherId":
+			out.Values[i] = ec._SaleStats_voucherId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "at":
+			out.Values[i] = ec._SaleStats_at(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "second":
+			out.Values[i] = ec._SaleStats_second(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "grabs":
+			out.Values[i] = ec._SaleStats_grabs(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "grabsTotal":
+			out.Values[i] = ec._SaleStats_grabsTotal(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "p50Ms":
+			out.Values[i] = ec._SaleStats_p50Ms(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "p99Ms":
+			out.Values[i] = ec._SaleStats_p99Ms(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "nodes":
+			out.Values[i] = ec._SaleStats_nodes(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "remaining":
+			out.Values[i] = ec._SaleStats_remaining(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "sold":
+			out.Values[i] = ec._SaleStats_sold(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "stored":
+			out.Values[i] = ec._SaleStats_stored(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "answeredOk":
+			out.Values[i] = ec._SaleStats_answeredOk(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "waiting":
+			out.Values[i] = ec._SaleStats_waiting(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "admitted":
+			out.Values[i] = ec._SaleStats_admitted(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
 		default:
@@ -9614,6 +11231,8 @@ func (ec *executionContext) _Subscription(ctx context.Context, sel ast.Selection
 		return ec._Subscription_stockChanged(ctx, fields[0])
 	case "orderChanged":
 		return ec._Subscription_orderChanged(ctx, fields[0])
+	case "saleStats":
+		return ec._Subscription_saleStats(ctx, fields[0])
 	case "queueChanged":
 		return ec._Subscription_queueChanged(ctx, fields[0])
 	default:
@@ -10403,6 +12022,32 @@ func (ec *executionContext) marshalNChallengeKind2flashsaleᚋgraphᚋmodelᚐCh
 	return v
 }
 
+func (ec *executionContext) marshalNClusterNode2ᚕᚖflashsaleᚋgraphᚋmodelᚐClusterNodeᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.ClusterNode) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNClusterNode2ᚖflashsaleᚋgraphᚋmodelᚐClusterNode(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNClusterNode2ᚖflashsaleᚋgraphᚋmodelᚐClusterNode(ctx context.Context, sel ast.SelectionSet, v *model.ClusterNode) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._ClusterNode(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNCreateRedPacketInput2flashsaleᚋgraphᚋmodelᚐCreateRedPacketInput(ctx context.Context, v any) (model.CreateRedPacketInput, error) {
 	res, err := ec.unmarshalInputCreateRedPacketInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -10469,6 +12114,32 @@ func (ec *executionContext) marshalNGrabCode2flashsaleᚋgraphᚋmodelᚐGrabCod
 	return v
 }
 
+func (ec *executionContext) marshalNGrabCount2ᚕᚖflashsaleᚋgraphᚋmodelᚐGrabCountᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.GrabCount) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNGrabCount2ᚖflashsaleᚋgraphᚋmodelᚐGrabCount(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNGrabCount2ᚖflashsaleᚋgraphᚋmodelᚐGrabCount(ctx context.Context, sel ast.SelectionSet, v *model.GrabCount) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._GrabCount(ctx, sel, v)
+}
+
 func (ec *executionContext) marshalNGrabRedPacketResult2ᚖflashsaleᚋgraphᚋmodelᚐGrabRedPacketResult(ctx context.Context, sel ast.SelectionSet, v *model.GrabRedPacketResult) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
@@ -10477,6 +12148,32 @@ func (ec *executionContext) marshalNGrabRedPacketResult2ᚖflashsaleᚋgraphᚋm
 		return graphql.Null
 	}
 	return ec._GrabRedPacketResult(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNHeldSale2ᚕᚖflashsaleᚋgraphᚋmodelᚐHeldSaleᚄ(ctx context.Context, sel ast.SelectionSet, v []*model.HeldSale) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNHeldSale2ᚖflashsaleᚋgraphᚋmodelᚐHeldSale(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNHeldSale2ᚖflashsaleᚋgraphᚋmodelᚐHeldSale(ctx context.Context, sel ast.SelectionSet, v *model.HeldSale) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._HeldSale(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNID2int64(ctx context.Context, v any) (int64, error) {
@@ -10595,6 +12292,16 @@ func (ec *executionContext) marshalNRedPacket2ᚖflashsaleᚋgraphᚋmodelᚐRed
 		return graphql.Null
 	}
 	return ec._RedPacket(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNSaleStats2ᚖflashsaleᚋgraphᚋmodelᚐSaleStats(ctx context.Context, sel ast.SelectionSet, v *model.SaleStats) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._SaleStats(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNSeckillChallenge2ᚖflashsaleᚋgraphᚋmodelᚐSeckillChallenge(ctx context.Context, sel ast.SelectionSet, v *model.SeckillChallenge) graphql.Marshaler {
@@ -11036,6 +12743,23 @@ func (ec *executionContext) marshalOChallengeKind2ᚖflashsaleᚋgraphᚋmodel�
 		return graphql.Null
 	}
 	return v
+}
+
+func (ec *executionContext) unmarshalOFloat2ᚖfloat64(ctx context.Context, v any) (*float64, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := graphql.UnmarshalFloatContext(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOFloat2ᚖfloat64(ctx context.Context, sel ast.SelectionSet, v *float64) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	_ = sel
+	res := graphql.MarshalFloatContext(*v)
+	return graphql.WrapContextMarshaler(ctx, res)
 }
 
 func (ec *executionContext) unmarshalOID2ᚖint64(ctx context.Context, v any) (*int64, error) {

@@ -13,6 +13,7 @@ import (
 type Orders interface {
 	Get(ctx context.Context, c domain.Caller, id int64) (domain.Order, error)
 	Mine(ctx context.Context, c domain.Caller, page domain.Page) ([]domain.Order, bool, error)
+	OfUser(ctx context.Context, c domain.Caller, userID int64, page domain.Page) ([]domain.Order, bool, error)
 	Pay(ctx context.Context, c domain.Caller, id int64) (domain.Order, error)
 	Cancel(ctx context.Context, c domain.Caller, id int64) (domain.Order, error)
 	AddStock(ctx context.Context, r domain.Restock) (domain.StockLevel, error)
@@ -54,8 +55,22 @@ func (r *Resolver) orderCall(ctx context.Context, field string, id int64, op fun
 
 // myOrders is the caller's page of orders as a connection.
 func (r *Resolver) myOrders(ctx context.Context, first *int, after *string) (*model.VoucherOrderConnection, error) {
+	return r.orderPage(ctx, "myOrders", first, after, func(c domain.Caller, page domain.Page) ([]domain.Order, bool, error) {
+		return r.Orders.Mine(ctx, c, page)
+	})
+}
+
+// userOrders is a user's page of orders, for an admin.
+func (r *Resolver) userOrders(ctx context.Context, userID int64, first *int, after *string) (*model.VoucherOrderConnection, error) {
+	return r.orderPage(ctx, "userOrders", first, after, func(c domain.Caller, page domain.Page) ([]domain.Order, bool, error) {
+		return r.Orders.OfUser(ctx, c, userID, page)
+	})
+}
+
+// orderPage is a page of orders as a connection.
+func (r *Resolver) orderPage(ctx context.Context, field string, first *int, after *string, list func(domain.Caller, domain.Page) ([]domain.Order, bool, error)) (*model.VoucherOrderConnection, error) {
 	if r.Orders == nil {
-		return nil, notImplemented("myOrders")
+		return nil, notImplemented(field)
 	}
 	c, err := caller(ctx)
 	if err != nil {
@@ -65,7 +80,7 @@ func (r *Resolver) myOrders(ctx context.Context, first *int, after *string) (*mo
 	if err != nil {
 		return nil, err
 	}
-	os, more, err := r.Orders.Mine(ctx, c, page)
+	os, more, err := list(c, page)
 	countRows(ctx, len(os))
 	if err != nil {
 		return nil, err

@@ -60,4 +60,10 @@ type Resolver struct {
 	// Queue serves the waiting rooms' fields; nil answers
 	// NOT_IMPLEMENTED.
 	Queue Queue
+	// SaleStats serves the console's live figures of a sale; nil answers
+	// NOT_IMPLEMENTED.
+	SaleStats SaleStats
+	// Nodes serves the console's cluster view; nil answers
+	// NOT_IMPLEMENTED.
+	Nodes Nodes
 }

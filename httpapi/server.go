@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"flashsale/httpapi/console"
 	"flashsale/httpapi/playground"
 )
 
@@ -19,6 +20,9 @@ type Endpoints struct {
 	// Playground serves GET / (playground.Handler), and Assets the files
 	// its page links to, under playground.AssetsPath (playground.Assets).
 	Playground, Assets http.Handler
+	// Console serves GET /console (console.Handler), and ConsoleAssets
+	// its files under console.AssetsPath (console.Assets).
+	Console, ConsoleAssets http.Handler
 	// Ready serves GET /readyz (a *Readiness).
 	Ready http.Handler
 	// Metrics serves GET /metrics (promhttp.Handler).
@@ -28,7 +32,8 @@ type Endpoints struct {
 	Hosts *LocalHosts
 }
 
-// Routes is everything a node serves: /query, the playground, /healthz
+// Routes is everything a node serves: /query, the playground, the
+// console, /healthz
 // (answered here: the process is alive), /readyz and /metrics, behind
 // e.Hosts when set, before anything reads the request. It has no
 // deadlines of its own: NewServer adds them.
@@ -42,6 +47,8 @@ func Routes(e Endpoints) http.Handler {
 	mount("/query", e.GraphQL)
 	mount("GET /{$}", e.Playground)
 	mount("GET "+playground.AssetsPath, e.Assets)
+	mount("GET /console", e.Console)
+	mount("GET "+console.AssetsPath, e.ConsoleAssets)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mount("GET /readyz", e.Ready)
 	mount("GET /metrics", e.Metrics)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"flashsale/httpapi"
+	"flashsale/httpapi/console"
 	"flashsale/httpapi/playground"
 )
 
@@ -17,11 +18,13 @@ func TestRoutesSendEachPathToItsEndpoint(t *testing.T) {
 		return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(name)) })
 	}
 	endpoints := httpapi.Endpoints{
-		GraphQL:    named("graphql"),
-		Playground: named("playground"),
-		Assets:     named("assets"),
-		Ready:      named("ready"),
-		Metrics:    named("metrics"),
+		GraphQL:       named("graphql"),
+		Playground:    named("playground"),
+		Assets:        named("assets"),
+		Console:       named("console"),
+		ConsoleAssets: named("console assets"),
+		Ready:         named("ready"),
+		Metrics:       named("metrics"),
 	}
 	local, err := httpapi.NewLocalHosts(nil)
 	if err != nil {
@@ -41,6 +44,9 @@ func TestRoutesSendEachPathToItsEndpoint(t *testing.T) {
 		{"a GET of /query", endpoints, http.MethodGet, "/query?query={__typename}", http.StatusOK, "graphql"},
 		{"the playground", endpoints, http.MethodGet, "/", http.StatusOK, "playground"},
 		{"a playground asset", endpoints, http.MethodGet, playground.AssetsPath + "graphiql.js", http.StatusOK, "assets"},
+		{"the console", endpoints, http.MethodGet, "/console", http.StatusOK, "console"},
+		{"a console asset", endpoints, http.MethodGet, console.AssetsPath + "console.js", http.StatusOK, "console assets"},
+		{"a POST to /console", endpoints, http.MethodPost, "/console", http.StatusMethodNotAllowed, ""},
 		{"liveness", endpoints, http.MethodGet, "/healthz", http.StatusOK, "ok\n"},
 		{"readiness", endpoints, http.MethodGet, "/readyz", http.StatusOK, "ready"},
 		{"the metrics", endpoints, http.MethodGet, "/metrics", http.StatusOK, "metrics"},

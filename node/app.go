@@ -27,6 +27,7 @@ import (
 	"flashsale/usecase/gate"
 	"flashsale/usecase/live"
 	"flashsale/usecase/queue"
+	"flashsale/usecase/salestats"
 )
 
 // app is the wired service. start builds it from one ordered list of
@@ -72,10 +73,14 @@ type app struct {
 	redPkts  *redPacketsPart
 	live     *live.Service
 	queue    *queue.Service
-	gate     *gate.Service
-	gateRdb  redis.UniversalClient // the gate's own client, with Hooks.GateRedis only
-	gql      http.Handler          // /query
-	routes   http.Handler          // every route, behind hosts in embedded mode (httpapi.Routes)
+	// saleStats counts the grabs for the console's live sale figures.
+	saleStats *salestats.Service
+	// nodes keeps the nodes' statuses for the console's cluster view.
+	nodes   *persistence.NodeStatuses
+	gate    *gate.Service
+	gateRdb redis.UniversalClient // the gate's own client, with Hooks.GateRedis only
+	gql     http.Handler          // /query
+	routes  http.Handler          // every route, behind hosts in embedded mode (httpapi.Routes)
 	// hosts, in embedded mode, refuses requests to other Hosts than this
 	// machine's (DNS rebinding); nil in real mode.
 	hosts *httpapi.LocalHosts
@@ -172,12 +177,19 @@ func (a *app) services() []lifecycle.Named {
 		// The waiting rooms check joins at the gate and issue its
 		// tickets; their pacer admits from every open room.
 		{Name: "waiting rooms", Service: lifecycle.Build(a.buildQueue)},
+		// The console's sale figures: counted by the grabs GraphQL takes,
+		// added to the cluster's once a second until the grabs stopped;
+		// the nodes' statuses are read by GraphQL too.
+		{Name: "sale figures", Service: lifecycle.Build(a.buildSaleStats)},
 		// GraphQL over everything above.
 		{Name: "graphql", Service: lifecycle.Func(a.buildHandler, nil)},
 		// A cluster member is sent grabs by the others as soon as it
 		// joins: it joins once everything a grab reaches is built
 		// (leaving is the router's stop).
 		{Name: "cluster", Service: lifecycle.Func(a.joinCluster, nil)},
+		// The console's cluster view: the node reports itself, its port
+		// and membership included, once a second.
+		{Name: "node status", Service: lifecycle.Build(a.buildNodeStatus)},
 		// The profiler listens on its own private address.
 		{Name: "profiler", Service: lifecycle.Build(func(context.Context) (lifecycle.Service, error) {
 			return newProfiler(a.cfg.PprofAddr, a.hosts, a.log), nil

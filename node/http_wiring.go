@@ -10,6 +10,7 @@ import (
 	"flashsale/config"
 	"flashsale/graph"
 	"flashsale/httpapi"
+	"flashsale/httpapi/console"
 	"flashsale/httpapi/playground"
 	"flashsale/internal/connlimit"
 	"flashsale/persistence"
@@ -53,8 +54,9 @@ func (a *app) buildHandler(context.Context) error {
 	if a.hooks.HTTP != nil {
 		a.hooks.HTTP(&opts)
 	}
-	gql := httpapi.NewHandler(&graph.Resolver{Catalog: a.catalog, Seckill: seckill.New(a.gate, grabber), DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: reconciliationQuery{a.orders.reconciler},
-		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live, Gate: a.gate, RedPackets: a.redPkts.service, Queue: a.queue}, opts)
+	gql := httpapi.NewHandler(&graph.Resolver{Catalog: a.catalog, Seckill: seckill.New(a.gate, grabber).WithRecorder(a.saleStats), DeadLetters: persistence.NewDeadLetters(a.db), Reconciler: reconciliationQuery{a.orders.reconciler},
+		Orders: a.orders.service, Reconciliations: a.orders.reconciler, Live: a.live, Gate: a.gate, RedPackets: a.redPkts.service, Queue: a.queue,
+		SaleStats: a.saleStats, Nodes: a.nodes}, opts)
 	a.gql = gql
 	pgOpts, err := playgroundOptions(cfg, a.tokens)
 	if err != nil {
@@ -72,9 +74,12 @@ func (a *app) buildHandler(context.Context) error {
 		GraphQL:    gql,
 		Playground: playground.Handler("flashsale", "/query", pgOpts...),
 		Assets:     playground.Assets(),
-		Ready:      a.ready,
-		Metrics:    promhttp.Handler(),
-		Hosts:      a.hosts,
+		// The operators' console, a client of /query.
+		Console:       console.Handler("/query"),
+		ConsoleAssets: console.Assets(),
+		Ready:         a.ready,
+		Metrics:       promhttp.Handler(),
+		Hosts:         a.hosts,
 	})
 	return nil
 }

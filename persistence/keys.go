@@ -41,6 +41,10 @@ import (
 //	{v<ID>}:applied   set: stock changes applied to the current load
 //	                  (pendingMember: "c<order id>" a returned order,
 //	                  "r<restock id>" a restock)
+//	{v<ID>}:ss:<unix second>  hash: the sale's figures of one second, summed
+//	                  over the nodes (saleField* fields), for the console;
+//	                  lapses after saleSecondTTL
+//	{v<ID>}:ssok      counter: grabs answered OK, summed over the nodes
 func voucherTag(id int64) string { return "{v" + strconv.FormatInt(id, 10) + "}" }
 
 func metaKey(id int64) string    { return voucherTag(id) + ":meta" }

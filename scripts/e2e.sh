@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The playground in a real browser (`make e2e` is the same where make
-# exists): installs Debian's chromium and chromium-driver with apt-get when
-# either is missing (needs root or sudo), then runs the browser test
-# (e2e/playground_browser_test.go) once, with FLASHSALE_E2E=1 so that a
-# missing browser fails instead of skipping. The screenshot of the live
-# update lands in artifacts/ (ignored by git), or in $FLASHSALE_ARTIFACTS.
+# The playground and the console in a real browser (`make e2e` is the same
+# where make exists): installs Debian's chromium and chromium-driver with
+# apt-get when either is missing (needs root or sudo), then runs the
+# browser tests (e2e/playground_browser_test.go,
+# e2e/console_browser_test.go) once, with FLASHSALE_E2E=1 so that a
+# missing browser fails instead of skipping. Their screenshots land in
+# artifacts/ (ignored by git), or in $FLASHSALE_ARTIFACTS.
 # Then what deploy/ ships: promtool (Debian's prometheus) on the alert
 # rules and their unit tests, and the image built with podman, its binary
 # run from the exported filesystem (deploy/*_test.go); both installed when
@@ -38,14 +39,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-echo "== playground in headless Chromium"
+echo "== the playground and the console in headless Chromium"
 export FLASHSALE_E2E=1
 export FLASHSALE_ARTIFACTS=${FLASHSALE_ARTIFACTS:-$PWD/artifacts}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-go test -count=1 -run '^TestPlaygroundInChromiumShowsALiveUpdate$' -v ./e2e/ 2>&1 | tee "$log"
+tests=(TestPlaygroundInChromiumShowsALiveUpdate TestConsoleInChromiumSignsInAndSteersASale)
+go test -count=1 -run "^($(IFS='|'; echo "${tests[*]}"))\$" -v ./e2e/ 2>&1 | tee "$log"
 # A renamed test would match nothing, and go test passes on that.
-grep -q '^--- PASS: TestPlaygroundInChromiumShowsALiveUpdate' "$log" || { echo "e2e: the browser test did not pass" >&2; exit 1; }
+for t in "${tests[@]}"; do
+  grep -q "^--- PASS: $t" "$log" || { echo "e2e: the browser test $t did not pass" >&2; exit 1; }
+done
 
 echo "== deploy/: the alert rules under promtool, the image built with podman"
 go test -count=1 -run '^(TestPromtoolAcceptsTheRulesAndTheirTests|TestImageBinaryAnswersVersionWithTheRevision)$' -v ./deploy/ 2>&1 | tee "$log"

@@ -26,6 +26,35 @@ type BlockTarget struct {
 	VoucherID *int64  `json:"voucherId,omitempty"`
 }
 
+// One node as it reports itself.
+type ClusterNode struct {
+	// NODE_ID.
+	ID       string `json:"id"`
+	HTTPAddr string `json:"httpAddr"`
+	// Its actor-cluster address; null for a node without a cluster (it hosts every segment it sells).
+	Member *string `json:"member,omitempty"`
+	// The hosting members as it sees them.
+	Members []string `json:"members"`
+	// The voucher segments it hosts now, as voucherId/segment.
+	Segments []string `json:"segments"`
+	// REDIS_MODE.
+	RedisMode string `json:"redisMode"`
+	// The Redis servers it starts from.
+	Redis string `json:"redis"`
+	// The Redis primaries it writes to, where its client knows them (a Redis Cluster's).
+	Primaries []string `json:"primaries"`
+	// REDIS_ACK_REPLICAS: replicas that must hold a grab's writes before its answer.
+	AckReplicas int `json:"ackReplicas"`
+	// REDIS_ACK_TIMEOUT in ms.
+	AckTimeoutMs int `json:"ackTimeoutMs"`
+	// REDIS_ACK_AOF.
+	AckAof bool `json:"ackAof"`
+	// The vouchers whose sales it holds, and why.
+	Held []*HeldSale `json:"held"`
+	// When it reported.
+	At time.Time `json:"at"`
+}
+
 type CreateRedPacketInput struct {
 	TotalCents int `json:"totalCents"`
 	Count      int `json:"count"`
@@ -87,10 +116,21 @@ type DeadLetteredOrderEdge struct {
 	Node   *DeadLetteredOrder `json:"node"`
 }
 
+type GrabCount struct {
+	Code  string `json:"code"`
+	Count int    `json:"count"`
+}
+
 type GrabRedPacketResult struct {
 	Code        GrabCode `json:"code"`
 	AmountCents *int     `json:"amountCents,omitempty"`
 	Message     string   `json:"message"`
+}
+
+type HeldSale struct {
+	VoucherID int64     `json:"voucherId"`
+	Since     time.Time `json:"since"`
+	Why       string    `json:"why"`
 }
 
 type Mutation struct {
@@ -163,6 +203,37 @@ type RedPacket struct {
 	RemainingCount int       `json:"remainingCount"`
 	RemainingCents int       `json:"remainingCents"`
 	ExpiresAt      time.Time `json:"expiresAt"`
+}
+
+// One second of a voucher's sale, and its stock now.
+type SaleStats struct {
+	VoucherID int64 `json:"voucherId"`
+	// When these figures were read.
+	At time.Time `json:"at"`
+	// The start of the second the grab figures are of.
+	Second time.Time `json:"second"`
+	// Grabs answered in that second by answer (OK, SOLD_OUT, LIMIT_REACHED, RATE_LIMITED, UNAVAILABLE, FORBIDDEN (refused by the gate), NOT_STARTED, PAUSED, ENDED, NOT_FOUND), every one listed, in that order.
+	Grabs []*GrabCount `json:"grabs"`
+	// Grabs answered in that second.
+	GrabsTotal int `json:"grabsTotal"`
+	// Median latency of the second's grabs as their callers waited, in ms (within 19 %); null without grabs.
+	P50Ms *float64 `json:"p50Ms,omitempty"`
+	// 99th percentile of the same; null without grabs.
+	P99Ms *float64 `json:"p99Ms,omitempty"`
+	// Nodes that answered grabs in that second.
+	Nodes int `json:"nodes"`
+	// Units Redis still sells.
+	Remaining int `json:"remaining"`
+	// Orders live or in flight (Redis): sold minus stored is the order writer's lag.
+	Sold int `json:"sold"`
+	// Live orders in the database.
+	Stored int `json:"stored"`
+	// Grabs answered OK since the voucher's first, cluster-wide (a retried request id counts again).
+	AnsweredOk int `json:"answeredOk"`
+	// Users in the waiting room's line; null without a waiting room.
+	Waiting *int `json:"waiting,omitempty"`
+	// Users the waiting room admitted so far; null without a waiting room.
+	Admitted *int `json:"admitted,omitempty"`
 }
 
 // Proof of work: find a nonce (printable text, e.g. decimal digits) such that

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"flashsale/domain"
 	"flashsale/internal/metrics"
 )
 
@@ -183,4 +184,18 @@ func (h *Holds) round(ctx context.Context) (waiting bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.pending) > 0
+}
+
+// HeldWhy says why a reload holds its voucher's sales.
+const HeldWhy = "reloaded after Redis lost its load: sells again once no order writer can hold an order of the lost load"
+
+// Vouchers lists the vouchers this node's reloads hold, for the console.
+func (h *Holds) Vouchers() []domain.HeldSale {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]domain.HeldSale, 0, len(h.pending))
+	for id, l := range h.pending {
+		out = append(out, domain.HeldSale{VoucherID: id, Since: l.added, Why: HeldWhy})
+	}
+	return out
 }

@@ -103,6 +103,15 @@ func (s *Service) Mine(ctx context.Context, c domain.Caller, page domain.Page) (
 	return os, more, nil
 }
 
+// OfUser returns a page of a user's orders, newest first, for an admin;
+// FORBIDDEN for anyone else.
+func (s *Service) OfUser(ctx context.Context, c domain.Caller, userID int64, page domain.Page) ([]domain.Order, bool, error) {
+	if !c.Admin {
+		return nil, false, domain.ErrForbidden
+	}
+	return s.Mine(ctx, domain.Caller{UserID: userID}, page)
+}
+
 // Pay marks the caller's unpaid order paid. Only the owner pays (an admin
 // paying someone's order is NOT_FOUND like anyone else).
 func (s *Service) Pay(ctx context.Context, c domain.Caller, id int64) (domain.Order, error) {

@@ -7,6 +7,7 @@ package seckill
 
 import (
 	"context"
+	"time"
 
 	"flashsale/domain"
 )
@@ -25,10 +26,18 @@ type Router interface {
 	Grab(ctx context.Context, req domain.GrabRequest) domain.GrabResult
 }
 
+// Recorder counts every answered grab by voucher, answer (its index in
+// domain.SaleCodes) and the time its caller waited (implemented by
+// salestats.Service). It is on the grab's path: it must not block.
+type Recorder interface {
+	Record(voucher int64, code int, took time.Duration, now time.Time)
+}
+
 // Service is the grab use case.
 type Service struct {
 	gate   Gate // nil: every grab goes to the router
 	router Router
+	rec    Recorder // nil: grabs are not counted
 }
 
 // New returns the use case over a router, behind gate; a nil gate lets
@@ -43,6 +52,30 @@ func New(gate Gate, router Router) *Service {
 // UNAVAILABLE), as the router answers them, so a client sees one answer
 // whichever of the two found them.
 func (s *Service) Grab(ctx context.Context, req domain.GrabRequest, ticket string) (domain.GrabResult, error) {
+	if s.rec == nil {
+		return s.grab(ctx, req, ticket)
+	}
+	start := time.Now()
+	res, err := s.grab(ctx, req, ticket)
+	code := domain.SaleCodeIndex(res.Code)
+	if err != nil {
+		code = domain.SaleCodeIndex(domain.SeckillUnavailable)
+		if domain.ErrorCode(err) == domain.CodeForbidden {
+			code = domain.SaleForbidden
+		}
+	}
+	end := time.Now()
+	s.rec.Record(req.VoucherID, code, end.Sub(start), end)
+	return res, err
+}
+
+// WithRecorder returns s counting every grab it answers in rec.
+func (s *Service) WithRecorder(rec Recorder) *Service {
+	s.rec = rec
+	return s
+}
+
+func (s *Service) grab(ctx context.Context, req domain.GrabRequest, ticket string) (domain.GrabResult, error) {
 	if s.gate != nil {
 		err := s.gate.CheckGrab(ctx, req.UserID, req.ClientIP, req.VoucherID, ticket)
 		switch domain.ErrorCode(err) {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"flashsale/domain"
+	"flashsale/usecase/salestats"
 	"flashsale/usecase/seckill"
 )
 
@@ -84,4 +86,50 @@ func TestAdmittedGrabIsTheRouters(t *testing.T) {
 			t.Fatalf("%s: the router got %+v, want %+v once", name, router.got, req)
 		}
 	}
+}
+
+// countingRecorder counts the grabs recorded.
+type countingRecorder struct{ n int }
+
+func (c *countingRecorder) Record(int64, int, time.Duration, time.Time) { c.n++ }
+
+// Every grab answered, and every refusal of the gate, is recorded once.
+func TestEveryGrabIsRecorded(t *testing.T) {
+	rec := &countingRecorder{}
+	s := seckill.New(&scriptedGate{err: domain.ErrForbidden}, &recordingRouter{}).WithRecorder(rec)
+	s.Grab(context.Background(), req, "")
+	seckill.New(nil, &recordingRouter{}).WithRecorder(rec).Grab(context.Background(), req, "")
+	if rec.n != 2 {
+		t.Fatalf("recorded %d grabs, want 2", rec.n)
+	}
+}
+
+// BenchmarkGrabRecorded is the cost of counting a grab for the console:
+// the use case over a router that answers at once, without and with the
+// recorder, in one run.
+func BenchmarkGrabRecorded(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		rec  bool
+	}{{"without", false}, {"with", true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := seckill.New(nil, &okRouter{})
+			if tc.rec {
+				s.WithRecorder(salestats.New(nil, nil, nil, salestats.Options{}))
+			}
+			ctx := context.Background()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					s.Grab(ctx, req, "")
+				}
+			})
+		})
+	}
+}
+
+// okRouter answers OK and keeps nothing.
+type okRouter struct{}
+
+func (okRouter) Grab(context.Context, domain.GrabRequest) domain.GrabResult {
+	return domain.GrabResult{Code: domain.SeckillOK}
 }
