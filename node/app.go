@@ -97,6 +97,10 @@ type app struct {
 	// parts are the services of services(), started in order; stop
 	// stops them from the last.
 	parts *lifecycle.Group
+
+	// traces is the tracer provider of the OTEL_* settings; nil when
+	// they ask for none (node/tracing.go).
+	traces *traces
 }
 
 // Every background part is a lifecycle service, started by services'
@@ -120,6 +124,9 @@ var (
 // uses stops after it. The parts are built in the *_wiring.go files.
 func (a *app) services() []lifecycle.Named {
 	return []lifecycle.Named{
+		// First of all, stopped last: every client built after it is
+		// traced (OTEL_*), and its spans are exported once all stopped.
+		{Name: "tracing", Service: lifecycle.Func(a.openTracing, a.closeTracing)},
 		// First: every other step reads or writes the schema, and the
 		// order ids and the fallback live in the database.
 		{Name: "database", Service: lifecycle.Func(a.openDatabase, a.closeDatabase)},
