@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/extra/bunotel"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
@@ -233,13 +234,15 @@ func (a *app) traceWriter(o *writer.Options) {
 
 // actorMeters is the meter provider of protoactor's metrics: an
 // OpenTelemetry Prometheus exporter registered on the registry /metrics
-// serves (prometheus's default one, internal/metrics). protoactor sets it
-// as the global MeterProvider, so there is one per process, whichever
-// node starts first.
+// serves (prometheus's default one, internal/metrics). protoactor makes
+// its instruments from the global MeterProvider, so it is set as that,
+// once per process, before the first actor system is made.
 var actorMeters = sync.OnceValues(func() (metric.MeterProvider, error) {
 	exp, err := otelprom.New()
 	if err != nil {
 		return nil, err
 	}
-	return sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp)), nil
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	otel.SetMeterProvider(mp)
+	return mp, nil
 })

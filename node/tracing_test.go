@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -205,5 +206,29 @@ func TestWithoutOTELSettingsNothingIsTraced(t *testing.T) {
 	}
 	if otel.GetTracerProvider() != tp {
 		t.Errorf("the node replaced the global tracer provider")
+	}
+}
+
+// With ACTOR_METRICS, protoactor's own OpenTelemetry metrics are served
+// at /metrics beside the service's, in the same Prometheus text.
+func TestActorMetricsAreServedBesideOurs(t *testing.T) {
+	n := nodetest.Start(t, nodetest.Options{Hooks: nodetestPatient(), Env: map[string]string{"ACTOR_METRICS": "true"}})
+	grabOnce(t, n, 42, startVoucher(t, n))
+	rec := httptest.NewRecorder()
+	n.Handler.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{"flashsale_grab_total", "protoactor_actor_message_receive_duration_seconds", "protoactor_actor_spawn_count_total"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if t.Failed() {
+		var names []string
+		for _, l := range strings.Split(body, "\n") {
+			if strings.HasPrefix(l, "# TYPE protoactor") || strings.HasPrefix(l, "# TYPE otel") {
+				names = append(names, l)
+			}
+		}
+		t.Logf("protoactor's: %q", names)
 	}
 }
