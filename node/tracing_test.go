@@ -83,6 +83,26 @@ func TestAGrabIsTracedFromTheOperationToTheInsertOfItsOrder(t *testing.T) {
 	}
 }
 
+// Over OTLP/gRPC (OTEL_EXPORTER_OTLP_PROTOCOL=grpc) the grab's trace
+// reaches a gRPC receiver whole as well.
+func TestAGrabIsTracedOverGRPC(t *testing.T) {
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+	rcv, url := otlptest.StartGRPC(t)
+	n := nodetest.Start(t, nodetest.Options{Hooks: nodetestPatient(), Env: map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT": url,
+		"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+		"OTEL_TRACES_SAMPLER":         "always_on",
+	}})
+	grabOnce(t, n, 42, startVoucher(t, n))
+	var problems []string
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if problems = checkGrabTrace(rcv.Spans()); len(problems) == 0 {
+			return
+		}
+	}
+	t.Fatalf("the grab's trace is incomplete over gRPC:\n%s\nspans received:\n%s", strings.Join(problems, "\n"), describe(rcv.Spans()))
+}
+
 // checkGrabTrace says what the spans lack of a grab's whole trace.
 func checkGrabTrace(spans []*tracepb.Span) (problems []string) {
 	find := func(want func(*tracepb.Span) bool) *tracepb.Span {

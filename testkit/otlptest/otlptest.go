@@ -1,12 +1,15 @@
-// Package otlptest is an OTLP/HTTP traces receiver of the tests' own: it
+// Package otlptest is an OTLP traces receiver of the tests' own: it
 // decodes what an exporter posts to /v1/traces (protobuf, gzipped or
-// not) into the OTLP types and keeps the spans, or only counts them.
+// not), or sends over gRPC, into the OTLP types and keeps the spans, or
+// only counts them.
 package otlptest
 
 import (
 	"compress/gzip"
+	"context"
 	"encoding/hex"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -14,6 +17,7 @@ import (
 
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -66,7 +70,16 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	r.take(&export)
+	out, _ := proto.Marshal(&coltrace.ExportTraceServiceResponse{})
+	w.Header().Set("Content-Type", "application/x-protobuf")
+	_, _ = w.Write(out)
+}
+
+// take keeps (or counts) one export's spans.
+func (r *Receiver) take(export *coltrace.ExportTraceServiceRequest) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.requests++
 	for _, rs := range export.ResourceSpans {
 		for _, ss := range rs.ScopeSpans {
@@ -76,10 +89,34 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			}
 		}
 	}
-	r.mu.Unlock()
-	out, _ := proto.Marshal(&coltrace.ExportTraceServiceResponse{})
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	_, _ = w.Write(out)
+}
+
+// StartGRPC serves a Receiver over OTLP/gRPC on a loopback port until the
+// test ends; its URL is what OTEL_EXPORTER_OTLP_ENDPOINT names with
+// OTEL_EXPORTER_OTLP_PROTOCOL=grpc.
+func StartGRPC(tb testing.TB) (*Receiver, string) {
+	tb.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r := &Receiver{}
+	srv := grpc.NewServer()
+	coltrace.RegisterTraceServiceServer(srv, traceService{r: r})
+	go func() { _ = srv.Serve(lis) }()
+	tb.Cleanup(srv.Stop)
+	return r, "http://" + lis.Addr().String()
+}
+
+// traceService is the Receiver as OTLP's gRPC trace service.
+type traceService struct {
+	coltrace.UnimplementedTraceServiceServer
+	r *Receiver
+}
+
+func (s traceService) Export(_ context.Context, req *coltrace.ExportTraceServiceRequest) (*coltrace.ExportTraceServiceResponse, error) {
+	s.r.take(req)
+	return &coltrace.ExportTraceServiceResponse{}, nil
 }
 
 // Spans are the spans received so far.
