@@ -103,6 +103,45 @@ func TestAGrabIsTracedOverGRPC(t *testing.T) {
 	t.Fatalf("the grab's trace is incomplete over gRPC:\n%s\nspans received:\n%s", strings.Join(problems, "\n"), describe(rcv.Spans()))
 }
 
+// A grab that carries a W3C traceparent continues the caller's trace: its
+// operation's span is the child of the caller's span, on either path.
+func TestATraceparentIsContinued(t *testing.T) {
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+	rcv, url := otlptest.Start(t)
+	n := nodetest.Start(t, nodetest.Options{Hooks: nodetestPatient(), Env: map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT": url,
+		"OTEL_TRACES_SAMPLER":         "parentbased_always_off", // only the caller's sampled traces
+	}})
+	voucher := startVoucher(t, n)
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	for i, doc := range []string{grab, `mutation Grab($id: ID!) { seckillVoucher(voucherId: $id) { ...F } } fragment F on SeckillResult { code orderId }`} {
+		body := fmt.Sprintf(`{"query":%q,"variables":{"id":%q}}`, doc, voucher)
+		req := httptest.NewRequest("POST", "/query", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+n.Token(t, int64(50+i), auth.RoleUser))
+		req.Header.Set("Traceparent", "00-"+traceID+"-"+parentID+"-01")
+		if res := n.Serve(t, req); len(res.Errors) > 0 {
+			t.Fatalf("grab %d: %s", i, res.Body)
+		}
+	}
+	// The second document is gqlgen's (the compiled path takes no
+	// fragment), the first the compiled path's.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		ops := 0
+		for _, s := range rcv.Spans() {
+			if s.Name == "Grab" && otlptest.ID(s.TraceId) == traceID && otlptest.ID(s.ParentSpanId) == parentID {
+				ops++
+			}
+		}
+		if ops == 2 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 2 operations continued the caller's trace; spans:\n%s", ops, describe(rcv.Spans()))
+		}
+	}
+}
+
 // checkGrabTrace says what the spans lack of a grab's whole trace.
 func checkGrabTrace(spans []*tracepb.Span) (problems []string) {
 	find := func(want func(*tracepb.Span) bool) *tracepb.Span {
