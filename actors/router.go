@@ -20,8 +20,11 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"flashsale/domain"
+	"flashsale/internal/tracing"
 )
 
 // Store is the Redis side of grabbing: it claims an activation's fencing
@@ -145,6 +148,16 @@ type Options struct {
 	// another member holds (default: the lease's TTL and a second).
 	Leases    Leases
 	LeaseWait time.Duration
+	// Tracer, if set, traces each grab batch as a span that links the
+	// grabs it carries (see batchSpan); Carry, if set, is handed the span
+	// context of each grab that sold, for the order writer's batch to
+	// link. Nil: no span, and nothing kept per grab.
+	Tracer trace.Tracer
+	Carry  *tracing.Carry
+	// Meters, if set, turns on protoactor's own metrics in the router's
+	// actor system (ACTOR_METRICS): protoactor takes it as the global
+	// MeterProvider.
+	Meters metric.MeterProvider
 }
 
 // Defaults of Options, exported for the configuration's defaults.
@@ -258,11 +271,15 @@ const unknownIdle = 5 * time.Second
 // goroutine of its own. Start runs its passivation scanner; Stop stops
 // it.
 func NewRouter(store Store, ids OrderIDs, preheater Preheater, log *slog.Logger, opts Options) *Router {
+	config := []actor.ConfigOption{actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return protoactorLogger(log)
+	})}
+	if opts.Meters != nil {
+		config = append(config, actor.WithMetricProviders(opts.Meters))
+	}
 	r := &Router{
-		system: actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-			return protoactorLogger(log)
-		})),
-		store: store, ids: ids, preheater: preheater, opts: opts.withDefaults(), log: log,
+		system: actor.NewActorSystem(config...),
+		store:  store, ids: ids, preheater: preheater, opts: opts.withDefaults(), log: log,
 		reqPrefix: randomPrefix(),
 		vouchers:  map[segKey]*voucherRef{},
 		ledger:    newNodeLedger(),
@@ -318,6 +335,9 @@ func (r *Router) grab(ctx context.Context, req domain.GrabRequest) domain.GrabRe
 		keyed:    req.RequestID != "",
 		reply:    make(chan domain.GrabResult, 1),
 		deadline: time.Now().Add(r.opts.GrabTimeout),
+	}
+	if r.opts.Tracer != nil {
+		msg.span = trace.SpanFromContext(ctx)
 	}
 	if r.cluster != nil && !r.cluster.Local(key) {
 		return r.cluster.forward(ctx, key, msg)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"go.opentelemetry.io/otel/trace"
 
 	"flashsale/domain"
 	"flashsale/internal/lease"
@@ -52,6 +53,9 @@ type grabMsg struct {
 	// moves it first decides, so a caller told UNAVAILABLE after a timeout
 	// can be sure its grab never reached Redis.
 	state atomic.Int32
+	// span is the grab's caller's span, with Options.Tracer only: the
+	// batch that carries the grab links it (batchSpan).
+	span trace.Span
 }
 
 const (
@@ -585,6 +589,8 @@ func (a *voucherActor) flush(ctx actor.Context) {
 	key, segments := a.key(), a.state.Segments
 	go func() {
 		var d *batchDone
+		spanCtx, span := a.r.batchSpan(a.id, batch, checks)
+		defer span.End()
 		// The call is in the node's ledger before anything can send it,
 		// so that no database sale overlaps it (see nodeLedger).
 		call := a.r.ledger.begin(key, batch)
@@ -593,13 +599,14 @@ func (a *voucherActor) flush(ctx actor.Context) {
 			d = a.r.redisDown(a.id, batch)
 			d.checks, d.fallback = checks, true // the checks wait for the next call, without the record
 		} else {
-			d = a.r.callRedis(key, fence, call, batch, checks)
+			d = a.r.callRedis(spanCtx, key, fence, call, batch, checks)
 			d.resent = resent
 			if d.final() {
 				// The callers hear their answers now, not after one more
 				// hop through the actor's mailbox; the actor takes the
 				// outcome's news when batchDone reaches it.
 				for i, g := range batch {
+					a.r.carry(g, d.out.Results[i])
 					g.deliver(d.out.Results[i], segments)
 					a.r.unqueue(g)
 				}
@@ -858,11 +865,12 @@ func (r *Router) redisDown(voucherID int64, batch []*grabMsg) *batchDone {
 // while the activation's fence is the newest, else the activation is
 // stale); a call that failed without proof that it never ran stays in the
 // ledger as undecided; an answer takes its sales off the ledger's view.
-func (r *Router) callRedis(key segKey, fence int64, call *ledgerCall, batch, checks []*grabMsg) *batchDone {
+func (r *Router) callRedis(ctx context.Context, key segKey, fence int64, call *ledgerCall, batch, checks []*grabMsg) *batchDone {
 	d := &batchDone{batch: batch, checks: checks}
 	// One deadline for the whole batch (new fence, limits, ids, every
-	// attempt): the callers wait for it, so it must end.
-	batchCtx, cancel := context.WithTimeout(context.Background(), min(r.opts.BatchTimeout, r.opts.GrabTimeout))
+	// attempt): the callers wait for it, so it must end. ctx carries the
+	// batch's span only, never a caller's deadline.
+	batchCtx, cancel := context.WithTimeout(ctx, min(r.opts.BatchTimeout, r.opts.GrabTimeout))
 	defer cancel()
 	tok := r.trust()
 	if r.ledger.unsure(key) {

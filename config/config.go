@@ -219,6 +219,13 @@ type Config struct {
 	// executor, with the same bytes (httpapi.compiledGrabs).
 	CompiledGrabs bool
 	Demo          bool // create a demo voucher and print tokens; default on in embedded mode
+
+	// Traces are the OpenTelemetry traces' settings (see Tracing), under
+	// the SDK's standard variable names.
+	Traces Tracing
+	// ActorMetrics exports protoactor's own OpenTelemetry metrics at
+	// /metrics beside ours (ACTOR_METRICS).
+	ActorMetrics bool
 }
 
 // Embedded reports the zero-configuration mode: neither Redis nor the

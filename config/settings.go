@@ -78,7 +78,7 @@ func (s setting) owned() setting {
 }
 
 // settings is the whole configuration, in the order of the start-up log.
-var settings = []setting{
+var settings = append([]setting{
 	// Embedded mode prints an admin token and puts one in the playground
 	// page, so it listens on the loopback interface unless told otherwise.
 	stringVar("HTTP_ADDR", "", "listen address; default "+HTTPAddrDefault+", "+EmbeddedHTTPAddrDefault+" when embedded", func(c *Config) *string { return &c.HTTPAddr }).
@@ -388,7 +388,9 @@ var settings = []setting{
 	boolVar("GRAPHQL_COMPILED_GRABS", "true", "answer plain seckillVoucher documents on the compiled path (the same answers as gqlgen's, a fraction of the CPU)", func(c *Config) *bool { return &c.CompiledGrabs }),
 	boolVar("DEMO", "", "create a demo voucher and print tokens; default on when embedded", func(c *Config) *bool { return &c.Demo }).
 		derived(func(c *Config) { c.Demo = c.Embedded() }),
-}
+	// The traces' settings (tracing.go) go last: the SDK's names, read
+	// apart from the service's own.
+}, tracingSettings()...)
 
 // stringVar is a setting kept as text.
 func stringVar(env, def, help string, field func(*Config) *string) setting {

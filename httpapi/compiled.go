@@ -18,6 +18,7 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 	"github.com/vektah/gqlparser/v2/parser"
 	"github.com/vektah/gqlparser/v2/validator"
+	"go.opentelemetry.io/otel/trace"
 
 	"flashsale/domain"
 	"flashsale/graph"
@@ -64,6 +65,9 @@ type compiledGrabs struct {
 	// without decoding it: in a sale, clients send one document.
 	plans *admitcache.Cache[*grabPlan]
 	last  atomic.Pointer[textPlan]
+	// tracer, if set, traces each grab as gqlgen's operationTracer would
+	// (traceGrab).
+	tracer trace.Tracer
 }
 
 // textPlan is a plan with the string token (quotes and escapes as sent)
@@ -209,7 +213,12 @@ func (c *compiledGrabs) run(ctx context.Context, w http.ResponseWriter, r *http.
 		c.writeErrors(ctx, w, r, ct, nil, graph.OperationError(graph.AsDomainError(err)))
 		return
 	}
+	end := untraced
+	if c.tracer != nil {
+		ctx, end = c.traceGrab(ctx, plan)
+	}
 	res, panicked, err := c.resolve(ctx, args)
+	end(err)
 	if err != nil || res == nil {
 		switch {
 		case res == nil && err == nil:

@@ -10,10 +10,12 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"go.opentelemetry.io/otel/trace"
 
 	"flashsale/domain"
 	"flashsale/graph"
 	"flashsale/internal/auth"
+	"flashsale/internal/tracing"
 )
 
 // Limits bound what one request may cost. Zero values take the defaults.
@@ -126,6 +128,11 @@ type HandlerOptions struct {
 	// (GRAPHQL_COMPILED_GRABS; see compiledGrabs): the same answers as
 	// gqlgen's, for a fraction of the CPU.
 	CompiledGrabs bool
+	// Traces, if set, traces every operation (otelgqlgen: the operation
+	// and each resolver's field; the compiled path's grabs alike) under
+	// the caller's traceparent, if it sends one. Nil: nothing is
+	// installed.
+	Traces trace.TracerProvider
 }
 
 // NewHandler returns the /query handler: websocket first (so an upgrade is
@@ -179,6 +186,10 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 	srv.SetValidationRulesFn(graph.CappedValidationRules(opts.Suggestions))
 	srv.SetRecoverFunc(graph.RecoverPanic(opts.Log))
 	persisted := newPersistedCache()
+	if opts.Traces != nil {
+		// First: the operation's span covers every extension's work.
+		srv.Use(operationTracer(opts.Traces))
+	}
 	srv.Use(extension.AutomaticPersistedQuery{Cache: persisted})
 	// After the persisted-query extension, which fills in the text a hash
 	// names: admission must see the text the executor will parse.
@@ -217,6 +228,9 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 	var fast *compiledGrabs
 	if opts.CompiledGrabs {
 		fast = newCompiledGrabs(es, r.Seckill, opts.Tokens, present, graph.RecoverPanic(opts.Log), flood, lim, persisted)
+		if opts.Traces != nil {
+			fast.tracer = opts.Traces.Tracer(tracing.Name)
+		}
 	}
 	var h http.Handler = requestGuard{
 		next: http.MaxBytesHandler(withClientIP(opts.Tokens.Middleware(budgetGate{refused: refused, present: present,
@@ -227,6 +241,9 @@ func NewHandler(r *graph.Resolver, opts HandlerOptions) http.Handler {
 		maxBody:     lim.MaxBodyBytes,
 		maxTokens:   lim.MaxTokens,
 		persisted:   persisted,
+	}
+	if opts.Traces != nil {
+		h = traceparentEdge{next: h}
 	}
 	h = refusalEdge{next: h, flood: flood}
 	if policy != nil {

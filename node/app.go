@@ -105,6 +105,10 @@ type app struct {
 	// parts are the services of services(), started in order; stop
 	// stops them from the last.
 	parts *lifecycle.Group
+
+	// traces is the tracer provider of the OTEL_* settings; nil when
+	// they ask for none (node/tracing.go).
+	traces *traces
 }
 
 // Every background part is a lifecycle service, started by services'
@@ -133,6 +137,9 @@ func (a *app) services() []lifecycle.Named {
 		// served on it until run calls serve, once everything is built;
 		// connections that arrive before wait in the backlog.
 		{Name: "listener", Service: lifecycle.Func(a.listen, a.closeListener)},
+		// Then tracing, stopped next to last: every client built after it
+		// is traced (OTEL_*), and its spans are exported once all stopped.
+		{Name: "tracing", Service: lifecycle.Func(a.openTracing, a.closeTracing)},
 		// Then the database: every other step reads or writes the schema,
 		// and the order ids and the fallback live in it.
 		{Name: "database", Service: lifecycle.Func(a.openDatabase, a.closeDatabase)},

@@ -41,8 +41,8 @@ func (a *app) openLocks(context.Context) error {
 		}
 		// A lock node that stalls must not hold an activation past its
 		// lease: Redlock needs a quorum, not every node.
-		c := target.Client(persistence.ClientTuning{Dial: time.Second, Read: 500 * time.Millisecond, Write: 500 * time.Millisecond,
-			MaxRetries: -1, DialerRetries: 1})
+		c := a.traceRedis(target.Client(persistence.ClientTuning{Dial: time.Second, Read: 500 * time.Millisecond, Write: 500 * time.Millisecond,
+			MaxRetries: -1, DialerRetries: 1}))
 		a.locks.clients = append(a.locks.clients, c)
 		nodes = append(nodes, c)
 	}

@@ -24,7 +24,7 @@ func (a *app) buildGate(ctx context.Context) (lifecycle.Service, error) {
 	if a.hooks.GateRedis != nil {
 		// A client of its own, tuned and guarded as the request path's,
 		// so that the hook sees the gate's commands and no others.
-		a.gateRdb = a.target.Client(persistence.RequestTuning(0))
+		a.gateRdb = a.traceRedis(a.target.Client(persistence.RequestTuning(0)))
 		a.gateRdb.AddHook(a.breaker)
 		a.gateRdb.AddHook(persistence.RedisErrors{})
 		a.gateRdb.AddHook(a.hooks.GateRedis)

@@ -45,6 +45,7 @@ func (a *app) buildHandler(context.Context) error {
 		WebsocketMaxUninitialized: cfg.WSMaxUninitialized,
 		// Embedded mode serves local Hosts only, so a developer's own.
 		Suggestions: cfg.Embedded(),
+		Traces:      a.tracerProvider(),
 	}
 	// The budget's defaults are the handler's (httpapi), its store persistence.
 	budget, restore := cmp.Or(cfg.CostBudget, httpapi.CostBudgetDefault), cmp.Or(cfg.CostRestorePerSec, httpapi.CostRestorePerSecDefault)

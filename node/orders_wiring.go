@@ -79,6 +79,7 @@ func (q reconciliationQuery) Reconcile(ctx context.Context, voucherID int64) (do
 // stops the system), and takes its consumer name, NODE_ID.
 func (a *app) buildOrderWriter(ctx context.Context) (lifecycle.Service, error) {
 	writerOpts := logConsumerOptions(a.cfg)
+	a.traceWriter(&writerOpts)
 	writerOpts.Reclaim = func(ctx context.Context, fn func(context.Context) error) (bool, error) {
 		return a.locks.redlock.Do(ctx, "order-log-reclaim", fn)
 	}

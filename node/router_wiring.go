@@ -56,6 +56,9 @@ func (a *app) buildRouter(context.Context) (lifecycle.Service, error) {
 	routerOpts.Leases = newSegmentLeases(a.locks.redlock, cfg.SegmentLeaseTTL)
 	grabTimeout := cmp.Or(cfg.GrabTimeout, actors.GrabTimeoutDefault)
 	routerOpts.LeaseWait = min(cfg.SegmentLeaseTTL+time.Second, max(grabTimeout-time.Second, grabTimeout/2))
+	if err := a.traceRouter(&routerOpts); err != nil {
+		return nil, err
+	}
 	if a.hooks.Actors != nil {
 		a.hooks.Actors(&routerOpts)
 	}

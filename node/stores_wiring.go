@@ -66,6 +66,7 @@ func (a *app) openDatabase(ctx context.Context) (err error) {
 		return &config.Error{Var: "DATABASE_URL", Msg: "cannot use the database: " + err.Error()}
 	}
 	persistence.SizePool(a.db, a.cfg.DatabaseMaxConns)
+	a.traceDB()
 	if err = persistence.Migrate(ctx, a.db); err != nil {
 		return fmt.Errorf("database schema: %w", err)
 	}
@@ -92,8 +93,8 @@ func (a *app) openRedis(ctx context.Context) (err error) {
 	a.target = target
 	// Every client of the stock Redis is built from the one target, so
 	// each gets the same tuning in every REDIS_MODE.
-	a.bg = target.Client(persistence.BackgroundTuning())
-	a.rdb = target.Client(persistence.RequestTuning(0))
+	a.bg = a.traceRedis(target.Client(persistence.BackgroundTuning()))
+	a.rdb = a.traceRedis(target.Client(persistence.RequestTuning(0)))
 	a.breaker = breaker.New(log, breaker.Options{OnClose: a.afterRedisOutage})
 	// On a cluster, one circuit per node: a shard failing over leaves the
 	// others selling; the probe forgets the nodes that serve no slots.
@@ -116,7 +117,7 @@ func (a *app) openRedis(ctx context.Context) (err error) {
 		// an UNAVAILABLE batch, not a failed call that opens the breaker.
 		tuning := persistence.RequestTuning(0)
 		tuning.Read += acks.Timeout
-		a.acked = target.Client(tuning)
+		a.acked = a.traceRedis(target.Client(tuning))
 		persistence.AddBreakerHooks(a.acked, a.breaker, persistence.RedisErrors{})
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -157,9 +158,9 @@ func (a *app) closeRedis() {
 func (a *app) openReadiness(context.Context) error {
 	// /readyz pings through a client of its own: the shared one waits
 	// seconds for a stalled Redis, and its pool may be busy with grabs.
-	a.probe = a.target.Client(persistence.ClientTuning{ContextTimeout: true,
+	a.probe = a.traceRedis(a.target.Client(persistence.ClientTuning{ContextTimeout: true,
 		Dial: httpapi.ReadyTimeout, Read: httpapi.ReadyTimeout, Write: httpapi.ReadyTimeout, Pool: httpapi.ReadyTimeout,
-		MaxRetries: -1, PoolSize: 2, MinIdleConns: 0})
+		MaxRetries: -1, PoolSize: 2, MinIdleConns: 0}))
 	a.probe.AddHook(persistence.RedisErrors{})
 	a.ready = &httpapi.Readiness{
 		Redis: func(ctx context.Context) (string, error) {

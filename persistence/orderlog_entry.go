@@ -89,3 +89,11 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// EntryOrder is the order id an order log's entry carries, if it holds a
+// valid one.
+func EntryOrder(e domain.LogEntry) (int64, bool) {
+	s, _ := e.Values[EntryOrderID].(string)
+	id, err := strconv.ParseInt(s, 10, 64)
+	return id, err == nil && id > 0
+}

@@ -234,7 +234,7 @@ func (a *writerActor) finish(ctx context.Context) time.Duration {
 			}
 		}
 		if len(live) > 0 {
-			r, err := w.fam.Handler.Handle(ctx, live)
+			r, err := a.handle(ctx, live)
 			for j, why := range r {
 				if why != nil && j >= 0 && j < len(idx) {
 					h.refused[idx[j]] = why

@@ -5,6 +5,10 @@ import (
 	"context"
 	"strconv"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"flashsale/domain"
 )
 
 // Options tunes a Writer; zero values take defaults.
@@ -60,6 +64,12 @@ type Options struct {
 	RestartBackoff time.Duration
 	// RestartWindow is how long without a failure resets the count.
 	RestartWindow time.Duration
+	// Tracer, if set, traces each attempt at a batch as a span, the
+	// parent of the store's queries; Links, if set, gives the links of a
+	// batch's span (the sold grabs' span contexts, by the entries' order
+	// ids). Nil: no span.
+	Tracer trace.Tracer
+	Links  func(batch []domain.LogEntry) []trace.Link
 }
 
 // Defaults of Options, exported for configuration.
