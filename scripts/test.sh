@@ -64,7 +64,10 @@ mkdir -p artifacts
 # The service binary the process tests run (e2e, the fault suite, the
 # load tool's checks), built once here rather than once per package.
 step "build the service for the process tests"
-go build -o artifacts/flashsale-test .
+# Static and path-trimmed, as the image's binary (deploy/image_test.go,
+# which scripts/e2e.sh runs after it in CI) is built: that build then finds
+# every package compiled here and only links.
+CGO_ENABLED=0 go build -trimpath -o artifacts/flashsale-test .
 export FLASHSALE_SERVICE_BIN=$PWD/artifacts/flashsale-test
 # Several cluster members in one process trip a data race inside
 # protoactor-go (remote.Start sets grpc's process-wide logger on every
