@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -72,10 +74,14 @@ func (a *app) status(ctx context.Context) domain.NodeStatus {
 	if cc, ok := a.rdb.(*redis.ClusterClient); ok {
 		ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		defer cancel()
+		var mu sync.Mutex // ForEachMaster calls fn on every primary at once
 		_ = cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
 			s.Primaries = append(s.Primaries, c.Options().Addr)
 			return nil
 		})
+		slices.Sort(s.Primaries)
 	} else if a.cfg.RedisMode != persistence.RedisSentinel && a.cfg.RedisURL != "" {
 		s.Primaries = []string{a.target.String()}
 	}
