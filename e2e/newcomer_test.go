@@ -224,7 +224,7 @@ func TestEmbeddedStartEndsWithTheAddressesAndTokens(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	out := terminal.String()
-	order := []string{"msg=setting", "msg=listening", "mutation Grab", "Playground:", "Admin token:", "User token:", "More tokens:"}
+	order := []string{"msg=setting", "msg=listening", "mutation Grab", "Playground:", "Console:", "Admin token:", "User token:", "More tokens:"}
 	at := -1
 	for _, s := range order {
 		i := strings.LastIndex(out, s)

@@ -93,11 +93,12 @@ With the header {"Authorization": "Bearer <token>"}, try (the admin token can do
 Flash-sale voucher service (embedded mode: in-process Redis, SQLite file %s)
 
   Playground:  http://%s/   (opens with the operations above and the admin token)
+  Console:     http://%s/console   (sign in with the admin token)
   Admin token: %s
   User token:  %s
   More tokens: go run . token --user 7 [--role admin]   (they survive restarts)
 
-`, indent(sampleOperations(ids[0], ids[1], ids[2]), "  "), a.cfg.SQLitePath, displayAddr(a.listener.Addr()), admin, user)
+`, indent(sampleOperations(ids[0], ids[1], ids[2]), "  "), a.cfg.SQLitePath, displayAddr(a.listener.Addr()), displayAddr(a.listener.Addr()), admin, user)
 	return err
 }
 
