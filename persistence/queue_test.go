@@ -372,7 +372,9 @@ func TestAnAdmissionTheReplicasDoNotHoldIsNotShown(t *testing.T) {
 	replica := testenv.MustReplica(t, primary)
 	rdb := primary.Client()
 	q := persistence.NewQueue(rdb)
-	q.Acks = persistence.Acks{Replicas: 1, Timeout: 200 * time.Millisecond}
+	// Time enough for a fresh replica's first acknowledgement on a loaded
+	// machine (200 ms once was not).
+	q.Acks = persistence.Acks{Replicas: 1, Timeout: 2 * time.Second}
 	ctx := t.Context()
 	paused := false
 	if err := q.Configure(ctx, 1, domain.RoomSettings{Open: time.Now().Add(-time.Hour), End: time.Now().Add(time.Hour), Rate: 1000, Max: 10, Paused: &paused}); err != nil {
