@@ -26,11 +26,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"html/template"
-	"io/fs"
 	"net/http"
-	"path"
-	"strings"
 	"time"
+
+	"flashsale/httpapi/hashed"
 )
 
 // AssetsPath is where Assets must be mounted.
@@ -39,66 +38,13 @@ const AssetsPath = "/console/assets/"
 //go:embed assets
 var embedded embed.FS
 
-var contentTypes = map[string]string{
-	".js":  "text/javascript; charset=utf-8",
-	".css": "text/css; charset=utf-8",
-	".svg": "image/svg+xml",
-}
-
-// asset is one embedded file as Assets serves it.
-type asset struct {
-	url, contentType, etag string
-	body                   []byte
-}
-
-var assetsByName, assetsByURL = mustLoadAssets()
-
-func mustLoadAssets() (map[string]*asset, map[string]*asset) {
-	byName, byURL := map[string]*asset{}, map[string]*asset{}
-	entries, err := fs.ReadDir(embedded, "assets")
-	if err != nil {
-		panic(fmt.Errorf("console: read embedded assets: %w", err)) // a broken build only
-	}
-	for _, e := range entries {
-		ext := path.Ext(e.Name())
-		ctype, ok := contentTypes[ext]
-		if e.IsDir() || !ok {
-			continue
-		}
-		body, err := fs.ReadFile(embedded, "assets/"+e.Name())
-		if err != nil {
-			panic(fmt.Errorf("console: read embedded asset %s: %w", e.Name(), err))
-		}
-		sum := sha256.Sum256(body)
-		hash := hex.EncodeToString(sum[:])
-		a := &asset{
-			url:         AssetsPath + strings.TrimSuffix(e.Name(), ext) + "." + hash[:12] + ext,
-			contentType: ctype,
-			etag:        `"` + hash[:32] + `"`,
-			body:        body,
-		}
-		byName[e.Name()], byURL[a.url] = a, a
-	}
-	return byName, byURL
-}
+// assets are the page's files, served under AssetsPath by their content
+// hash.
+var assets = hashed.MustLoad(embedded, "assets", AssetsPath)
 
 // Assets serves the page's files under AssetsPath; any other path, a
 // file's name without its hash among them, is 404.
-func Assets() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a, ok := assetsByURL[r.URL.Path]
-		if !ok {
-			http.NotFound(w, r)
-			return
-		}
-		h := w.Header()
-		h.Set("Content-Type", a.contentType)
-		h.Set("Cache-Control", "public, max-age=31536000, immutable")
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("ETag", a.etag)
-		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(a.body))
-	})
-}
+func Assets() http.Handler { return assets }
 
 // ContentSecurityPolicy is the page's policy: its own scripts and styles
 // only (no inline ones), connections to its own origin and websockets
@@ -128,15 +74,7 @@ func Handler(endpoint string) http.Handler {
 	})
 }
 
-func assetURL(name string) (string, error) {
-	a, ok := assetsByName[name]
-	if !ok {
-		return "", fmt.Errorf("no embedded asset %q", name)
-	}
-	return a.url, nil
-}
-
-var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{"asset": assetURL}).Parse(`<!doctype html>
+var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{"asset": assets.URL}).Parse(`<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">

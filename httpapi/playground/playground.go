@@ -34,21 +34,18 @@ package playground
 
 import (
 	"bytes"
-	"compress/gzip"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"html/template"
-	"io/fs"
 	"net/http"
 	"net/url"
-	"path"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"flashsale/httpapi/hashed"
 )
 
 // AssetsPath is where Assets must be mounted: the page links to its files
@@ -58,151 +55,15 @@ const AssetsPath = "/playground/assets/"
 //go:embed assets
 var embedded embed.FS
 
-// contentTypes lists the file kinds Assets serves; other files in assets/
-// (VERSIONS, the licences) are kept in the source tree, not served.
-var contentTypes = map[string]string{
-	".js":  "text/javascript; charset=utf-8",
-	".css": "text/css; charset=utf-8",
-	".svg": "image/svg+xml",
-}
-
-// asset is one embedded file as Assets serves it.
-type asset struct {
-	url         string // AssetsPath + the content-hashed name
-	contentType string
-	etag        string
-	body        []byte
-
-	gzipOnce sync.Once
-	gzipped  []byte // nil when gzip does not make it smaller
-}
-
-// assetsByName holds the embedded assets by file name (graphiql.min.js)
-// and assetsByURL by the URL path the page uses for them.
-var assetsByName, assetsByURL = mustLoadAssets()
-
-func mustLoadAssets() (map[string]*asset, map[string]*asset) {
-	byName, byPath, err := loadAssets(embedded, "assets")
-	if err != nil {
-		// Only a broken build can get here: the files are compiled in.
-		panic(fmt.Errorf("playground: %w", err))
-	}
-	return byName, byPath
-}
-
-func loadAssets(fsys fs.FS, dir string) (byName, byPath map[string]*asset, err error) {
-	entries, err := fs.ReadDir(fsys, dir)
-	if err != nil {
-		return nil, nil, fmt.Errorf("read embedded assets: %w", err)
-	}
-	byName = make(map[string]*asset)
-	byPath = make(map[string]*asset)
-	for _, e := range entries {
-		ext := path.Ext(e.Name())
-		ctype, ok := contentTypes[ext]
-		if e.IsDir() || !ok {
-			continue
-		}
-		body, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
-		if err != nil {
-			return nil, nil, fmt.Errorf("read embedded asset %s: %w", e.Name(), err)
-		}
-		sum := sha256.Sum256(body)
-		hash := hex.EncodeToString(sum[:])
-		a := &asset{
-			url:         AssetsPath + strings.TrimSuffix(e.Name(), ext) + "." + hash[:12] + ext,
-			contentType: ctype,
-			etag:        `"` + hash[:32] + `"`,
-			body:        body,
-		}
-		byName[e.Name()] = a
-		byPath[a.url] = a
-	}
-	return byName, byPath, nil
-}
-
-// gzipBody compresses the asset once, on first demand, since graphiql's
-// bundle shrinks to about a third and most clients accept gzip.
-func (a *asset) gzipBody() []byte {
-	a.gzipOnce.Do(func() {
-		var buf bytes.Buffer
-		zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-		if err != nil {
-			return // cannot happen with a valid level; serve it plain
-		}
-		if _, err := zw.Write(a.body); err != nil {
-			return
-		}
-		if err := zw.Close(); err != nil {
-			return
-		}
-		if buf.Len() < len(a.body) {
-			a.gzipped = buf.Bytes()
-		}
-	})
-	return a.gzipped
-}
+// assets are the page's files, served under AssetsPath by their content
+// hash.
+var assets = hashed.MustLoad(embedded, "assets", AssetsPath)
 
 // Assets returns the handler for the page's JavaScript and CSS; mount it at
 // AssetsPath (see the package comment). Unknown paths, including a file's
 // name without its content hash, get 404 so a stale URL never receives
 // content it was not cached with.
-func Assets() http.Handler {
-	return http.HandlerFunc(serveAsset)
-}
-
-func serveAsset(w http.ResponseWriter, r *http.Request) {
-	if !allowMethod(w, r) {
-		return
-	}
-	a, ok := assetsByURL[r.URL.Path]
-	if !ok {
-		http.NotFound(w, r)
-		return
-	}
-	h := w.Header()
-	h.Set("Content-Type", a.contentType)
-	h.Set("Cache-Control", "public, max-age=31536000, immutable")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Vary", "Accept-Encoding")
-	body, etag := a.body, a.etag
-	if acceptsGzip(r.Header.Get("Accept-Encoding")) {
-		if gz := a.gzipBody(); gz != nil {
-			body = gz
-			etag = strings.TrimSuffix(a.etag, `"`) + `-gzip"`
-			h.Set("Content-Encoding", "gzip")
-		}
-	}
-	h.Set("ETag", etag)
-	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
-}
-
-// acceptsGzip reports whether an Accept-Encoding header value allows gzip,
-// by name or by "*", with a non-zero quality.
-func acceptsGzip(header string) bool {
-	gzipQ, starQ := -1.0, -1.0
-	for part := range strings.SplitSeq(header, ",") {
-		coding, params, _ := strings.Cut(part, ";")
-		q := 1.0
-		if v, ok := strings.CutPrefix(strings.TrimSpace(params), "q="); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				continue
-			}
-			q = f
-		}
-		switch strings.ToLower(strings.TrimSpace(coding)) {
-		case "gzip", "x-gzip":
-			gzipQ = q
-		case "*":
-			starQ = q
-		}
-	}
-	if gzipQ >= 0 {
-		return gzipQ > 0
-	}
-	return starQ > 0
-}
+func Assets() http.Handler { return assets }
 
 // Option sets what the page opens with.
 type Option func(*pageData)
@@ -322,7 +183,7 @@ func allowMethod(w http.ResponseWriter, r *http.Request) bool {
 // pageTemplate links every asset through assetURL, which fails the render
 // for a name not in assets/, so a typo cannot ship a page with a dead link.
 var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
-	"asset": assetURL,
+	"asset": assets.URL,
 }).Parse(`<!doctype html>
 <html lang="en">
 <head>
@@ -343,11 +204,3 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 </body>
 </html>
 `))
-
-func assetURL(name string) (string, error) {
-	a, ok := assetsByName[name]
-	if !ok {
-		return "", fmt.Errorf("no embedded asset %q", name)
-	}
-	return a.url, nil
-}

@@ -133,7 +133,7 @@ func TestPageReferencesOnlyServedAssets(t *testing.T) {
 
 func TestAssetsNotFound(t *testing.T) {
 	mux := newMux()
-	graphiqlJS := assetsByName["graphiql.min.js"].url
+	graphiqlJS := assets.ByName["graphiql.min.js"].URL
 	tests := []struct {
 		name, target string
 	}{
@@ -162,7 +162,7 @@ func TestAssetsNotFound(t *testing.T) {
 }
 
 func TestMethods(t *testing.T) {
-	asset := assetsByName["graphiql.min.css"].url
+	asset := assets.ByName["graphiql.min.css"].URL
 	tests := []struct {
 		name     string
 		h        http.Handler
@@ -195,7 +195,7 @@ func TestMethods(t *testing.T) {
 
 func TestConditionalRequests(t *testing.T) {
 	mux := newMux()
-	for _, target := range []string{"/", assetsByName["graphiql.min.js"].url} {
+	for _, target := range []string{"/", assets.ByName["graphiql.min.js"].URL} {
 		t.Run(target, func(t *testing.T) {
 			first := do(t, mux, http.MethodGet, target, nil)
 			etag := first.Header().Get("ETag")
@@ -216,19 +216,19 @@ func TestConditionalRequests(t *testing.T) {
 
 func TestAssetGzip(t *testing.T) {
 	mux := newMux()
-	for name, a := range assetsByName {
+	for name, a := range assets.ByName {
 		t.Run(name, func(t *testing.T) {
-			plain := do(t, mux, http.MethodGet, a.url, nil)
-			rec := do(t, mux, http.MethodGet, a.url, http.Header{"Accept-Encoding": {"br, gzip"}})
+			plain := do(t, mux, http.MethodGet, a.URL, nil)
+			rec := do(t, mux, http.MethodGet, a.URL, http.Header{"Accept-Encoding": {"br, gzip"}})
 			if rec.Code != http.StatusOK {
-				t.Fatalf("GET %s = %d", a.url, rec.Code)
+				t.Fatalf("GET %s = %d", a.URL, rec.Code)
 			}
 			if rec.Header().Get("Vary") != "Accept-Encoding" {
 				t.Errorf("Vary = %q", rec.Header().Get("Vary"))
 			}
 			if rec.Header().Get("Content-Encoding") != "gzip" {
-				if len(a.body) > 1024 {
-					t.Fatalf("a %d-byte asset was not gzipped", len(a.body))
+				if len(a.Body) > 1024 {
+					t.Fatalf("a %d-byte asset was not gzipped", len(a.Body))
 				}
 				return
 			}
@@ -247,33 +247,6 @@ func TestAssetGzip(t *testing.T) {
 				t.Error("gunzipped body differs from the plain one")
 			}
 		})
-	}
-}
-
-func TestAcceptsGzip(t *testing.T) {
-	tests := []struct {
-		header string
-		want   bool
-	}{
-		{"", false},
-		{"gzip", true},
-		{"GZIP", true},
-		{"br, gzip, deflate", true},
-		{"gzip;q=0.5", true},
-		{"gzip;q=0", false},
-		{"gzip; q=0.000", false},
-		{"*", true},
-		{"*;q=0", false},
-		{"gzip;q=0, *", false},
-		{"*;q=0, gzip", true},
-		{"br, deflate", false},
-		{"identity", false},
-		{"x-gzip", true},
-	}
-	for _, tt := range tests {
-		if got := acceptsGzip(tt.header); got != tt.want {
-			t.Errorf("acceptsGzip(%q) = %v, want %v", tt.header, got, tt.want)
-		}
 	}
 }
 
@@ -377,8 +350,8 @@ func TestVendoredFilesMatchVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	total := 0
-	for name, a := range assetsByName {
-		total += len(a.body)
+	for name, a := range assets.ByName {
+		total += len(a.Body)
 		if !ownFiles[name] && !listed[name] {
 			t.Errorf("%s is served but not listed in VERSIONS", name)
 		}
