@@ -288,25 +288,8 @@ func runQueue(ctx context.Context, cfg Config) (*Report, error) {
 	rep.Timeline = Timeline(outs, TimelineWidth(elapsed))
 	rep.Notes = append(rep.Notes, "requests and rps count every join, poll and grab; latency and codes are the grabs'")
 
-	var obs Observed
-	if n, err := r.a.remaining(ctx, admin, r.voucher); err != nil {
-		rep.Notes = append(rep.Notes, "stock query failed: "+err.Error())
-	} else {
-		rep.Remaining, obs.Remaining = &n, &n
-	}
-	if rowCounter != nil {
-		rows, lag, err := rowCounter.wait(ctx, outs, cfg.LagTimeout)
-		if err != nil {
-			rep.Notes = append(rep.Notes, "database check failed: "+err.Error())
-		} else {
-			obs.Rows = rows
-			n := len(rows)
-			rep.Rows, rep.DBLag = &n, lag
-		}
-	}
-	rep.Observed = obs
-	rep.Violations = append([]Violation{}, Check(outs, rep.Expect, obs)...)
-	rep.Violations = append(rep.Violations, CheckSoldExactly(rep.OK, cfg.Stock, users, obs)...)
+	observe(ctx, rep, outs, func() (int, error) { return r.a.remaining(ctx, admin, r.voucher) }, rowCounter, cfg.LagTimeout)
+	rep.Violations = append(rep.Violations, CheckSoldExactly(rep.OK, cfg.Stock, users, rep.Observed)...)
 	rep.Violations = append(rep.Violations, r.judgeQueue(ctx, rep, us)...)
 	return rep, nil
 }

@@ -345,28 +345,38 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("stopped after %s: %d of %d requests sent", cfg.MaxDuration, len(outs), len(targets)))
 	}
 
-	var obs Observed
+	var stock func() (int, error)
 	if !ep.NoStock && !redPacket {
-		n, err := a.remaining(ctx, admin, rep.SaleID)
-		if err != nil {
+		stock = func() (int, error) { return a.remaining(ctx, admin, rep.SaleID) }
+	}
+	observe(ctx, rep, outs, stock, rowCounter, cfg.LagTimeout)
+	return rep, nil
+}
+
+// observe reads what the stores say after a sale into rep (the live stock
+// when stock is set, the stored rows when rows is, failures as notes) and
+// checks the outcomes against it.
+func observe(ctx context.Context, rep *Report, outs []Outcome, stock func() (int, error), rows *rowWatch, lagTimeout time.Duration) {
+	var obs Observed
+	if stock != nil {
+		if n, err := stock(); err != nil {
 			rep.Notes = append(rep.Notes, "stock query failed: "+err.Error())
 		} else {
 			rep.Remaining, obs.Remaining = &n, &n
 		}
 	}
-	if rowCounter != nil {
-		rows, lag, err := rowCounter.wait(ctx, outs, cfg.LagTimeout)
+	if rows != nil {
+		stored, lag, err := rows.wait(ctx, outs, lagTimeout)
 		if err != nil {
 			rep.Notes = append(rep.Notes, "database check failed: "+err.Error())
 		} else {
-			obs.Rows = rows
-			n := len(rows)
+			obs.Rows = stored
+			n := len(stored)
 			rep.Rows, rep.DBLag = &n, lag
 		}
 	}
 	rep.Observed = obs
 	rep.Violations = append([]Violation{}, Check(outs, rep.Expect, obs)...)
-	return rep, nil
 }
 
 // attack fires every target once and returns the outcomes.
