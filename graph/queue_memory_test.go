@@ -13,9 +13,10 @@ import (
 // A node holds nothing per user who waits: the line is Redis's. Its live
 // heap with a room of 2,000 waiting (joined as the rest will be, so that
 // its pools of connections have grown to the load) and with the same room
-// of 42,000, after the 40,000 joined through its API, were read where
-// they stand and were paced for a second, differs by less than 512 KiB
-// (13 bytes a user: one more pooled Postgres connection is about 200 KiB;
+// of 82,000, after the 80,000 joined through its API, were read where
+// they stand and were paced for a second, differs by less than 1 MiB
+// (13 bytes a user: one more pooled connection is about 200 KiB, and
+// beside the race run the pools grew by 570 KiB;
 // a map of the joined users' ids alone takes about 36 bytes a user). Not
 // parallel, so that no other test's heap is counted; without -race
 // (scripts/test.sh runs it beside the race run), whose shadow memory
@@ -25,7 +26,7 @@ func TestANodeHoldsNoMemoryPerWaitingUser(t *testing.T) {
 		t.Skip("the race detector's allocations would count; scripts/test.sh runs this without it")
 	}
 	if testing.Short() {
-		t.Skip("42,000 joins")
+		t.Skip("82,000 joins")
 	}
 	s := newServer(t)
 	// One unit and one open ticket at a time: the line stays whole.
@@ -65,7 +66,7 @@ func TestANodeHoldsNoMemoryPerWaitingUser(t *testing.T) {
 		return m.HeapAlloc
 	}
 
-	const more = 40000
+	const more = 80000
 	join(1000, 3000)
 	before := settle()
 	join(3000, 3000+more)
@@ -75,7 +76,7 @@ func TestANodeHoldsNoMemoryPerWaitingUser(t *testing.T) {
 	}
 	grew := int64(after) - int64(before)
 	t.Logf("live heap %d KiB with 2,000 waiting, %d KiB with %d (%+d bytes a user)", before>>10, after>>10, 2000+more, grew/more)
-	if grew > 512<<10 {
-		t.Fatalf("the node's heap grew by %d KiB with %d more waiting (%d bytes a user), want under 512 KiB: something keeps a record per user", grew>>10, more, grew/more)
+	if grew > 1<<20 {
+		t.Fatalf("the node's heap grew by %d KiB with %d more waiting (%d bytes a user), want under 1 MiB: something keeps a record per user", grew>>10, more, grew/more)
 	}
 }
