@@ -310,7 +310,9 @@ func TestInvalidConfigurationFailsWithOneLine(t *testing.T) {
 		t.Run(tc.name+" fails with one line", func(t *testing.T) {
 			t.Parallel() // a process and a temporary directory of its own
 			// The "starting" record is info; above it nothing else may print.
-			env := map[string]string{"LOG_LEVEL": "warn"}
+			// The node binds before it reaches the database: a port of its
+			// own, or the cases beside it (and anything on :8080) take it.
+			env := map[string]string{"LOG_LEVEL": "warn", "HTTP_ADDR": "127.0.0.1:0"}
 			for k, v := range tc.env {
 				env[k] = v
 			}
