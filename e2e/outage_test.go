@@ -383,7 +383,11 @@ func (n *outageNode) grabUntilDecided(t *testing.T, user int64, voucherID string
 // sale ends with exactly the stock sold, and the voucher reconciles.
 func TestDegradeToDBSellsThroughPostgres(t *testing.T) {
 	redisSrv := testenv.MustRedis(t)
-	n := startOutageNode(t, redisSrv, map[string]string{"DEGRADE_TO_DB": "true", "RATE_USER_PER_SEC": "0"})
+	// Leases on a Redis of their own, as in production: on the stalled one
+	// a renewal that falls in the stall loses the voucher's segment, and
+	// its actor cannot start again to sell from the database.
+	n := startOutageNode(t, redisSrv, map[string]string{"DEGRADE_TO_DB": "true", "RATE_USER_PER_SEC": "0",
+		"LOCK_REDIS_URLS": testenv.MustRedis(t).URL()})
 	const stock = 30
 	voucherID := n.createVoucher(t, stock)
 	ok := map[string]int64{}
@@ -452,7 +456,8 @@ func TestDegradeToDBSellsThroughPostgres(t *testing.T) {
 func TestDegradeToDBNeverSellsWhatTheOrderLogHolds(t *testing.T) {
 	redisSrv := testenv.MustRedis(t)
 	pgProxy := testenv.MustProxy(t, mustPostgresHost(t))
-	n := startOutageNode(t, redisSrv, map[string]string{"DEGRADE_TO_DB": "true", "RATE_USER_PER_SEC": "0", "pg-proxy": pgProxy.Addr()})
+	n := startOutageNode(t, redisSrv, map[string]string{"DEGRADE_TO_DB": "true", "RATE_USER_PER_SEC": "0", "pg-proxy": pgProxy.Addr(),
+		"LOCK_REDIS_URLS": testenv.MustRedis(t).URL()}) // as above
 	const stock = 12
 	voucherID := n.createVoucher(t, stock)
 	ok := map[string]int64{}
