@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"flashsale/internal/auth"
 )
 
 // A node holds nothing per user who waits: the line is Redis's. Its live
@@ -40,19 +38,8 @@ func TestANodeHoldsNoMemoryPerWaitingUser(t *testing.T) {
 		for range 8 {
 			wg.Go(func() {
 				for u := next.Add(1) - 1; u < to && !t.Failed(); u = next.Add(1) - 1 {
-					// Joined again after an UNAVAILABLE (one place a
-					// user): beside the -race run a Redis call times out.
-					for try := 1; ; try++ {
-						var out struct{ JoinQueue placeData }
-						errs := s.do(t, s.token(t, u, auth.RoleUser), joinQueueMutation, map[string]any{"id": v.ID}, &out)
-						if len(errs) == 0 {
-							break
-						}
-						if errs[0].code() != "UNAVAILABLE" || try == 20 {
-							t.Errorf("user %d joins: %v", u, errs)
-							break
-						}
-						time.Sleep(50 * time.Millisecond)
+					if _, errs := s.joinUntil(t, u, v.ID, time.Now().Add(time.Second)); len(errs) > 0 {
+						t.Errorf("user %d joins: %v", u, errs)
 					}
 				}
 			})
